@@ -1,0 +1,13 @@
+"""bmczoo: a model zoo for Bayesian low-rank matrix completion on NumPyro + JAX.
+
+Implements "Bayesian matrix completion: prior specification" (Alquier, Cottet, Chopin,
+Rousseau): the fixed, inverse-gamma, gamma and discrete (spike-and-slab) priors, fast
+conjugate Gibbs kernels, closed-form VB, NumPyro SVI/NUTS baselines, ArviZ diagnostics.
+"""
+
+from . import data, datasets, models, priors
+from .data import RatingData
+
+__version__ = "0.1.0"
+
+__all__ = ["RatingData", "data", "datasets", "models", "priors", "__version__"]

@@ -1,0 +1,307 @@
+"""Validated, immutable container of observed matrix entries.
+
+`RatingData` holds ``n`` observed triples ``(rows[k], cols[k], values[k])`` of an
+``m1 x m2`` matrix.  Everything is checked once at construction; afterwards the arrays
+are read-only.  The row-sorted and column-sorted (CSR-style) index views that the Gibbs
+sweep and the VB iteration need are built lazily, once, and cached.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["RatingData", "SortedView"]
+
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+class SortedView(NamedTuple):
+    """CSR-style view of the ratings grouped by row (or by column).
+
+    Attributes
+    ----------
+    indptr : (m + 1,) int32
+        Entries of group ``g`` are positions ``indptr[g]:indptr[g+1]`` of the other arrays.
+    index : (n,) int32
+        The other coordinate (column for the row view, row for the column view),
+        ascending within each group.
+    values : (n,) float
+        The rating values in that order.
+    order : (n,) int64
+        Permutation of the original positions: ``view.values == data.values[view.order]``.
+    """
+
+    indptr: np.ndarray
+    index: np.ndarray
+    values: np.ndarray
+    order: np.ndarray
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    a.setflags(write=False)
+    return a
+
+
+def _as_index(name: str, x, m: int) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise ValueError(f"{name} must hold integer indices, got dtype {a.dtype}")
+    if np.issubdtype(a.dtype, np.floating):
+        bad = ~np.isfinite(a) | (a != np.round(a))
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name} must hold integer indices; {name}[{k}] = {a[k]!r} is not an integer")
+    if a.size and a.min() < 0:
+        k = int(np.flatnonzero(a < 0)[0])
+        raise ValueError(f"{name} must be non-negative (0-based); {name}[{k}] = {a[k]}")
+    if a.size and a.max() >= m:
+        k = int(np.flatnonzero(a >= m)[0])
+        raise ValueError(f"{name}[{k}] = {int(a[k])} is out of range for a dimension of size {m}")
+    return a.astype(np.int32 if m <= _INT32_MAX else np.int64)
+
+
+class RatingData:
+    """Observed entries ``(rows, cols, values)`` of an ``m1 x m2`` matrix.
+
+    Parameters
+    ----------
+    rows, cols : array_like of int, shape (n,)
+        0-based row and column indices.  Integer-valued floats are accepted.
+    values : array_like of float, shape (n,)
+        Observed values; must be finite.
+    shape : tuple of int, optional
+        ``(m1, m2)``.  Defaults to ``(max(rows) + 1, max(cols) + 1)``.
+
+    Raises
+    ------
+    ValueError
+        On mismatched lengths, empty data, non-integer / negative / out-of-range indices,
+        NaN or infinite values, or duplicate ``(row, col)`` pairs.  The message names the
+        field and the first offending position.
+
+    Notes
+    -----
+    The object is immutable: its arrays are read-only, and transformations
+    (:meth:`split`, :meth:`centered`, :meth:`subset`) return new objects.
+    """
+
+    __slots__ = ("_rows", "_cols", "_values", "_shape", "__dict__")
+
+    def __init__(self, rows, cols, values, shape: tuple[int, int] | None = None):
+        r = np.asarray(rows)
+        c = np.asarray(cols)
+        v = np.asarray(values)
+        for name, a in (("rows", r), ("cols", c), ("values", v)):
+            if a.ndim != 1:
+                raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+        if not (len(r) == len(c) == len(v)):
+            raise ValueError(
+                f"rows, cols and values must have the same length; got {len(r)}, {len(c)}, {len(v)}"
+            )
+        if len(v) == 0:
+            raise ValueError("RatingData is empty: rows, cols and values have length 0")
+        if shape is None:
+            big = np.iinfo(np.int64).max
+            shape = (int(_as_index("rows", r, big).max()) + 1, int(_as_index("cols", c, big).max()) + 1)
+        shape = self._check_shape(shape)
+        r = _as_index("rows", r, shape[0])
+        c = _as_index("cols", c, shape[1])
+        if v.dtype == bool or not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
+            raise ValueError(f"values must be real numbers, got dtype {v.dtype}")
+        v = v.astype(np.result_type(v.dtype, np.float32)) if np.issubdtype(v.dtype, np.floating) else v.astype(np.float64)
+        bad = ~np.isfinite(v)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"values must be finite; values[{k}] = {v[k]}")
+        self._rows, self._cols, self._values = _frozen(r), _frozen(c), _frozen(v)
+        self._shape = shape
+        # duplicate check uses the row view (built here once, cached for the hot path)
+        key_sorted = self._row_keys_sorted
+        dup = np.flatnonzero(key_sorted[1:] == key_sorted[:-1])
+        if dup.size:
+            order = self.row_view.order
+            a, b = sorted((int(order[dup[0]]), int(order[dup[0] + 1])))
+            raise ValueError(
+                f"duplicate (row, col) pair ({int(r[b])}, {int(c[b])}) at positions {a} and {b}"
+            )
+
+    @staticmethod
+    def _check_shape(shape) -> tuple[int, int]:
+        try:
+            m1, m2 = shape
+        except (TypeError, ValueError):
+            raise ValueError(f"shape must be a pair (m1, m2), got {shape!r}") from None
+        out = []
+        for name, m in (("shape[0]", m1), ("shape[1]", m2)):
+            if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)) or m <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {m!r}")
+            out.append(int(m))
+        return out[0], out[1]
+
+    # ------------------------------------------------------------------ basic fields
+    @property
+    def rows(self) -> np.ndarray:
+        """0-based row indices, shape (n,), read-only."""
+        return self._rows
+
+    @property
+    def cols(self) -> np.ndarray:
+        """0-based column indices, shape (n,), read-only."""
+        return self._cols
+
+    @property
+    def values(self) -> np.ndarray:
+        """Observed values, shape (n,), read-only."""
+        return self._values
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(m1, m2)``."""
+        return self._shape
+
+    @property
+    def n(self) -> int:
+        """Number of observed entries."""
+        return int(self._values.shape[0])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        m1, m2 = self.shape
+        return f"RatingData(n={self.n}, shape=({m1}, {m2}), density={self.n / (m1 * m2):.4g})"
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, RatingData):
+            return NotImplemented
+        return (
+            self.shape == other.shape
+            and np.array_equal(self.rows, other.rows)
+            and np.array_equal(self.cols, other.cols)
+            and np.array_equal(self.values, other.values)
+        )
+
+    __hash__ = None  # mutable-looking equality semantics; not hashable
+
+    # ------------------------------------------------------------------ cached views
+    def _view(self, major: np.ndarray, minor: np.ndarray, m_major: int, m_minor: int) -> SortedView:
+        key = major.astype(np.int64) * m_minor + minor
+        order = np.argsort(key, kind="stable")
+        counts = np.bincount(major, minlength=m_major)
+        indptr = np.zeros(m_major + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        if indptr[-1] > _INT32_MAX:
+            raise ValueError(f"too many ratings ({indptr[-1]}) for int32 index views")
+        return SortedView(
+            indptr=_frozen(indptr.astype(np.int32)),
+            index=_frozen(minor[order].astype(np.int32)),
+            values=_frozen(self._values[order]),
+            order=_frozen(order.astype(np.int64)),
+        )
+
+    @cached_property
+    def row_view(self) -> SortedView:
+        """Ratings grouped by row (CSR of the ``m1 x m2`` matrix)."""
+        return self._view(self._rows, self._cols, self.shape[0], self.shape[1])
+
+    @cached_property
+    def col_view(self) -> SortedView:
+        """Ratings grouped by column (CSR of the transpose)."""
+        return self._view(self._cols, self._rows, self.shape[1], self.shape[0])
+
+    @cached_property
+    def _row_keys_sorted(self) -> np.ndarray:
+        v = self.row_view
+        rows_sorted = np.repeat(np.arange(self.shape[0], dtype=np.int64), np.diff(v.indptr))
+        return rows_sorted * self.shape[1] + v.index
+
+    @cached_property
+    def row_counts(self) -> np.ndarray:
+        """Number of ratings in each row, shape (m1,)."""
+        return _frozen(np.diff(self.row_view.indptr))
+
+    @cached_property
+    def col_counts(self) -> np.ndarray:
+        """Number of ratings in each column, shape (m2,)."""
+        return _frozen(np.diff(self.col_view.indptr))
+
+    # ------------------------------------------------------------------ transformations
+    def subset(self, index) -> "RatingData":
+        """Ratings at the given positions (boolean mask or integer positions), same shape."""
+        idx = np.asarray(index)
+        if idx.dtype == bool:
+            if idx.shape != (self.n,):
+                raise ValueError(f"boolean mask must have shape ({self.n},), got {idx.shape}")
+        elif not np.issubdtype(idx.dtype, np.integer):
+            raise ValueError(f"index must be a boolean mask or integer positions, got dtype {idx.dtype}")
+        return RatingData(self._rows[idx], self._cols[idx], self._values[idx], self.shape)
+
+    def split(self, test_fraction: float = 0.2, seed: int = 0) -> tuple["RatingData", "RatingData"]:
+        """Uniform random split of the ratings into train and test.
+
+        The positions are permuted with ``numpy.random.default_rng(seed)``; the first
+        ``n - round(test_fraction * n)`` positions of the permutation form the training
+        set.  Both parts keep the original relative order and the full ``shape``.
+
+        Parameters
+        ----------
+        test_fraction : float
+            Fraction of ratings in the test set, in (0, 1).
+        seed : int
+            Seed of the permutation.
+        """
+        if not (0.0 < float(test_fraction) < 1.0):
+            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+        n_test = int(round(test_fraction * self.n))
+        if n_test == 0 or n_test == self.n:
+            raise ValueError(
+                f"test_fraction={test_fraction} leaves an empty train or test set with n={self.n} ratings"
+            )
+        perm = np.random.default_rng(seed).permutation(self.n)
+        train_idx = np.sort(perm[: self.n - n_test])
+        test_idx = np.sort(perm[self.n - n_test :])
+        return self.subset(train_idx), self.subset(test_idx)
+
+    def mean(self) -> float:
+        """Mean of the observed values (the global mean used for centring)."""
+        return float(np.mean(self._values, dtype=np.float64))
+
+    def value_range(self) -> tuple[float, float]:
+        """``(min, max)`` of the observed values."""
+        return float(self._values.min()), float(self._values.max())
+
+    def with_values(self, values) -> "RatingData":
+        """Same entries with new values (validated)."""
+        return RatingData(self._rows, self._cols, values, self.shape)
+
+    def centered(self, offset: float | None = None) -> tuple["RatingData", float]:
+        """Ratings minus ``offset`` (the global mean by default); returns ``(data, offset)``."""
+        off = self.mean() if offset is None else float(offset)
+        return self.with_values(self._values - self._values.dtype.type(off)), off
+
+    def astype(self, dtype) -> "RatingData":
+        """Same ratings with values cast to a floating ``dtype``."""
+        return self.with_values(self._values.astype(dtype))
+
+    def to_dense(self, fill: float = np.nan, max_size: int = 10_000_000) -> np.ndarray:
+        """Dense ``m1 x m2`` array with ``fill`` at unobserved entries (small problems only)."""
+        m1, m2 = self.shape
+        if m1 * m2 > max_size:
+            raise ValueError(f"refusing to materialise a {m1} x {m2} matrix (> max_size={max_size})")
+        out = np.full(self.shape, fill, dtype=self._values.dtype)
+        out[self._rows, self._cols] = self._values
+        return out
+
+    def check_entries(self, rows, cols, name: str = "entries") -> tuple[np.ndarray, np.ndarray]:
+        """Validate query indices against this shape; returns int32/int64 arrays."""
+        r = _as_index(f"{name} rows", rows, self.shape[0])
+        c = _as_index(f"{name} cols", cols, self.shape[1])
+        if r.shape != c.shape:
+            raise ValueError(f"{name}: rows and cols must have the same length, got {r.shape} and {c.shape}")
+        return r, c

@@ -1,0 +1,1 @@
+"""Datasets: the paper's simulator and MovieLens loaders."""

@@ -1,0 +1,59 @@
+"""Inverse-gamma prior: ``gamma_h ~ InvGamma(shape a, scale b)``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from jax.scipy.special import gammaln
+
+from .base import Prior, VBGamma, check_positive
+
+
+@dataclasses.dataclass(frozen=True)
+class InverseGamma(Prior):
+    """``gamma_h ~ InvGamma(a, b)`` (density ``b^a / Gamma(a) g^(-a-1) exp(-b/g)``).
+
+    Conditional: ``gamma_h | M, N ~ InvGamma(a + d/2, b + S_h/2)``; the VB factor has the
+    same form with ``E[S_h]`` (the paper's VB omits the prior ``b``: erratum).
+    """
+
+    a: float = 1.0
+    b: float = 0.01
+    name = "inverse-gamma"
+
+    def __post_init__(self):
+        check_positive("InverseGamma", a=self.a, b=self.b)
+
+    def sample_gamma(self, K, d):
+        return numpyro.sample("gamma", dist.InverseGamma(self.a, self.b).expand([K]).to_event(1))
+
+    def sample_conditional(self, key, S, d):
+        shape = self.a + 0.5 * d
+        g = jax.random.gamma(key, jnp.asarray(shape, S.dtype), S.shape, dtype=S.dtype)
+        return (self.b + 0.5 * S) / g
+
+    def vb_update(self, ES, d):
+        shape = self.a + 0.5 * d
+        scale = self.b + 0.5 * ES
+        logz = (
+            self.a * jnp.log(jnp.asarray(self.b, ES.dtype))
+            - gammaln(jnp.asarray(self.a, ES.dtype))
+            + gammaln(jnp.asarray(shape, ES.dtype))
+            - shape * jnp.log(scale)
+        )
+        return VBGamma(
+            inv_mean=shape / scale,
+            log_normalizer=logz,
+            params={"shape": jnp.full_like(ES, shape), "scale": scale},
+        )
+
+    def log_prob(self, gamma, d):
+        return dist.InverseGamma(self.a, self.b).log_prob(gamma)
+
+    def init_gamma(self, K, d, dtype=jnp.float32):
+        # the prior mode b/(a+1): finite for every a > 0
+        return jnp.full((K,), self.b / (self.a + 1.0), dtype)
