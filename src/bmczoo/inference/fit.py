@@ -15,7 +15,7 @@ from ..data import RatingData
 from ..priors import Discrete, Prior
 from .numpyro_kernel import ConjugateGibbs
 
-__all__ = ["fit", "GibbsFit", "looks_like_ratings"]
+__all__ = ["fit", "GibbsFit", "VBFit", "looks_like_ratings"]
 
 METHODS = ("gibbs", "vb", "svi", "nuts", "map")
 
@@ -34,8 +34,34 @@ def _entry_keys(rows, cols, m2: int) -> np.ndarray:
     return np.asarray(rows, np.int64) * m2 + np.asarray(cols, np.int64)
 
 
+class _FitBase:
+    """What every fit result shares: original-scale predictions and their RMSE."""
+
+    shape: tuple[int, int]
+    meta: dict
+
+    def _finish(self, theta: np.ndarray) -> np.ndarray:
+        out = np.asarray(theta, np.float64) + self.meta["offset"]
+        if self.meta["clip"] is not None:
+            out = np.clip(out, *self.meta["clip"])
+        return out
+
+    def _check_entries(self, rows, cols):
+        return RatingData(np.zeros(1, int), np.zeros(1, int), np.zeros(1), self.shape).check_entries(
+            rows, cols, "predict"
+        )
+
+    def rmse(self, test: RatingData) -> float:
+        """RMSE of :meth:`predict` against the values of ``test``."""
+        test = check_ratings(test, "test")
+        if test.shape != self.shape:
+            raise ValueError(f"test has shape {test.shape}, the fit has {self.shape}")
+        pred = self.predict(test.rows, test.cols)
+        return float(np.sqrt(np.mean((pred - test.values) ** 2)))
+
+
 @dataclasses.dataclass
-class GibbsFit:
+class GibbsFit(_FitBase):
     """Result of ``bmc.fit(..., method="gibbs")``.
 
     Attributes
@@ -64,21 +90,13 @@ class GibbsFit:
 
     method = "gibbs"
 
-    def _finish(self, theta: np.ndarray) -> np.ndarray:
-        out = theta + self.meta["offset"]
-        if self.meta["clip"] is not None:
-            out = np.clip(out, *self.meta["clip"])
-        return out
-
     def predict(self, rows, cols) -> np.ndarray:
         """Posterior mean of ``theta`` at the given entries (1-D array, original scale).
 
         Entries requested at fit time (``predict=`` or the test set) come from the running
         sums; other entries need the stored factor draws (``store_factors``).
         """
-        r = np.asarray(rows)
-        c = np.asarray(cols)
-        RatingData(np.zeros(1, int), np.zeros(1, int), np.zeros(1), self.shape).check_entries(r, c, "predict")
+        r, c = self._check_entries(rows, cols)
         keys = _entry_keys(r, c, self.shape[1])
         known = _entry_keys(self.pred_rows, self.pred_cols, self.shape[1])
         order = np.argsort(known, kind="stable")
@@ -99,14 +117,6 @@ class GibbsFit:
             rr, cc = r[s : s + 65536], c[s : s + 65536]
             theta[s : s + 65536] = np.einsum("cdpk,cdpk->p", M[:, :, rr], N[:, :, cc]) / (M.shape[0] * M.shape[1])
         return self._finish(theta)
-
-    def rmse(self, test: RatingData) -> float:
-        """RMSE of :meth:`predict` against the values of ``test``."""
-        test = check_ratings(test, "test")
-        if test.shape != self.shape:
-            raise ValueError(f"test has shape {test.shape}, the fit has {self.shape}")
-        pred = self.predict(test.rows, test.cols)
-        return float(np.sqrt(np.mean((pred - test.values) ** 2)))
 
     def rank_posterior(self, threshold: float) -> np.ndarray:
         """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K (over all kept draws)."""
@@ -140,6 +150,99 @@ def _pick_track(train: RatingData, num: int, seed: int) -> tuple[np.ndarray, np.
     return train.rows[pos], train.cols[pos]
 
 
+@dataclasses.dataclass
+class VBFit(_FitBase):
+    """Result of ``bmc.fit(..., method="vb")``: the mean-field variational posterior.
+
+    Attributes
+    ----------
+    m, n : (m1, K), (m2, K) means of ``q(M_i)`` and ``q(N_j)``.
+    V_diag, W_diag : (m1, K), (m2, K) diagonals of their covariances.
+    q_gamma : dict, parameters of ``q(gamma_h)`` (prior-specific) and ``inv_mean``.
+    elbo, rmse_trace : per-iteration ELBO and test RMSE (empty without test data).
+    converged : whether the relative-ELBO tolerance was reached before ``max_iter``.
+    """
+
+    m: np.ndarray
+    n: np.ndarray
+    V_diag: np.ndarray
+    W_diag: np.ndarray
+    q_gamma: dict
+    elbo: np.ndarray
+    rmse_trace: np.ndarray
+    converged: bool
+    shape: tuple[int, int]
+    meta: dict[str, Any]
+    state: Any = None
+
+    method = "vb"
+
+    def predict(self, rows, cols) -> np.ndarray:
+        """``m_i . n_j`` (plus the centring offset, clipped) at the given entries."""
+        r, c = self._check_entries(rows, cols)
+        return self._finish(np.sum(self.m[r] * self.n[c], axis=-1))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    fit_data: RatingData
+    offset: float
+    clip: tuple[float, float] | None
+    tau: float
+    pred_rows: np.ndarray
+    pred_cols: np.ndarray
+    test_values: np.ndarray
+
+
+def _prepare(train, test, predict, center, clip, lam, noise_sd) -> _Prepared:
+    tau = likelihood_precision(train.n, lam, noise_sd)
+    fit_data, offset = train.centered() if center else (train, 0.0)
+    if isinstance(clip, str):
+        if clip != "auto":
+            raise ValueError(f"clip must be 'auto', a bool or (lo, hi), got {clip!r}")
+        clip_range = train.value_range() if looks_like_ratings(train.values) else None
+    elif clip is True:
+        clip_range = train.value_range()
+    elif clip is False or clip is None:
+        clip_range = None
+    else:
+        lo, hi = (float(x) for x in clip)
+        if not lo < hi:
+            raise ValueError(f"clip range must have lo < hi, got {clip!r}")
+        clip_range = (lo, hi)
+    # entries whose posterior mean is accumulated: the test entries first, then predict=
+    pr, pc = [np.zeros(0, np.int32)], [np.zeros(0, np.int32)]
+    test_values = np.zeros(0)
+    if test is not None:
+        test = check_ratings(test, "test")
+        if test.shape != train.shape:
+            raise ValueError(f"test has shape {test.shape}, train has {train.shape}")
+        pr.append(test.rows), pc.append(test.cols)
+        test_values = np.asarray(test.values, np.float64)
+    if predict is not None:
+        r, c = train.check_entries(*predict, name="predict")
+        pr.append(r), pc.append(c)
+    return _Prepared(fit_data, offset, clip_range, tau, np.concatenate(pr), np.concatenate(pc), test_values)
+
+
+def _meta(method, prior, K, lam, noise_sd, prep: _Prepared, center, seed, **extra) -> dict:
+    return {
+        "method": method,
+        "prior": prior,
+        "prior_name": prior.name,
+        "hyperparameters": prior.hyperparameters(),
+        "K": K,
+        "lam": lam,
+        "noise_sd": noise_sd,
+        "tau": prep.tau,
+        "center": center,
+        "offset": prep.offset,
+        "clip": prep.clip,
+        "seed": seed,
+        **extra,
+    }
+
+
 def fit(
     train: RatingData,
     K: int = 5,
@@ -163,6 +266,8 @@ def fit(
     store_factors: bool | str = "auto",
     dtype=None,
     chain_method: str = "vectorized",
+    max_iter: int = 200,
+    tol: float = 1e-4,
 ):
     """Fit the low-rank model to ``train``.
 
@@ -170,47 +275,71 @@ def fit(
     ----------
     train : RatingData
     K : int
-        Latent dimension.
+        Latent dimension, ``1 <= K <= min(m1, m2)``.
     prior : bmczoo.priors.Prior, default ``Discrete()``
     method : {"gibbs", "vb", "svi", "nuts", "map"}
-        Only ``"gibbs"`` is implemented in this release; the others raise ``ValueError``.
+        ``"gibbs"`` (conjugate blocked Gibbs) and ``"vb"`` (closed-form mean-field CAVI)
+        are implemented; ``"svi"``, ``"nuts"`` and ``"map"`` raise ``ValueError`` in this
+        release.
     num_warmup, num_samples, thinning, num_chains : int
-        Sampler settings: ``num_warmup + num_samples`` sweeps per chain, every
+        Gibbs settings: ``num_warmup + num_samples`` sweeps per chain, every
         ``thinning``-th post-warm-up draw kept.
     lam, noise_sd : float
         Temperature (``None``: ``lam = n / (2 noise_sd^2)``) and noise sd.
     seed : int
         Seed of ``jax.random.key``.
+    progress_bar : bool
     test : RatingData, optional
-        Entries whose posterior mean is accumulated and whose running RMSE is recorded per
-        iteration (the paper's Figure 1).
+        Entries whose posterior mean is computed during the fit and whose RMSE is
+        recorded per iteration (the paper's Figures 1 and 4).
+    devices : None
+        Reserved for sharding over several devices (not available in this release).
     predict : (rows, cols), optional
-        Further entries whose posterior mean is accumulated.
+        Further entries whose posterior mean is accumulated (Gibbs).
     center : bool
         Fit ``train.values - train.mean()`` and add the mean back when predicting.
     clip : "auto", bool or (lo, hi)
-        Clip predictions to the observed range; ``"auto"`` does so when the values look
-        like star ratings (multiples of 0.5).
+        Clip predictions to a range; ``"auto"`` clips to the observed range when the
+        values look like star ratings (multiples of 0.5 within a span of 10).
     track : int or (rows, cols)
-        Entries whose ``theta`` is kept per draw (``int``: that many random training
-        entries), for trace and ACF plots.
+        Gibbs: entries whose ``theta`` is kept per draw (``int``: that many random
+        training entries), for trace and ACF plots.
     store_factors : bool or "auto"
-        Keep ``M``, ``N`` of each kept draw (``"auto"``: when they take < 256 MiB), needed
-        to predict entries not requested at fit time.
+        Gibbs: keep ``M``, ``N`` of each kept draw (``"auto"``: when they take < 256 MiB),
+        needed to predict entries not requested at fit time.
     dtype : float dtype, optional
         Default float32 (float64 when ``jax_enable_x64`` is on).
     chain_method : str
-        NumPyro chain method; ``"vectorized"`` advances all chains in one batched sweep.
+        Gibbs: NumPyro chain method; ``"vectorized"`` advances all chains in one sweep.
+    max_iter, tol : int, float
+        VB: stop when the relative ELBO change is below ``tol`` or after ``max_iter``.
+
+    Returns
+    -------
+    GibbsFit or VBFit
     """
     train = check_ratings(train, "train")
     prior = Discrete() if prior is None else check_prior(prior)
     K = check_K(K, train.shape)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if method != "gibbs":
-        raise ValueError(f"method={method!r} is not available yet in this release; use method='gibbs'")
+    if method not in ("gibbs", "vb"):
+        raise ValueError(f"method={method!r} is not available yet in this release; use 'gibbs' or 'vb'")
     if devices is not None:
         raise ValueError("devices= (sharding over several devices) is not available yet in this release")
+    prep = _prepare(train, test, predict, center, clip, lam, noise_sd)
+    if dtype is None:
+        dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    if method == "vb":
+        return _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter, tol)
+    return _fit_gibbs(
+        train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
+        num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method,
+    )
+
+
+def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
+               num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method):
     num_warmup = int(num_warmup)
     if num_warmup < 0:
         raise ValueError(f"num_warmup must be >= 0, got {num_warmup}")
@@ -219,51 +348,23 @@ def fit(
     num_chains = check_positive_int("num_chains", num_chains)
     if thinning > num_samples:
         raise ValueError(f"thinning={thinning} > num_samples={num_samples} keeps no draw")
-    tau = likelihood_precision(train.n, lam, noise_sd)
     m1, m2 = train.shape
-
-    # centring and clipping (reported in meta)
-    fit_data, offset = train.centered() if center else (train, 0.0)
-    if clip == "auto":
-        clip_range = train.value_range() if looks_like_ratings(train.values) else None
-    elif clip is True:
-        clip_range = train.value_range()
-    elif clip is False or clip is None:
-        clip_range = None
+    if isinstance(track, (int, np.integer)) and not isinstance(track, bool):
+        track_rc = _pick_track(train, int(track), seed)
     else:
-        lo, hi = clip
-        clip_range = (float(lo), float(hi))
-
-    # entries whose posterior mean is accumulated: test first, then predict=
-    pr, pc, tv = [], [], []
-    if test is not None:
-        test = check_ratings(test, "test")
-        if test.shape != train.shape:
-            raise ValueError(f"test has shape {test.shape}, train has {train.shape}")
-        pr.append(test.rows), pc.append(test.cols), tv.append(test.values)
-    if predict is not None:
-        r, c = train.check_entries(*predict, name="predict")
-        pr.append(r), pc.append(c), tv.append(np.full(r.shape, np.nan))
-    pred_rows = np.concatenate(pr) if pr else np.zeros(0, np.int32)
-    pred_cols = np.concatenate(pc) if pc else np.zeros(0, np.int32)
-    test_values = np.concatenate(tv) if tv else np.zeros(0)
-    n_test = test.n if test is not None else 0
-
-    track_rc = _pick_track(train, int(track), seed) if isinstance(track, (int, np.integer)) else train.check_entries(*track, name="track")
-    num_kept = num_samples // thinning
+        track_rc = train.check_entries(*track, name="track")
     if store_factors == "auto":
-        itemsize = 8 if (dtype == jnp.float64 or (dtype is None and jax.config.jax_enable_x64)) else 4
-        store = num_chains * num_kept * (m1 + m2) * K * itemsize < _STORE_FACTORS_BUDGET
+        itemsize = jnp.dtype(dtype).itemsize
+        store = num_chains * (num_samples // thinning) * (m1 + m2) * K * itemsize < _STORE_FACTORS_BUDGET
     else:
         store = bool(store_factors)
-
     kernel = ConjugateGibbs(
         num_samples=num_samples,
         thinning=thinning,
-        predict=(pred_rows, pred_cols),
-        test_values=test_values[:n_test],
-        offset=offset,
-        clip=clip_range,
+        predict=(prep.pred_rows, prep.pred_cols),
+        test_values=prep.test_values,
+        offset=prep.offset,
+        clip=prep.clip,
         track=track_rc,
         store_factors=store,
         dtype=dtype,
@@ -277,39 +378,24 @@ def fit(
         chain_method=chain_method,
         progress_bar=progress_bar,
     )
-    mcmc.run(jax.random.key(seed), fit_data, K, prior, lam, noise_sd)
+    mcmc.run(jax.random.key(seed), prep.fit_data, K, prior, lam, noise_sd)
     core = mcmc.last_state.core
     samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     pred_sum = np.asarray(core.pred_sum, np.float64).reshape(-1, core.pred_sum.shape[-1])
-    num_kept_run = int(np.asarray(core.num_kept).ravel()[0])
-    theta_mean = pred_sum.mean(axis=0) / max(num_kept_run, 1)
+    num_kept = int(np.asarray(core.num_kept).ravel()[0])
+    theta_mean = pred_sum.mean(axis=0) / max(num_kept, 1)
     # (chain, iteration); chains of a sequential run come stacked, of a single run without axis
     rmse_draw = np.asarray(core.rmse_draw).reshape(num_chains, -1)
     rmse_mean = np.asarray(core.rmse_mean).reshape(num_chains, -1)
-    meta = {
-        "method": "gibbs",
-        "prior": prior,
-        "prior_name": prior.name,
-        "hyperparameters": prior.hyperparameters(),
-        "K": K,
-        "lam": lam,
-        "noise_sd": noise_sd,
-        "tau": tau,
-        "center": center,
-        "offset": offset,
-        "clip": clip_range,
-        "num_warmup": num_warmup,
-        "num_samples": num_samples,
-        "thinning": thinning,
-        "num_chains": num_chains,
-        "num_kept": num_kept_run,
-        "seed": seed,
-        "dtype": str(mcmc.last_state.core.M.dtype),
-    }
+    meta = _meta(
+        "gibbs", prior, K, lam, noise_sd, prep, center, seed, num_warmup=num_warmup,
+        num_samples=num_samples, thinning=thinning, num_chains=num_chains, num_kept=num_kept,
+        dtype=str(core.M.dtype),
+    )
     result = GibbsFit(
         samples=samples,
-        pred_rows=pred_rows,
-        pred_cols=pred_cols,
+        pred_rows=prep.pred_rows,
+        pred_cols=prep.pred_cols,
         pred_mean=np.zeros(0),
         rmse_draw=rmse_draw,
         rmse_mean=rmse_mean,
@@ -321,3 +407,65 @@ def fit(
     )
     result.pred_mean = result._finish(theta_mean)
     return result
+
+
+def _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter, tol):
+    from tqdm.auto import tqdm
+
+    from . import vb
+    from .gibbs import build_problem
+
+    max_iter = check_positive_int("max_iter", max_iter)
+    tol = float(tol)
+    if not np.isfinite(tol) or tol < 0:
+        raise ValueError(f"tol must be finite and >= 0, got {tol!r}")
+    problem = build_problem(prep.fit_data, prep.tau, dtype=dtype)
+    tau = problem.tau
+    state = vb.init(jax.random.key(seed)[None], train.shape, prior, K, dtype)
+    n_test = prep.test_values.shape[0]
+    test_rows = jnp.asarray(prep.pred_rows[:n_test])
+    test_cols = jnp.asarray(prep.pred_cols[:n_test])
+
+    @jax.jit
+    def iterate(state):
+        state = vb.update(state, problem.rows, problem.cols, prior, tau)
+        pred = jnp.sum(state.m[0][test_rows] * state.n[0][test_cols], axis=-1)
+        return state, vb.elbo(state, problem.rows, prior, tau)[0], pred
+
+    elbos, rmses = [], []
+    converged = False
+    with tqdm(total=max_iter, disable=not progress_bar, desc="vb") as bar:
+        for _ in range(max_iter):
+            state, e, pred = iterate(state)
+            e = float(e)
+            if not np.isfinite(e):
+                raise FloatingPointError(
+                    f"VB produced a non-finite ELBO at iteration {len(elbos) + 1}; try dtype=jnp.float64"
+                )
+            elbos.append(e)
+            if n_test:
+                y = np.asarray(pred, np.float64) + prep.offset
+                if prep.clip is not None:
+                    y = np.clip(y, *prep.clip)
+                rmses.append(float(np.sqrt(np.mean((y - prep.test_values) ** 2))))
+            bar.update(1)
+            bar.set_postfix_str(f"elbo {e:.6g}" + (f" rmse {rmses[-1]:.4f}" if rmses else ""), refresh=False)
+            if len(elbos) > 1 and abs(elbos[-1] - elbos[-2]) <= tol * abs(elbos[-1]):
+                converged = True
+                break
+    q = prior.vb_update(state.ES[0], train.shape[0] + train.shape[1])
+    meta = _meta("vb", prior, K, lam, noise_sd, prep, center, seed, max_iter=max_iter, tol=tol,
+                 num_iter=len(elbos), dtype=str(state.m.dtype))
+    return VBFit(
+        m=np.asarray(state.m[0]),
+        n=np.asarray(state.n[0]),
+        V_diag=np.asarray(jnp.diagonal(state.V[0], axis1=-2, axis2=-1)),
+        W_diag=np.asarray(jnp.diagonal(state.W[0], axis1=-2, axis2=-1)),
+        q_gamma={"inv_mean": np.asarray(q.inv_mean), **{k: np.asarray(v) for k, v in q.params.items()}},
+        elbo=np.asarray(elbos),
+        rmse_trace=np.asarray(rmses),
+        converged=converged,
+        shape=train.shape,
+        meta=meta,
+        state=state,
+    )
