@@ -141,6 +141,9 @@ class RatingData:
         for name, m in (("shape[0]", m1), ("shape[1]", m2)):
             if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)) or m <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {m!r}")
+            if m > _INT32_MAX:
+                # the index views that the samplers use are int32
+                raise ValueError(f"{name} = {m} exceeds the largest supported dimension {_INT32_MAX}")
             out.append(int(m))
         return out[0], out[1]
 

@@ -13,9 +13,10 @@ from numpyro.infer import MCMC
 from .._checks import check_K, check_positive_int, check_prior, check_ratings, likelihood_precision
 from ..data import RatingData
 from ..priors import Discrete, Prior
+from .baselines import _theta_mean, run_nuts, run_svi
 from .numpyro_kernel import ConjugateGibbs
 
-__all__ = ["fit", "GibbsFit", "VBFit", "looks_like_ratings"]
+__all__ = ["fit", "GibbsFit", "VBFit", "SVIFit", "looks_like_ratings"]
 
 METHODS = ("gibbs", "vb", "svi", "nuts", "map")
 
@@ -62,7 +63,7 @@ class _FitBase:
 
 @dataclasses.dataclass
 class GibbsFit(_FitBase):
-    """Result of ``bmc.fit(..., method="gibbs")``.
+    """Result of ``bmc.fit(..., method="gibbs")`` (and of ``method="nuts"``: draws of an MCMC).
 
     Attributes
     ----------
@@ -88,7 +89,9 @@ class GibbsFit(_FitBase):
     meta: dict[str, Any]
     mcmc: MCMC | None = None
 
-    method = "gibbs"
+    @property
+    def method(self) -> str:
+        return self.meta["method"]
 
     def predict(self, rows, cols) -> np.ndarray:
         """Posterior mean of ``theta`` at the given entries (1-D array, original scale).
@@ -110,13 +113,7 @@ class GibbsFit(_FitBase):
                 "these entries were not requested at fit time and no factor draws were stored: "
                 "pass them as fit(..., predict=(rows, cols)) or use store_factors=True"
             )
-        M, N = self.samples["M"], self.samples["N"]
-        theta = np.zeros(r.shape, np.float64)
-        # chunk over entries so that memory stays bounded for large requests
-        for s in range(0, r.size, 65536):
-            rr, cc = r[s : s + 65536], c[s : s + 65536]
-            theta[s : s + 65536] = np.einsum("cdpk,cdpk->p", M[:, :, rr], N[:, :, cc]) / (M.shape[0] * M.shape[1])
-        return self._finish(theta)
+        return self._finish(_theta_mean(self.samples["M"], self.samples["N"], r, c))
 
     def rank_posterior(self, threshold: float) -> np.ndarray:
         """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K (over all kept draws)."""
@@ -181,6 +178,37 @@ class VBFit(_FitBase):
         """``m_i . n_j`` (plus the centring offset, clipped) at the given entries."""
         r, c = self._check_entries(rows, cols)
         return self._finish(np.sum(self.m[r] * self.n[c], axis=-1))
+
+
+@dataclasses.dataclass
+class SVIFit(_FitBase):
+    """Result of ``bmc.fit(..., method="svi" | "map")``: a fitted NumPyro autoguide.
+
+    Attributes
+    ----------
+    draws : dict of ``num_draws`` samples of the latent sites from the guide.
+    point : dict of the guide's medians of ``M``, ``N`` (AutoNormal, AutoDelta) used to
+        predict, or None (predictions average over ``draws``).
+    losses : per-step loss (negative ELBO; for MAP the negative log joint).
+    guide : the NumPyro autoguide.
+    """
+
+    draws: dict
+    point: dict | None
+    losses: np.ndarray
+    guide: Any
+    shape: tuple[int, int]
+    meta: dict[str, Any]
+
+    @property
+    def method(self) -> str:
+        return self.meta["method"]
+
+    def predict(self, rows, cols) -> np.ndarray:
+        """``E_q[M_i . N_j]`` (plus the centring offset, clipped) at the given entries."""
+        r, c = self._check_entries(rows, cols)
+        src = self.point if self.point is not None else self.draws
+        return self._finish(_theta_mean(src["M"], src["N"], r, c))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,6 +296,10 @@ def fit(
     chain_method: str = "vectorized",
     max_iter: int = 200,
     tol: float = 1e-4,
+    guide: str = "normal",
+    num_steps: int = 2000,
+    learning_rate: float = 0.05,
+    subsample_size: int | None = None,
 ):
     """Fit the low-rank model to ``train``.
 
@@ -278,9 +310,9 @@ def fit(
         Latent dimension, ``1 <= K <= min(m1, m2)``.
     prior : bmczoo.priors.Prior, default ``Discrete()``
     method : {"gibbs", "vb", "svi", "nuts", "map"}
-        ``"gibbs"`` (conjugate blocked Gibbs) and ``"vb"`` (closed-form mean-field CAVI)
-        are implemented; ``"svi"``, ``"nuts"`` and ``"map"`` raise ``ValueError`` in this
-        release.
+        ``"gibbs"``: conjugate blocked Gibbs; ``"vb"``: closed-form mean-field CAVI;
+        ``"nuts"``: NumPyro NUTS on :func:`bmczoo.models.matrix_completion` (small
+        problems); ``"svi"``: NumPyro SVI with an autoguide; ``"map"``: ``AutoDelta``.
     num_warmup, num_samples, thinning, num_chains : int
         Gibbs settings: ``num_warmup + num_samples`` sweeps per chain, every
         ``thinning``-th post-warm-up draw kept.
@@ -313,18 +345,21 @@ def fit(
         Gibbs: NumPyro chain method; ``"vectorized"`` advances all chains in one sweep.
     max_iter, tol : int, float
         VB: stop when the relative ELBO change is below ``tol`` or after ``max_iter``.
+    guide : {"normal", "lowrank"}
+        SVI: ``AutoNormal`` or ``AutoLowRankMultivariateNormal``.
+    num_steps, learning_rate, subsample_size : int, float, int
+        SVI/MAP: Adam steps, initial step size (decays tenfold over the run), and the
+        minibatch size over ratings (``None``: full batch).
 
     Returns
     -------
-    GibbsFit or VBFit
+    GibbsFit (gibbs, nuts), VBFit or SVIFit (svi, map)
     """
     train = check_ratings(train, "train")
     prior = Discrete() if prior is None else check_prior(prior)
     K = check_K(K, train.shape)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if method not in ("gibbs", "vb"):
-        raise ValueError(f"method={method!r} is not available yet in this release; use 'gibbs' or 'vb'")
     if devices is not None:
         raise ValueError("devices= (sharding over several devices) is not available yet in this release")
     prep = _prepare(train, test, predict, center, clip, lam, noise_sd)
@@ -332,14 +367,27 @@ def fit(
         dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     if method == "vb":
         return _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter, tol)
+    if method in ("svi", "map"):
+        g = "delta" if method == "map" else guide
+        if method == "svi" and guide not in ("normal", "lowrank"):
+            raise ValueError(f"guide must be 'normal' or 'lowrank', got {guide!r}")
+        draws, point, losses, guide_obj = run_svi(
+            prep.fit_data, K, prior, lam, noise_sd, seed=seed, guide=g, num_steps=num_steps,
+            learning_rate=learning_rate, subsample_size=subsample_size, progress_bar=progress_bar, dtype=dtype,
+        )
+        meta = _meta(method, prior, K, lam, noise_sd, prep, center, seed, guide=g, num_steps=num_steps,
+                     learning_rate=learning_rate, subsample_size=subsample_size)
+        return SVIFit(draws=draws, point=point, losses=losses, guide=guide_obj, shape=train.shape, meta=meta)
+    if method == "nuts":
+        return _fit_nuts(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
+                         num_warmup, num_samples, thinning, num_chains, track)
     return _fit_gibbs(
         train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
         num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method,
     )
 
 
-def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
-               num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method):
+def _check_sampler_args(num_warmup, num_samples, thinning, num_chains):
     num_warmup = int(num_warmup)
     if num_warmup < 0:
         raise ValueError(f"num_warmup must be >= 0, got {num_warmup}")
@@ -348,11 +396,43 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
     num_chains = check_positive_int("num_chains", num_chains)
     if thinning > num_samples:
         raise ValueError(f"thinning={thinning} > num_samples={num_samples} keeps no draw")
-    m1, m2 = train.shape
+    return num_warmup, num_samples, thinning, num_chains
+
+
+def _track_entries(train, track, seed):
     if isinstance(track, (int, np.integer)) and not isinstance(track, bool):
-        track_rc = _pick_track(train, int(track), seed)
-    else:
-        track_rc = train.check_entries(*track, name="track")
+        return _pick_track(train, int(track), seed)
+    return train.check_entries(*track, name="track")
+
+
+def _fit_nuts(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
+              num_warmup, num_samples, thinning, num_chains, track):
+    num_warmup, num_samples, thinning, num_chains = _check_sampler_args(num_warmup, num_samples, thinning, num_chains)
+    track_rc = _track_entries(train, track, seed)
+    samples, mcmc = run_nuts(
+        prep.fit_data, K, prior, lam, noise_sd, seed=seed, num_warmup=num_warmup, num_samples=num_samples,
+        thinning=thinning, num_chains=num_chains, progress_bar=progress_bar, dtype=dtype,
+    )
+    M, N = samples["M"], samples["N"]
+    samples["theta"] = np.sum(M[:, :, track_rc[0]] * N[:, :, track_rc[1]], axis=-1)
+    meta = _meta("nuts", prior, K, lam, noise_sd, prep, center, seed, num_warmup=num_warmup,
+                 num_samples=num_samples, thinning=thinning, num_chains=num_chains,
+                 num_kept=M.shape[1], dtype=str(M.dtype))
+    result = GibbsFit(
+        samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols, pred_mean=np.zeros(0),
+        rmse_draw=np.zeros((num_chains, 0)), rmse_mean=np.zeros((num_chains, 0)),
+        track_rows=np.asarray(track_rc[0]), track_cols=np.asarray(track_rc[1]),
+        shape=train.shape, meta=meta, mcmc=mcmc,
+    )
+    result.pred_mean = result._finish(_theta_mean(M, N, prep.pred_rows, prep.pred_cols))
+    return result
+
+
+def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
+               num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method):
+    num_warmup, num_samples, thinning, num_chains = _check_sampler_args(num_warmup, num_samples, thinning, num_chains)
+    m1, m2 = train.shape
+    track_rc = _track_entries(train, track, seed)
     if store_factors == "auto":
         itemsize = jnp.dtype(dtype).itemsize
         store = num_chains * (num_samples // thinning) * (m1 + m2) * K * itemsize < _STORE_FACTORS_BUDGET

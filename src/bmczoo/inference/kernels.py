@@ -7,20 +7,35 @@ For every row ``i`` of ``M`` (rows of ``N`` are symmetric, with the roles swappe
 
 with ``w = 1/gamma`` (Gibbs) or ``E_q[1/gamma]`` (VB) and ``E[N_j N_j^T] = N_j N_j^T``
 (Gibbs) or ``n_j n_j^T + W_j`` (VB).  Both sums are sparse-times-dense products of the
-CSR rating pattern with an ``m_other x (C K^2)`` matrix of per-item second moments, so
-neither an ``n x K x K`` array nor the ``m1 x m2`` matrix is ever built.  Chains are
-stacked as extra dense columns of one sparse product: ``jax.vmap`` over a BCSR product
-falls back to a much slower path (see ``benchmarks/``).
+CSR rating pattern with a dense matrix of per-item moments, so neither an ``n x K x K``
+array nor the ``m1 x m2`` matrix is ever built.  Chains are stacked as extra dense
+columns of one sparse product: ``jax.vmap`` over a BCSR product falls back to a much
+slower path (see ``benchmarks/bench_hot_path_variants.py``).
+
+What makes it fast on CPU (measured in ``benchmarks/``; exact, only the float rounding
+order differs from a naive dense computation):
+
+* the second moments are symmetric, so only their ``K(K+1)/2`` upper-triangle entries go
+  through the sparse product (55 columns instead of 100 for ``K = 10``), and the full
+  ``K x K`` precisions are unpacked afterwards with static slices (no XLA gather);
+* the dense operand of every sparse product is zero-padded to a multiple of 8 columns
+  (32 bytes): JAX's CPU kernel (Eigen, row-major) is 3-5x faster then;
+* the Cholesky factorisation skips ``jnp.linalg.cholesky``'s symmetrisation pass (the
+  precisions are symmetric by construction).  Unrolling the ``K x K`` factorisation and
+  solves into element-wise XLA operations was measured too: no faster at 10M scale and
+  seconds more compilation, so the batched LAPACK-backed routines stay.
 
 All functions take a leading chain axis ``C`` on the factor arrays.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import sparse
 
@@ -34,7 +49,12 @@ __all__ = [
     "sample_rows",
     "solve_rows",
     "outer",
+    "pack_upper",
+    "unpack_upper",
 ]
+
+#: dense operands of the sparse products are padded to a multiple of this many columns
+COLUMN_MULTIPLE = 8
 
 
 class CSR(NamedTuple):
@@ -75,15 +95,54 @@ def csr_matmul(indptr, index, data, shape, dense):
     """``A @ dense`` for the CSR matrix ``A = (data, index, indptr)`` of static ``shape``.
 
     Uses ``jax.experimental.sparse.BCSR``, which reaches JAX's native CPU sparse kernel
-    when indices are int32 and ``data`` has the dtype of ``dense``.
+    when indices are int32 and ``data`` has the dtype of ``dense``.  A 2-D ``dense`` is
+    zero-padded to a multiple of :data:`COLUMN_MULTIPLE` columns for that kernel (the
+    padding is sliced off the result).
     """
     a = sparse.BCSR((data, index, indptr), shape=shape, indices_sorted=True, unique_indices=True)
-    return a @ dense
+    if dense.ndim != 2:
+        return a @ dense
+    cols = dense.shape[1]
+    pad = (-cols) % COLUMN_MULTIPLE
+    if pad == 0:
+        return a @ dense
+    out = a @ jnp.pad(dense, ((0, 0), (0, pad)))
+    return out[:, :cols]
 
 
 def outer(F: jax.Array) -> jax.Array:
     """Per-row outer products ``F_j F_j^T``: (C, m, K) -> (C, m, K, K)."""
     return F[..., :, None] * F[..., None, :]
+
+
+@functools.lru_cache(maxsize=None)
+def _packed_position(K: int) -> np.ndarray:
+    """(K, K) position of entry ``(i, j)`` in the packed upper triangle (symmetric)."""
+    iu, ju = np.triu_indices(K)
+    pos = np.zeros((K, K), dtype=np.int64)
+    pos[iu, ju] = np.arange(iu.size)
+    pos[ju, iu] = np.arange(iu.size)
+    return pos
+
+
+def pack_upper(S: jax.Array) -> jax.Array:
+    """Upper triangles of symmetric (..., K, K) matrices, row by row: (..., K(K+1)/2).
+
+    Static slices and one concatenation (fused by XLA with the producer of ``S``, e.g.
+    :func:`outer`, so only the needed products are computed).
+    """
+    K = S.shape[-1]
+    return jnp.concatenate([S[..., i, i:] for i in range(K)], axis=-1)
+
+
+def unpack_upper(G: jax.Array, K: int) -> jax.Array:
+    """Inverse of :func:`pack_upper`: (..., K(K+1)/2) -> symmetric (..., K, K).
+
+    One gather with a constant index along the last axis (measured faster on CPU than
+    assembling the rows from static slices).
+    """
+    pos = _packed_position(K).reshape(-1)
+    return jnp.take(G, pos, axis=-1).reshape(*G.shape[:-1], K, K)
 
 
 def row_precision(csr: CSR, second_moment: jax.Array, prior_precision: jax.Array, tau) -> jax.Array:
@@ -92,20 +151,23 @@ def row_precision(csr: CSR, second_moment: jax.Array, prior_precision: jax.Array
     Parameters
     ----------
     csr : CSR of the rows being updated (``m x m_other``).
-    second_moment : (C, m_other, K, K) per-item ``E[N_j N_j^T]``.
+    second_moment : (C, m_other, K, K) per-item ``E[N_j N_j^T]``, symmetric (only its
+        upper triangle is read).
     prior_precision : (C, K) ``1/gamma`` or ``E[1/gamma]``.
     tau : likelihood precision.
 
     Returns
     -------
-    (C, m, K, K) precisions.
+    (C, m, K, K) symmetric precisions.
     """
     C, m_other, K, _ = second_moment.shape
-    dense = jnp.transpose(second_moment.reshape(C, m_other, K * K), (1, 0, 2)).reshape(m_other, C * K * K)
-    G = csr_matmul(csr.indptr, csr.index, csr.ones, csr.shape, dense)  # (m, C K^2)
-    G = jnp.transpose(G.reshape(csr.shape[0], C, K, K), (1, 0, 2, 3))
+    T = K * (K + 1) // 2
+    packed = pack_upper(second_moment)  # (C, m_other, T)
+    dense = jnp.transpose(packed, (1, 0, 2)).reshape(m_other, C * T)
+    G = csr_matmul(csr.indptr, csr.index, csr.ones, csr.shape, dense)  # (m, C T)
+    G = jnp.transpose(G.reshape(csr.shape[0], C, T), (1, 0, 2))
     eye = jnp.eye(K, dtype=G.dtype)
-    return tau * G + prior_precision[:, None, :, None] * eye
+    return tau * unpack_upper(G, K) + prior_precision[:, None, :, None] * eye
 
 
 def row_rhs(csr: CSR, mean: jax.Array, tau) -> jax.Array:
@@ -117,8 +179,9 @@ def row_rhs(csr: CSR, mean: jax.Array, tau) -> jax.Array:
 
 
 def cholesky_rows(P: jax.Array) -> jax.Array:
-    """Batched lower Cholesky factors of (..., K, K) precisions (NaN where not PD)."""
-    return jnp.linalg.cholesky(P)
+    """Batched lower Cholesky factors of (..., K, K) symmetric precisions (NaN where not
+    PD).  Only the lower triangle of ``P`` is read (no symmetrisation pass)."""
+    return lax.linalg.cholesky(P, symmetrize_input=False)
 
 
 def _tri(L, b, transpose: bool):

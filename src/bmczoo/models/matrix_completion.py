@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
@@ -21,6 +23,8 @@ def matrix_completion(
     noise_sd: float = 1.0,
     *,
     observed: bool = True,
+    subsample_size: int | None = None,
+    marginal: bool = False,
 ):
     """NumPyro model: ``theta = M N^T`` with a prior on the column scales and a tempered
     Gaussian likelihood ``exp(-(lam/n) sum_k (Y_k - theta[i_k, j_k])^2)``.
@@ -45,15 +49,35 @@ def matrix_completion(
         Noise standard deviation used when ``lam`` is None.
     observed : bool, keyword-only
         If False, ``"obs"`` is sampled (prior predictive; used by the Geweke tests).
+    subsample_size : int, keyword-only, optional
+        Minibatch size for SVI: the likelihood is a ``numpyro.plate("ratings", n,
+        subsample_size=...)``, which rescales the minibatch's log-likelihood by ``n / b``.
+    marginal : bool, keyword-only
+        Integrate ``gamma`` out: ``M`` and ``N`` get the exact marginal column prior
+        ``log p(M_h, N_h) = log int p(g) N(M_h, N_h | 0, g I) dg`` (a function of
+        ``S_h`` only: the prior's ``vb_update(S, d).log_normalizer - (d/2) log 2 pi``) as a
+        ``numpyro.factor`` over improper flat sites.  ``AutoDelta`` on this model gives the
+        paper's MAP estimators (nuclear norm for the fixed prior, group lasso for the gamma
+        prior).  There is no ``"gamma"`` site and no prior predictive in this mode.
     """
     ratings = check_ratings(ratings)
     prior = check_prior(prior)
     K = check_K(K, ratings.shape)
     tau = likelihood_precision(ratings.n, lam, noise_sd)
     m1, m2 = ratings.shape
-    _, M, N = prior.sample_latents(m1, m2, K)
+    if marginal:
+        flat = dist.ImproperUniform(dist.constraints.real_matrix, (), (m1, K))
+        M = numpyro.sample("M", flat)
+        N = numpyro.sample("N", dist.ImproperUniform(dist.constraints.real_matrix, (), (m2, K)))
+        S = jnp.sum(M**2, axis=0) + jnp.sum(N**2, axis=0)
+        d = m1 + m2
+        log_marginal = prior.vb_update(S, d).log_normalizer - 0.5 * d * math.log(2.0 * math.pi)
+        numpyro.factor("gamma_marginal", jnp.sum(log_marginal))
+    else:
+        _, M, N = prior.sample_latents(m1, m2, K)
     rows = jnp.asarray(ratings.rows)
     cols = jnp.asarray(ratings.cols)
-    mean = jnp.sum(M[rows] * N[cols], axis=-1)
     y = jnp.asarray(ratings.values) if observed else None
-    numpyro.sample("obs", dist.Normal(mean, 1.0 / jnp.sqrt(tau)).to_event(1), obs=y)
+    with numpyro.plate("ratings", ratings.n, subsample_size=subsample_size) as idx:
+        mean = jnp.sum(M[rows[idx]] * N[cols[idx]], axis=-1)
+        numpyro.sample("obs", dist.Normal(mean, 1.0 / jnp.sqrt(tau)), obs=None if y is None else y[idx])

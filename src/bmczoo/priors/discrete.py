@@ -32,34 +32,46 @@ class ColumnSpikeSlabNormal(dist.Distribution):
     ``gamma_h = C`` with probability ``slab_prob[h]`` and ``eps`` otherwise.
 
     The discrete prior is integrated out exactly, so NUTS and SVI see only continuous
-    sites (no enumeration and no ``funsor`` needed).
+    sites (no enumeration and no ``funsor`` needed).  The mixing weights may be given as
+    ``slab_logit`` instead (kept internally as logits: saturated probabilities would give
+    ``log(0)`` and NaN gradients).
     """
 
-    arg_constraints = {"slab_prob": constraints.unit_interval}
+    arg_constraints = {"slab_logit": constraints.real}
     support = constraints.independent(constraints.real, 2)
-    pytree_data_fields = ("slab_prob",)
+    pytree_data_fields = ("slab_logit",)
     pytree_aux_fields = ("m", "C", "eps")
 
-    def __init__(self, m: int, slab_prob, C: float, eps: float, *, validate_args=None):
+    def __init__(self, m: int, slab_prob=None, C: float = 1.0, eps: float = 0.05, *, slab_logit=None,
+                 validate_args=None):
+        if (slab_prob is None) == (slab_logit is None):
+            raise ValueError("give exactly one of slab_prob and slab_logit")
         self.m, self.C, self.eps = int(m), float(C), float(eps)
-        self.slab_prob = jnp.asarray(slab_prob)
-        K = self.slab_prob.shape[-1]
+        if slab_logit is None:
+            p = jnp.asarray(slab_prob)
+            slab_logit = jnp.log(p) - jnp.log1p(-p)
+        self.slab_logit = jnp.asarray(slab_logit)
+        K = self.slab_logit.shape[-1]
         super().__init__(
-            batch_shape=self.slab_prob.shape[:-1], event_shape=(self.m, K), validate_args=validate_args
+            batch_shape=self.slab_logit.shape[:-1], event_shape=(self.m, K), validate_args=validate_args
         )
+
+    @property
+    def slab_prob(self):
+        return jax.nn.sigmoid(self.slab_logit)
 
     def sample(self, key, sample_shape=()):
         k1, k2 = jax.random.split(key)
         shape = sample_shape + self.batch_shape + self.event_shape
-        z = jax.random.bernoulli(k1, self.slab_prob, sample_shape + self.slab_prob.shape)
+        z = jax.random.bernoulli(k1, self.slab_prob, sample_shape + self.slab_logit.shape)
         var = jnp.where(z, self.C, self.eps)
         return jax.random.normal(k2, shape) * jnp.sqrt(var)[..., None, :]
 
     def log_prob(self, value):
         S = jnp.sum(value**2, axis=-2)
         log_norm = -0.5 * self.m * math.log(2.0 * math.pi)
-        l1 = jnp.log(self.slab_prob) - 0.5 * self.m * math.log(self.C) - S / (2.0 * self.C)
-        l0 = jnp.log1p(-self.slab_prob) - 0.5 * self.m * math.log(self.eps) - S / (2.0 * self.eps)
+        l1 = jax.nn.log_sigmoid(self.slab_logit) - 0.5 * self.m * math.log(self.C) - S / (2.0 * self.C)
+        l0 = jax.nn.log_sigmoid(-self.slab_logit) - 0.5 * self.m * math.log(self.eps) - S / (2.0 * self.eps)
         return jnp.sum(jnp.logaddexp(l1, l0) + log_norm, axis=-1)
 
 
@@ -109,8 +121,8 @@ class Discrete(Prior):
     def sample_latents(self, m1, m2, K):
         prior = jnp.full((K,), self.p)
         M = numpyro.sample("M", ColumnSpikeSlabNormal(m1, prior, self.C, self.eps))
-        post_M = jax.nn.sigmoid(_slab_logit(jnp.sum(M**2, axis=0), m1, self.p, self.C, self.eps))
-        N = numpyro.sample("N", ColumnSpikeSlabNormal(m2, post_M, self.C, self.eps))
+        logit_M = _slab_logit(jnp.sum(M**2, axis=0), m1, self.p, self.C, self.eps)
+        N = numpyro.sample("N", ColumnSpikeSlabNormal(m2, C=self.C, eps=self.eps, slab_logit=logit_M))
         S = jnp.sum(M**2, axis=0) + jnp.sum(N**2, axis=0)
         q = numpyro.deterministic("gamma_slab_prob", jax.nn.sigmoid(self.slab_logit(S, m1 + m2)))
         gamma = numpyro.deterministic("gamma", q * self.C + (1.0 - q) * self.eps)
