@@ -107,7 +107,7 @@ class RatingData:
         if len(v) == 0:
             raise ValueError("RatingData is empty: rows, cols and values have length 0")
         if shape is None:
-            big = np.iinfo(np.int64).max
+            big = _INT32_MAX
             shape = (int(_as_index("rows", r, big).max()) + 1, int(_as_index("cols", c, big).max()) + 1)
         shape = self._check_shape(shape)
         r = _as_index("rows", r, shape[0])
@@ -125,8 +125,11 @@ class RatingData:
         key_sorted = self._row_keys_sorted
         dup = np.flatnonzero(key_sorted[1:] == key_sorted[:-1])
         if dup.size:
+            # the stable sort keeps equal keys in input order: report the duplicate whose
+            # later occurrence comes first in the input
             order = self.row_view.order
-            a, b = sorted((int(order[dup[0]]), int(order[dup[0] + 1])))
+            k = int(np.argmin(order[dup + 1]))
+            a, b = int(order[dup[k]]), int(order[dup[k] + 1])
             raise ValueError(
                 f"duplicate (row, col) pair ({int(r[b])}, {int(c[b])}) at positions {a} and {b}"
             )
@@ -243,6 +246,9 @@ class RatingData:
                 raise ValueError(f"boolean mask must have shape ({self.n},), got {idx.shape}")
         elif not np.issubdtype(idx.dtype, np.integer):
             raise ValueError(f"index must be a boolean mask or integer positions, got dtype {idx.dtype}")
+        elif idx.size and (idx.min() < 0 or idx.max() >= self.n):
+            k = int(np.flatnonzero((idx < 0) | (idx >= self.n))[0])
+            raise ValueError(f"index[{k}] = {int(idx[k])} is not a position in 0..{self.n - 1}")
         return RatingData(self._rows[idx], self._cols[idx], self._values[idx], self.shape)
 
     def split(self, test_fraction: float = 0.2, seed: int = 0) -> tuple["RatingData", "RatingData"]:

@@ -133,11 +133,17 @@ class GibbsFit(_FitBase):
         dims = {"gamma": ["h"], "theta": ["entry"]}
         idata = az.from_dict(posterior=post, coords=coords, dims=dims)
         if self.rmse_draw.size:
-            idata.add_groups(
-                {"rmse_trace": {"rmse_draw": self.rmse_draw[:, None], "rmse_mean": self.rmse_mean[:, None]}},
-                coords={"iteration": np.arange(1, self.rmse_draw.shape[-1] + 1)},
-                dims={"rmse_draw": ["iteration"], "rmse_mean": ["iteration"]},
+            import xarray as xr
+
+            C, T = self.rmse_draw.shape
+            trace = xr.Dataset(
+                {
+                    "rmse_draw": (("chain", "iteration"), self.rmse_draw),
+                    "rmse_mean": (("chain", "iteration"), self.rmse_mean),
+                },
+                coords={"chain": np.arange(C), "iteration": np.arange(1, T + 1)},
             )
+            idata.add_groups({"rmse_trace": trace})
         return idata
 
 
@@ -461,7 +467,7 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
     mcmc.run(jax.random.key(seed), prep.fit_data, K, prior, lam, noise_sd)
     core = mcmc.last_state.core
     samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    pred_sum = np.asarray(core.pred_sum, np.float64).reshape(-1, core.pred_sum.shape[-1])
+    pred_sum = np.asarray(core.pred_sum, np.float64).reshape(num_chains, -1)
     num_kept = int(np.asarray(core.num_kept).ravel()[0])
     theta_mean = pred_sum.mean(axis=0) / max(num_kept, 1)
     # (chain, iteration); chains of a sequential run come stacked, of a single run without axis

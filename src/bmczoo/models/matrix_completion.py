@@ -29,7 +29,9 @@ def matrix_completion(
     """NumPyro model: ``theta = M N^T`` with a prior on the column scales and a tempered
     Gaussian likelihood ``exp(-(lam/n) sum_k (Y_k - theta[i_k, j_k])^2)``.
 
-    Sites, in order: ``"gamma"`` (K,), ``"M"`` (m1, K), ``"N"`` (m2, K), ``"obs"`` (n,).
+    Sites: ``"gamma"`` (K,), ``"M"`` (m1, K), ``"N"`` (m2, K), ``"obs"`` (n,), in this order
+    except for the discrete prior, whose ``"gamma"`` (and ``"gamma_slab_prob"``) are
+    deterministic functions of ``M`` and ``N`` recorded after them (gamma is integrated out).
     The likelihood is written as ``Normal(theta, 1/sqrt(tau))`` with ``tau = 2 lam / n``;
     it differs from the tempered likelihood by a constant only.
 

@@ -23,22 +23,44 @@ from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-__all__ = ["Prior", "VBGamma", "check_positive"]
+__all__ = ["Prior", "VBGamma", "check_positive", "set_fields"]
 
 LOG_2PI = math.log(2.0 * math.pi)
 
 
-def check_positive(owner: str, **params: float) -> None:
-    """Raise ``ValueError`` unless every parameter is a finite real number > 0."""
+def as_real_scalar(owner: str, name: str, value) -> float:
+    """``value`` as a Python float, or ``ValueError`` unless it is a real (int or float)
+    scalar: bools, complex numbers, strings and arrays with elements are rejected."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"{owner}: {name} must be a real number, got {value!r}")
+    try:
+        arr = np.asarray(value)
+    except Exception:
+        raise ValueError(f"{owner}: {name} must be a real number, got {value!r}") from None
+    if arr.shape != () or arr.dtype.kind not in "iuf":
+        raise ValueError(f"{owner}: {name} must be a real number, got {value!r}")
+    return float(arr)
+
+
+def check_positive(owner: str, **params) -> dict[str, float]:
+    """Each parameter as a float; ``ValueError`` unless it is a finite real number > 0."""
+    out = {}
     for name, value in params.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
-            raise ValueError(f"{owner}: {name} must be a real number, got {value!r}")
-        v = float(value)
+        v = as_real_scalar(owner, name, value)
         if not math.isfinite(v) or v <= 0:
             raise ValueError(f"{owner}: {name} must be finite and > 0, got {value!r}")
+        out[name] = v
+    return out
+
+
+def set_fields(obj, values: dict[str, float]) -> None:
+    """Store validated floats on a frozen dataclass (hashable, usable as a static argument)."""
+    for name, v in values.items():
+        object.__setattr__(obj, name, v)
 
 
 class VBGamma(NamedTuple):

@@ -11,7 +11,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from .base import Prior, VBGamma, check_positive
+from .base import Prior, VBGamma, check_positive, set_fields
 
 
 def _slab_logit(S, m: int, p: float, C: float, eps: float):
@@ -104,7 +104,7 @@ class Discrete(Prior):
     name = "discrete"
 
     def __post_init__(self):
-        check_positive("Discrete", C=self.C, p=self.p, eps=self.eps)
+        set_fields(self, check_positive("Discrete", C=self.C, p=self.p, eps=self.eps))
         if not self.p < 1.0:
             raise ValueError(f"Discrete: p must be in (0, 1), got {self.p!r}")
         if not self.eps < self.C:

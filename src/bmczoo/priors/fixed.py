@@ -8,7 +8,7 @@ import math
 import jax.numpy as jnp
 import numpyro
 
-from .base import Prior, VBGamma, check_positive
+from .base import Prior, VBGamma, check_positive, set_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Fixed(Prior):
     name = "fixed"
 
     def __post_init__(self):
-        check_positive("Fixed", gamma=self.gamma)
+        set_fields(self, check_positive("Fixed", gamma=self.gamma))
 
     def sample_gamma(self, K, d):
         return numpyro.deterministic("gamma", jnp.full((K,), self.gamma))

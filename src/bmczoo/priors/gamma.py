@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-from .base import Prior, VBGamma, check_positive
+from .base import Prior, VBGamma, check_positive, set_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,8 +20,8 @@ class Gamma(Prior):
     With shape ``(d+1)/2`` the conditional of ``gamma_h`` is ``GIG(1/2, beta^2, S_h)``,
     i.e. ``1/gamma_h ~ InverseGaussian(mean beta/sqrt(S_h), shape beta^2)``.  (The paper's
     table of conditionals puts the inverse Gaussian on ``gamma_h``: erratum.)  NumPyro has
-    no inverse Gaussian; ``jax.random.wald`` is one with shape 1 and
-    ``IG(mu, lam) = lam * IG(mu/lam, 1)``.
+    no inverse Gaussian; the sampler is the Michael-Schucany-Haas transformation of
+    ``jax.random.wald``, rearranged to be exact in float32.
 
     Parameters
     ----------
@@ -33,7 +33,7 @@ class Gamma(Prior):
     name = "gamma"
 
     def __post_init__(self):
-        check_positive("Gamma", beta=self.beta)
+        set_fields(self, check_positive("Gamma", beta=self.beta))
 
     def concentration(self, d: int) -> float:
         return 0.5 * (d + 1)
@@ -48,10 +48,24 @@ class Gamma(Prior):
         )
 
     def sample_conditional(self, key, S, d):
-        lam = jnp.asarray(self.beta**2, S.dtype)
-        mu = self.beta / jnp.sqrt(S)
-        precision = lam * jax.random.wald(key, mu / lam, S.shape, dtype=S.dtype)
-        return 1.0 / precision
+        # 1/gamma ~ IG(mu, lam), mu = beta/sqrt(S), lam = beta^2, by Michael-Schucany-Haas
+        # (the algorithm of jax.random.wald) written without its cancellation: with
+        # r = mu y / lam, the root is x = mu / (1 + r/2 + sqrt(r (1 + r/4))); float32's
+        # jax.random.wald returns negative draws when mu y is large (small beta sqrt(S)).
+        k_y, k_u, k_s = jax.random.split(key, 3)
+        dt = S.dtype
+        lam = jnp.asarray(self.beta**2, dt)
+        S_pos = jnp.where(S > 0, S, jnp.ones_like(S))
+        mu = self.beta / jnp.sqrt(S_pos)
+        y = jax.random.normal(k_y, S.shape, dt) ** 2
+        u = jax.random.uniform(k_u, S.shape, dt)
+        r = mu * y / lam
+        denom = 1.0 + 0.5 * r + jnp.sqrt(r) * jnp.sqrt(1.0 + 0.25 * r)
+        # precision x = mu/denom with probability mu/(mu+x), else mu^2/x; gamma = 1/precision
+        gamma = jnp.where(u * (1.0 + 1.0 / denom) <= 1.0, denom / mu, 1.0 / (mu * denom))
+        # S = 0 (a column of zeros): the conditional is GIG(1/2, beta^2, 0) = Gamma(1/2, rate beta^2/2)
+        g0 = jax.random.gamma(k_s, jnp.asarray(0.5, dt), S.shape, dtype=dt) / (0.5 * lam)
+        return jnp.where(S > 0, gamma, g0)
 
     def vb_update(self, ES, d):
         # Z = int Gamma(g; (d+1)/2, r) g^(-d/2) exp(-E/(2g)) dg

@@ -10,7 +10,7 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 
-from .base import Prior, VBGamma, check_positive
+from .base import Prior, VBGamma, check_positive, set_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +26,7 @@ class InverseGamma(Prior):
     name = "inverse-gamma"
 
     def __post_init__(self):
-        check_positive("InverseGamma", a=self.a, b=self.b)
+        set_fields(self, check_positive("InverseGamma", a=self.a, b=self.b))
 
     def sample_gamma(self, K, d):
         return numpyro.sample("gamma", dist.InverseGamma(self.a, self.b).expand([K]).to_event(1))
