@@ -94,11 +94,13 @@ def _cmd_fit(args) -> int:
         train, K=args.K, prior=prior, method=args.method, num_warmup=args.num_warmup,
         num_samples=args.num_samples, thinning=args.thinning, num_chains=args.chains,
         seed=args.seed, test=test, predict=predict, progress_bar=not args.quiet,
+        max_iter=args.max_iter, num_steps=args.num_steps,
     )
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        fit.to_arviz().to_netcdf(out / "posterior.nc")
+        if hasattr(fit, "to_arviz"):
+            fit.to_arviz().to_netcdf(out / "posterior.nc")
         if test is not None:
             np.savetxt(out / "predictions.csv", np.column_stack([test.rows, test.cols, fit.predict(test.rows, test.cols)]),
                        delimiter=",", header="row,col,prediction", comments="", fmt=["%d", "%d", "%.6f"])
@@ -132,14 +134,19 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--hyper", action="append", default=[], metavar="NAME=VALUE",
                    help="prior hyper-parameter, repeatable (defaults: the paper's values, e.g. discrete "
                    "C=1 p=0.05 eps=0.07)")
-    f.add_argument("--method", default="gibbs", choices=["gibbs"])
+    f.add_argument("--method", default="gibbs", choices=["gibbs", "vb", "svi", "map", "nuts"],
+                   help="gibbs (default), vb (closed-form variational Bayes), svi (NumPyro AutoNormal), "
+                   "map (AutoDelta), nuts (NumPyro NUTS: small problems only)")
     f.add_argument("-K", type=int, default=5, help="latent dimension (default 5)")
     f.add_argument("--num-warmup", type=int, default=100)
     f.add_argument("--num-samples", type=int, default=900)
     f.add_argument("--thinning", type=int, default=10)
     f.add_argument("--chains", type=int, default=1)
+    f.add_argument("--max-iter", type=int, default=200, help="vb: maximum iterations")
+    f.add_argument("--num-steps", type=int, default=2000, help="svi/map: optimisation steps")
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--out", default=None, help="folder for posterior.nc (ArviZ) and predictions.csv")
+    f.add_argument("--out", default=None, help="folder for posterior.nc (ArviZ, sampling methods) and "
+                   "predictions.csv")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(func=_cmd_fit)
     return p

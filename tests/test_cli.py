@@ -1,0 +1,58 @@
+"""The ``bmczoo`` command line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bmczoo.cli import main
+
+U_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ml-100k" / "u.data"
+
+
+def test_fit_simulation_prints_rmse_last(capsys):
+    rc = main(["fit", "--data", "sim:30", "-K", "2", "--num-warmup", "20", "--num-samples", "40",
+               "--thinning", "2", "--quiet"])
+    assert rc == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("theta_rmse=")
+    assert float(last.split("=")[1]) > 0
+
+
+def test_fit_vb_writes_predictions(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["fit", "--data", "sim:30", "-K", "2", "--method", "vb", "--quiet", "--out", str(out)])
+    assert rc == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("theta_rmse=")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["fit", "--data", "/no/such/file"], "no such file"),
+        (["fit", "--data", "sim:x"], "integer"),
+        (["fit", "--data", "sim:30", "--hyper", "eps"], "NAME=VALUE"),
+        (["fit", "--data", "sim:30", "--hyper", "eps=-1"], "eps"),
+        (["fit", "--data", "sim:30", "--hyper", "nope=1"], "nope"),
+        (["fit", "--data", "sim:30", "-K", "0"], "K"),
+    ],
+)
+def test_bad_arguments_give_one_line_error(argv, message, capsys):
+    assert main(argv + ["--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("bmczoo: error:")
+    assert message in err
+
+
+def test_module_entry_point_help():
+    r = subprocess.run([sys.executable, "-m", "bmczoo", "fit", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--prior" in r.stdout
+
+
+@pytest.mark.skipif(not U_DATA.exists(), reason=f"{U_DATA} not present")
+def test_fit_movielens_file_vb(capsys):
+    rc = main(["fit", "--data", str(U_DATA), "--prior", "inverse-gamma", "--method", "vb", "-K", "10", "--quiet"])
+    assert rc == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("test_rmse=") and float(last.split("=")[1]) <= 0.925
