@@ -302,6 +302,7 @@ def fit(
     chain_method: str = "vectorized",
     max_iter: int = 200,
     tol: float = 1e-4,
+    init_gamma: float | np.ndarray | None = None,
     guide: str = "normal",
     num_steps: int = 2000,
     learning_rate: float = 0.05,
@@ -349,6 +350,11 @@ def fit(
         Default float32 (float64 when ``jax_enable_x64`` is on).
     chain_method : str
         Gibbs: NumPyro chain method; ``"vectorized"`` advances all chains in one sweep.
+    init_gamma : float or (K,) array, optional
+        Gibbs: starting value of gamma (default: the prior's ``init_gamma``, e.g. the
+        slab ``C`` for the discrete prior, i.e. every column active).  The spike-and-slab
+        posterior can be multimodal with rare switches between modes; comparing chains
+        started from the slab and from the spike shows whether that matters for a problem.
     max_iter, tol : int, float
         VB: stop when the relative ELBO change is below ``tol`` or after ``max_iter``.
     guide : {"normal", "lowrank"}
@@ -389,7 +395,7 @@ def fit(
                          num_warmup, num_samples, thinning, num_chains, track)
     return _fit_gibbs(
         train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
-        num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method,
+        num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method, init_gamma,
     )
 
 
@@ -435,7 +441,7 @@ def _fit_nuts(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, 
 
 
 def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
-               num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method):
+               num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method, init_gamma):
     num_warmup, num_samples, thinning, num_chains = _check_sampler_args(num_warmup, num_samples, thinning, num_chains)
     m1, m2 = train.shape
     track_rc = _track_entries(train, track, seed)
@@ -464,7 +470,14 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
         chain_method=chain_method,
         progress_bar=progress_bar,
     )
-    mcmc.run(jax.random.key(seed), prep.fit_data, K, prior, lam, noise_sd)
+    init_params = None
+    if init_gamma is not None:
+        g = np.broadcast_to(np.asarray(init_gamma, np.float64), (K,))
+        if not np.all(np.isfinite(g) & (g > 0)):
+            raise ValueError(f"init_gamma must be finite and > 0, got {init_gamma!r}")
+        g = jnp.asarray(g, dtype)
+        init_params = {"gamma": jnp.broadcast_to(g, (num_chains, K)) if num_chains > 1 else g}
+    mcmc.run(jax.random.key(seed), prep.fit_data, K, prior, lam, noise_sd, init_params=init_params)
     core = mcmc.last_state.core
     samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     pred_sum = np.asarray(core.pred_sum, np.float64).reshape(num_chains, -1)
