@@ -29,3 +29,31 @@ _CLASSES = {"fixed": Fixed, "gamma": Gamma, "inverse-gamma": InverseGamma, "disc
 def paper_prior(name: str, m: int) -> Prior:
     """The prior with the paper's Table 3 hyper-parameters for the K = 5, size-m cell."""
     return _CLASSES[name](**PAPER_TABLE3_HYPER[name][m])
+
+# Table 4: RMSE, m = 500, K varies; Table 5: the hyper-parameters behind it
+PAPER_TABLE4: dict[str, dict[int, float]] = {
+    "fixed": {2: 0.22, 5: 0.27, 10: 0.31, 20: 0.37},
+    "gamma": {2: 0.22, 5: 0.23, 10: 0.23, 20: 0.22},
+    "inverse-gamma": {2: 0.22, 5: 0.25, 10: 0.26, 20: 0.27},
+    "discrete": {2: 0.22, 5: 0.22, 10: 0.22, 20: 0.22},
+}
+PAPER_TABLE5_HYPER: dict[str, dict[int, dict[str, float]]] = {
+    "fixed": {K: {"gamma": g} for K, g in {2: 1.0, 5: 7.0, 10: 6.0, 20: 6.0}.items()},
+    "gamma": {K: {"beta": math.sqrt(b2)} for K, b2 in {2: 5000, 5: 10000, 10: 12500, 20: 13000}.items()},
+    "inverse-gamma": {K: {"a": 1.0, "b": b} for K, b in {2: 0.001, 5: 0.005, 10: 0.006, 20: 0.003}.items()},
+    "discrete": {K: {"C": 1.0, "p": 0.05, "eps": e} for K, e in {2: 0.05, 5: 0.05, 10: 0.03, 20: 0.02}.items()},
+}
+
+# Table 6: MovieLens, 80/20 split, test RMSE (dataset, algorithm, prior, hyper-parameters, RMSE)
+PAPER_TABLE6: list[tuple[str, str, str, dict[str, float], float]] = [
+    ("100k", "gibbs", "discrete", {"C": 1.0, "p": 0.05, "eps": 0.07}, 0.92),
+    ("100k", "gibbs", "inverse-gamma", {"a": 1.0, "b": 0.1}, 0.92),
+    ("100k", "vb", "inverse-gamma", {"a": 1.0, "b": 0.1}, 0.92),
+    ("1m", "vb", "inverse-gamma", {"a": 1.0, "b": 0.1}, 0.84),
+    ("10m", "vb", "inverse-gamma", {"a": 1.0, "b": 0.1}, 0.79),
+]
+
+
+def make_prior(name: str, hyper: dict[str, float]) -> Prior:
+    """A prior of the zoo from its name and hyper-parameters."""
+    return _CLASSES[name](**hyper)
