@@ -17,13 +17,17 @@ order differs from a naive dense computation):
 
 * the second moments are symmetric, so only their ``K(K+1)/2`` upper-triangle entries go
   through the sparse product (55 columns instead of 100 for ``K = 10``), and the full
-  ``K x K`` precisions are unpacked afterwards with static slices (no XLA gather);
+  ``K x K`` precisions are unpacked afterwards (one constant-index gather, cheap);
 * the dense operand of every sparse product is zero-padded to a multiple of 8 columns
-  (32 bytes): JAX's CPU kernel (Eigen, row-major) is 3-5x faster then;
-* the Cholesky factorisation skips ``jnp.linalg.cholesky``'s symmetrisation pass (the
-  precisions are symmetric by construction).  Unrolling the ``K x K`` factorisation and
-  solves into element-wise XLA operations was measured too: no faster at 10M scale and
-  seconds more compilation, so the batched LAPACK-backed routines stay.
+  (32 bytes): JAX's CPU kernel (Eigen, row-major) is 2-5x faster then (e.g. 16 columns
+  cost less than 10, 56 much less than 55);
+* the Cholesky factorisation is LAPACK's (``lax.linalg.cholesky`` without
+  ``jnp.linalg.cholesky``'s symmetrisation pass: the precisions are symmetric by
+  construction), the solves ``lax.linalg.triangular_solve``.  Unrolling them into
+  element-wise XLA operations over the batch of rows is 2-4x faster on those steps at
+  100K-1M scale (not at 10M for the factorisation) but adds ~2 s of CPU to compiling one
+  Gibbs step (K = 10; more for larger K), a net loss for the typical run of ~1000 sweeps
+  of a small problem, so it is not used (``benchmarks/bench_hot_path_variants.py``).
 
 All functions take a leading chain axis ``C`` on the factor arrays.
 """
