@@ -224,7 +224,8 @@ def test_to_arviz(shared_fit):
     idata = fit.to_arviz()
     assert idata.posterior["gamma"].shape == (NUM_CHAINS, NUM_SAMPLES // THINNING, K)
     np.testing.assert_array_equal(idata.posterior["theta"].values, fit.samples["theta"])
-    rmse = [ds[v] for g in idata.groups() for ds in [idata[g]] for v in ds.data_vars if "rmse" in v]
+    # the per-iteration traces (one value per sweep) live in the "convergence" group
+    rmse = [idata.convergence[v] for v in idata.convergence.data_vars if "rmse" in v]
     assert rmse, f"no RMSE trace in {idata.groups()}"
     assert all(NUM_WARMUP + NUM_SAMPLES in r.shape for r in rmse)
 

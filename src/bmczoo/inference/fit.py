@@ -116,35 +116,18 @@ class GibbsFit(_FitBase):
         return self._finish(_theta_mean(self.samples["M"], self.samples["N"], r, c))
 
     def rank_posterior(self, threshold: float) -> np.ndarray:
-        """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K (over all kept draws)."""
-        g = np.asarray(self.samples["gamma"])
-        counts = np.sum(g > threshold, axis=-1).ravel()
-        K = g.shape[-1]
-        return np.bincount(counts, minlength=K + 1) / counts.size
+        """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K; see
+        :func:`bmczoo.diagnostics.rank_posterior`."""
+        from .. import diagnostics
 
-    def to_arviz(self):
-        """ArviZ ``InferenceData``: posterior ``gamma`` (chain, draw, h), ``theta`` at the
-        tracked entries (chain, draw, entry); sample stats ``rmse_draw`` / ``rmse_mean``
-        per iteration when test data were given."""
-        import arviz as az
+        return diagnostics.rank_posterior(self, threshold)
 
-        post = {"gamma": np.asarray(self.samples["gamma"]), "theta": np.asarray(self.samples["theta"])}
-        coords = {"h": np.arange(post["gamma"].shape[-1]), "entry": np.arange(post["theta"].shape[-1])}
-        dims = {"gamma": ["h"], "theta": ["entry"]}
-        idata = az.from_dict(posterior=post, coords=coords, dims=dims)
-        if self.rmse_draw.size:
-            import xarray as xr
+    def to_arviz(self, **kwargs):
+        """ArviZ data (posterior of gamma, sorted gamma, tracked theta entries, invariant
+        summaries, per-iteration traces); see :func:`bmczoo.diagnostics.to_arviz`."""
+        from .. import diagnostics
 
-            C, T = self.rmse_draw.shape
-            trace = xr.Dataset(
-                {
-                    "rmse_draw": (("chain", "iteration"), self.rmse_draw),
-                    "rmse_mean": (("chain", "iteration"), self.rmse_mean),
-                },
-                coords={"chain": np.arange(C), "iteration": np.arange(1, T + 1)},
-            )
-            idata.add_groups({"rmse_trace": trace})
-        return idata
+        return diagnostics.to_arviz(self, **kwargs)
 
 
 def _pick_track(train: RatingData, num: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -185,6 +168,20 @@ class VBFit(_FitBase):
         r, c = self._check_entries(rows, cols)
         return self._finish(np.sum(self.m[r] * self.n[c], axis=-1))
 
+    def rank_posterior(self, threshold: float) -> np.ndarray:
+        """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K; see
+        :func:`bmczoo.diagnostics.rank_posterior`."""
+        from .. import diagnostics
+
+        return diagnostics.rank_posterior(self, threshold)
+
+    def to_arviz(self, **kwargs):
+        """ArviZ data (posterior of gamma, sorted gamma, tracked theta entries, invariant
+        summaries, per-iteration traces); see :func:`bmczoo.diagnostics.to_arviz`."""
+        from .. import diagnostics
+
+        return diagnostics.to_arviz(self, **kwargs)
+
 
 @dataclasses.dataclass
 class SVIFit(_FitBase):
@@ -215,6 +212,20 @@ class SVIFit(_FitBase):
         r, c = self._check_entries(rows, cols)
         src = self.point if self.point is not None else self.draws
         return self._finish(_theta_mean(src["M"], src["N"], r, c))
+
+    def rank_posterior(self, threshold: float) -> np.ndarray:
+        """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K; see
+        :func:`bmczoo.diagnostics.rank_posterior`."""
+        from .. import diagnostics
+
+        return diagnostics.rank_posterior(self, threshold)
+
+    def to_arviz(self, **kwargs):
+        """ArviZ data (posterior of gamma, sorted gamma, tracked theta entries, invariant
+        summaries, per-iteration traces); see :func:`bmczoo.diagnostics.to_arviz`."""
+        from .. import diagnostics
+
+        return diagnostics.to_arviz(self, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,63 @@
+"""ArviZ conversion, convergence diagnostics and the paper's figures.
+
+Conversion (arrays first, ArviZ at the edge)::
+
+    idata = bmc.diagnostics.to_arviz(fit)        # any fit: Gibbs, NUTS, VB, SVI, MAP
+    bmc.diagnostics.summary(fit)                 # ESS bulk/tail, R-hat, MCSE (az.summary)
+    bmc.diagnostics.rank_posterior(fit, 0.2)     # P(#{h: gamma_h > 0.2} = r), r = 0..K
+
+Figures (each returns a matplotlib ``Figure``)::
+
+    plot_rmse_trace(fit)                         # Fig. 1: RMSE by iteration
+    plot_acf(fit)                                # Fig. 2: ACF of tracked theta entries
+    plot_trace(fit)                              # az.plot_trace of invariant quantities
+    plot_posterior_compare(gibbs_fit, vb_fit)    # Fig. 3: Gibbs vs VB densities
+    plot_convergence({"100K": vb1, "1M": vb2})   # Fig. 4: VB convergence
+    plot_gamma(fit)                              # sorted gamma and the rank posterior
+    report(fit, "out/")                          # figures + summary table (PNG/CSV/Markdown)
+
+Diagnostics use rotation- and label-invariant quantities only (theta entries, sorted
+gamma, ``||theta||_F``, effective rank): ``M``, ``N`` and each ``gamma_h`` are not
+identified.  See :mod:`bmczoo.diagnostics.convert` for the groups and variables.
+"""
+
+from .convert import (
+    INVARIANT_VARS,
+    FitArrays,
+    arrays_to_arviz,
+    effective_rank,
+    fit_arrays,
+    from_numpyro,
+    kept_iterations,
+    theta_singular_values,
+    to_arviz,
+    vb_theta_moments,
+)
+from .plots import plot_acf, plot_convergence, plot_gamma, plot_posterior_compare, plot_rmse_trace, plot_trace
+from .report import report
+from .stats import autocorrelation, gamma_threshold, prob_gamma_above, rank_posterior, summary
+
+__all__ = [
+    "INVARIANT_VARS",
+    "FitArrays",
+    "arrays_to_arviz",
+    "autocorrelation",
+    "effective_rank",
+    "fit_arrays",
+    "from_numpyro",
+    "gamma_threshold",
+    "kept_iterations",
+    "plot_acf",
+    "plot_convergence",
+    "plot_gamma",
+    "plot_posterior_compare",
+    "plot_rmse_trace",
+    "plot_trace",
+    "prob_gamma_above",
+    "rank_posterior",
+    "report",
+    "summary",
+    "theta_singular_values",
+    "to_arviz",
+    "vb_theta_moments",
+]

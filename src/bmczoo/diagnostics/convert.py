@@ -1,0 +1,563 @@
+"""Fit results as ArviZ data: plain arrays first, converted to ArviZ only at the edge.
+
+:func:`fit_arrays` turns any fit result (``GibbsFit`` from Gibbs or NUTS, ``VBFit``,
+``SVIFit``, or any object with the same attributes) into a :class:`FitArrays`: numpy
+arrays with a leading ``(chain, draw)`` axis pair (posterior and sample stats) or
+``(chain, iteration)`` (per-iteration traces), their dimension names and coordinates.
+:func:`to_arviz` converts that into an ArviZ ``InferenceData`` (ArviZ 0.x) or an
+``xarray.DataTree`` (ArviZ 1.x), the only place that depends on the ArviZ version.
+
+Groups and variables
+--------------------
+``posterior`` (chain, draw, ...)
+    ``gamma`` (h) where the method has it; ``gamma_sorted`` (h): gamma in decreasing
+    order (the labels h are not identified: the posterior is invariant under permuting
+    the columns of M, N together with gamma); ``theta`` (entry): theta at the tracked
+    entries, with coordinates ``row`` and ``col`` on ``entry`` and ``"i,j"`` labels;
+    where the factors ``M``, ``N`` of each draw are known (stored factor draws, or
+    draws from q): ``theta_sv`` (h) the singular values of ``theta = M N^T`` (decreasing),
+    ``theta_fro`` = ``||theta||_F`` and ``eff_rank``, the entropy effective rank
+    ``exp(-sum_k p_k log p_k)``, ``p = sv / sum(sv)`` (Roy and Vetterli, 2007), a
+    continuous rotation- and label-invariant measure of the rank of ``theta``.
+``sample_stats`` (chain, draw)
+    Gibbs with test data: ``rmse`` (test RMSE of the kept draw) and ``rmse_mean`` (of
+    the running posterior mean when that draw was kept); NUTS: NumPyro's extra fields
+    (``diverging``, ...).
+``convergence`` (chain, iteration), ``iteration = 1..T``
+    Gibbs: ``rmse_draw`` and ``rmse_mean`` at every sweep (warm-up included); VB:
+    ``elbo`` and ``rmse``; SVI/MAP: ``loss``.
+
+Scale: ``theta`` is on the scale the model was fitted on (centred: the training mean,
+``attrs["theta_offset"]``, is not added), as the sampler records it.
+
+Variational fits: the variational posterior ``q`` is represented by ``num_draws``
+independent draws from ``q`` (``numpy.random.default_rng(seed)``, seed 0 by default)
+forming a single chain: ``q(gamma)`` draws from the prior-specific factor
+(inverse-gamma, inverse-Gaussian precision, two-point spike/slab, or the fixed value),
+``theta`` at the entries as ``M_i . N_j`` with ``M_i ~ N(m_i, V_i)``, ``N_j ~ N(n_j,
+W_j)`` independent (full covariances when the fit keeps its ``state``, diagonals
+otherwise), and ``theta_sv`` from full draws of ``M`` and ``N``.  SVI fits use the draws
+the fit already holds (one draw for MAP).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "FitArrays",
+    "fit_arrays",
+    "to_arviz",
+    "from_numpyro",
+    "theta_singular_values",
+    "effective_rank",
+    "kept_iterations",
+    "fit_kind",
+    "INVARIANT_VARS",
+]
+
+#: rotation- and label-invariant posterior variables (in display order)
+INVARIANT_VARS = ("theta", "gamma_sorted", "theta_fro", "eff_rank")
+
+_LEAD = {"posterior": ("chain", "draw"), "sample_stats": ("chain", "draw"), "convergence": ("chain", "iteration")}
+_DEFAULT_NUM_TRACK = 8
+
+
+@dataclasses.dataclass
+class FitArrays:
+    """Arrays-first form of a fit.
+
+    Attributes
+    ----------
+    groups : ``{group: {variable: array}}``; arrays of ``posterior`` and ``sample_stats``
+        have leading axes (chain, draw), of ``convergence`` (chain, iteration).
+    dims : ``{variable: (dim, ...)}`` names of the trailing axes (``h``, ``entry``).
+    coords : ``{name: (dim, values)}``; index coordinates (``name == dim``) and the
+        ``row``/``col`` coordinates on ``entry``.
+    attrs : metadata copied to every group (method, prior, K, representation, ...).
+    """
+
+    groups: dict[str, dict[str, np.ndarray]]
+    dims: dict[str, tuple[str, ...]]
+    coords: dict[str, tuple[str, Any]]
+    attrs: dict[str, Any]
+
+    @property
+    def num_chains(self) -> int:
+        post = self.groups.get("posterior", {})
+        return next(iter(post.values())).shape[0] if post else 0
+
+    @property
+    def num_draws(self) -> int:
+        post = self.groups.get("posterior", {})
+        return next(iter(post.values())).shape[1] if post else 0
+
+
+# --------------------------------------------------------------------------- helpers
+def fit_kind(fit) -> str:
+    """``"mcmc"`` (draws: Gibbs, NUTS), ``"vb"`` (closed-form q) or ``"svi"`` (guide draws)."""
+    if hasattr(fit, "samples"):
+        return "mcmc"
+    if hasattr(fit, "q_gamma") and hasattr(fit, "m"):
+        return "vb"
+    if hasattr(fit, "draws"):
+        return "svi"
+    raise TypeError(f"not a bmczoo fit result: {type(fit).__name__}")
+
+
+def _meta(fit) -> dict:
+    return dict(getattr(fit, "meta", None) or {})
+
+
+def kept_iterations(num_warmup: int, num_samples: int, thinning: int) -> np.ndarray:
+    """1-based sweep numbers of the draws NumPyro keeps (``fori_collect`` alignment: after
+    warm-up, every ``thinning``-th, the last sweep kept), as in the Gibbs kernel."""
+    r = num_samples % thinning
+    q = np.arange(1, num_samples // thinning + 1)
+    return num_warmup + r + thinning * q
+
+
+def theta_singular_values(M, N, *, chunk_bytes: int = 64 * 2**20) -> np.ndarray:
+    """Singular values (decreasing) of ``theta = M N^T`` for each draw, without forming it.
+
+    ``M`` (..., m1, K), ``N`` (..., m2, K) -> (..., K): QR of both factors, then the SVD of
+    the K x K product ``R_M R_N^T`` (float64, processed in chunks of draws).
+    """
+    M = np.asarray(M)
+    N = np.asarray(N)
+    lead = M.shape[:-2]
+    K = M.shape[-1]
+    Mf = M.reshape((-1,) + M.shape[-2:])
+    Nf = N.reshape((-1,) + N.shape[-2:])
+    per_draw = (Mf.shape[1] + Nf.shape[1]) * K * 8 * 2
+    step = max(1, chunk_bytes // max(per_draw, 1))
+    out = np.empty((Mf.shape[0], K))
+    for s in range(0, Mf.shape[0], step):
+        R1 = np.linalg.qr(Mf[s : s + step].astype(np.float64), mode="r")
+        R2 = np.linalg.qr(Nf[s : s + step].astype(np.float64), mode="r")
+        out[s : s + step] = np.linalg.svd(R1 @ np.swapaxes(R2, -1, -2), compute_uv=False)
+    return out.reshape(lead + (K,))
+
+
+def effective_rank(sv) -> np.ndarray:
+    """Entropy effective rank ``exp(-sum p log p)``, ``p = sv / sum(sv)`` over the last axis
+    (1 for a rank-one matrix, K for K equal singular values, 0 for the zero matrix)."""
+    sv = np.abs(np.asarray(sv, np.float64))
+    tot = sv.sum(axis=-1, keepdims=True)
+    p = np.divide(sv, tot, out=np.zeros_like(sv), where=tot > 0)
+    plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
+    return np.where(tot[..., 0] > 0, np.exp(-plogp.sum(axis=-1)), 0.0)
+
+
+def entry_labels(rows, cols) -> np.ndarray:
+    """``"i,j"`` labels of entries (0-based), made unique with ``#k`` when repeated."""
+    labels, seen = [], {}
+    for i, j in zip(np.asarray(rows).tolist(), np.asarray(cols).tolist()):
+        lab = f"{i},{j}"
+        k = seen.get(lab, 0)
+        seen[lab] = k + 1
+        labels.append(lab if k == 0 else f"{lab}#{k}")
+    return np.asarray(labels)
+
+
+def _as_entries(entries) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, cols)`` or a sequence of ``(i, j)`` pairs -> two int arrays."""
+    if isinstance(entries, tuple) and len(entries) == 2 and np.ndim(entries[0]) == 1:
+        rows, cols = entries
+    else:
+        arr = np.asarray(entries)
+        if arr.ndim != 2 or arr.shape[1] != 2:
+            raise ValueError("entries must be (rows, cols) arrays or a sequence of (i, j) pairs")
+        rows, cols = arr[:, 0], arr[:, 1]
+    rows = np.asarray(rows)
+    cols = np.asarray(cols)
+    if rows.shape != cols.shape or rows.ndim != 1:
+        raise ValueError(f"entries: rows {rows.shape} and cols {cols.shape} must be 1-D of equal length")
+    if rows.size and (rows.dtype.kind not in "iu" or cols.dtype.kind not in "iu"):
+        if not (np.all(rows == np.round(rows)) and np.all(cols == np.round(cols))):
+            raise ValueError("entries must be integer (row, col) indices")
+    return rows.astype(np.int64), cols.astype(np.int64)
+
+
+def _check_in_shape(rows, cols, shape):
+    if shape is None:
+        return
+    m1, m2 = shape
+    bad = (rows < 0) | (rows >= m1) | (cols < 0) | (cols >= m2)
+    if np.any(bad):
+        k = int(np.argmax(bad))
+        raise ValueError(f"entries: ({rows[k]}, {cols[k]}) at position {k} is outside the {m1} x {m2} matrix")
+
+
+def default_entries(fit, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The fit's tracked entries (``track_rows``, ``track_cols``) or, where it has none,
+    ``8`` distinct entries drawn uniformly from the matrix with ``default_rng(seed)``."""
+    tr, tc = getattr(fit, "track_rows", None), getattr(fit, "track_cols", None)
+    if tr is not None and tc is not None:
+        return np.asarray(tr, np.int64), np.asarray(tc, np.int64)
+    m1, m2 = fit.shape
+    num = min(_DEFAULT_NUM_TRACK, m1 * m2)
+    keys = np.sort(np.random.default_rng(seed).choice(m1 * m2, size=num, replace=False))
+    return keys // m2, keys % m2
+
+
+def _add_factor_quantities(post: dict, sv: np.ndarray) -> None:
+    post["theta_sv"] = sv
+    post["theta_fro"] = np.sqrt(np.sum(sv**2, axis=-1))
+    post["eff_rank"] = effective_rank(sv)
+
+
+def _add_gamma(post: dict, gamma: np.ndarray) -> None:
+    post["gamma"] = gamma
+    post["gamma_sorted"] = -np.sort(-gamma, axis=-1)
+
+
+# --------------------------------------------------------------------------- per method
+def _mcmc_arrays(fit, entries, track_index, explicit):
+    s = fit.samples
+    post: dict[str, np.ndarray] = {}
+    stats: dict[str, np.ndarray] = {}
+    conv: dict[str, np.ndarray] = {}
+    if "gamma" in s:
+        _add_gamma(post, np.asarray(s["gamma"]))
+    rows, cols = entries
+    if track_index is not None:
+        post["theta"] = np.asarray(s["theta"])[..., track_index]
+    elif rows.size and ("M" in s and "N" in s or explicit):
+        if "M" not in s or "N" not in s:
+            raise ValueError(
+                "these entries were not tracked and no factor draws were stored: pass "
+                "fit(..., track=(rows, cols)) or store_factors=True"
+            )
+        M, N = np.asarray(s["M"]), np.asarray(s["N"])
+        post["theta"] = np.einsum("cdek,cdek->cde", M[:, :, rows], N[:, :, cols])
+    if "theta_sv" in s:
+        _add_factor_quantities(post, np.asarray(s["theta_sv"], np.float64))
+    elif "M" in s and "N" in s:
+        _add_factor_quantities(post, theta_singular_values(s["M"], s["N"]))
+    if not post:
+        raise ValueError("the fit holds no draws of gamma or theta")
+    C, D = next(iter(post.values())).shape[:2]
+
+    rmse_draw = np.asarray(getattr(fit, "rmse_draw", np.zeros((C, 0))))
+    rmse_mean = np.asarray(getattr(fit, "rmse_mean", np.zeros((C, 0))))
+    if rmse_draw.size:
+        conv["rmse_draw"] = rmse_draw.reshape(C, -1)
+        conv["rmse_mean"] = rmse_mean.reshape(C, -1)
+        meta = _meta(fit)
+        keys = ("num_warmup", "num_samples", "thinning")
+        if all(k in meta for k in keys):
+            it = kept_iterations(*(int(meta[k]) for k in keys))
+            T = conv["rmse_draw"].shape[1]
+            if it.size == D and it.size and it[-1] <= T:
+                stats["rmse"] = conv["rmse_draw"][:, it - 1]
+                stats["rmse_mean"] = conv["rmse_mean"][:, it - 1]
+    mcmc = getattr(fit, "mcmc", None)
+    if mcmc is not None:
+        try:
+            extra = mcmc.get_extra_fields(group_by_chain=True)
+        except AssertionError:  # NumPyro: `run` was not called, no states
+            extra = {}
+        for k, v in extra.items():
+            v = np.asarray(v)
+            if v.ndim >= 2 and v.shape[:2] == (C, D):
+                stats[k] = v
+    return post, stats, conv
+
+
+def _vb_gamma_draws(fit, num_draws: int, rng) -> np.ndarray | None:
+    """Draws from ``q(gamma)`` (num_draws, K), chosen by the parameters ``q_gamma`` holds."""
+    q = fit.q_gamma
+    K = fit.m.shape[-1]
+    prior = _meta(fit).get("prior")
+    if "slab_prob" in q:
+        p = np.asarray(q["slab_prob"], np.float64)
+        C, eps = float(prior.C), float(prior.eps)
+        return np.where(rng.random((num_draws, K)) < p, C, eps)
+    if "shape" in q and "scale" in q:  # inverse-gamma: gamma = scale / Gamma(shape, 1)
+        a = np.broadcast_to(np.asarray(q["shape"], np.float64), (K,))
+        b = np.broadcast_to(np.asarray(q["scale"], np.float64), (K,))
+        return b / rng.gamma(a, size=(num_draws, K))
+    if "ig_mean" in q and "ig_shape" in q:  # 1/gamma ~ InverseGaussian(mean, shape)
+        mu = np.broadcast_to(np.asarray(q["ig_mean"], np.float64), (K,))
+        lam = np.broadcast_to(np.asarray(q["ig_shape"], np.float64), (K,))
+        return 1.0 / rng.wald(mu, lam, size=(num_draws, K))
+    if prior is not None and getattr(prior, "name", "") == "fixed":
+        return np.full((num_draws, K), float(prior.gamma))
+    return None
+
+
+def _vb_covariances(fit):
+    """Full covariances (m1, K, K), (m2, K, K) when the fit keeps its VB state, else None."""
+    state = getattr(fit, "state", None)
+    if state is not None and getattr(state, "V", None) is not None:
+        V, W = np.asarray(state.V), np.asarray(state.W)
+        if V.ndim == 4:
+            V, W = V[0], W[0]
+        return V.astype(np.float64), W.astype(np.float64)
+    return None
+
+
+def _sqrt_cov(cov: np.ndarray) -> np.ndarray:
+    """A square root ``L`` (``L L^T = cov``) of each covariance: Cholesky, or the symmetric
+    square root from ``eigh`` (eigenvalues clipped at 0) when a matrix is not positive
+    definite in floating point."""
+    try:
+        return np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        w, U = np.linalg.eigh(0.5 * (cov + np.swapaxes(cov, -1, -2)))
+        return U * np.sqrt(np.maximum(w, 0.0))[..., None, :]
+
+
+def _gauss_draws(mean, root, num_draws, rng):
+    """Draws of independent Gaussian rows ``mean + root z``: mean (R, K), root (R, K, K) (a
+    covariance square root) or (R, K) (standard deviations) -> (num_draws, R, K)."""
+    z = rng.standard_normal((num_draws,) + mean.shape)
+    if root.ndim == mean.ndim + 1:
+        return mean + np.einsum("rkl,srl->srk", root, z)
+    return mean + root * z
+
+
+def vb_theta_moments(fit, rows, cols) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Mean and variance of ``theta_ij = M_i . N_j`` under the mean-field q (model scale):
+    mean ``m_i.n_j``, variance ``m_i^T W_j m_i + n_j^T V_i n_j + tr(V_i W_j)`` (full
+    covariances when the fit keeps its state; with diagonals only,
+    ``sum_h m_ih^2 W_jhh + n_jh^2 V_ihh + V_ihh W_jhh``).  Returns (mean, var, full)."""
+    m = np.asarray(fit.m, np.float64)[rows]
+    n = np.asarray(fit.n, np.float64)[cols]
+    mean = np.sum(m * n, axis=-1)
+    cov = _vb_covariances(fit)
+    if cov is not None:
+        V, W = cov[0][rows], cov[1][cols]
+        var = (
+            np.einsum("ek,ekl,el->e", m, W, m)
+            + np.einsum("ek,ekl,el->e", n, V, n)
+            + np.einsum("ekl,elk->e", V, W)
+        )
+        return mean, var, True
+    Vd = np.asarray(fit.V_diag, np.float64)[rows]
+    Wd = np.asarray(fit.W_diag, np.float64)[cols]
+    var = np.sum(m**2 * Wd + n**2 * Vd + Vd * Wd, axis=-1)
+    return mean, var, False
+
+
+def _vb_arrays(fit, entries, num_draws, rng):
+    post: dict[str, np.ndarray] = {}
+    g = _vb_gamma_draws(fit, num_draws, rng)
+    if g is not None:
+        _add_gamma(post, g[None])
+    rows, cols = entries
+    cov = _vb_covariances(fit)
+    full = cov is not None
+    m = np.asarray(fit.m, np.float64)
+    n = np.asarray(fit.n, np.float64)
+    if full:
+        rootV, rootW = _sqrt_cov(cov[0]), _sqrt_cov(cov[1])
+    else:
+        rootV = np.sqrt(np.maximum(np.asarray(fit.V_diag, np.float64), 0.0))
+        rootW = np.sqrt(np.maximum(np.asarray(fit.W_diag, np.float64), 0.0))
+    if rows.size:
+        ur, ir = np.unique(rows, return_inverse=True)
+        uc, ic = np.unique(cols, return_inverse=True)
+        Mi = _gauss_draws(m[ur], rootV[ur], num_draws, rng)
+        Nj = _gauss_draws(n[uc], rootW[uc], num_draws, rng)
+        post["theta"] = np.sum(Mi[:, ir] * Nj[:, ic], axis=-1)[None]
+    # singular values of full factor draws, a few draws at a time
+    K = m.shape[-1]
+    step = max(1, (16 * 2**20) // ((m.shape[0] + n.shape[0]) * K * 8))
+    sv = np.empty((num_draws, K))
+    for s in range(0, num_draws, step):
+        k = min(step, num_draws - s)
+        sv[s : s + k] = theta_singular_values(_gauss_draws(m, rootV, k, rng), _gauss_draws(n, rootW, k, rng))
+    _add_factor_quantities(post, sv[None])
+    conv = {"elbo": np.asarray(fit.elbo, np.float64)[None]}
+    rt = np.asarray(getattr(fit, "rmse_trace", np.zeros(0)), np.float64)
+    if rt.size:
+        conv["rmse"] = rt[None]
+    return post, {}, conv, full
+
+
+def _svi_arrays(fit, entries):
+    d = fit.draws
+    post: dict[str, np.ndarray] = {}
+    if "gamma" in d:
+        _add_gamma(post, np.asarray(d["gamma"])[None])
+    rows, cols = entries
+    if "M" in d and "N" in d:
+        M, N = np.asarray(d["M"]), np.asarray(d["N"])
+        if rows.size:
+            post["theta"] = np.sum(M[:, rows] * N[:, cols], axis=-1)[None]
+        _add_factor_quantities(post, theta_singular_values(M, N)[None])
+    conv = {"loss": np.asarray(getattr(fit, "losses", np.zeros(0)), np.float64)[None]}
+    if not conv["loss"].size:
+        conv = {}
+    return post, {}, conv
+
+
+# --------------------------------------------------------------------------- public
+def fit_arrays(fit, *, entries=None, num_draws: int = 500, seed: int = 0) -> FitArrays:
+    """The arrays behind :func:`to_arviz` (see the module docstring for the variables).
+
+    Parameters
+    ----------
+    fit : GibbsFit, VBFit or SVIFit (or an object with their attributes)
+    entries : (rows, cols) or sequence of (i, j), optional
+        Entries of ``theta`` to include; default the fit's tracked entries (VB/SVI fits
+        without tracked entries: 8 entries drawn uniformly with ``default_rng(seed)``).
+        Gibbs/NUTS: entries must be tracked, or the factor draws stored.
+    num_draws, seed : int
+        VB only: number of draws from ``q`` and the seed of ``numpy.random.default_rng``.
+    """
+    kind = fit_kind(fit)
+    meta = _meta(fit)
+    if entries is None:
+        track_index = None
+        if kind == "mcmc" and "theta" in fit.samples:
+            E = np.asarray(fit.samples["theta"]).shape[-1]
+            if getattr(fit, "track_rows", None) is not None and len(fit.track_rows) == E:
+                rows, cols = default_entries(fit, seed)
+            else:  # draws of theta without their entries: rows and cols unknown (-1)
+                rows = cols = np.full(E, -1, np.int64)
+            track_index = np.arange(E)
+        else:
+            rows, cols = default_entries(fit, seed)
+    else:
+        rows, cols = _as_entries(entries)
+        _check_in_shape(rows, cols, getattr(fit, "shape", None))
+        track_index = None
+        if kind == "mcmc" and "theta" in fit.samples and getattr(fit, "track_rows", None) is not None:
+            m2 = int(fit.shape[1]) if getattr(fit, "shape", None) else int(max(cols.max(initial=0), 0)) + 1
+            known = np.asarray(fit.track_rows, np.int64) * m2 + np.asarray(fit.track_cols, np.int64)
+            want = rows * m2 + cols
+            pos = {int(k): i for i, k in reversed(list(enumerate(known.tolist())))}
+            if all(int(k) in pos for k in want.tolist()):
+                track_index = np.array([pos[int(k)] for k in want.tolist()], dtype=np.int64)
+    attrs: dict[str, Any] = {
+        "method": str(meta.get("method", getattr(fit, "method", kind))),
+        "prior": str(meta.get("prior_name", "")),
+        "K": int(meta["K"]) if "K" in meta else -1,
+        "theta_offset": float(meta.get("offset", 0.0)),
+        "theta_scale": "model (centred): add theta_offset for the original scale",
+    }
+    if kind == "mcmc":
+        post, stats, conv = _mcmc_arrays(fit, (rows, cols), track_index, entries is not None)
+        attrs["representation"] = "mcmc draws"
+        for k in ("num_warmup", "num_samples", "thinning"):
+            if k in meta:
+                attrs[k] = int(meta[k])
+    elif kind == "vb":
+        num_draws = int(num_draws)
+        if num_draws < 1:
+            raise ValueError(f"num_draws must be >= 1, got {num_draws}")
+        post, stats, conv, full = _vb_arrays(fit, (rows, cols), num_draws, np.random.default_rng(seed))
+        attrs["representation"] = "independent draws from the variational posterior q, one chain"
+        attrs["num_variational_draws"] = num_draws
+        attrs["seed"] = int(seed)
+        attrs["vb_covariance"] = "full" if full else "diagonal"
+    else:
+        post, stats, conv = _svi_arrays(fit, (rows, cols))
+        attrs["representation"] = "draws from the fitted guide, one chain"
+    if not post:
+        raise ValueError("the fit has no posterior quantity to convert")
+    groups = {"posterior": post}
+    if stats:
+        groups["sample_stats"] = stats
+    if conv:
+        groups["convergence"] = conv
+    dims = {
+        "gamma": ("h",),
+        "gamma_sorted": ("h",),
+        "theta_sv": ("h",),
+        "theta": ("entry",),
+    }
+    K = next((post[v].shape[-1] for v in ("gamma", "theta_sv") if v in post), 0)
+    coords: dict[str, tuple[str, Any]] = {"h": ("h", np.arange(K))}
+    if "theta" in post:
+        coords["entry"] = ("entry", entry_labels(rows, cols))
+        coords["row"] = ("entry", rows)
+        coords["col"] = ("entry", cols)
+    return FitArrays(groups=groups, dims=dims, coords=coords, attrs=attrs)
+
+
+def _arviz_major() -> int:
+    import arviz as az
+
+    try:
+        return int(str(az.__version__).split(".")[0])
+    except ValueError:  # pragma: no cover - unusual version strings
+        return 0
+
+
+def arrays_to_arviz(fa: FitArrays):
+    """Convert :class:`FitArrays` into ArviZ data: ``InferenceData`` with ArviZ 0.x,
+    ``xarray.DataTree`` with ArviZ >= 1 (the edge: the only version-dependent code)."""
+    import xarray as xr
+
+    datasets = {}
+    for group, variables in fa.groups.items():
+        lead = _LEAD.get(group, ("chain", "draw"))
+        data_vars = {}
+        used = set(lead)
+        for name, arr in variables.items():
+            arr = np.asarray(arr)
+            trail = fa.dims.get(name, tuple(f"{name}_dim_{k}" for k in range(arr.ndim - 2)))
+            data_vars[name] = (lead + tuple(trail), arr)
+            used.update(trail)
+        shape0 = next(iter(variables.values())).shape
+        coords = {lead[0]: np.arange(shape0[0])}
+        coords[lead[1]] = np.arange(1, shape0[1] + 1) if lead[1] == "iteration" else np.arange(shape0[1])
+        for cname, (dim, values) in fa.coords.items():
+            if dim in used:
+                coords[cname] = (dim, np.asarray(values))
+        datasets[group] = xr.Dataset(data_vars, coords=coords, attrs=dict(fa.attrs))
+    if _arviz_major() >= 1:  # pragma: no cover - exercised with ArviZ 1.x only
+        return xr.DataTree.from_dict(datasets)
+    import arviz as az
+
+    return az.InferenceData(**datasets)
+
+
+def to_arviz(fit, *, entries=None, num_draws: int = 500, seed: int = 0):
+    """ArviZ data for any fit (``InferenceData`` with ArviZ 0.x, ``DataTree`` with 1.x).
+
+    Groups ``posterior`` (gamma, gamma_sorted, theta at the tracked entries, theta_sv,
+    theta_fro, eff_rank where available), ``sample_stats`` (per kept draw) and
+    ``convergence`` (per iteration: RMSE traces, ELBO, SVI loss); dims ``chain``,
+    ``draw``, ``h``, ``entry`` (coordinates ``row``, ``col``), ``iteration``.  VB: draws
+    from q with ``default_rng(seed)`` as one chain.  See :mod:`bmczoo.diagnostics.convert`.
+    """
+    return arrays_to_arviz(fit_arrays(fit, entries=entries, num_draws=num_draws, seed=seed))
+
+
+def from_numpyro(mcmc, *, fit=None, **kwargs):
+    """``az.from_numpyro(mcmc, log_likelihood=False)`` plus the invariant quantities.
+
+    For an ``MCMC`` run directly with :class:`~bmczoo.inference.ConjugateGibbs` or NUTS on
+    :func:`bmczoo.models.matrix_completion`: NumPyro's conversion (all sampled sites, its
+    own dims) to which ``gamma_sorted`` and, when ``M`` and ``N`` were collected,
+    ``theta_sv``, ``theta_fro`` and ``eff_rank`` are added in the posterior.  ArviZ 0.x
+    only (ArviZ 1.x moved the converter to ``arviz_base``).
+    """
+    import arviz as az
+
+    kwargs.setdefault("log_likelihood", False)
+    idata = az.from_numpyro(mcmc, **kwargs)
+    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    post = idata.posterior
+    K = None
+    if "gamma" in samples:
+        g = samples["gamma"]
+        K = g.shape[-1]
+        post["gamma_sorted"] = (("chain", "draw", "h"), -np.sort(-g, axis=-1))
+    if "M" in samples and "N" in samples:
+        sv = theta_singular_values(samples["M"], samples["N"])
+        K = sv.shape[-1]
+        post["theta_sv"] = (("chain", "draw", "h"), sv)
+        post["theta_fro"] = (("chain", "draw"), np.sqrt(np.sum(sv**2, axis=-1)))
+        post["eff_rank"] = (("chain", "draw"), effective_rank(sv))
+    if K is not None:
+        post.coords["h"] = np.arange(K)
+    return idata
