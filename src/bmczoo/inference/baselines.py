@@ -33,15 +33,24 @@ def _x64_context(dtype):
     return jax.enable_x64(True) if jnp.dtype(dtype) == jnp.float64 else contextlib.nullcontext()
 
 
-def _theta_mean(M, N, rows, cols, chunk: int = 65536) -> np.ndarray:
-    """Mean over draws of ``M_i . N_j``: M (..., m1, K), N (..., m2, K) -> (P,)."""
-    M = np.asarray(M, np.float64).reshape(-1, *M.shape[-2:])
-    N = np.asarray(N, np.float64).reshape(-1, *N.shape[-2:])
-    out = np.empty(len(rows))
-    for s in range(0, len(rows), chunk):
-        r, c = rows[s : s + chunk], cols[s : s + chunk]
-        out[s : s + chunk] = np.einsum("spk,spk->p", M[:, r], N[:, c]) / M.shape[0]
-    return out
+def _theta_mean(M, N, rows, cols, budget: int = 2**24) -> np.ndarray:
+    """Mean over draws of ``M_i . N_j``: M (..., m1, K), N (..., m2, K) -> (P,).
+
+    Blocks over draws and entries keep the temporaries below ``budget`` numbers (128 MB).
+    """
+    M = np.asarray(M).reshape(-1, *np.shape(M)[-2:])
+    N = np.asarray(N).reshape(-1, *np.shape(N)[-2:])
+    S, _, K = M.shape
+    rows, cols = np.asarray(rows), np.asarray(cols)
+    out = np.zeros(len(rows))
+    draws = max(1, min(S, budget // (K * 1024)))
+    chunk = max(1024, budget // (draws * K))
+    for s0 in range(0, S, draws):
+        Ms, Ns = M[s0 : s0 + draws], N[s0 : s0 + draws]
+        for p0 in range(0, len(rows), chunk):
+            r, c = rows[p0 : p0 + chunk], cols[p0 : p0 + chunk]
+            out[p0 : p0 + chunk] += np.einsum("spk,spk->p", Ms[:, r], Ns[:, c], dtype=np.float64)
+    return out / S
 
 
 def run_nuts(data, K, prior, lam, noise_sd, *, seed, num_warmup, num_samples, thinning, num_chains,

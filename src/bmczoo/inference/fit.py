@@ -332,8 +332,10 @@ def fit(
         ``"nuts"``: NumPyro NUTS on :func:`bmczoo.models.matrix_completion` (small
         problems); ``"svi"``: NumPyro SVI with an autoguide; ``"map"``: ``AutoDelta``.
     num_warmup, num_samples, thinning, num_chains : int
-        Gibbs settings: ``num_warmup + num_samples`` sweeps per chain, every
-        ``thinning``-th post-warm-up draw kept.
+        Gibbs/NUTS settings: ``num_warmup + num_samples`` sweeps per chain, every
+        ``thinning``-th post-warm-up draw kept.  For VB, ``num_chains`` is the number of
+        random starting points run side by side; the run with the highest final ELBO is
+        kept (CAVI can stop at poor local optima from a single start).
     lam, noise_sd : float
         Temperature (``None``: ``lam = n / (2 noise_sd^2)``) and noise sd.
     seed : int
@@ -389,7 +391,8 @@ def fit(
     if dtype is None:
         dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     if method == "vb":
-        return _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter, tol)
+        return _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter, tol,
+                       num_chains)
     if method in ("svi", "map"):
         g = "delta" if method == "map" else guide
         if method == "svi" and guide not in ("normal", "lowrank"):
@@ -519,19 +522,22 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
     return result
 
 
-def _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter, tol):
+def _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter, tol, num_runs=1):
     from tqdm.auto import tqdm
 
     from . import vb
     from .gibbs import build_problem
 
     max_iter = check_positive_int("max_iter", max_iter)
+    num_runs = check_positive_int("num_chains", num_runs)
     tol = float(tol)
     if not np.isfinite(tol) or tol < 0:
         raise ValueError(f"tol must be finite and >= 0, got {tol!r}")
     problem = build_problem(prep.fit_data, prep.tau, dtype=dtype)
     tau = problem.tau
-    state = vb.init(jax.random.key(seed)[None], train.shape, prior, K, dtype)
+    # run r starts from key split(key(seed), C)[r]; with C = 1 the key itself
+    keys = jax.random.key(seed)[None] if num_runs == 1 else jax.random.split(jax.random.key(seed), num_runs)
+    state = vb.init(keys, train.shape, prior, K, dtype)
     n_test = prep.test_values.shape[0]
     test_rows = jnp.asarray(prep.pred_rows[:n_test])
     test_cols = jnp.asarray(prep.pred_cols[:n_test])
@@ -539,16 +545,16 @@ def _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dt
     @jax.jit
     def iterate(state):
         state = vb.update(state, problem.rows, problem.cols, prior, tau)
-        pred = jnp.sum(state.m[0][test_rows] * state.n[0][test_cols], axis=-1)
-        return state, vb.elbo(state, problem.rows, prior, tau)[0], pred
+        pred = jnp.sum(state.m[:, test_rows] * state.n[:, test_cols], axis=-1)
+        return state, vb.elbo(state, problem.rows, prior, tau), pred
 
     elbos, rmses = [], []
     converged = False
     with tqdm(total=max_iter, disable=not progress_bar, desc="vb") as bar:
         for _ in range(max_iter):
             state, e, pred = iterate(state)
-            e = float(e)
-            if not np.isfinite(e):
+            e = np.asarray(e, np.float64)
+            if not np.all(np.isfinite(e)):
                 raise FloatingPointError(
                     f"VB produced a non-finite ELBO at iteration {len(elbos) + 1}; try dtype=jnp.float64"
                 )
@@ -557,23 +563,27 @@ def _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dt
                 y = np.asarray(pred, np.float64) + prep.offset
                 if prep.clip is not None:
                     y = np.clip(y, *prep.clip)
-                rmses.append(float(np.sqrt(np.mean((y - prep.test_values) ** 2))))
+                rmses.append(np.sqrt(np.mean((y - prep.test_values) ** 2, axis=-1)))
             bar.update(1)
-            bar.set_postfix_str(f"elbo {e:.6g}" + (f" rmse {rmses[-1]:.4f}" if rmses else ""), refresh=False)
-            if len(elbos) > 1 and abs(elbos[-1] - elbos[-2]) <= tol * abs(elbos[-1]):
+            bar.set_postfix_str(f"elbo {e.max():.6g}" + (f" rmse {rmses[-1].min():.4f}" if rmses else ""), refresh=False)
+            # stop when every run has converged
+            if len(elbos) > 1 and np.all(np.abs(elbos[-1] - elbos[-2]) <= tol * np.abs(elbos[-1])):
                 converged = True
                 break
+    best = int(np.argmax(elbos[-1]))  # the run with the highest final ELBO
+    state = jax.tree.map(lambda x: x[best : best + 1], state)
     q = prior.vb_update(state.ES[0], train.shape[0] + train.shape[1])
     meta = _meta("vb", prior, K, lam, noise_sd, prep, center, seed, max_iter=max_iter, tol=tol,
-                 num_iter=len(elbos), dtype=str(state.m.dtype))
+                 num_iter=len(elbos), num_runs=num_runs, best_run=best,
+                 final_elbo_per_run=[float(x) for x in elbos[-1]], dtype=str(state.m.dtype))
     return VBFit(
         m=np.asarray(state.m[0]),
         n=np.asarray(state.n[0]),
         V_diag=np.asarray(jnp.diagonal(state.V[0], axis1=-2, axis2=-1)),
         W_diag=np.asarray(jnp.diagonal(state.W[0], axis1=-2, axis2=-1)),
         q_gamma={"inv_mean": np.asarray(q.inv_mean), **{k: np.asarray(v) for k, v in q.params.items()}},
-        elbo=np.asarray(elbos),
-        rmse_trace=np.asarray(rmses),
+        elbo=np.asarray([e[best] for e in elbos]),
+        rmse_trace=np.asarray([r[best] for r in rmses]),
         converged=converged,
         shape=train.shape,
         meta=meta,
