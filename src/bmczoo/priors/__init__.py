@@ -1,8 +1,14 @@
 """The prior zoo on the column scales ``gamma_h`` of ``M`` and ``N``.
 
-Each prior lives in its own module; a fifth one is one more module with a
-:class:`~bmczoo.priors.base.Prior` subclass (and its tests).
+Each prior lives in its own module of this package with one
+:class:`~bmczoo.priors.base.Prior` subclass.  Every module here is imported and every
+subclass exported under its class name, so a fifth prior is one new module (plus its
+tests): ``bmc.priors.MyPrior`` and ``get_prior("my-prior")`` then find it.
 """
+
+import importlib
+import inspect
+import pkgutil
 
 from .base import Prior, VBGamma
 from .discrete import ColumnSpikeSlabNormal, Discrete
@@ -11,6 +17,16 @@ from .gamma import Gamma
 from .inverse_gamma import InverseGamma
 
 __all__ = ["Prior", "VBGamma", "Fixed", "InverseGamma", "Gamma", "Discrete", "ColumnSpikeSlabNormal", "get_prior"]
+
+for _info in pkgutil.iter_modules(__path__):
+    if _info.name.startswith("_") or _info.name == "base":
+        continue
+    _module = importlib.import_module(f"{__name__}.{_info.name}")
+    for _name, _obj in vars(_module).items():
+        if inspect.isclass(_obj) and issubclass(_obj, Prior) and _obj is not Prior and _obj.__module__ == _module.__name__:
+            globals()[_name] = _obj
+            if _name not in __all__:
+                __all__.append(_name)
 
 
 def _all_subclasses(cls):
@@ -21,10 +37,10 @@ def _all_subclasses(cls):
 
 def get_prior(name: str, **hyper) -> Prior:
     """Instantiate a prior by its ``name`` (``"fixed"``, ``"inverse-gamma"``, ``"gamma"``,
-    ``"discrete"``, or any registered subclass), e.g. ``get_prior("discrete", eps=0.07)``."""
+    ``"discrete"``, or any other subclass's), e.g. ``get_prior("discrete", eps=0.07)``."""
     key = name.lower().replace("_", "-")
     for sub in _all_subclasses(Prior):
         if sub.name == key:
             return sub(**hyper)
-    known = sorted(s.name for s in _all_subclasses(Prior))
+    known = sorted(s.name for s in _all_subclasses(Prior) if s.name)
     raise ValueError(f"unknown prior {name!r}; known: {', '.join(known)}")
