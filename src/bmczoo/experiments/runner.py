@@ -167,7 +167,7 @@ def _simulation_rows(experiment, out, st, cells, progress) -> list[Result]:
         values = [p[_TUNED[name]] for p in picks]
         chosen = dict(picks[int(np.argmax([values.count(v) for v in values]))])
         if len(set(values)) > 1:
-            chosen[_TUNED[name]] = f"{sorted(set(values))} (per dataset)"
+            chosen[_TUNED[name]] = "/".join(f"{v:g}" for v in sorted(set(values))) + " (per dataset)"
         rows.append(Result(experiment, setting, name, "gibbs", paper_value, paper_hyper, float(np.mean(ref)),
                            chosen, float(np.mean(sel)), len(st.seeds)))
         if progress:
