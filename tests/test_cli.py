@@ -56,3 +56,13 @@ def test_fit_movielens_file_vb(capsys):
     assert rc == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("test_rmse=") and float(last.split("=")[1]) <= 0.925
+
+
+@pytest.mark.skipif(not U_DATA.exists(), reason=f"{U_DATA} not present")
+def test_fit_movielens_file_gibbs_discrete(capsys):
+    """The issue's check: the CLI's Gibbs fit of ML-100K with the discrete prior (the
+    paper's (C, p, eps) = (1, 0.05, 0.07), K=10) ends with test_rmse <= 0.915."""
+    rc = main(["fit", "--data", str(U_DATA), "--prior", "discrete", "--method", "gibbs", "-K", "10", "--quiet"])
+    assert rc == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("test_rmse=") and float(last.split("=")[1]) <= 0.915
