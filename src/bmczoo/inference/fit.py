@@ -60,6 +60,20 @@ class _FitBase:
         pred = self.predict(test.rows, test.cols)
         return float(np.sqrt(np.mean((pred - test.values) ** 2)))
 
+    def rank_posterior(self, threshold: float) -> np.ndarray:
+        """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K; see
+        :func:`bmczoo.diagnostics.rank_posterior`."""
+        from .. import diagnostics
+
+        return diagnostics.rank_posterior(self, threshold)
+
+    def to_arviz(self, **kwargs):
+        """ArviZ data (posterior of gamma, sorted gamma, tracked theta entries, invariant
+        summaries, per-iteration traces); see :func:`bmczoo.diagnostics.to_arviz`."""
+        from .. import diagnostics
+
+        return diagnostics.to_arviz(self, **kwargs)
+
 
 @dataclasses.dataclass
 class GibbsFit(_FitBase):
@@ -115,20 +129,6 @@ class GibbsFit(_FitBase):
             )
         return self._finish(_theta_mean(self.samples["M"], self.samples["N"], r, c))
 
-    def rank_posterior(self, threshold: float) -> np.ndarray:
-        """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K; see
-        :func:`bmczoo.diagnostics.rank_posterior`."""
-        from .. import diagnostics
-
-        return diagnostics.rank_posterior(self, threshold)
-
-    def to_arviz(self, **kwargs):
-        """ArviZ data (posterior of gamma, sorted gamma, tracked theta entries, invariant
-        summaries, per-iteration traces); see :func:`bmczoo.diagnostics.to_arviz`."""
-        from .. import diagnostics
-
-        return diagnostics.to_arviz(self, **kwargs)
-
 
 def _pick_track(train: RatingData, num: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     num = min(num, train.n)
@@ -168,20 +168,6 @@ class VBFit(_FitBase):
         r, c = self._check_entries(rows, cols)
         return self._finish(np.sum(self.m[r] * self.n[c], axis=-1))
 
-    def rank_posterior(self, threshold: float) -> np.ndarray:
-        """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K; see
-        :func:`bmczoo.diagnostics.rank_posterior`."""
-        from .. import diagnostics
-
-        return diagnostics.rank_posterior(self, threshold)
-
-    def to_arviz(self, **kwargs):
-        """ArviZ data (posterior of gamma, sorted gamma, tracked theta entries, invariant
-        summaries, per-iteration traces); see :func:`bmczoo.diagnostics.to_arviz`."""
-        from .. import diagnostics
-
-        return diagnostics.to_arviz(self, **kwargs)
-
 
 @dataclasses.dataclass
 class SVIFit(_FitBase):
@@ -212,20 +198,6 @@ class SVIFit(_FitBase):
         r, c = self._check_entries(rows, cols)
         src = self.point if self.point is not None else self.draws
         return self._finish(_theta_mean(src["M"], src["N"], r, c))
-
-    def rank_posterior(self, threshold: float) -> np.ndarray:
-        """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K; see
-        :func:`bmczoo.diagnostics.rank_posterior`."""
-        from .. import diagnostics
-
-        return diagnostics.rank_posterior(self, threshold)
-
-    def to_arviz(self, **kwargs):
-        """ArviZ data (posterior of gamma, sorted gamma, tracked theta entries, invariant
-        summaries, per-iteration traces); see :func:`bmczoo.diagnostics.to_arviz`."""
-        from .. import diagnostics
-
-        return diagnostics.to_arviz(self, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
