@@ -265,7 +265,8 @@ class RatingData:
         seed : int
             Seed of the permutation.
         """
-        if not (0.0 < float(test_fraction) < 1.0):
+        if isinstance(test_fraction, (str, bytes, bool, np.bool_)) or not isinstance(test_fraction, (int, float, np.number)) \
+                or not (0.0 < float(test_fraction) < 1.0):
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         n_test = int(round(test_fraction * self.n))
         if n_test == 0 or n_test == self.n:

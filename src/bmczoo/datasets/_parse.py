@@ -300,6 +300,13 @@ def parse_numeric_table(
         data = data[:n]
 
     # 1. every byte must belong to a number, a separator or a line end
+    if sep != b"," and b"," in data:
+        # a comma is a field separator only in csv files
+        pos = data.find(b",")
+        raise ValueError(
+            f"{source}, line {_line_of(data, pos, first_line)}: unexpected character ',' "
+            f"(fields must be numbers separated by {_show_sep(sep)}): {_line_text(data, pos)!r}"
+        )
     rest = data.translate(None, _PLAIN_BYTES + sep[:1])  # usually empty: a single pass
     plain = not rest
     stray = rest.translate(None, _NUMBER_BYTES + b"\n" + sep[:1]) if rest else b""

@@ -164,6 +164,19 @@ def rank_posterior(fit, threshold: float, *, num_draws: int = 500, seed: int = 0
             return _poisson_binomial(p)
         g = to_arviz(fit, num_draws=num_draws, seed=seed).posterior["gamma"].values
     elif kind == "mcmc":
+        prior = (getattr(fit, "meta", None) or {}).get("prior")
+        if "gamma_slab_prob" in fit.samples and getattr(prior, "name", "") == "discrete":
+            # NUTS on the discrete model integrates gamma out: its "gamma" is E[gamma | M, N].
+            # Given M, N the gamma_h are independent two-point variables with
+            # P(gamma_h = C) = gamma_slab_prob: average their Poisson-binomial laws.
+            probs = np.asarray(fit.samples["gamma_slab_prob"], np.float64)
+            probs = probs.reshape(-1, probs.shape[-1])
+            if prior.C > threshold >= prior.eps:
+                return np.mean([_poisson_binomial(q) for q in probs], axis=0)
+            K = probs.shape[-1]
+            out = np.zeros(K + 1)
+            out[K if threshold < prior.eps else 0] = 1.0
+            return out
         if "gamma" not in fit.samples:
             raise ValueError("the fit has no draws of gamma")
         g = np.asarray(fit.samples["gamma"])

@@ -13,7 +13,7 @@ from numpyro.infer import MCMC
 from .._checks import check_K, check_positive_int, check_prior, check_ratings, likelihood_precision
 from ..data import RatingData
 from ..priors import Discrete, Prior
-from .baselines import _theta_mean, run_nuts, run_svi
+from .baselines import _theta_mean, _x64_context, run_nuts, run_svi
 from .numpyro_kernel import ConjugateGibbs
 
 __all__ = ["fit", "GibbsFit", "VBFit", "SVIFit", "looks_like_ratings"]
@@ -223,6 +223,8 @@ def _prepare(train, test, predict, center, clip, lam, noise_sd) -> _Prepared:
     elif clip is False or clip is None:
         clip_range = None
     else:
+        if not (isinstance(clip, (tuple, list)) and len(clip) == 2):
+            raise ValueError(f"clip must be 'auto', a bool or a pair (lo, hi), got {clip!r}")
         lo, hi = (float(x) for x in clip)
         if not lo < hi:
             raise ValueError(f"clip range must have lo < hi, got {clip!r}")
@@ -237,6 +239,8 @@ def _prepare(train, test, predict, center, clip, lam, noise_sd) -> _Prepared:
         pr.append(test.rows), pc.append(test.cols)
         test_values = np.asarray(test.values, np.float64)
     if predict is not None:
+        if not (isinstance(predict, (tuple, list)) and len(predict) == 2):
+            raise ValueError(f"predict must be a pair (rows, cols), got {type(predict).__name__}")
         r, c = train.check_entries(*predict, name="predict")
         pr.append(r), pc.append(c)
     return _Prepared(fit_data, offset, clip_range, tau, np.concatenate(pr), np.concatenate(pc), test_values)
@@ -265,7 +269,6 @@ def fit(
     K: int = 5,
     prior: Prior | None = None,
     method: str = "gibbs",
-    *,
     num_warmup: int = 100,
     num_samples: int = 900,
     thinning: int = 10,
@@ -276,6 +279,7 @@ def fit(
     progress_bar: bool = True,
     test: RatingData | None = None,
     devices=None,
+    *,
     predict: tuple | None = None,
     center: bool = True,
     clip: str | bool | tuple[float, float] = "auto",
@@ -317,7 +321,8 @@ def fit(
         Entries whose posterior mean is computed during the fit and whose RMSE is
         recorded per iteration (the paper's Figures 1 and 4).
     devices : None
-        Reserved for sharding over several devices (not available in this release).
+        Sharding over several devices (API.md) is not available in this release: any
+        value other than None raises ``ValueError``.
     predict : (rows, cols), optional
         Further entries whose posterior mean is accumulated (Gibbs).
     center : bool
@@ -331,8 +336,9 @@ def fit(
     store_factors : bool or "auto"
         Gibbs: keep ``M``, ``N`` of each kept draw (``"auto"``: when they take < 256 MiB),
         needed to predict entries not requested at fit time.
-    dtype : float dtype, optional
-        Default float32 (float64 when ``jax_enable_x64`` is on).
+    dtype : {float32, float64}, optional
+        Default float32 (float64 when ``jax_enable_x64`` is on); float64 runs the fit under
+        ``jax.enable_x64``.
     chain_method : str
         Gibbs: NumPyro chain method; ``"vectorized"`` advances all chains in one sweep.
     init_gamma : float or (K,) array, optional
@@ -359,16 +365,30 @@ def fit(
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if devices is not None:
         raise ValueError("devices= (sharding over several devices) is not available yet in this release")
+    seed = _check_seed(seed)
+    for name, flag in (("progress_bar", progress_bar), ("center", center)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False, got {flag!r}")
+    if not (isinstance(store_factors, (bool, np.bool_)) or store_factors == "auto"):
+        raise ValueError(f"store_factors must be True, False or 'auto', got {store_factors!r}")
+    if lam is not None:  # noise_sd is unused then, but a bad value is still a mistake
+        likelihood_precision(1, None, noise_sd)
     prep = _prepare(train, test, predict, center, clip, lam, noise_sd)
     if dtype is None:
         dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    if jnp.dtype(dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
     if method == "vb":
-        return _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter, tol,
-                       num_chains)
+        with _x64_context(dtype):
+            return _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter,
+                           tol, num_chains)
     if method in ("svi", "map"):
         g = "delta" if method == "map" else guide
-        if method == "svi" and guide not in ("normal", "lowrank"):
+        if guide not in ("normal", "lowrank"):
             raise ValueError(f"guide must be 'normal' or 'lowrank', got {guide!r}")
+        lr = float(learning_rate)
+        if not np.isfinite(lr) or lr <= 0:
+            raise ValueError(f"learning_rate must be finite and > 0, got {learning_rate!r}")
         draws, point, losses, guide_obj = run_svi(
             prep.fit_data, K, prior, lam, noise_sd, seed=seed, guide=g, num_steps=num_steps,
             learning_rate=learning_rate, subsample_size=subsample_size, progress_bar=progress_bar, dtype=dtype,
@@ -379,16 +399,23 @@ def fit(
     if method == "nuts":
         return _fit_nuts(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
                          num_warmup, num_samples, thinning, num_chains, track)
-    return _fit_gibbs(
-        train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
-        num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method, init_gamma,
-    )
+    with _x64_context(dtype):
+        return _fit_gibbs(
+            train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
+            num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method, init_gamma,
+        )
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
 
 
 def _check_sampler_args(num_warmup, num_samples, thinning, num_chains):
+    if isinstance(num_warmup, (bool, np.bool_)) or not isinstance(num_warmup, (int, np.integer)) or num_warmup < 0:
+        raise ValueError(f"num_warmup must be a non-negative integer, got {num_warmup!r}")
     num_warmup = int(num_warmup)
-    if num_warmup < 0:
-        raise ValueError(f"num_warmup must be >= 0, got {num_warmup}")
     num_samples = check_positive_int("num_samples", num_samples)
     thinning = check_positive_int("thinning", thinning)
     num_chains = check_positive_int("num_chains", num_chains)
@@ -398,8 +425,12 @@ def _check_sampler_args(num_warmup, num_samples, thinning, num_chains):
 
 
 def _track_entries(train, track, seed):
-    if isinstance(track, (int, np.integer)) and not isinstance(track, bool):
+    if isinstance(track, (int, np.integer)) and not isinstance(track, (bool, np.bool_)):
+        if track < 0:
+            raise ValueError(f"track must be >= 0 or (rows, cols), got {track!r}")
         return _pick_track(train, int(track), seed)
+    if not (isinstance(track, (tuple, list)) and len(track) == 2):
+        raise ValueError(f"track must be a number of entries or a pair (rows, cols), got {track!r}")
     return train.check_entries(*track, name="track")
 
 

@@ -6,6 +6,7 @@ subclass exported under its class name, so a fifth prior is one new module (plus
 tests): ``bmc.priors.MyPrior`` and ``get_prior("my-prior")`` then find it.
 """
 
+import dataclasses
 import importlib
 import inspect
 import pkgutil
@@ -38,9 +39,15 @@ def _all_subclasses(cls):
 def get_prior(name: str, **hyper) -> Prior:
     """Instantiate a prior by its ``name`` (``"fixed"``, ``"inverse-gamma"``, ``"gamma"``,
     ``"discrete"``, or any other subclass's), e.g. ``get_prior("discrete", eps=0.07)``."""
+    if not isinstance(name, str):
+        raise ValueError(f"prior name must be a string, got {name!r}")
     key = name.lower().replace("_", "-")
     for sub in _all_subclasses(Prior):
         if sub.name == key:
+            fields = [f.name for f in dataclasses.fields(sub)]
+            unknown = sorted(set(hyper) - set(fields))
+            if unknown:
+                raise ValueError(f"{sub.__name__} has no hyper-parameter {', '.join(unknown)}; it has {', '.join(fields)}")
             return sub(**hyper)
     known = sorted(s.name for s in _all_subclasses(Prior) if s.name)
     raise ValueError(f"unknown prior {name!r}; known: {', '.join(known)}")
