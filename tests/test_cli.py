@@ -25,6 +25,8 @@ def test_fit_vb_writes_predictions(tmp_path, capsys):
     rc = main(["fit", "--data", "sim:30", "-K", "2", "--method", "vb", "--quiet", "--out", str(out)])
     assert rc == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("theta_rmse=")
+    assert (out / "posterior.nc").stat().st_size > 0
+    assert (out / "report" / "summary.md").exists() and (out / "report" / "summary.csv").exists()
 
 
 @pytest.mark.parametrize(

@@ -99,8 +99,10 @@ def _cmd_fit(args) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        if hasattr(fit, "to_arviz"):
-            fit.to_arviz().to_netcdf(out / "posterior.nc")
+        from . import diagnostics
+
+        fit.to_arviz().to_netcdf(out / "posterior.nc")
+        diagnostics.report(fit, out / "report")
         if test is not None:
             np.savetxt(out / "predictions.csv", np.column_stack([test.rows, test.cols, fit.predict(test.rows, test.cols)]),
                        delimiter=",", header="row,col,prediction", comments="", fmt=["%d", "%d", "%.6f"])
@@ -158,8 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--max-iter", type=int, default=200, help="vb: maximum iterations")
     f.add_argument("--num-steps", type=int, default=2000, help="svi/map: optimisation steps")
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--out", default=None, help="folder for posterior.nc (ArviZ, sampling methods) and "
-                   "predictions.csv")
+    f.add_argument("--out", default=None, help="folder for posterior.nc (ArviZ), predictions.csv "
+                   "(MovieLens data) and report/ (diagnostics figures and summary tables)")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(func=_cmd_fit)
 
