@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["RatingData", "SortedView"]
+__all__ = ["RatingData", "SortedView", "check_entries"]
 
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -310,8 +310,13 @@ class RatingData:
 
     def check_entries(self, rows, cols, name: str = "entries") -> tuple[np.ndarray, np.ndarray]:
         """Validate query indices against this shape; returns int32/int64 arrays."""
-        r = _as_index(f"{name} rows", rows, self.shape[0])
-        c = _as_index(f"{name} cols", cols, self.shape[1])
-        if r.shape != c.shape:
-            raise ValueError(f"{name}: rows and cols must have the same length, got {r.shape} and {c.shape}")
-        return r, c
+        return check_entries(rows, cols, self.shape, name)
+
+
+def check_entries(rows, cols, shape: tuple[int, int], name: str = "entries") -> tuple[np.ndarray, np.ndarray]:
+    """Validate query indices ``(rows, cols)`` against an ``m1 x m2`` ``shape``."""
+    r = _as_index(f"{name} rows", rows, shape[0])
+    c = _as_index(f"{name} cols", cols, shape[1])
+    if r.shape != c.shape:
+        raise ValueError(f"{name}: rows and cols must have the same length, got {r.shape} and {c.shape}")
+    return r, c

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..priors import Discrete, Fixed, Gamma, InverseGamma, Prior
+from ..priors import Prior, get_prior
 
 # Table 2: RMSE over all m^2 entries, K = 5 (Gibbs, 1000 iterations, burn-in 100, thinning 10)
 PAPER_TABLE2: dict[str, dict[int, float]] = {
@@ -23,12 +23,9 @@ PAPER_TABLE3_HYPER: dict[str, dict[int, dict[str, float]]] = {
     "discrete": {m: {"C": 1.0, "p": 0.05, "eps": e} for m, e in {100: 0.11, 200: 0.08, 500: 0.05, 1000: 0.03}.items()},
 }
 
-_CLASSES = {"fixed": Fixed, "gamma": Gamma, "inverse-gamma": InverseGamma, "discrete": Discrete}
-
-
 def paper_prior(name: str, m: int) -> Prior:
     """The prior with the paper's Table 3 hyper-parameters for the K = 5, size-m cell."""
-    return _CLASSES[name](**PAPER_TABLE3_HYPER[name][m])
+    return get_prior(name, **PAPER_TABLE3_HYPER[name][m])
 
 # Table 4: RMSE, m = 500, K varies; Table 5: the hyper-parameters behind it
 PAPER_TABLE4: dict[str, dict[int, float]] = {
@@ -56,4 +53,4 @@ PAPER_TABLE6: list[tuple[str, str, str, dict[str, float], float]] = [
 
 def make_prior(name: str, hyper: dict[str, float]) -> Prior:
     """A prior of the zoo from its name and hyper-parameters."""
-    return _CLASSES[name](**hyper)
+    return get_prior(name, **hyper)

@@ -12,6 +12,7 @@ from numpyro.infer import MCMC
 
 from .._checks import check_K, check_positive_int, check_prior, check_ratings, likelihood_precision
 from ..data import RatingData
+from ..data.ratings import check_entries
 from ..priors import Discrete, Prior
 from .baselines import _theta_mean, _x64_context, run_nuts, run_svi
 from .numpyro_kernel import ConjugateGibbs
@@ -48,9 +49,7 @@ class _FitBase:
         return out
 
     def _check_entries(self, rows, cols):
-        return RatingData(np.zeros(1, int), np.zeros(1, int), np.zeros(1), self.shape).check_entries(
-            rows, cols, "predict"
-        )
+        return check_entries(rows, cols, self.shape, "predict")
 
     def rmse(self, test: RatingData) -> float:
         """RMSE of :meth:`predict` against the values of ``test``."""
