@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 from numpyro.infer import MCMC
 
 from .._checks import check_K, check_positive_int, check_prior, check_ratings, likelihood_precision
@@ -293,6 +296,8 @@ def fit(
     num_steps: int = 2000,
     learning_rate: float = 0.05,
     subsample_size: int | None = None,
+    checkpoint: str | None = None,
+    checkpoint_every: int = 100,
 ):
     """Fit the low-rank model to ``train``.
 
@@ -319,9 +324,10 @@ def fit(
     test : RatingData, optional
         Entries whose posterior mean is computed during the fit and whose RMSE is
         recorded per iteration (the paper's Figures 1 and 4).
-    devices : None
-        Sharding over several devices (API.md) is not available in this release: any
-        value other than None raises ``ValueError``.
+    devices : sequence of jax devices or a one-axis ``jax.sharding.Mesh``, optional
+        Gibbs and VB: shard every sweep / iteration over these devices (rows of ``M``,
+        ``N`` and the ratings; :mod:`bmczoo.inference.sharding`), e.g. ``jax.devices()``
+        for all GPUs.  The result equals the single-device run up to float rounding.
     predict : (rows, cols), optional
         Further entries whose posterior mean is accumulated (Gibbs).
     center : bool
@@ -345,6 +351,13 @@ def fit(
         slab ``C`` for the discrete prior, i.e. every column active).  The spike-and-slab
         posterior can be multimodal with rare switches between modes; comparing chains
         started from the slab and from the spike shows whether that matters for a problem.
+    checkpoint : path, optional
+        Gibbs and VB: save the state (``.npz``) every ``checkpoint_every`` iterations and
+        when interrupted (Ctrl-C); if the file exists, resume from it.  A resumed run
+        gives exactly the draws of an uninterrupted one
+        (:mod:`bmczoo.inference.checkpoint`).
+    checkpoint_every : int
+        Iterations between checkpoints.
     max_iter, tol : int, float
         VB: stop when the relative ELBO change is below ``tol`` or after ``max_iter``.
     guide : {"normal", "lowrank"}
@@ -363,7 +376,17 @@ def fit(
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if devices is not None:
-        raise ValueError("devices= (sharding over several devices) is not available yet in this release")
+        if method not in ("gibbs", "vb"):
+            raise ValueError(f"devices= shards methods 'gibbs' and 'vb'; method={method!r} runs on one device")
+        from .sharding import make_mesh
+
+        devices = make_mesh(devices)
+    if checkpoint is not None:
+        if method not in ("gibbs", "vb"):
+            raise ValueError(f"checkpoint= applies to methods 'gibbs' and 'vb', not {method!r}")
+        if not isinstance(checkpoint, (str, os.PathLike)):
+            raise ValueError(f"checkpoint must be a file path, got {checkpoint!r}")
+    checkpoint_every = check_positive_int("checkpoint_every", checkpoint_every)
     seed = _check_seed(seed)
     for name, flag in (("progress_bar", progress_bar), ("center", center)):
         if not isinstance(flag, (bool, np.bool_)):
@@ -380,7 +403,8 @@ def fit(
     if method == "vb":
         with _x64_context(dtype):
             return _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter,
-                           tol, num_chains)
+                           tol, num_chains, devices=devices, checkpoint=checkpoint,
+                           checkpoint_every=checkpoint_every)
     if method in ("svi", "map"):
         g = "delta" if method == "map" else guide
         if guide not in ("normal", "lowrank"):
@@ -402,6 +426,7 @@ def fit(
         return _fit_gibbs(
             train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
             num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method, init_gamma,
+            devices=devices, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
         )
 
 
@@ -456,8 +481,31 @@ def _fit_nuts(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, 
     return result
 
 
+def _run_settings(method, train, prep, prior, K, seed, dtype, **extra) -> dict:
+    """What identifies a run for its checkpoint (JSON-serialisable)."""
+    from .checkpoint import fingerprint
+
+    d = prep.fit_data
+    return {
+        "method": method,
+        "data": fingerprint(d.rows, d.cols, d.values),
+        "shape": list(train.shape),
+        "prior": prior.name,
+        "hyperparameters": {k: float(v) for k, v in prior.hyperparameters().items()},
+        "K": int(K),
+        "tau": float(prep.tau),
+        "seed": int(seed),
+        "dtype": jnp.dtype(dtype).name,
+        "predict": fingerprint(prep.pred_rows, prep.pred_cols, prep.test_values),
+        **extra,
+    }
+
+
 def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
-               num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method, init_gamma):
+               num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method, init_gamma,
+               devices=None, checkpoint=None, checkpoint_every=100):
+    from . import gibbs
+
     num_warmup, num_samples, thinning, num_chains = _check_sampler_args(num_warmup, num_samples, thinning, num_chains)
     m1, m2 = train.shape
     track_rc = _track_entries(train, track, seed)
@@ -466,26 +514,8 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
         store = num_chains * (num_samples // thinning) * (m1 + m2) * K * itemsize < _STORE_FACTORS_BUDGET
     else:
         store = bool(store_factors)
-    kernel = ConjugateGibbs(
-        num_samples=num_samples,
-        thinning=thinning,
-        predict=(prep.pred_rows, prep.pred_cols),
-        test_values=prep.test_values,
-        offset=prep.offset,
-        clip=prep.clip,
-        track=track_rc,
-        store_factors=store,
-        dtype=dtype,
-    )
-    mcmc = MCMC(
-        kernel,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        thinning=thinning,
-        num_chains=num_chains,
-        chain_method=chain_method,
-        progress_bar=progress_bar,
-    )
+    if devices is not None and chain_method == "parallel":
+        raise ValueError("chain_method='parallel' maps chains to devices; with devices= use 'vectorized'")
     init_params = None
     if init_gamma is not None:
         g = np.broadcast_to(np.asarray(init_gamma, np.float64), (K,))
@@ -493,9 +523,45 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
             raise ValueError(f"init_gamma must be finite and > 0, got {init_gamma!r}")
         g = jnp.asarray(g, dtype)
         init_params = {"gamma": jnp.broadcast_to(g, (num_chains, K)) if num_chains > 1 else g}
-    mcmc.run(jax.random.key(seed), prep.fit_data, K, prior, lam, noise_sd, init_params=init_params)
-    core = mcmc.last_state.core
-    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    mcmc = None
+    if checkpoint is None:
+        # NumPyro's MCMC drives the conjugate kernel
+        kernel = ConjugateGibbs(
+            num_samples=num_samples, thinning=thinning, predict=(prep.pred_rows, prep.pred_cols),
+            test_values=prep.test_values, offset=prep.offset, clip=prep.clip, track=track_rc,
+            store_factors=store, dtype=dtype, devices=devices,
+        )
+        mcmc = MCMC(
+            kernel, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning, num_chains=num_chains,
+            chain_method=chain_method, progress_bar=progress_bar,
+        )
+        mcmc.run(jax.random.key(seed), prep.fit_data, K, prior, lam, noise_sd, init_params=init_params)
+        core = mcmc.last_state.core
+        gibbs.check_failure(core, dtype=dtype)
+        samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    else:
+        # the same chains (same keys as NumPyro's MCMC) with a checkpointing driver
+        from .checkpoint import fingerprint, run_gibbs
+
+        problem = gibbs.build_problem(
+            prep.fit_data, prep.tau, dtype=dtype, predict=(prep.pred_rows, prep.pred_cols),
+            test_values=prep.test_values, offset=prep.offset, clip=prep.clip, track=track_rc,
+            num_warmup=num_warmup, thinning=thinning, num_total=num_warmup + num_samples, mesh=devices,
+        )
+        key = jax.random.key(seed)
+        keys = key[None] if num_chains == 1 else jax.random.split(key, num_chains)
+        init_kw = {} if init_params is None else {"gamma": jnp.broadcast_to(g, (num_chains, K))}
+        core = gibbs.init(keys, problem, prior, K, **init_kw)
+        settings = _run_settings(
+            "gibbs", train, prep, prior, K, seed, dtype, num_warmup=num_warmup, num_samples=num_samples,
+            thinning=thinning, num_chains=num_chains, track=fingerprint(*track_rc), store_factors=store,
+            init_gamma=None if init_gamma is None else [float(x) for x in g],
+        )
+        core, samples = run_gibbs(
+            core, problem, prior, lambda s: gibbs.draws(s, problem, store), num_warmup=num_warmup,
+            num_samples=num_samples, thinning=thinning, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+            settings=settings, progress_bar=progress_bar,
+        )
     pred_sum = np.asarray(core.pred_sum, np.float64).reshape(num_chains, -1)
     num_kept = int(np.asarray(core.num_kept).ravel()[0])
     theta_mean = pred_sum.mean(axis=0) / max(num_kept, 1)
@@ -505,7 +571,8 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
     meta = _meta(
         "gibbs", prior, K, lam, noise_sd, prep, center, seed, num_warmup=num_warmup,
         num_samples=num_samples, thinning=thinning, num_chains=num_chains, num_kept=num_kept,
-        dtype=str(core.M.dtype),
+        dtype=str(core.M.dtype), devices=None if devices is None else int(devices.devices.size),
+        checkpoint=None if checkpoint is None else str(checkpoint),
     )
     result = GibbsFit(
         samples=samples,
@@ -524,7 +591,22 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
     return result
 
 
-def _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter, tol, num_runs=1):
+def _vb_failure(state, iteration: int, dtype) -> str:
+    """Message naming the first row whose variational factor is not finite."""
+    where = ""
+    for name, arr in (("M", state.m), ("N", state.n), ("M", state.V), ("N", state.W)):
+        bad = ~np.isfinite(np.asarray(arr)).reshape(arr.shape[0], arr.shape[1], -1).all(axis=-1)
+        if bad.any():
+            c, row = np.argwhere(bad)[0]
+            where = f" (first at row {row} of {name}, run {c}: its Cholesky factorisation failed or overflowed)"
+            break
+    dt = jnp.dtype(dtype).name
+    hint = "try dtype=jnp.float64" if dt != "float64" else "check the data scale and hyper-parameters"
+    return f"VB produced a non-finite ELBO at iteration {iteration}{where} in {dt}; {hint}"
+
+
+def _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype, max_iter, tol, num_runs=1,
+            devices=None, checkpoint=None, checkpoint_every=100):
     from tqdm.auto import tqdm
 
     from . import vb
@@ -535,7 +617,7 @@ def _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dt
     tol = float(tol)
     if not np.isfinite(tol) or tol < 0:
         raise ValueError(f"tol must be finite and >= 0, got {tol!r}")
-    problem = build_problem(prep.fit_data, prep.tau, dtype=dtype)
+    problem = build_problem(prep.fit_data, prep.tau, dtype=dtype, mesh=devices)
     tau = problem.tau
     # run r starts from key split(key(seed), C)[r]; with C = 1 the key itself
     keys = jax.random.key(seed)[None] if num_runs == 1 else jax.random.split(jax.random.key(seed), num_runs)
@@ -543,36 +625,81 @@ def _fit_vb(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dt
     n_test = prep.test_values.shape[0]
     test_rows = jnp.asarray(prep.pred_rows[:n_test])
     test_cols = jnp.asarray(prep.pred_cols[:n_test])
+    if devices is not None:
+        shard = lambda st: vb.shard_state(st, devices)  # noqa: E731
+        unshard = lambda st: vb.unshard_state(st, train.shape)  # noqa: E731
+        step = functools.partial(vb.update_sharded, mesh=devices, dims=train.shape)
+        bound = functools.partial(vb.elbo_sharded, mesh=devices, dims=train.shape, n_obs=train.n)
+        test_rows, test_cols = (jax.device_put(x, NamedSharding(devices, PartitionSpec())) for x in (test_rows, test_cols))
+    else:
+        shard = unshard = lambda st: st  # noqa: E731
+        step, bound = vb.update, vb.elbo
+    state = shard(state)
 
     @jax.jit
     def iterate(state):
-        state = vb.update(state, problem.rows, problem.cols, prior, tau)
+        state = step(state, problem.rows, problem.cols, prior, tau)
         pred = jnp.sum(state.m[:, test_rows] * state.n[:, test_cols], axis=-1)
-        return state, vb.elbo(state, problem.rows, prior, tau), pred
+        return state, bound(state, problem.rows, prior, tau), pred
 
     elbos, rmses = [], []
     converged = False
-    with tqdm(total=max_iter, disable=not progress_bar, desc="vb") as bar:
-        for _ in range(max_iter):
-            state, e, pred = iterate(state)
-            e = np.asarray(e, np.float64)
-            if not np.all(np.isfinite(e)):
-                raise FloatingPointError(
-                    f"VB produced a non-finite ELBO at iteration {len(elbos) + 1}; try dtype=jnp.float64"
-                )
-            elbos.append(e)
-            if n_test:
-                y = np.asarray(pred, np.float64) + prep.offset
-                if prep.clip is not None:
-                    y = np.clip(y, *prep.clip)
-                rmses.append(np.sqrt(np.mean((y - prep.test_values) ** 2, axis=-1)))
-            bar.update(1)
-            bar.set_postfix_str(f"elbo {e.max():.6g}" + (f" rmse {rmses[-1].min():.4f}" if rmses else ""), refresh=False)
-            # stop when every run has converged
-            if len(elbos) > 1 and np.all(np.abs(elbos[-1] - elbos[-2]) <= tol * np.abs(elbos[-1])):
-                converged = True
-                break
+    # VB is deterministic after its start: a checkpoint can be continued with another
+    # max_iter or tol, so those are not part of the settings
+    settings = _run_settings("vb", train, prep, prior, K, seed, dtype, num_runs=num_runs)
+    if checkpoint is not None and os.path.exists(checkpoint):
+        from .checkpoint import check_settings, load_npz
+
+        stored, arrays = load_npz(checkpoint)
+        check_settings(checkpoint, stored, settings)
+        state = shard(vb.VBState(**{f: jnp.asarray(arrays[f"state/{f}"]) for f in vb.VBState._fields}))
+        elbos, rmses = list(arrays["elbo"]), list(arrays["rmse"])
+        converged = len(elbos) > 1 and bool(np.all(np.abs(elbos[-1] - elbos[-2]) <= tol * np.abs(elbos[-1])))
+
+    def save():
+        from .checkpoint import save_npz
+
+        arrays = {f"state/{f}": np.asarray(getattr(unshard(state), f)) for f in vb.VBState._fields}
+        arrays["elbo"] = np.asarray(elbos, np.float64).reshape(len(elbos), num_runs)
+        arrays["rmse"] = np.asarray(rmses, np.float64).reshape(len(rmses), num_runs)
+        save_npz(checkpoint, settings, arrays)
+
+    with tqdm(total=max_iter, initial=len(elbos), disable=not progress_bar, desc="vb") as bar:
+        try:
+            while len(elbos) < max_iter and not converged:
+                new_state, e, pred = iterate(state)
+                e = np.asarray(e, np.float64)
+                if not np.all(np.isfinite(e)):
+                    raise FloatingPointError(_vb_failure(new_state, len(elbos) + 1, dtype))
+                r = []
+                if n_test:
+                    y = np.asarray(pred, np.float64) + prep.offset
+                    if prep.clip is not None:
+                        y = np.clip(y, *prep.clip)
+                    r = [np.sqrt(np.mean((y - prep.test_values) ** 2, axis=-1))]
+                # one assignment: a Ctrl-C (delivered between bytecodes that check for
+                # signals, not inside an unpacking) cannot separate the state from its traces
+                state, elbos, rmses = new_state, elbos + [e], rmses + r
+                bar.update(1)
+                bar.set_postfix_str(f"elbo {e.max():.6g}" + (f" rmse {rmses[-1].min():.4f}" if rmses else ""),
+                                    refresh=False)
+                # stop when every run has converged
+                if len(elbos) > 1 and np.all(np.abs(elbos[-1] - elbos[-2]) <= tol * np.abs(elbos[-1])):
+                    converged = True
+                if checkpoint is not None and (len(elbos) % checkpoint_every == 0 or converged
+                                               or len(elbos) == max_iter):
+                    save()
+        except KeyboardInterrupt:
+            if checkpoint is not None:
+                save()
+                raise KeyboardInterrupt(
+                    f"interrupted after {len(elbos)} VB iterations; the work done is saved in {str(checkpoint)!r}: "
+                    "call fit again with the same arguments to resume"
+                ) from None
+            raise
     best = int(np.argmax(elbos[-1]))  # the run with the highest final ELBO
+    if devices is not None:  # back to host arrays without the padding rows
+        state = jax.tree.map(jnp.asarray, jax.device_get(unshard(state)))
     state = jax.tree.map(lambda x: x[best : best + 1], state)
     q = prior.vb_update(state.ES[0], train.shape[0] + train.shape[1])
     meta = _meta("vb", prior, K, lam, noise_sd, prep, center, seed, max_iter=max_iter, tol=tol,

@@ -28,9 +28,13 @@ import numpy as np
 
 from ..data import RatingData
 from ..priors import Prior
+from . import sharding as sh
 from .kernels import CSR, cholesky_rows, csr_from_view, outer, row_precision, row_rhs, sample_rows
 
-__all__ = ["GibbsProblem", "GibbsState", "build_problem", "init", "step", "sweep", "theta_at"]
+__all__ = [
+    "GibbsProblem", "GibbsState", "build_problem", "init", "step", "sweep", "theta_at", "check_failure",
+    "factors", "draws",
+]
 
 
 @functools.partial(
@@ -39,7 +43,7 @@ __all__ = ["GibbsProblem", "GibbsState", "build_problem", "init", "step", "sweep
         "rows", "cols", "tau", "pred_rows", "pred_cols", "test_values", "offset",
         "clip_lo", "clip_hi", "track_rows", "track_cols",
     ],
-    meta_fields=["num_warmup", "thinning", "num_total", "has_test"],
+    meta_fields=["num_warmup", "thinning", "num_total", "has_test", "dims", "mesh"],
 )
 @dataclasses.dataclass(frozen=True)
 class GibbsProblem:
@@ -56,7 +60,12 @@ class GibbsProblem:
     clip_lo, clip_hi : prediction range (``-inf, inf`` for no clipping).
     track_rows, track_cols : (T,) entries whose ``theta`` is recorded per kept draw.
     num_warmup, thinning, num_total : iteration bookkeeping (``num_total`` sizes the RMSE
-        traces; 0 disables them).  These and ``has_test`` are static pytree metadata.
+        traces; 0 disables them).
+    dims : the true ``(m1, m2)``.
+    mesh : None (one device) or the :class:`jax.sharding.Mesh` the sweep is sharded over
+        (see :mod:`bmczoo.inference.sharding`); then ``rows`` / ``cols`` hold per-device
+        blocks and the factors have their rows padded to a multiple of the device count.
+        These last six are static pytree metadata.
     """
 
     rows: CSR
@@ -74,6 +83,8 @@ class GibbsProblem:
     thinning: int
     num_total: int
     has_test: bool
+    dims: tuple[int, int] = (0, 0)
+    mesh: object = None
 
 
 class GibbsState(NamedTuple):
@@ -83,7 +94,9 @@ class GibbsState(NamedTuple):
     ``iteration`` number of sweeps done, ``pred_sum`` (C, P) sum of ``theta`` at the
     requested entries over kept draws, ``num_kept``, ``rmse_draw`` / ``rmse_mean``
     (C, num_total) test RMSE of each iteration's draw / of the running posterior mean
-    (NaN before the first kept draw).
+    (NaN before the first kept draw), ``failure`` (C, 3) int32: ``(sweep, block, row)``
+    of the first non-finite draw of each chain (block 0: ``M``, 1: ``N``, 2: ``gamma``),
+    ``-1`` while none happened (see :func:`check_failure`).
     """
 
     M: jax.Array
@@ -95,6 +108,7 @@ class GibbsState(NamedTuple):
     num_kept: jax.Array
     rmse_draw: jax.Array
     rmse_mean: jax.Array
+    failure: jax.Array
 
 
 def build_problem(
@@ -110,12 +124,14 @@ def build_problem(
     num_warmup: int = 0,
     thinning: int = 1,
     num_total: int = 0,
+    mesh=None,
 ) -> GibbsProblem:
     """Prepare the device arrays of a problem (once; reused by every sweep).
 
     ``ratings`` holds the values the model is fitted to (already centred by the caller);
     ``predict`` are the (rows, cols) whose posterior mean of ``theta`` is accumulated and
     ``test_values`` their observed values on the original scale (for the RMSE traces).
+    ``mesh`` (a :class:`jax.sharding.Mesh` or a list of devices) shards the sweep.
     """
     m1, m2 = ratings.shape
     empty = np.zeros(0, np.int32)
@@ -130,9 +146,16 @@ def build_problem(
         raise ValueError("test_values must be finite")
     has_test = tv.shape[0] > 0
     lo, hi = clip if clip is not None else (-np.inf, np.inf)
-    return GibbsProblem(
-        rows=csr_from_view(ratings.row_view, (m1, m2), dtype),
-        cols=csr_from_view(ratings.col_view, (m2, m1), dtype),
+    if mesh is not None:
+        mesh = sh.make_mesh(mesh)
+        rows = sh.shard_csr(ratings.row_view, (m1, m2), dtype, mesh)
+        cols = sh.shard_csr(ratings.col_view, (m2, m1), dtype, mesh)
+    else:
+        rows = csr_from_view(ratings.row_view, (m1, m2), dtype)
+        cols = csr_from_view(ratings.col_view, (m2, m1), dtype)
+    problem = GibbsProblem(
+        rows=rows,
+        cols=cols,
         tau=jnp.asarray(tau, dtype),
         pred_rows=jnp.asarray(pr, jnp.int32),
         pred_cols=jnp.asarray(pc, jnp.int32),
@@ -146,7 +169,40 @@ def build_problem(
         thinning=int(thinning),
         num_total=int(num_total),
         has_test=has_test,
+        dims=(int(m1), int(m2)),
+        mesh=mesh,
     )
+    if mesh is not None:  # everything but the rating blocks is replicated
+        rep = sh.replicated(mesh)
+        problem = dataclasses.replace(problem, **{
+            f: jax.device_put(getattr(problem, f), rep)
+            for f in ("tau", "pred_rows", "pred_cols", "test_values", "offset", "clip_lo", "clip_hi",
+                      "track_rows", "track_cols")
+        })
+    return problem
+
+
+def _padded_dims(problem: GibbsProblem) -> tuple[int, int]:
+    m1, m2 = problem.dims
+    if problem.mesh is None:
+        return m1, m2
+    D = problem.mesh.devices.size
+    return sh.padded_size(m1, D), sh.padded_size(m2, D)
+
+
+def factors(state: GibbsState, problem: GibbsProblem) -> tuple[jax.Array, jax.Array]:
+    """``M`` (C, m1, K) and ``N`` (C, m2, K) without the padding rows of a sharded run."""
+    m1, m2 = problem.dims
+    return state.M[:, :m1], state.N[:, :m2]
+
+
+def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False) -> dict:
+    """What is kept of a draw, per chain: ``gamma`` (C, K), ``theta`` (C, T) at the tracked
+    entries and, with ``store_factors``, ``M`` (C, m1, K) and ``N`` (C, m2, K)."""
+    out = {"gamma": state.gamma, "theta": theta_at(state.M, state.N, problem.track_rows, problem.track_cols)}
+    if store_factors:
+        out["M"], out["N"] = factors(state, problem)
+    return out
 
 
 def theta_at(M: jax.Array, N: jax.Array, rows: jax.Array, cols: jax.Array) -> jax.Array:
@@ -170,7 +226,7 @@ def init(
     ``N(0, gamma)`` with each chain's key (the first sweep overwrites ``M`` anyway).
     """
     C = keys.shape[0]
-    m1, m2 = problem.rows.shape
+    m1, m2 = problem.dims
     dtype = problem.rows.values.dtype
     d = m1 + m2
     if gamma is None:
@@ -183,11 +239,18 @@ def init(
         M = jax.vmap(lambda k: jax.random.normal(k, (m1, K), dtype))(kM) * sd
     if N is None:
         N = jax.vmap(lambda k: jax.random.normal(k, (m2, K), dtype))(kN) * sd
+    M, N = jnp.asarray(M, dtype), jnp.asarray(N, dtype)
+    if M.shape != (C, m1, K) or N.shape != (C, m2, K):
+        raise ValueError(f"initial M, N must have shapes {(C, m1, K)}, {(C, m2, K)}, got {M.shape}, {N.shape}")
+    if problem.mesh is not None:
+        p1, p2 = _padded_dims(problem)
+        M = jax.device_put(sh.pad_rows(M, p1), sh.row_sharded(problem.mesh))
+        N = jax.device_put(sh.pad_rows(N, p2), sh.row_sharded(problem.mesh))
     P = problem.pred_rows.shape[0]
     T = problem.num_total if problem.has_test else 0
-    return GibbsState(
-        M=jnp.asarray(M, dtype),
-        N=jnp.asarray(N, dtype),
+    state = GibbsState(
+        M=M,
+        N=N,
         gamma=gamma,
         key=keys,
         iteration=jnp.zeros((), jnp.int32),
@@ -195,28 +258,104 @@ def init(
         num_kept=jnp.zeros((), jnp.int32),
         rmse_draw=jnp.full((C, T), jnp.nan, dtype),
         rmse_mean=jnp.full((C, T), jnp.nan, dtype),
+        failure=jnp.full((C, 3), -1, jnp.int32),
     )
+    if problem.mesh is not None:
+        rep = sh.replicated(problem.mesh)
+        state = state._replace(**{f: jax.device_put(getattr(state, f), rep) for f in GibbsState._fields
+                                  if f not in ("M", "N")})
+    return state
 
 
-def _sample_factor(keys, csr: CSR, other: jax.Array, gamma: jax.Array, tau) -> jax.Array:
+def _normals(keys, m: int, K: int, dtype) -> jax.Array:
+    # one normal draw per chain from that chain's key (chain c does not depend on C, nor on
+    # the number of devices: a sharded sweep slices these same draws)
+    return jax.vmap(lambda k: jax.random.normal(k, (m, K), dtype))(keys)
+
+
+def _draw_rows(csr: CSR, other: jax.Array, gamma: jax.Array, tau, z: jax.Array):
+    """Rows of one factor given the other: draws (C, m, K) and a (C, m) non-finite mask."""
     P = row_precision(csr, outer(other), 1.0 / gamma, tau)
     L = cholesky_rows(P)
-    rhs = row_rhs(csr, other, tau)
-    # one normal draw per chain from that chain's key (chain c does not depend on C)
-    z = jax.vmap(lambda k: jax.random.normal(k, rhs.shape[1:], rhs.dtype))(keys)
-    return sample_rows(L, rhs, z)
+    x = sample_rows(L, row_rhs(csr, other, tau), z)
+    # a failed Cholesky factorisation gives NaN factors, hence NaN draws
+    return x, ~jnp.all(jnp.isfinite(x), axis=-1)
+
+
+def _sweep_factors(problem: GibbsProblem, state: GibbsState, zM, zN):
+    if problem.mesh is None:
+        M, badM = _draw_rows(problem.rows, state.N, state.gamma, problem.tau, zM)
+        N, badN = _draw_rows(problem.cols, M, state.gamma, problem.tau, zN)
+        return M, N, jnp.sum(M**2, axis=1) + jnp.sum(N**2, axis=1), badM, badN
+    p1, p2 = _padded_dims(problem)
+    zM, zN = sh.pad_rows(zM, p1), sh.pad_rows(zN, p2)
+    f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
+    b = jax.sharding.PartitionSpec(None, sh.AXIS)
+
+    def body(rows, cols, N_local, zM_local, zN_local, gamma, tau):
+        N_all = jax.lax.all_gather(N_local, sh.AXIS, axis=1, tiled=True)
+        M_local, badM = _draw_rows(sh.local_csr(rows), N_all, gamma, tau, zM_local)
+        M_all = jax.lax.all_gather(M_local, sh.AXIS, axis=1, tiled=True)
+        N_local, badN = _draw_rows(sh.local_csr(cols), M_all, gamma, tau, zN_local)
+        S = jax.lax.psum(jnp.sum(M_local**2, axis=1) + jnp.sum(N_local**2, axis=1), sh.AXIS)
+        return M_local, N_local, S, badM, badN
+
+    csr_spec = jax.sharding.PartitionSpec(sh.AXIS)
+    return jax.shard_map(
+        body,
+        mesh=problem.mesh,
+        in_specs=(csr_spec, csr_spec, f, f, f, r, r),
+        out_specs=(f, f, r, b, b),
+        check_vma=False,
+    )(problem.rows, problem.cols, state.N, zM, zN, state.gamma, problem.tau)
+
+
+def _first_failure(failure, iteration, masks):
+    """Keep each chain's first ``(sweep, block, row)`` with a non-finite draw."""
+    for block, bad in enumerate(masks):
+        hit = jnp.any(bad, axis=1)
+        new = jnp.stack(
+            [jnp.broadcast_to(iteration, hit.shape), jnp.full(hit.shape, block), jnp.argmax(bad, axis=1)], axis=1
+        ).astype(jnp.int32)
+        failure = jnp.where(((failure[:, 0] < 0) & hit)[:, None], new, failure)
+    return failure
 
 
 def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
-    """One Gibbs sweep (M rows, N rows, gamma); bookkeeping untouched."""
-    m1, m2 = problem.rows.shape
+    """One Gibbs sweep (M rows, N rows, gamma); records the first non-finite draw in
+    ``failure``, other bookkeeping untouched."""
+    m1, m2 = problem.dims
+    K = state.gamma.shape[1]
+    dtype = state.M.dtype
     split = jax.vmap(lambda k: jax.random.split(k, 4))(state.key)
     keys, kM, kN, kg = split[:, 0], split[:, 1], split[:, 2], split[:, 3]
-    M = _sample_factor(kM, problem.rows, state.N, state.gamma, problem.tau)
-    N = _sample_factor(kN, problem.cols, M, state.gamma, problem.tau)
-    S = jnp.sum(M**2, axis=1) + jnp.sum(N**2, axis=1)
+    zM, zN = _normals(kM, m1, K, dtype), _normals(kN, m2, K, dtype)
+    M, N, S, badM, badN = _sweep_factors(problem, state, zM, zN)
     gamma = jax.vmap(lambda k, s: prior.sample_conditional(k, s, m1 + m2))(kg, S)
-    return state._replace(M=M, N=N, gamma=gamma, key=keys)
+    failure = _first_failure(state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(gamma)))
+    return state._replace(M=M, N=N, gamma=gamma, key=keys, failure=failure)
+
+
+def check_failure(state: GibbsState, *, dtype=None) -> None:
+    """Raise ``FloatingPointError`` naming the first non-finite draw, if any (host side).
+
+    A draw of a row is non-finite when the Cholesky factorisation of its conditional
+    precision failed (not positive definite in the working precision) or overflowed.
+    """
+    failure = np.asarray(jax.device_get(state.failure)).reshape(-1, 3)
+    bad = np.flatnonzero(failure[:, 0] >= 0)
+    if bad.size == 0:
+        return
+    c = int(bad[np.argmin(failure[bad, 0])])
+    it, block, row = (int(v) for v in failure[c])
+    dt = np.dtype(dtype if dtype is not None else state.M.dtype).name
+    if block == 2:
+        what = f"gamma_{row + 1} (its conditional draw was not finite)"
+    else:
+        what = (f"row {row} of {'MN'[block]} (the Cholesky factorisation of its conditional precision "
+                "failed or the draw overflowed)")
+    hint = "rerun with dtype=jnp.float64" if dt != "float64" else "check the data scale and hyper-parameters"
+    raise FloatingPointError(f"Gibbs sweep {it}, chain {c}: non-finite draw of {what} in {dt}; {hint}")
 
 
 def _rmse(pred, problem: GibbsProblem):

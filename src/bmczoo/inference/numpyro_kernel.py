@@ -71,6 +71,12 @@ class ConjugateGibbs(MCMCKernel):
         Also collect ``M`` and ``N`` for every kept draw.
     dtype : dtype, optional
         Float dtype of the sampler (default: float64 if x64 is enabled, else float32).
+    devices : sequence of jax devices or Mesh, optional
+        Shard each sweep over these devices (:mod:`bmczoo.inference.sharding`); the draws
+        equal those of a single-device run with the same key.
+
+    After ``mcmc.run``, :func:`bmczoo.inference.gibbs.check_failure` on
+    ``mcmc.last_state.core`` raises if any draw was non-finite (``bmc.fit`` does this).
     """
 
     sample_field = "z"
@@ -88,6 +94,7 @@ class ConjugateGibbs(MCMCKernel):
         track=None,
         store_factors: bool = False,
         dtype=None,
+        devices=None,
     ):
         self._model = model
         self._num_samples = num_samples
@@ -99,6 +106,7 @@ class ConjugateGibbs(MCMCKernel):
         self._track = track
         self._store_factors = bool(store_factors)
         self._dtype = dtype
+        self._devices = devices
         self._prior = None
         self._batched = False
 
@@ -111,12 +119,7 @@ class ConjugateGibbs(MCMCKernel):
         return ("z",)
 
     def _z(self, core: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict:
-        z = {
-            "gamma": core.gamma,
-            "theta": gibbs.theta_at(core.M, core.N, problem.track_rows, problem.track_cols),
-        }
-        if self._store_factors:
-            z["M"], z["N"] = core.M, core.N
+        z = gibbs.draws(core, problem, self._store_factors)
         if not self._batched:
             z = jax.tree.map(lambda x: x[0], z)
         return z
@@ -143,6 +146,7 @@ class ConjugateGibbs(MCMCKernel):
             num_warmup=num_warmup,
             thinning=self._thinning,
             num_total=num_total,
+            mesh=self._devices,
         )
         self._batched = not is_prng_key(rng_key)
         keys = rng_key if self._batched else rng_key[None]

@@ -20,9 +20,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..priors import Prior
+from . import sharding as sh
 from .kernels import CSR, cholesky_rows, csr_matmul, outer, row_precision, row_rhs, solve_rows
 
-__all__ = ["VBState", "init", "update", "elbo"]
+__all__ = ["VBState", "init", "update", "elbo", "update_sharded", "elbo_sharded", "shard_state", "unshard_state"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -131,3 +132,95 @@ def elbo(state: VBState, rows: CSR, prior: Prior, tau) -> jax.Array:
     ent = 0.5 * d * K * (1.0 + _LOG_2PI)
     ent = ent + 0.5 * jnp.sum(jnp.linalg.slogdet(state.V)[1], axis=1) + 0.5 * jnp.sum(jnp.linalg.slogdet(state.W)[1], axis=1)
     return loglik + gamma_part + ent
+
+
+# ---------------------------------------------------------------- several devices
+# The same iteration with the rows of q(M) / q(N) and the ratings split over the devices
+# of a mesh (see bmczoo.inference.sharding): the arrays of the state have their rows
+# padded to a multiple of the device count; padding rows have no ratings and are masked
+# out of E[S] and of the ELBO.
+
+_F = jax.sharding.PartitionSpec(None, sh.AXIS, None)
+_F4 = jax.sharding.PartitionSpec(None, sh.AXIS, None, None)
+_R = jax.sharding.PartitionSpec()
+_CSR = jax.sharding.PartitionSpec(sh.AXIS)
+
+
+def shard_state(state: VBState, mesh) -> VBState:
+    """Pad the rows of ``state`` to a multiple of the device count and shard them."""
+    D = mesh.devices.size
+
+    def put(x, rows_axis=True):
+        if not rows_axis:
+            return jax.device_put(x, sh.replicated(mesh))
+        pad = sh.padded_size(x.shape[1], D) - x.shape[1]
+        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+        spec = _F if x.ndim == 3 else _F4
+        return jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
+
+    return VBState(m=put(state.m), V=put(state.V), n=put(state.n), W=put(state.W),
+                   inv_gamma=put(state.inv_gamma, False), ES=put(state.ES, False))
+
+
+def unshard_state(state: VBState, dims: tuple[int, int]) -> VBState:
+    """Drop the padding rows of a sharded state."""
+    m1, m2 = dims
+    return state._replace(m=state.m[:, :m1], V=state.V[:, :m1], n=state.n[:, :m2], W=state.W[:, :m2])
+
+
+def _valid(block_rows: int, m: int, dtype):
+    # inside shard_map: 1 for this device's real rows, 0 for its padding rows
+    start = jax.lax.axis_index(sh.AXIS) * block_rows
+    return ((start + jnp.arange(block_rows)) < m).astype(dtype)
+
+
+def update_sharded(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, mesh, dims) -> VBState:
+    """:func:`update` with ``rows`` / ``cols`` the per-device blocks of
+    :func:`bmczoo.inference.sharding.shard_csr` and a state from :func:`shard_state`."""
+    m1, m2 = dims
+
+    def body(rows, cols, n_l, W_l, inv_gamma, tau):
+        rows, cols = sh.local_csr(rows), sh.local_csr(cols)
+        gather = lambda x: jax.lax.all_gather(x, sh.AXIS, axis=1, tiled=True)  # noqa: E731
+        m_l, V_l = _update_factor(rows, gather(n_l), gather(W_l), inv_gamma, tau)
+        n_l, W_l = _update_factor(cols, gather(m_l), gather(V_l), inv_gamma, tau)
+        vm = _valid(rows.shape[0], m1, m_l.dtype)[None, :, None, None]
+        vn = _valid(cols.shape[0], m2, n_l.dtype)[None, :, None, None]
+        ES = jax.lax.psum(_expected_S(m_l, V_l * vm, n_l, W_l * vn), sh.AXIS)
+        return m_l, V_l, n_l, W_l, ES
+
+    m, V, n, W, ES = jax.shard_map(
+        body, mesh=mesh, in_specs=(_CSR, _CSR, _F, _F4, _R, _R), out_specs=(_F, _F4, _F, _F4, _R), check_vma=False,
+    )(rows, cols, state.n, state.W, state.inv_gamma, tau)
+    q = prior.vb_update(ES, m1 + m2)
+    return VBState(m=m, V=V, n=n, W=W, inv_gamma=q.inv_mean.astype(m.dtype), ES=ES)
+
+
+def elbo_sharded(state: VBState, rows: CSR, prior: Prior, tau, *, mesh, dims, n_obs: int) -> jax.Array:
+    """:func:`elbo` of a sharded state (``rows``: per-device blocks, ``n_obs`` ratings)."""
+    m1, m2 = dims
+    d = m1 + m2
+    K = state.m.shape[-1]
+
+    def body(rows, m_l, V_l, n_l, W_l):
+        rows = sh.local_csr(rows)
+        C = m_l.shape[0]
+        gather = lambda x: jax.lax.all_gather(x, sh.AXIS, axis=1, tiled=True)  # noqa: E731
+        n_all, W_all = gather(n_l), gather(W_l)
+        A = V_l + outer(m_l)
+        G = row_precision(rows, W_all + outer(n_all), jnp.zeros((C, K), m_l.dtype), 1.0)
+        yn = row_rhs(rows, n_all, 1.0)
+        sq = jnp.sum(rows.values**2) - 2.0 * jnp.sum(m_l * yn, axis=(1, 2)) + jnp.sum(A * G, axis=(1, 2, 3))
+        vm = _valid(m_l.shape[1], m1, m_l.dtype)[None, :]
+        vn = _valid(n_l.shape[1], m2, n_l.dtype)[None, :]
+        logdet = (jnp.sum(jnp.linalg.slogdet(V_l)[1] * vm, axis=1)
+                  + jnp.sum(jnp.linalg.slogdet(W_l)[1] * vn, axis=1))
+        return jax.lax.psum(sq, sh.AXIS), jax.lax.psum(logdet, sh.AXIS)
+
+    sq, logdet = jax.shard_map(
+        body, mesh=mesh, in_specs=(_CSR, _F, _F4, _F, _F4), out_specs=(_R, _R), check_vma=False,
+    )(rows, state.m, state.V, state.n, state.W)
+    loglik = 0.5 * n_obs * (jnp.log(tau) - _LOG_2PI) - 0.5 * tau * sq
+    q = prior.vb_update(state.ES, d)
+    gamma_part = jnp.sum(q.log_normalizer, axis=-1) - 0.5 * d * K * _LOG_2PI
+    return loglik + gamma_part + 0.5 * d * K * (1.0 + _LOG_2PI) + 0.5 * logdet

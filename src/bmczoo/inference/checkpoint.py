@@ -1,0 +1,208 @@
+"""Checkpoint / resume for long Gibbs and VB runs (``.npz``, no pickle).
+
+``bmc.fit(..., checkpoint="run.npz", checkpoint_every=100)`` writes the sampler state
+(factors, gamma, PRNG keys, running sums) and everything collected so far every
+``checkpoint_every`` iterations, atomically (write to a temporary file, then rename).
+Calling ``fit`` again with the same arguments resumes from the file: the key stream is
+part of the state, so the resumed run produces exactly the draws an uninterrupted run
+would have produced.  Ctrl-C writes a checkpoint of the work done before stopping.
+
+The file also stores the run's settings (data fingerprint, prior, K, sampler settings,
+...); resuming with different settings raises ``ValueError`` naming what differs.
+Factors are stored without the padding rows of a sharded run, so a checkpoint can be
+resumed on another number of devices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import gibbs
+from . import sharding as sh
+
+__all__ = ["fingerprint", "save_npz", "load_npz", "check_settings", "run_gibbs"]
+
+FORMAT = "bmczoo-checkpoint-1"
+
+
+def fingerprint(*arrays) -> str:
+    """SHA-1 of the bytes (and shapes, dtypes) of ``arrays``: identifies the data of a run."""
+    h = hashlib.sha1()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def save_npz(path: str | os.PathLike, settings: dict, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` and the JSON ``settings`` to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, __format__=np.asarray(FORMAT), __settings__=np.asarray(json.dumps(settings, sort_keys=True)),
+                     **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_npz(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
+    """``(settings, arrays)`` of a checkpoint written by :func:`save_npz`."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            data = {k: f[k] for k in f.files}
+    except (OSError, ValueError, EOFError) as err:
+        raise ValueError(f"checkpoint {str(path)!r} is not a readable .npz file: {err}") from None
+    if str(data.pop("__format__", "")) != FORMAT:
+        raise ValueError(f"checkpoint {str(path)!r} is not a bmczoo checkpoint ({FORMAT})")
+    settings = json.loads(str(data.pop("__settings__")))
+    return settings, data
+
+
+def check_settings(path, stored: dict, current: dict) -> None:
+    """Raise ``ValueError`` naming the first setting that differs."""
+    for k in sorted(set(stored) | set(current)):
+        if stored.get(k) != current.get(k):
+            raise ValueError(
+                f"checkpoint {str(path)!r} was written by a different run: {k} is {stored.get(k)!r} there and "
+                f"{current.get(k)!r} now; use another checkpoint path or the original arguments"
+            )
+
+
+def _is_kept(it: int, num_warmup: int, num_samples: int, thinning: int) -> bool:
+    # host copy of gibbs.is_kept (aligned with NumPyro's fori_collect)
+    t = it - num_warmup
+    r = num_samples % thinning
+    return t > r and (t - r) % thinning == 0
+
+
+def _num_kept(it: int, num_warmup: int, num_samples: int, thinning: int) -> int:
+    t = it - num_warmup - num_samples % thinning
+    return max(t, 0) // thinning
+
+
+def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[str, np.ndarray]:
+    M, N = gibbs.factors(state, problem)
+    out = {f"state/{f}": np.asarray(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in ("M", "N", "key")}
+    out["state/M"], out["state/N"] = np.asarray(M), np.asarray(N)
+    out["state/key"] = np.asarray(jax.random.key_data(state.key))
+    out["state/key_impl"] = np.asarray(str(jax.random.key_impl(state.key)))
+    return out
+
+
+def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsState:
+    fields = {f: jnp.asarray(arrays[f"state/{f}"]) for f in gibbs.GibbsState._fields if f != "key"}
+    fields["key"] = jax.random.wrap_key_data(jnp.asarray(arrays["state/key"]), impl=str(arrays["state/key_impl"]))
+    state = gibbs.GibbsState(**fields)
+    if problem.mesh is not None:
+        C, _, K = state.M.shape
+        p1, p2 = gibbs._padded_dims(problem)
+        rep = sh.replicated(problem.mesh)
+        state = gibbs.GibbsState(**{
+            f: (jax.device_put(sh.pad_rows(getattr(state, f), p1 if f == "M" else p2), sh.row_sharded(problem.mesh))
+                if f in ("M", "N") else jax.device_put(getattr(state, f), rep))
+            for f in gibbs.GibbsState._fields
+        })
+    return state
+
+
+def run_gibbs(
+    state: gibbs.GibbsState,
+    problem: gibbs.GibbsProblem,
+    prior,
+    collect: Callable[[gibbs.GibbsState], dict],
+    *,
+    num_warmup: int,
+    num_samples: int,
+    thinning: int,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 100,
+    settings: dict | None = None,
+    progress_bar: bool = True,
+) -> tuple[gibbs.GibbsState, dict[str, np.ndarray]]:
+    """Run ``num_warmup + num_samples`` sweeps from ``state`` (or from ``checkpoint`` when
+    that file exists and was written with the same ``settings``), collecting
+    ``collect(state)`` at each kept iteration (the iterations NumPyro's ``MCMC`` keeps).
+
+    Returns the final state and the collected draws, each (chain, draw, ...).
+    A non-finite draw raises ``FloatingPointError`` (:func:`gibbs.check_failure`) at the
+    next checkpoint or at the end.
+    """
+    total = num_warmup + num_samples
+    settings = dict(settings or {})
+    draws: list[dict] = []
+    if checkpoint is not None and Path(checkpoint).exists():
+        stored, arrays = load_npz(checkpoint)
+        check_settings(checkpoint, stored, settings)
+        state = _restore_state(arrays, problem)
+        n = int(arrays["num_draws"])
+        names = [k[len("draws/"):] for k in arrays if k.startswith("draws/")]
+        draws = [{k: arrays[f"draws/{k}"][i] for k in names} for i in range(n)]
+
+    @jax.jit
+    def advance(state, problem, n):
+        return jax.lax.fori_loop(0, n, lambda _, s: gibbs.step(s, problem, prior), state)
+
+    collect_jit = jax.jit(collect)
+
+    def save(state):
+        it = int(state.iteration)
+        # an interrupt can fall between a segment and its collection
+        if len(draws) < _num_kept(it, num_warmup, num_samples, thinning):
+            draws.append(collect_jit(state))
+        arrays = _state_arrays(state, problem)
+        arrays["num_draws"] = np.asarray(len(draws))
+        if draws:
+            for k in draws[0]:
+                arrays[f"draws/{k}"] = np.stack([np.asarray(d[k]) for d in draws])
+        save_npz(checkpoint, settings, arrays)
+
+    it = int(state.iteration)
+    every = checkpoint_every if checkpoint is not None else total
+    with tqdm(total=total, initial=it, disable=not progress_bar, desc="gibbs") as bar:
+        try:
+            while it < total:
+                nxt = min(total, (it // every + 1) * every)
+                # the next kept iteration, if before the next checkpoint
+                for j in range(it + 1, nxt + 1):
+                    if _is_kept(j, num_warmup, num_samples, thinning):
+                        nxt = j
+                        break
+                state = advance(state, problem, nxt - it)
+                if _is_kept(nxt, num_warmup, num_samples, thinning):
+                    draws.append(collect_jit(state))
+                bar.update(nxt - it)
+                it = nxt
+                if checkpoint is not None and (it % every == 0 or it == total):
+                    gibbs.check_failure(state)
+                    save(state)
+        except KeyboardInterrupt:
+            if checkpoint is not None:
+                save(state)
+                raise KeyboardInterrupt(
+                    f"interrupted after {int(state.iteration)} of {total} sweeps; the work done is saved in "
+                    f"{str(checkpoint)!r}: call fit again with the same arguments to resume"
+                ) from None
+            raise
+    gibbs.check_failure(state)
+    stacked = {}
+    if draws:
+        for k in draws[0]:
+            # (draw, chain, ...) -> (chain, draw, ...)
+            stacked[k] = np.swapaxes(np.stack([np.asarray(d[k]) for d in draws]), 0, 1)
+    return state, stacked

@@ -1,0 +1,107 @@
+"""Sharding the Gibbs sweep over several devices with JAX's own engine.
+
+The rows of ``M`` and the ratings grouped by row are split into ``D`` contiguous blocks,
+one per device of a one-axis :class:`jax.sharding.Mesh`; likewise the rows of ``N`` and
+the ratings grouped by column.  In a sweep (``jax.shard_map``) each device all-gathers
+the other factor, builds and factorises the precisions of its own rows, and draws them;
+``S_h`` is a ``psum``; ``gamma`` is drawn once, replicated.  The standard normals of every
+row are generated from the same keys as on one device, so a sharded run reproduces a
+single-device run draw for draw up to the rounding of the ``psum`` (exactly, in practice,
+for the factors).  The same code runs on several GPUs, or several hosts after
+``jax.distributed.initialize()``.
+
+Each block has ``ceil(m / D)`` rows; the padding rows have no ratings and a zero normal
+draw, so they stay exactly zero and add nothing to ``S``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from .kernels import CSR
+
+__all__ = ["AXIS", "make_mesh", "padded_size", "shard_csr", "replicated", "row_sharded"]
+
+#: name of the mesh axis over which rows are sharded
+AXIS = "rows"
+
+
+def make_mesh(devices) -> Mesh:
+    """A one-axis mesh over ``devices`` (a non-empty sequence of distinct JAX devices)."""
+    if isinstance(devices, Mesh):
+        if devices.axis_names != (AXIS,):
+            raise ValueError(f"devices: a Mesh must have the single axis {AXIS!r}, got {devices.axis_names}")
+        return devices
+    try:
+        devs = list(devices)
+    except TypeError:
+        raise ValueError(f"devices must be a sequence of jax devices, got {devices!r}") from None
+    if not devs:
+        raise ValueError("devices must not be empty")
+    for d in devs:
+        if not isinstance(d, jax.Device):
+            raise ValueError(f"devices must be jax devices (e.g. jax.devices()), got {d!r}")
+    if len({d.id for d in devs}) != len(devs):
+        raise ValueError("devices contains the same device more than once")
+    return Mesh(np.array(devs), (AXIS,))
+
+
+def padded_size(m: int, num_shards: int) -> int:
+    """``m`` rounded up to a multiple of ``num_shards``."""
+    return -(-m // num_shards) * num_shards
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def row_sharded(mesh: Mesh) -> NamedSharding:
+    """Sharding of (C, m_pad, K) factor arrays: rows split over the mesh axis."""
+    return NamedSharding(mesh, P(None, AXIS, None))
+
+
+def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh) -> CSR:
+    """Per-device CSR blocks of the ``m x m_other`` rating pattern ``view``.
+
+    Arrays get a leading device axis (sharded over the mesh): ``indptr`` (D, b+1) local
+    to the block of ``b = ceil(m / D)`` rows, ``index`` / ``values`` / ``ones`` (D, nnz_max)
+    padded after the block's last entry (ignored by the CSR product).  The column indices
+    refer to the all-gathered other factor (``m_other`` padded to a multiple of D rows).
+    """
+    D = mesh.devices.size
+    m, m_other = shape
+    b = padded_size(m, D) // D
+    indptr = np.asarray(view.indptr, np.int64)
+    bounds = [(min(d * b, m), min((d + 1) * b, m)) for d in range(D)]
+    nnz = [int(indptr[hi] - indptr[lo]) for lo, hi in bounds]
+    width = max(max(nnz), 1)
+    ip = np.zeros((D, b + 1), np.int32)
+    ix = np.zeros((D, width), np.int32)
+    vals = np.zeros((D, width), np.dtype(dtype))
+    ones = np.zeros((D, width), np.dtype(dtype))
+    for d, (lo, hi) in enumerate(bounds):
+        start = indptr[lo]
+        local = indptr[lo : hi + 1] - start
+        ip[d, : hi - lo + 1] = local
+        ip[d, hi - lo + 1 :] = local[-1]  # padding rows: empty
+        k = nnz[d]
+        ix[d, :k] = view.index[start : start + k]
+        vals[d, :k] = view.values[start : start + k]
+        ones[d, :k] = 1
+    sharding = NamedSharding(mesh, P(AXIS))
+    put = lambda x: jax.device_put(x, sharding)  # noqa: E731
+    return CSR(put(ip), put(ix), put(vals), put(ones), (b, padded_size(m_other, D)))
+
+
+def local_csr(block: CSR) -> CSR:
+    """Inside ``shard_map``: the device's own block (drop the leading axis of size 1)."""
+    return CSR(block.indptr[0], block.index[0], block.values[0], block.ones[0], block.shape)
+
+
+def pad_rows(x: jax.Array, m_pad: int) -> jax.Array:
+    """Zero-pad the row axis (1) of a (C, m, K) array to ``m_pad`` rows."""
+    return jnp.pad(x, ((0, 0), (0, m_pad - x.shape[1]), (0, 0)))

@@ -1,0 +1,62 @@
+"""Run by ``tests/inference/test_sharding.py`` in a child process with four CPU devices
+(``XLA_FLAGS=--xla_force_host_platform_device_count=4``, which must be set before JAX
+starts): the same fits on one device and sharded over four; prints the largest
+differences as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import bmczoo as bmc  # noqa: E402
+
+
+def data():
+    # 43 x 30 (not multiples of 4: padding rows), with an empty row and an empty column
+    sim = bmc.datasets.simulate_paper(43, seed=2, m2=30)
+    tr = sim.train
+    keep = (tr.rows != 5) & (tr.cols != 7)
+    return tr.subset(np.flatnonzero(keep))
+
+
+def main():
+    assert len(jax.devices()) == 4, jax.devices()
+    train = data()
+    test = train.subset(np.arange(25))
+    out = {"devices": len(jax.devices())}
+    kw = dict(K=4, num_warmup=10, num_samples=30, thinning=3, num_chains=2, progress_bar=False, seed=7,
+              store_factors=True, test=test, dtype=jnp.float64)
+    for name, prior in (("discrete", bmc.priors.Discrete()), ("gamma", bmc.priors.Gamma(beta=10.0))):
+        one = bmc.fit(train, prior=prior, **kw)
+        four = bmc.fit(train, prior=prior, devices=jax.devices(), **kw)
+        with tempfile.TemporaryDirectory() as tmp:
+            four_ck = bmc.fit(train, prior=prior, devices=jax.devices()[:3], checkpoint=os.path.join(tmp, "c.npz"),
+                              checkpoint_every=9, **kw)
+        for tag, other in (("four", four), ("three_checkpointed", four_ck)):
+            for k in one.samples:
+                scale = max(float(np.max(np.abs(one.samples[k]))), 1.0)
+                out[f"{name}/{tag}/{k}"] = float(np.max(np.abs(one.samples[k] - other.samples[k]))) / scale
+            out[f"{name}/{tag}/pred_mean"] = float(np.max(np.abs(one.pred_mean - other.pred_mean)))
+            out[f"{name}/{tag}/shape_M"] = list(other.samples["M"].shape) == list(one.samples["M"].shape)
+    for name, prior in (("vb_ig", bmc.priors.InverseGamma()),):
+        vkw = dict(K=4, method="vb", max_iter=15, tol=0.0, num_chains=2, progress_bar=False, seed=7, test=test,
+                   dtype=jnp.float64)
+        one = bmc.fit(train, prior=prior, **vkw)
+        four = bmc.fit(train, prior=prior, devices=jax.devices(), **vkw)
+        for f in ("m", "n", "V_diag", "W_diag", "elbo"):
+            a, b = getattr(one, f), getattr(four, f)
+            out[f"{name}/{f}"] = float(np.max(np.abs(a - b))) / max(float(np.max(np.abs(a))), 1.0)
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

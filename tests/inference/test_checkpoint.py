@@ -1,0 +1,148 @@
+"""Checkpoint / resume: the checkpointing driver reproduces NumPyro's MCMC run exactly,
+a run interrupted by Ctrl-C (a real SIGINT) and resumed produces exactly the draws of an
+uninterrupted run, and a checkpoint of another run is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bmczoo as bmc
+from bmczoo.inference import checkpoint as ck
+
+SCRIPT = Path(__file__).parent / "scripts" / "interrupt_run.py"
+
+
+def _data():
+    sim = bmc.datasets.simulate_paper(40, seed=1)
+    return sim.train, sim.train.subset(np.arange(30))
+
+
+def _gibbs_kw(test, **over):
+    kw = dict(K=3, prior=bmc.priors.Discrete(), num_warmup=10, num_samples=37, thinning=4, num_chains=2,
+              progress_bar=False, seed=3, store_factors=True, test=test)
+    kw.update(over)
+    return kw
+
+
+def _assert_same_gibbs(a, b):
+    assert a.samples.keys() == b.samples.keys()
+    for k in a.samples:
+        np.testing.assert_array_equal(a.samples[k], b.samples[k], err_msg=k)
+    np.testing.assert_array_equal(a.pred_mean, b.pred_mean)
+    np.testing.assert_array_equal(a.rmse_draw, b.rmse_draw)
+    np.testing.assert_array_equal(a.rmse_mean, b.rmse_mean)
+
+
+def test_checkpoint_driver_equals_numpyro_mcmc(tmp_path):
+    train, test = _data()
+    kw = _gibbs_kw(test)
+    a = bmc.fit(train, **kw)
+    b = bmc.fit(train, checkpoint=tmp_path / "run.npz", checkpoint_every=7, **kw)
+    assert a.mcmc is not None and b.mcmc is None
+    _assert_same_gibbs(a, b)
+    # a finished checkpoint is loaded, not rerun
+    c = bmc.fit(train, checkpoint=tmp_path / "run.npz", checkpoint_every=7, **kw)
+    _assert_same_gibbs(a, c)
+
+
+@pytest.mark.parametrize("method", ["gibbs", "vb"])
+def test_resume_after_interrupt_gives_the_uninterrupted_run(tmp_path, method):
+    """Ctrl-C (a real SIGINT) after the first checkpoint: the run saves the work done and
+    stops; calling fit again resumes it, and the result equals an uninterrupted run."""
+    path = tmp_path / "run.npz"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), method, str(path)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, "the run finished before the interrupt; make it longer"
+    assert "KeyboardInterrupt" in err and "saved in" in err, err
+    settings, arrays = ck.load_npz(path)
+    spec = json.loads(out.splitlines()[0])
+    if method == "gibbs":
+        done = int(arrays["state/iteration"])
+        assert 0 < done < spec["total"]
+    else:
+        assert 0 < arrays["elbo"].shape[0] < spec["total"]
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from interrupt_run import arguments
+    finally:
+        sys.path.pop(0)
+    train, kw = arguments(method)
+    kw["progress_bar"] = False
+    resumed = bmc.fit(train, checkpoint=path, **kw)
+    full = bmc.fit(train, **kw)
+    if method == "gibbs":
+        _assert_same_gibbs(full, resumed)
+    else:
+        for f in ("m", "n", "V_diag", "W_diag", "elbo"):
+            np.testing.assert_array_equal(getattr(full, f), getattr(resumed, f), err_msg=f)
+
+
+def test_vb_checkpoint_continues_with_more_iterations(tmp_path):
+    train, test = _data()
+    kw = dict(K=3, prior=bmc.priors.InverseGamma(), method="vb", tol=0.0, num_chains=2, progress_bar=False,
+              seed=3, test=test)
+    full = bmc.fit(train, max_iter=24, **kw)
+    bmc.fit(train, max_iter=10, checkpoint=tmp_path / "vb.npz", checkpoint_every=4, **kw)
+    more = bmc.fit(train, max_iter=24, checkpoint=tmp_path / "vb.npz", checkpoint_every=4, **kw)
+    for f in ("m", "n", "V_diag", "W_diag", "elbo", "rmse_trace"):
+        np.testing.assert_array_equal(getattr(full, f), getattr(more, f), err_msg=f)
+
+
+def test_checkpoint_of_another_run_is_refused(tmp_path):
+    train, test = _data()
+    path = tmp_path / "run.npz"
+    kw = _gibbs_kw(test, num_samples=8, thinning=1)
+    bmc.fit(train, checkpoint=path, **kw)
+    with pytest.raises(ValueError, match="different run: seed"):
+        bmc.fit(train, checkpoint=path, **{**kw, "seed": 4})
+    with pytest.raises(ValueError, match="different run: hyperparameters"):
+        bmc.fit(train, checkpoint=path, **{**kw, "prior": bmc.priors.Discrete(eps=0.01)})
+    with pytest.raises(ValueError, match="different run: data"):
+        bmc.fit(train.with_values(train.values + 1.0), checkpoint=path, **{**kw, "center": False})
+    with pytest.raises(ValueError, match="different run: method"):
+        bmc.fit(train, checkpoint=path, method="vb", K=3, progress_bar=False, seed=3, test=test)
+
+
+def test_bad_checkpoint_arguments(tmp_path):
+    train, _ = _data()
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        bmc.fit(train, K=2, checkpoint=tmp_path / "a.npz", checkpoint_every=0, progress_bar=False)
+    with pytest.raises(ValueError, match="checkpoint= applies"):
+        bmc.fit(train, K=2, method="svi", checkpoint=tmp_path / "a.npz", progress_bar=False)
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip file")
+    with pytest.raises(ValueError, match="not a readable .npz"):
+        bmc.fit(train, K=2, checkpoint=bad, num_samples=4, thinning=1, progress_bar=False)
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    """A failure while writing leaves the previous checkpoint intact and no temporary file."""
+    path = tmp_path / "c.npz"
+    ck.save_npz(path, {"a": 1}, {"x": np.arange(3)})
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", broken)
+    with pytest.raises(OSError, match="disk full"):
+        ck.save_npz(path, {"a": 2}, {"x": np.arange(4)})
+    settings, arrays = ck.load_npz(path)
+    assert settings == {"a": 1} and arrays["x"].tolist() == [0, 1, 2]
+    assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]

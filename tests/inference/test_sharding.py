@@ -1,0 +1,68 @@
+"""Sharding over several devices (``devices=``): on this CPU machine, four devices from
+``XLA_FLAGS=--xla_force_host_platform_device_count=4`` in a child process (the flag must
+be set before JAX starts).  Sharded runs equal single-device runs with the same key."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import bmczoo as bmc
+from bmczoo.inference import sharding
+
+SCRIPT = Path(__file__).parent / "scripts" / "four_devices.py"
+
+# Differences come only from the summation order of psum (S_h) and of the all-gathered
+# products, i.e. float64 rounding (eps ~ 2.2e-16) amplified through a few dozen sweeps;
+# 1e6 eps leaves room for that amplification while any wrong row, key or padding gives
+# differences of order one.
+TOL = 1e6 * np.finfo(np.float64).eps
+
+
+@pytest.fixture(scope="module")
+def four_device_run():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    res = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_four_devices_equal_one_device(four_device_run):
+    out = four_device_run
+    assert out["devices"] == 4
+    shapes = {k: v for k, v in out.items() if k.endswith("shape_M")}
+    assert shapes and all(shapes.values()), shapes  # padding rows are not returned
+    diffs = {k: v for k, v in out.items() if not isinstance(v, bool) and k != "devices"}
+    assert any(k.startswith("vb_ig/") for k in diffs) and any("/three_checkpointed/" in k for k in diffs)
+    bad = {k: v for k, v in diffs.items() if not v <= TOL}
+    assert not bad, bad
+
+
+def test_bad_devices_argument():
+    sim = bmc.datasets.simulate_paper(20, seed=0)
+    with pytest.raises(ValueError, match="devices must not be empty"):
+        bmc.fit(sim.train, K=2, devices=[], progress_bar=False)
+    with pytest.raises(ValueError, match="must be jax devices"):
+        bmc.fit(sim.train, K=2, devices=["gpu0"], progress_bar=False)
+    with pytest.raises(ValueError, match="more than once"):
+        bmc.fit(sim.train, K=2, devices=[jax.devices()[0]] * 2, progress_bar=False)
+    with pytest.raises(ValueError, match="runs on one device"):
+        bmc.fit(sim.train, K=2, method="svi", devices=jax.devices(), progress_bar=False)
+
+
+def test_one_device_mesh_is_the_plain_run():
+    """devices=[the default device] goes through shard_map with one block: same draws."""
+    sim = bmc.datasets.simulate_paper(21, seed=0)
+    kw = dict(K=2, num_warmup=5, num_samples=10, thinning=1, progress_bar=False, seed=1)
+    a = bmc.fit(sim.train, **kw)
+    b = bmc.fit(sim.train, devices=jax.devices()[:1], **kw)
+    tol = 1e6 * np.finfo(np.float32).eps  # float32 run: the same argument as TOL
+    np.testing.assert_allclose(b.samples["gamma"], a.samples["gamma"], rtol=tol, atol=tol)
+    assert sharding.padded_size(21, 4) == 24
