@@ -38,6 +38,7 @@ def test_fit_vb_writes_predictions(tmp_path, capsys):
         (["fit", "--data", "sim:30", "--hyper", "eps=-1"], "eps"),
         (["fit", "--data", "sim:30", "--hyper", "nope=1"], "nope"),
         (["fit", "--data", "sim:30", "-K", "0"], "K"),
+        (["reproduce", "simulation-m", "--quick", "--jobs", "0"], "--jobs"),
     ],
 )
 def test_bad_arguments_give_one_line_error(argv, message, capsys):
@@ -50,6 +51,13 @@ def test_bad_arguments_give_one_line_error(argv, message, capsys):
 def test_module_entry_point_help():
     r = subprocess.run([sys.executable, "-m", "bmczoo", "fit", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--prior" in r.stdout
+
+
+def test_reproduce_help_mentions_jobs_and_start(capsys):
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--jobs N" in out and "spike" in out
 
 
 @pytest.mark.skipif(not U_DATA.exists(), reason=f"{U_DATA} not present")

@@ -55,5 +55,14 @@ class InverseGamma(Prior):
         return dist.InverseGamma(self.a, self.b).log_prob(gamma)
 
     def init_gamma(self, K, d, dtype=jnp.float32):
-        # the prior mode b/(a+1): finite for every a > 0
-        return jnp.full((K,), self.b / (self.a + 1.0), dtype)
+        """``gamma_h = 1`` for every column: a scale-free start, the same as VB's.
+
+        Not the prior mode ``b/(a+1)``: with the small ``b`` the paper uses (0.001 in its
+        Table 5) the mode is ~1e-4, the first sweep then shrinks every column of ``M`` and
+        ``N`` to almost zero, ``S_h`` stays tiny, and the next ``gamma_h`` drawn from
+        ``InvGamma(a + d/2, b + S_h/2)`` is tiny again: the chain can stay collapsed at
+        ``theta ~ 0`` for thousands of sweeps (RMSE 1.1 instead of 0.21 on the paper's
+        m = 500, K = 2 simulation).  From ``gamma = 1`` the columns the data support are
+        fitted first and the others shrink within a few sweeps.
+        """
+        return jnp.full((K,), 1.0, dtype)
