@@ -168,7 +168,7 @@ class VBFit(_FitBase):
     def predict(self, rows, cols) -> np.ndarray:
         """``m_i . n_j`` (plus the centring offset, clipped) at the given entries."""
         r, c = self._check_entries(rows, cols)
-        return self._finish(np.sum(self.m[r] * self.n[c], axis=-1))
+        return self._finish(_theta_mean(self.m, self.n, r, c))
 
 
 @dataclasses.dataclass
