@@ -233,7 +233,7 @@ def _check_view(r: RatingData, view: SortedView, by_row: bool):
     m_major = r.shape[0] if by_row else r.shape[1]
     assert isinstance(view, SortedView)
     assert view.indptr.dtype == np.int32 and view.index.dtype == np.int32
-    assert view.order.dtype == np.int64
+    assert view.order.dtype == np.int32  # int64 only beyond 2^31 - 1 ratings
     assert view.indptr.shape == (m_major + 1,)
     assert view.indptr[0] == 0 and view.indptr[-1] == r.n
     assert np.all(np.diff(view.indptr) >= 0)
@@ -453,3 +453,18 @@ def test_ten_million_ratings():
     col_of = np.repeat(np.arange(m2, dtype=np.int64), np.diff(cv.indptr))
     assert np.all(np.diff(col_of * m1 + cv.index) > 0)
     np.testing.assert_array_equal(r.values[rv.order[:1000]], rv.values[:1000])
+
+
+def test_with_values_shares_the_views():
+    """with_values (and centered) reuse the validated entries' index views: same
+    structure objects, values permuted consistently with a fresh build."""
+    r = RatingData(*_random_data(n=40))
+    _ = r.row_view, r.col_view
+    c, off = r.centered()
+    fresh = RatingData(r.rows, r.cols, r.values - r.values.dtype.type(off), r.shape)
+    for name in ("row_view", "col_view"):
+        a, b = getattr(c, name), getattr(fresh, name)
+        assert getattr(c, name).order is getattr(r, name).order
+        for f in ("indptr", "index", "values", "order"):
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+        assert not a.values.flags.writeable

@@ -30,7 +30,7 @@ class SortedView(NamedTuple):
         ascending within each group.
     values : (n,) float
         The rating values in that order.
-    order : (n,) int64
+    order : (n,) int32 (int64 beyond 2^31 - 1 ratings)
         Permutation of the original positions: ``view.values == data.values[view.order]``.
     """
 
@@ -44,6 +44,18 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     a = np.ascontiguousarray(a)
     a.setflags(write=False)
     return a
+
+
+def _as_values(v: np.ndarray) -> np.ndarray:
+    """Validated float values (float32 kept, integers and other floats to float64)."""
+    if v.dtype == bool or not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
+        raise ValueError(f"values must be real numbers, got dtype {v.dtype}")
+    v = v.astype(np.result_type(v.dtype, np.float32)) if np.issubdtype(v.dtype, np.floating) else v.astype(np.float64)
+    bad = ~np.isfinite(v)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"values must be finite; values[{k}] = {v[k]}")
+    return v
 
 
 def _as_index(name: str, x, m: int) -> np.ndarray:
@@ -112,17 +124,13 @@ class RatingData:
         shape = self._check_shape(shape)
         r = _as_index("rows", r, shape[0])
         c = _as_index("cols", c, shape[1])
-        if v.dtype == bool or not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
-            raise ValueError(f"values must be real numbers, got dtype {v.dtype}")
-        v = v.astype(np.result_type(v.dtype, np.float32)) if np.issubdtype(v.dtype, np.floating) else v.astype(np.float64)
-        bad = ~np.isfinite(v)
-        if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"values must be finite; values[{k}] = {v[k]}")
+        v = _as_values(v)
         self._rows, self._cols, self._values = _frozen(r), _frozen(c), _frozen(v)
         self._shape = shape
-        # duplicate check uses the row view (built here once, cached for the hot path)
-        key_sorted = self._row_keys_sorted
+        # duplicate check uses the row view (built here once, cached for the hot path); the
+        # sorted keys are a temporary (not cached: 8 bytes a rating)
+        v = self.row_view
+        key_sorted = np.repeat(np.arange(self.shape[0], dtype=np.int64), np.diff(v.indptr)) * self.shape[1] + v.index
         dup = np.flatnonzero(key_sorted[1:] == key_sorted[:-1])
         if dup.size:
             # the stable sort keeps equal keys in input order: report the duplicate whose
@@ -208,7 +216,8 @@ class RatingData:
             indptr=_frozen(indptr.astype(np.int32)),
             index=_frozen(minor[order].astype(np.int32)),
             values=_frozen(self._values[order]),
-            order=_frozen(order.astype(np.int64)),
+            # int32 positions while they fit (half the memory on 10M-rating data)
+            order=_frozen(order.astype(np.int32 if self.n <= _INT32_MAX else np.int64)),
         )
 
     @cached_property
@@ -220,12 +229,6 @@ class RatingData:
     def col_view(self) -> SortedView:
         """Ratings grouped by column (CSR of the transpose)."""
         return self._view(self._cols, self._rows, self.shape[1], self.shape[0])
-
-    @cached_property
-    def _row_keys_sorted(self) -> np.ndarray:
-        v = self.row_view
-        rows_sorted = np.repeat(np.arange(self.shape[0], dtype=np.int64), np.diff(v.indptr))
-        return rows_sorted * self.shape[1] + v.index
 
     @cached_property
     def row_counts(self) -> np.ndarray:
@@ -287,8 +290,25 @@ class RatingData:
         return float(self._values.min()), float(self._values.max())
 
     def with_values(self, values) -> "RatingData":
-        """Same entries with new values (validated)."""
-        return RatingData(self._rows, self._cols, values, self.shape)
+        """Same entries with new values (validated).
+
+        The entries are already validated and their index views built: the new object
+        shares them (only the values are permuted into the views), which keeps e.g.
+        :meth:`centered` cheap in time and memory on 10M-rating data."""
+        v = np.asarray(values)
+        if v.ndim != 1 or v.shape[0] != self.n:
+            raise ValueError(f"values must be 1-D with the same length as the {self.n} entries, got shape {v.shape}")
+        out = object.__new__(RatingData)
+        out._rows, out._cols, out._values, out._shape = self._rows, self._cols, _frozen(_as_values(v)), self._shape
+        cache = self.__dict__
+        for name in ("row_view", "col_view"):
+            if name in cache:
+                view = cache[name]
+                out.__dict__[name] = SortedView(view.indptr, view.index, _frozen(out._values[view.order]), view.order)
+        for name in ("row_counts", "col_counts"):
+            if name in cache:
+                out.__dict__[name] = cache[name]
+        return out
 
     def centered(self, offset: float | None = None) -> tuple["RatingData", float]:
         """Ratings minus ``offset`` (the global mean by default); returns ``(data, offset)``."""
