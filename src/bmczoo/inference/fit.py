@@ -119,10 +119,14 @@ class GibbsFit(_FitBase):
         r, c = self._check_entries(rows, cols)
         keys = _entry_keys(r, c, self.shape[1])
         known = _entry_keys(self.pred_rows, self.pred_cols, self.shape[1])
+        if keys.size <= known.size and np.array_equal(keys, known[: keys.size]):
+            return self.pred_mean[: keys.size]  # e.g. fit.rmse(test) with the test set of the fit
         order = np.argsort(known, kind="stable")
-        pos = np.searchsorted(known, keys, sorter=order) if known.size else np.zeros(keys.shape, int)
+        # searchsorted on the sorted copy: with sorter= it is ~20x slower on millions of keys
+        known_sorted = known[order]
+        pos = np.searchsorted(known_sorted, keys) if known.size else np.zeros(keys.shape, int)
         pos = np.minimum(pos, max(known.size - 1, 0))
-        hit = known.size > 0 and np.all(known[order[pos]] == keys)
+        hit = known.size > 0 and np.all(known_sorted[pos] == keys)
         if hit:
             return self.pred_mean[order[pos]]
         if "M" not in self.samples:
