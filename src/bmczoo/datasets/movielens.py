@@ -182,6 +182,8 @@ def _read_ratings(data: bytes, info: MovieLensInfo, source: str) -> tuple[np.nda
         bad = ~np.isfinite(c) | (c != np.round(c)) | (np.abs(c) > 2.0**53)
         if bad.any():
             fail(bad, f"{label} must be an integer")
+        if (c < 0).any():  # MovieLens ids start at 1; a sign is a corrupt line
+            fail(c < 0, f"{label} must be a non-negative integer")
     bad = ~np.isfinite(table[:, 2])
     if bad.any():
         fail(bad, "rating must be finite")
@@ -449,9 +451,11 @@ def load_movielens(
     Raises
     ------
     ValueError
-        Unknown ``name``; a corrupt or truncated file (wrong number of fields, empty or
-        non-numeric field, non-integer id, duplicate rating): the message names the file
-        and the line; a download whose checksum does not match or an unsafe archive.
+        Unknown ``name``; ``download`` or ``return_ids`` not a bool; a corrupt or truncated
+        file (wrong number of fields, empty or non-numeric field, negative or non-integer
+        id, non-finite rating, duplicate rating): the message names the file and the line;
+        a corrupt zip archive; a download whose checksum does not match or an unsafe
+        archive.
     FileNotFoundError
         ``path`` does not exist or holds no ratings file; or the data is not cached and
         ``download=False``.
@@ -463,6 +467,10 @@ def load_movielens(
     (100000, (943, 1682))
     """
     info = DATASETS[resolve_name(name)]
+    for flag_name, flag in (("download", download), ("return_ids", return_ids)):
+        # a truthy string such as "no" must not silently mean "yes, use the network"
+        if not isinstance(flag, (bool, np.bool_)):
+            raise ValueError(f"{flag_name} must be True or False, got {flag!r}")
     if path is not None:
         p = Path(path).expanduser()
         if p.is_dir():

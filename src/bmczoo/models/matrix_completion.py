@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from .._checks import check_K, check_prior, check_ratings, likelihood_precision
+from .._checks import check_K, check_positive_int, check_prior, check_ratings, likelihood_precision
 from ..data import RatingData
 from ..priors import Prior
 
@@ -66,6 +67,13 @@ def matrix_completion(
     prior = check_prior(prior)
     K = check_K(K, ratings.shape)
     tau = likelihood_precision(ratings.n, lam, noise_sd)
+    for name, flag in (("observed", observed), ("marginal", marginal)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False, got {flag!r}")
+    if subsample_size is not None:
+        subsample_size = check_positive_int("subsample_size", subsample_size)
+        if subsample_size > ratings.n:
+            raise ValueError(f"subsample_size={subsample_size} exceeds the number of ratings {ratings.n}")
     m1, m2 = ratings.shape
     if marginal:
         flat = dist.ImproperUniform(dist.constraints.real_matrix, (), (m1, K))

@@ -70,19 +70,19 @@ class Gamma(Prior):
     def vb_update(self, ES, d):
         # Z = int Gamma(g; (d+1)/2, r) g^(-d/2) exp(-E/(2g)) dg
         #   = r^a / Gamma(a) * 2 (E / (2r))^(1/4) K_{1/2}(sqrt(2 r E)),  a = (d+1)/2,
-        # with K_{1/2}(z) = sqrt(pi / (2z)) exp(-z); sqrt(2 r E) = beta sqrt(E).
+        # with K_{1/2}(z) = sqrt(pi / (2z)) exp(-z); sqrt(2 r E) = beta sqrt(E).  The powers
+        # of E cancel exactly ((E/2r)^(1/4) z^(-1/2) = beta^(-1), as 2r = beta^2):
+        #   log Z = a log r - lgamma(a) + log(2) + (1/2) log(pi/2) - log(beta) - beta sqrt(E),
+        # which is finite at E = 0 (where Z = r^(d/2) Gamma(1/2) / Gamma(a)).  Writing it with
+        # log(E) - log(E) instead gives NaN at E = 0 and, in float32, rounds each of the
+        # large terms separately: the constant is summed once, in double precision.
         a = self.concentration(d)
-        r = self.rate
-        z = self.beta * jnp.sqrt(ES)
-        logz = (
-            a * math.log(r)
-            - math.lgamma(a)
-            + math.log(2.0)
-            + 0.25 * jnp.log(ES / (2.0 * r))
-            + 0.5 * jnp.log(math.pi / 2.0)
-            - 0.5 * jnp.log(z)
-            - z
+        const = (
+            a * math.log(self.rate) - math.lgamma(a) + math.log(2.0) + 0.5 * math.log(math.pi / 2.0)
+            - math.log(self.beta)
         )
+        z = self.beta * jnp.sqrt(ES)
+        logz = const - z
         return VBGamma(
             inv_mean=self.beta / jnp.sqrt(ES),
             log_normalizer=logz,
