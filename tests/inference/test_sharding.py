@@ -20,10 +20,11 @@ from bmczoo.inference import sharding
 SCRIPT = Path(__file__).parent / "scripts" / "four_devices.py"
 
 # Differences come only from the summation order of psum (S_h) and of the all-gathered
-# products, i.e. float64 rounding (eps ~ 2.2e-16) amplified through a few dozen sweeps;
-# 1e6 eps leaves room for that amplification while any wrong row, key or padding gives
-# differences of order one.
-TOL = 1e6 * np.finfo(np.float64).eps
+# products, i.e. float64 rounding (eps ~ 2.2e-16) propagated through the chain: plain
+# Gibbs forgets its state and stays near 1e-13 after 40 sweeps, the over-relaxed updates
+# (rho = -0.7) carry it forward and reach ~2e-9.  sqrt(eps) ~ 1.5e-8 bounds that with room,
+# while any wrong row, key or padding gives differences of order one.
+TOL = np.sqrt(np.finfo(np.float64).eps)
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,6 @@ def test_one_device_mesh_is_the_plain_run():
     kw = dict(K=2, num_warmup=5, num_samples=10, thinning=1, progress_bar=False, seed=1)
     a = bmc.fit(sim.train, **kw)
     b = bmc.fit(sim.train, devices=jax.devices()[:1], **kw)
-    tol = 1e6 * np.finfo(np.float32).eps  # float32 run: the same argument as TOL
+    tol = 1e3 * np.finfo(np.float32).eps  # one device through shard_map: only the rounding of S differs
     np.testing.assert_allclose(b.samples["gamma"], a.samples["gamma"], rtol=tol, atol=tol)
     assert sharding.padded_size(21, 4) == 24

@@ -303,6 +303,7 @@ def fit(
     subsample_size: int | None = None,
     checkpoint: str | None = None,
     checkpoint_every: int = 100,
+    overrelax: float = 0.0,
 ):
     """Fit the low-rank model to ``train``.
 
@@ -356,6 +357,11 @@ def fit(
         slab ``C`` for the discrete prior, i.e. every column active).  The spike-and-slab
         posterior can be multimodal with rare switches between modes; comparing chains
         started from the slab and from the spike shows whether that matters for a problem.
+    overrelax : float
+        Gibbs: Adler over-relaxation coefficient ``rho`` in (-1, 1) of the row updates
+        (0: plain Gibbs, the paper's sampler).  Each update stays exact for the posterior;
+        ``rho = -0.7`` makes theta entries' autocorrelations vanish within a few lags on
+        the paper's problems (about 3x the effective sample size for 15% more time).
     checkpoint : path, optional
         Gibbs and VB: save the state (``.npz``) every ``checkpoint_every`` iterations and
         when interrupted (Ctrl-C); if the file exists, resume from it.  A resumed run
@@ -392,6 +398,10 @@ def fit(
         if not isinstance(checkpoint, (str, os.PathLike)):
             raise ValueError(f"checkpoint must be a file path, got {checkpoint!r}")
     checkpoint_every = check_positive_int("checkpoint_every", checkpoint_every)
+    from .gibbs import check_overrelax
+
+    if check_overrelax(overrelax) != 0.0 and method != "gibbs":
+        raise ValueError(f"overrelax applies to method='gibbs', not {method!r}")
     seed = _check_seed(seed)
     for name, flag in (("progress_bar", progress_bar), ("center", center)):
         if not isinstance(flag, (bool, np.bool_)):
@@ -431,7 +441,7 @@ def fit(
         return _fit_gibbs(
             train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
             num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method, init_gamma,
-            devices=devices, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+            devices=devices, checkpoint=checkpoint, checkpoint_every=checkpoint_every, overrelax=overrelax,
         )
 
 
@@ -508,9 +518,10 @@ def _run_settings(method, train, prep, prior, K, seed, dtype, **extra) -> dict:
 
 def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar, dtype,
                num_warmup, num_samples, thinning, num_chains, track, store_factors, chain_method, init_gamma,
-               devices=None, checkpoint=None, checkpoint_every=100):
+               devices=None, checkpoint=None, checkpoint_every=100, overrelax=0.0):
     from . import gibbs
 
+    overrelax = gibbs.check_overrelax(overrelax)
     num_warmup, num_samples, thinning, num_chains = _check_sampler_args(num_warmup, num_samples, thinning, num_chains)
     m1, m2 = train.shape
     track_rc = _track_entries(train, track, seed)
@@ -534,7 +545,7 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
         kernel = ConjugateGibbs(
             num_samples=num_samples, thinning=thinning, predict=(prep.pred_rows, prep.pred_cols),
             test_values=prep.test_values, offset=prep.offset, clip=prep.clip, track=track_rc,
-            store_factors=store, dtype=dtype, devices=devices,
+            store_factors=store, dtype=dtype, devices=devices, overrelax=overrelax,
         )
         mcmc = MCMC(
             kernel, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning, num_chains=num_chains,
@@ -552,6 +563,7 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
             prep.fit_data, prep.tau, dtype=dtype, predict=(prep.pred_rows, prep.pred_cols),
             test_values=prep.test_values, offset=prep.offset, clip=prep.clip, track=track_rc,
             num_warmup=num_warmup, thinning=thinning, num_total=num_warmup + num_samples, mesh=devices,
+            overrelax=overrelax,
         )
         key = jax.random.key(seed)
         keys = key[None] if num_chains == 1 else jax.random.split(key, num_chains)
@@ -560,7 +572,7 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
         settings = _run_settings(
             "gibbs", train, prep, prior, K, seed, dtype, num_warmup=num_warmup, num_samples=num_samples,
             thinning=thinning, num_chains=num_chains, track=fingerprint(*track_rc), store_factors=store,
-            init_gamma=None if init_gamma is None else [float(x) for x in g],
+            init_gamma=None if init_gamma is None else [float(x) for x in g], overrelax=overrelax,
         )
         core, samples = run_gibbs(
             core, problem, prior, lambda s: gibbs.draws(s, problem, store), num_warmup=num_warmup,
@@ -577,7 +589,7 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
         "gibbs", prior, K, lam, noise_sd, prep, center, seed, num_warmup=num_warmup,
         num_samples=num_samples, thinning=thinning, num_chains=num_chains, num_kept=num_kept,
         dtype=str(core.M.dtype), devices=None if devices is None else int(devices.devices.size),
-        checkpoint=None if checkpoint is None else str(checkpoint),
+        checkpoint=None if checkpoint is None else str(checkpoint), overrelax=overrelax,
     )
     result = GibbsFit(
         samples=samples,

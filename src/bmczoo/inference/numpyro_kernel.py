@@ -74,6 +74,8 @@ class ConjugateGibbs(MCMCKernel):
     devices : sequence of jax devices or Mesh, optional
         Shard each sweep over these devices (:mod:`bmczoo.inference.sharding`); the draws
         equal those of a single-device run with the same key.
+    overrelax : float
+        Coefficient in (-1, 1) of the over-relaxed row updates (0: plain Gibbs draws).
 
     After ``mcmc.run``, :func:`bmczoo.inference.gibbs.check_failure` on
     ``mcmc.last_state.core`` raises if any draw was non-finite (``bmc.fit`` does this).
@@ -95,6 +97,7 @@ class ConjugateGibbs(MCMCKernel):
         store_factors: bool = False,
         dtype=None,
         devices=None,
+        overrelax: float = 0.0,
     ):
         self._model = model
         self._num_samples = num_samples
@@ -107,6 +110,7 @@ class ConjugateGibbs(MCMCKernel):
         self._store_factors = bool(store_factors)
         self._dtype = dtype
         self._devices = devices
+        self._overrelax = gibbs.check_overrelax(overrelax)
         self._prior = None
         self._batched = False
 
@@ -147,6 +151,7 @@ class ConjugateGibbs(MCMCKernel):
             thinning=self._thinning,
             num_total=num_total,
             mesh=self._devices,
+            overrelax=self._overrelax,
         )
         self._batched = not is_prng_key(rng_key)
         keys = rng_key if self._batched else rng_key[None]
