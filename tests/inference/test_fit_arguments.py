@@ -64,3 +64,35 @@ def test_get_prior_errors():
         bmc.priors.get_prior("fixed", foo=1.0)
     with pytest.raises(ValueError, match="unknown prior"):
         bmc.priors.get_prior("nope")
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(init_gamma=[1.0, 2.0, 3.0]), "init_gamma must be a positive number or an array of K=2"),
+        (dict(method="vb", thinning=0), "thinning"),
+        (dict(method="vb", num_warmup=-1), "num_warmup"),
+        (dict(method="vb", init_gamma=-1.0), "init_gamma"),
+        (dict(method="svi", num_chains=0), "num_chains"),
+        (dict(method="gibbs", max_iter=0), "max_iter"),
+        (dict(method="gibbs", tol=-1.0), "tol"),
+        (dict(method="gibbs", subsample_size=0), "subsample_size"),
+        (dict(method="vb", num_steps=0), "num_steps"),
+        (dict(method="vb", overrelax=-0.5), "overrelax applies to method='gibbs'"),
+        (dict(overrelax=1.0), r"overrelax must be in \(-1, 1\)"),
+        (dict(overrelax="a lot"), "overrelax must be a number"),
+    ],
+)
+def test_arguments_are_checked_whatever_the_method(kw, match):
+    """A bad value is reported even when the chosen method does not use the argument."""
+    train = bmc.datasets.simulate_paper(20, seed=1).train
+    with pytest.raises(ValueError, match=match):
+        bmc.fit(train, 2, progress_bar=False, **kw)
+
+
+def test_rank_posterior_threshold_is_checked():
+    train = bmc.datasets.simulate_paper(20, seed=1).train
+    fit = bmc.fit(train, 2, method="vb", max_iter=3, progress_bar=False)
+    for bad in ("x", None, float("nan")):
+        with pytest.raises(ValueError, match="threshold"):
+            fit.rank_posterior(bad)

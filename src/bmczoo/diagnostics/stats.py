@@ -154,6 +154,8 @@ def rank_posterior(fit, threshold: float, *, num_draws: int = 500, seed: int = 0
     ``q`` (independent ``q(gamma_h)``: a Poisson-binomial law of the tail probabilities
     of each factor), falling back on ``num_draws`` draws from ``q`` for an unknown ``q``.
     """
+    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
+        raise ValueError(f"threshold must be a real number, got {threshold!r}")
     threshold = float(threshold)
     if not math.isfinite(threshold):
         raise ValueError(f"threshold must be finite, got {threshold!r}")

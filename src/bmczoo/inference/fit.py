@@ -410,6 +410,24 @@ def fit(
         raise ValueError(f"store_factors must be True, False or 'auto', got {store_factors!r}")
     if lam is not None:  # noise_sd is unused then, but a bad value is still a mistake
         likelihood_precision(1, None, noise_sd)
+    # every argument is checked whatever the method: a bad value is a mistake even where
+    # this method ignores it
+    _check_sampler_args(num_warmup, num_samples, thinning, num_chains)
+    check_positive_int("max_iter", max_iter)
+    if isinstance(tol, (bool, np.bool_)) or not isinstance(tol, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(tol) or tol < 0:
+        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
+    check_positive_int("num_steps", num_steps)
+    if subsample_size is not None:
+        check_positive_int("subsample_size", subsample_size)
+    if init_gamma is not None:
+        try:
+            g = np.broadcast_to(np.asarray(init_gamma, np.float64), (K,))
+        except (ValueError, TypeError):
+            raise ValueError(f"init_gamma must be a positive number or an array of K={K} of them, "
+                             f"got {init_gamma!r}") from None
+        if not np.all(np.isfinite(g) & (g > 0)):
+            raise ValueError(f"init_gamma must be finite and > 0, got {init_gamma!r}")
     prep = _prepare(train, test, predict, center, clip, lam, noise_sd)
     if dtype is None:
         dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
