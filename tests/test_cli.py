@@ -76,3 +76,18 @@ def test_fit_movielens_file_gibbs_discrete(capsys):
     assert rc == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("test_rmse=") and float(last.split("=")[1]) <= 0.915
+
+
+def test_fit_checkpoint_and_overrelax(tmp_path, capsys):
+    from bmczoo.cli import main
+
+    ck = tmp_path / "run.npz"
+    args = ["fit", "--data", "sim:30", "-K", "2", "--num-warmup", "5", "--num-samples", "10", "--thinning", "1",
+            "--quiet", "--overrelax", "-0.7", "--checkpoint", str(ck), "--checkpoint-every", "4"]
+    assert main(args) == 0
+    first = capsys.readouterr().out.strip().splitlines()[-1]
+    assert ck.exists() and first.startswith("theta_rmse=")
+    assert main(args) == 0  # resumed from the finished checkpoint: the same result
+    assert capsys.readouterr().out.strip().splitlines()[-1] == first
+    assert main(args[:-4] + ["--overrelax", "1.5"]) == 2
+    assert "overrelax must be in (-1, 1)" in capsys.readouterr().err

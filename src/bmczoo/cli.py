@@ -94,7 +94,8 @@ def _cmd_fit(args) -> int:
         train, K=args.K, prior=prior, method=args.method, num_warmup=args.num_warmup,
         num_samples=args.num_samples, thinning=args.thinning, num_chains=args.chains,
         seed=args.seed, test=test, predict=predict, progress_bar=not args.quiet,
-        max_iter=args.max_iter, num_steps=args.num_steps,
+        max_iter=args.max_iter, num_steps=args.num_steps, overrelax=args.overrelax,
+        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
     )
     if args.out:
         out = Path(args.out)
@@ -162,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--max-iter", type=int, default=200, help="vb: maximum iterations")
     f.add_argument("--num-steps", type=int, default=2000, help="svi/map: optimisation steps")
     f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--overrelax", type=float, default=0.0, metavar="RHO",
+                   help="gibbs: over-relaxed row updates, RHO in (-1, 1) (0: plain Gibbs; -0.7 mixes faster)")
+    f.add_argument("--checkpoint", default=None, metavar="FILE.npz",
+                   help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
+                        "rerun the same command to resume")
+    f.add_argument("--checkpoint-every", type=int, default=100, metavar="N")
     f.add_argument("--out", default=None, help="folder for posterior.nc (ArviZ), predictions.csv "
                    "(MovieLens data) and report/ (diagnostics figures and summary tables)")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -191,9 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CLIError, ValueError, FileNotFoundError) as e:
+    except (CLIError, ValueError, FileNotFoundError, FloatingPointError) as e:
         print(f"bmczoo: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        # with --checkpoint the message says where the work was saved
+        print(f"bmczoo: interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover
