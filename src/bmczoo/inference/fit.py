@@ -361,7 +361,8 @@ def fit(
         Gibbs: Adler over-relaxation coefficient ``rho`` in (-1, 1) of the row updates
         (0: plain Gibbs, the paper's sampler).  Each update stays exact for the posterior;
         ``rho = -0.7`` makes theta entries' autocorrelations vanish within a few lags on
-        the paper's problems (about 3x the effective sample size for 15% more time).
+        the paper's m = 200 problem, with 2.5-4.5x the effective sample size
+        (``benchmarks/bench_overrelax.py``).
     checkpoint : path, optional
         Gibbs and VB: save the state (``.npz``) every ``checkpoint_every`` iterations and
         when interrupted (Ctrl-C); if the file exists, resume from it.  A resumed run

@@ -11,8 +11,8 @@ are advanced together (their sparse products stacked as extra dense columns); ch
 ``c`` uses its own key, so chain ``c`` of a vectorised run equals a single-chain run
 with that key.  With ``overrelax = rho != 0`` the rows are updated by Adler's
 over-relaxation within the same exact Gaussian conditionals (still invariant for the
-posterior); ``rho = -0.7`` roughly triples the effective sample size of theta entries on
-the paper's m = 200 problem at 15% more cost per sweep.
+posterior); ``rho = -0.7`` gives theta entries 2.5-4.5x the effective sample size of
+plain Gibbs on the paper's m = 200 problem (``benchmarks/bench_overrelax.py``).
 
 While sampling, the state accumulates, without storing draws: the sum of ``theta`` at
 requested entries over kept draws (the posterior mean), and, when test values are
