@@ -254,10 +254,7 @@ def init(
     gamma = jnp.asarray(gamma, dtype)
     split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
     keys, kM, kN = split[:, 0], split[:, 1], split[:, 2]
-    # unit scale at most: the first sweep overwrites M, and an N drawn at the scale of a
-    # very wide prior (e.g. a slab C = 1e3) makes the first precisions needlessly
-    # ill-conditioned in float32
-    sd = jnp.sqrt(jnp.minimum(gamma, 1.0))[:, None, :]
+    sd = jnp.sqrt(gamma)[:, None, :]
     if M is None:
         M = jax.vmap(lambda k: jax.random.normal(k, (m1, K), dtype))(kM) * sd
     if N is None:
