@@ -84,10 +84,21 @@ def test_resume_after_interrupt_gives_the_uninterrupted_run(tmp_path, method):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "fewer than two checkpoints written"
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    # Ctrl-C; pressed again if the first one was lost (a signal that lands in a finalizer
+    # or a callback is reported as "ignored" by Python and the run goes on)
+    presses = 0
+    while True:
+        proc.send_signal(signal.SIGINT)
+        presses += 1
+        try:
+            out, err = proc.communicate(timeout=3)
+            break
+        except subprocess.TimeoutExpired:
+            assert presses < 10, "the run does not stop on Ctrl-C"
     assert proc.returncode != 0, "the run finished before the interrupt; make it longer"
-    assert "KeyboardInterrupt" in err and "saved in" in err, err
+    assert "KeyboardInterrupt" in err, err
+    if presses == 1:  # (a second press may interrupt the final save: the periodic one remains)
+        assert "saved in" in err, err
     settings, arrays = ck.load_npz(path)
     spec = json.loads(out.splitlines()[0])
     if method == "gibbs":
