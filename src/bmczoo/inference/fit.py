@@ -553,10 +553,8 @@ def _fit_gibbs(train, K, prior, prep, lam, noise_sd, center, seed, progress_bar,
         raise ValueError("chain_method='parallel' maps chains to devices; with devices= use 'vectorized'")
     init_params = None
     if init_gamma is not None:
-        g = np.broadcast_to(np.asarray(init_gamma, np.float64), (K,))
-        if not np.all(np.isfinite(g) & (g > 0)):
-            raise ValueError(f"init_gamma must be finite and > 0, got {init_gamma!r}")
-        g = jnp.asarray(g, dtype)
+        # validated by fit
+        g = jnp.asarray(np.broadcast_to(np.asarray(init_gamma, np.float64), (K,)), dtype)
         init_params = {"gamma": jnp.broadcast_to(g, (num_chains, K)) if num_chains > 1 else g}
     mcmc = None
     if checkpoint is None:
