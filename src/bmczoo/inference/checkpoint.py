@@ -28,7 +28,6 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import gibbs
-from . import sharding as sh
 
 __all__ = ["fingerprint", "save_npz", "load_npz", "check_settings", "run_gibbs"]
 
@@ -108,17 +107,7 @@ def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[
 def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsState:
     fields = {f: jnp.asarray(arrays[f"state/{f}"]) for f in gibbs.GibbsState._fields if f != "key"}
     fields["key"] = jax.random.wrap_key_data(jnp.asarray(arrays["state/key"]), impl=str(arrays["state/key_impl"]))
-    state = gibbs.GibbsState(**fields)
-    if problem.mesh is not None:
-        C, _, K = state.M.shape
-        p1, p2 = gibbs._padded_dims(problem)
-        rep = sh.replicated(problem.mesh)
-        state = gibbs.GibbsState(**{
-            f: (jax.device_put(sh.pad_rows(getattr(state, f), p1 if f == "M" else p2), sh.row_sharded(problem.mesh))
-                if f in ("M", "N") else jax.device_put(getattr(state, f), rep))
-            for f in gibbs.GibbsState._fields
-        })
-    return state
+    return gibbs.place(gibbs.GibbsState(**fields), problem)
 
 
 def run_gibbs(

@@ -262,10 +262,6 @@ def init(
     M, N = jnp.asarray(M, dtype), jnp.asarray(N, dtype)
     if M.shape != (C, m1, K) or N.shape != (C, m2, K):
         raise ValueError(f"initial M, N must have shapes {(C, m1, K)}, {(C, m2, K)}, got {M.shape}, {N.shape}")
-    if problem.mesh is not None:
-        p1, p2 = _padded_dims(problem)
-        M = jax.device_put(sh.pad_rows(M, p1), sh.row_sharded(problem.mesh))
-        N = jax.device_put(sh.pad_rows(N, p2), sh.row_sharded(problem.mesh))
     P = problem.pred_rows.shape[0]
     T = problem.num_total if problem.has_test else 0
     state = GibbsState(
@@ -280,11 +276,22 @@ def init(
         rmse_mean=jnp.full((C, T), jnp.nan, dtype),
         failure=jnp.full((C, 3), -1, jnp.int32),
     )
-    if problem.mesh is not None:
-        rep = sh.replicated(problem.mesh)
-        state = state._replace(**{f: jax.device_put(getattr(state, f), rep) for f in GibbsState._fields
-                                  if f not in ("M", "N")})
-    return state
+    return place(state, problem)
+
+
+def place(state: GibbsState, problem: GibbsProblem) -> GibbsState:
+    """Put a state with unpadded ``M`` (C, m1, K), ``N`` (C, m2, K) where ``problem``
+    runs: unchanged on one device; on a mesh, the factors' rows padded and sharded, the
+    rest replicated (used by :func:`init` and to restore checkpoints)."""
+    if problem.mesh is None:
+        return state
+    p1, p2 = _padded_dims(problem)
+    rows, rep = sh.row_sharded(problem.mesh), sh.replicated(problem.mesh)
+    return state._replace(
+        M=jax.device_put(sh.pad_rows(state.M, p1), rows),
+        N=jax.device_put(sh.pad_rows(state.N, p2), rows),
+        **{f: jax.device_put(getattr(state, f), rep) for f in GibbsState._fields if f not in ("M", "N")},
+    )
 
 
 def _normals(keys, m: int, K: int, dtype) -> jax.Array:
