@@ -17,7 +17,7 @@ from .fixed import Fixed
 from .gamma import Gamma
 from .inverse_gamma import InverseGamma
 
-__all__ = ["Prior", "VBGamma", "Fixed", "InverseGamma", "Gamma", "Discrete", "ColumnSpikeSlabNormal", "get_prior"]
+__all__ = ["Prior", "VBGamma", "Fixed", "InverseGamma", "Gamma", "Discrete", "ColumnSpikeSlabNormal", "get_prior", "registry"]
 
 for _info in pkgutil.iter_modules(__path__):
     if _info.name.startswith("_") or _info.name == "base":
@@ -36,11 +36,17 @@ def _all_subclasses(cls):
         yield from _all_subclasses(sub)
 
 
+def registry() -> dict[str, type[Prior]]:
+    """Every prior class of the zoo by its ``name`` (in the order the modules are found):
+    what the command line offers and the experiments can run."""
+    return {sub.name: sub for sub in _all_subclasses(Prior) if sub.name and not inspect.isabstract(sub)}
+
+
 def get_prior(name: str, **hyper) -> Prior:
     """Instantiate a prior by its ``name`` (``"fixed"``, ``"inverse-gamma"``, ``"gamma"``,
     ``"discrete"``, or any other subclass's), e.g. ``get_prior("discrete", eps=0.07)``."""
     if not isinstance(name, str):
-        raise ValueError(f"prior name must be a string, got {name!r}")
+        raise TypeError(f"prior name must be a string, got {name!r}")
     key = name.lower().replace("_", "-")
     for sub in _all_subclasses(Prior):
         if sub.name == key:

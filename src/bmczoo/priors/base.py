@@ -1,17 +1,27 @@
 """The interface every prior on the column scales ``gamma_h`` implements.
 
 A prior is a small frozen dataclass of hyper-parameters (hashable, so it can be a static
-argument of a jitted function) providing three things:
+argument of a jitted function).  It is a *component* of the model: everything that
+depends on which prior is used lives in its module, and the samplers, VB, diagnostics,
+the command line and the experiments only call the methods below (they never branch on
+a prior's name):
 
-* its NumPyro sample statements (:meth:`Prior.sample_latents`): ``gamma`` then the
-  columns of ``M`` and ``N``;
-* its exact Gibbs conditional (:meth:`Prior.sample_conditional`) of ``gamma`` given
-  ``S_h = ||M_h||^2 + ||N_h||^2``;
-* its mean-field VB update (:meth:`Prior.vb_update`): ``E_q[1/gamma_h]`` and the
-  log-normaliser that enters the ELBO.
+* NumPyro sample statements (:meth:`Prior.sample_latents`): ``gamma`` then the columns of
+  ``M`` and ``N``;
+* the Gibbs block: the row prior it puts on ``M`` and ``N`` given its state
+  (:meth:`Prior.row_prior`, a per-column precision here) and the exact conditional of
+  ``gamma`` given ``S_h = ||M_h||^2 + ||N_h||^2`` (:meth:`Prior.sample_conditional`);
+* its mean-field VB update (:meth:`Prior.vb_update`): ``E_q[1/gamma_h]``, the
+  log-normaliser that enters the ELBO and the parameters of ``q(gamma_h)``;
+* what diagnostics need of ``q(gamma)`` and of draws (:meth:`Prior.q_sample`,
+  :meth:`Prior.q_prob_above`, :meth:`Prior.prob_above`, :meth:`Prior.active_threshold`);
+* its command-line name and defaults (``name``, ``cli_defaults``), the hyper-parameter
+  an experiment grid varies (``tuned``) and the Gibbs starts worth comparing
+  (:meth:`Prior.gibbs_starts`).
 
 Adding a prior means writing one module with one subclass and registering nothing else:
-:func:`bmczoo.priors.get_prior` finds subclasses by their ``name``.
+:func:`bmczoo.priors.get_prior` and :func:`bmczoo.priors.registry` find subclasses by
+their ``name``.
 """
 
 from __future__ import annotations
@@ -82,9 +92,20 @@ class VBGamma(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Prior(abc.ABC):
-    """Base class of the zoo's priors on ``gamma_h`` (iid over ``h = 1..K``)."""
+    """Base class of the zoo's priors on ``gamma_h`` (iid over ``h = 1..K``).
+
+    Class attributes
+    ----------------
+    name : the registry / command-line name (``bmczoo fit --prior NAME``).
+    cli_defaults : hyper-parameters the command line and the experiments use when none
+        are given (e.g. the paper's values); empty means the dataclass defaults.
+    tuned : the hyper-parameter an experiment grid varies (x1/2, x1, x2); None: the first
+        field.
+    """
 
     name: ClassVar[str] = ""
+    cli_defaults: ClassVar[dict] = {}
+    tuned: ClassVar[str | None] = None
 
     # ------------------------------------------------------------------ NumPyro
     @abc.abstractmethod
@@ -103,6 +124,12 @@ class Prior(abc.ABC):
         return gamma, M, N
 
     # ------------------------------------------------------------------ Gibbs
+    def row_prior(self, gamma: jax.Array) -> jax.Array:
+        """Prior precision of each row of ``M`` and of ``N`` given the prior's state:
+        (..., K) for a diagonal ``diag(1/gamma)`` (this family) or (..., K, K) for a full
+        matrix; the hot path (:func:`bmczoo.inference.kernels.row_precision`) takes both."""
+        return 1.0 / gamma
+
     @abc.abstractmethod
     def sample_conditional(self, key: jax.Array, S: jax.Array, d: int) -> jax.Array:
         """Draw ``gamma`` from its conditional given ``S`` (shape (..., K)), with ``d = m1 + m2``."""
@@ -112,14 +139,58 @@ class Prior(abc.ABC):
     def vb_update(self, ES: jax.Array, d: int) -> VBGamma:
         """Optimal ``q(gamma_h)`` given ``E_q[S_h]`` (shape (..., K))."""
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ diagnostics
     @abc.abstractmethod
+    def q_sample(self, params: dict, num_draws: int, rng: np.random.Generator) -> np.ndarray:
+        """``num_draws`` draws (num_draws, K) of gamma from ``q(gamma)`` given the
+        parameters ``params`` of :meth:`vb_update` (numpy arrays of shape (K,), with
+        ``inv_mean``), using the numpy generator ``rng``."""
+
+    @abc.abstractmethod
+    def q_prob_above(self, params: dict, threshold: float) -> np.ndarray:
+        """``q(gamma_h > threshold)`` for each h (K,), exactly, from the parameters of
+        ``q(gamma_h)`` (as in :meth:`q_sample`)."""
+
+    def prob_above(self, draws: dict, threshold: float) -> np.ndarray:
+        """``P(gamma_h > threshold | draw)`` for each draw of an MCMC or guide: (..., K).
+
+        ``draws`` holds the sampled sites (``gamma`` (..., K) at least).  The default is the
+        indicator of the drawn ``gamma_h``; a prior whose NumPyro model integrates gamma
+        out overrides it with the exact conditional probability."""
+        if "gamma" not in draws:
+            raise ValueError("the fit has no draws of gamma")
+        return (np.asarray(draws["gamma"]) > threshold).astype(np.float64)
+
+    def active_threshold(self) -> float | None:
+        """A natural threshold on ``gamma_h`` for counting active columns, or None (then
+        diagnostics use a relative cut, 1% of the largest posterior mean)."""
+        return None
+
+    # ------------------------------------------------------------------ experiments
+    def gibbs_starts(self) -> list[tuple[str, float | None]]:
+        """The Gibbs starting values of gamma worth comparing on validation data, as
+        ``(label, init_gamma)``; ``None`` is the prior's own :meth:`init_gamma`."""
+        return [("default", None)]
+
+    # ------------------------------------------------------------------ helpers
     def log_prob(self, gamma: jax.Array, d: int) -> jax.Array:
-        """Prior log density (log mass for discrete priors) of each ``gamma_h``."""
+        """Prior log density (log mass for discrete priors) of each ``gamma_h`` (tested
+        against scipy; used by the Geweke and quadrature checks)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define log_prob")
 
     @abc.abstractmethod
     def init_gamma(self, K: int, d: int, dtype=jnp.float32) -> jax.Array:
         """A deterministic starting value of gamma for samplers and VB (shape (K,))."""
+
+    @classmethod
+    def tuned_name(cls) -> str:
+        """The hyper-parameter an experiment grid varies (``tuned``, else the first field)."""
+        return cls.tuned or dataclasses.fields(cls)[0].name
+
+    @classmethod
+    def from_cli(cls, **hyper) -> "Prior":
+        """The prior with ``cli_defaults`` updated by ``hyper``."""
+        return cls(**{**cls.cli_defaults, **hyper})
 
     def hyperparameters(self) -> dict:
         """The hyper-parameters as a plain dict (for metadata and reports)."""

@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
@@ -102,6 +103,8 @@ class Discrete(Prior):
     p: float = 0.05
     eps: float = 0.05
     name = "discrete"
+    cli_defaults = {"C": 1.0, "p": 0.05, "eps": 0.07}  # the paper's MovieLens values (Table 6)
+    tuned = "eps"
 
     def __post_init__(self):
         set_fields(self, check_positive("Discrete", C=self.C, p=self.p, eps=self.eps))
@@ -153,3 +156,31 @@ class Discrete(Prior):
 
     def init_gamma(self, K, d, dtype=jnp.float32):
         return jnp.full((K,), self.C, dtype)
+
+    # ------------------------------------------------------------------ diagnostics
+    def _two_point(self, slab_prob, threshold):
+        p = np.asarray(slab_prob, np.float64)
+        return p * (self.C > threshold) + (1.0 - p) * (self.eps > threshold)
+
+    def q_sample(self, params, num_draws, rng):
+        p = np.asarray(params["slab_prob"], np.float64)
+        return np.where(rng.random((num_draws,) + p.shape) < p, self.C, self.eps)
+
+    def q_prob_above(self, params, threshold):
+        return self._two_point(params["slab_prob"], threshold)
+
+    def prob_above(self, draws, threshold):
+        # NUTS/SVI on the model integrate gamma out: its "gamma" is E[gamma | M, N], and
+        # given M, N each gamma_h is C with probability gamma_slab_prob
+        if "gamma_slab_prob" in draws:
+            return self._two_point(draws["gamma_slab_prob"], threshold)
+        return super().prob_above(draws, threshold)
+
+    def active_threshold(self):
+        """The geometric mean ``sqrt(C eps)`` of the slab and the spike."""
+        return math.sqrt(self.C * self.eps)
+
+    def gibbs_starts(self):
+        """The slab (every column active) and the spike (every column switched off): the
+        posterior is multimodal and a chain rarely moves a column between them."""
+        return [("slab", self.C), ("spike", self.eps)]

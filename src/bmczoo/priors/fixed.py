@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 
 from .base import Prior, VBGamma, check_positive, set_fields
@@ -23,6 +24,8 @@ class Fixed(Prior):
 
     gamma: float = 1.0
     name = "fixed"
+    cli_defaults = {"gamma": 1.0}
+    tuned = "gamma"
 
     def __post_init__(self):
         set_fields(self, check_positive("Fixed", gamma=self.gamma))
@@ -43,3 +46,12 @@ class Fixed(Prior):
 
     def init_gamma(self, K, d, dtype=jnp.float32):
         return jnp.full((K,), self.gamma, dtype)
+
+    # ------------------------------------------------------------------ diagnostics
+    def q_sample(self, params, num_draws, rng):
+        K = np.shape(params["inv_mean"])[-1]
+        return np.full((num_draws, K), self.gamma)
+
+    def q_prob_above(self, params, threshold):
+        K = np.shape(params["inv_mean"])[-1]
+        return np.full(K, float(self.gamma > threshold))

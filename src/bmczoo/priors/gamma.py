@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
@@ -31,6 +32,8 @@ class Gamma(Prior):
 
     beta: float = 100.0
     name = "gamma"
+    cli_defaults = {"beta": 100.0}
+    tuned = "beta"
 
     def __post_init__(self):
         set_fields(self, check_positive("Gamma", beta=self.beta))
@@ -95,3 +98,25 @@ class Gamma(Prior):
     def init_gamma(self, K, d, dtype=jnp.float32):
         # the prior mean (d+1)/beta^2
         return jnp.full((K,), self.concentration(d) / self.rate, dtype)
+
+    # ------------------------------------------------------------------ diagnostics
+    def q_sample(self, params, num_draws, rng):
+        # 1/gamma ~ InverseGaussian(mean, shape)
+        mu = np.asarray(params["ig_mean"], np.float64)
+        lam = np.asarray(params["ig_shape"], np.float64)
+        return 1.0 / rng.wald(mu, lam, size=(num_draws,) + mu.shape)
+
+    def q_prob_above(self, params, threshold):
+        mu = np.asarray(params["ig_mean"], np.float64)
+        if threshold <= 0:
+            return np.ones(mu.shape)
+        lam = np.asarray(params["ig_shape"], np.float64)
+        # P(gamma > t) = P(x < 1/t) for x = 1/gamma ~ IG(mu, lam): the IG CDF in log space
+        from jax.scipy.special import log_ndtr
+
+        x = 1.0 / threshold
+        r = np.sqrt(lam / x)
+        with jax.enable_x64(True):
+            a = np.asarray(log_ndtr(r * (x / mu - 1.0)), np.float64)
+            b = 2.0 * lam / mu + np.asarray(log_ndtr(-r * (x / mu + 1.0)), np.float64)
+        return np.clip(np.exp(np.logaddexp(a, b)), 0.0, 1.0)
