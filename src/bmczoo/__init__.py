@@ -5,10 +5,10 @@ Rousseau): the fixed, inverse-gamma, gamma and discrete (spike-and-slab) priors,
 conjugate Gibbs kernels, closed-form VB, NumPyro SVI/NUTS baselines, ArviZ diagnostics.
 """
 
-from . import data, datasets, diagnostics, inference, models, priors
+from . import data, datasets, diagnostics, inference, likelihoods, models, offsets, priors
 from .data import RatingData
 from .inference import fit
 
 __version__ = "0.1.0"
 
-__all__ = ["RatingData", "fit", "data", "datasets", "diagnostics", "inference", "models", "priors", "__version__"]
+__all__ = ["RatingData", "fit", "data", "datasets", "diagnostics", "inference", "likelihoods", "models", "offsets", "priors", "__version__"]

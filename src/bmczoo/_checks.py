@@ -1,26 +1,98 @@
-"""Argument checks shared by the model, the samplers and the CLI."""
+"""Argument checks shared by the model, the samplers, the settings objects and the CLI.
+
+One set of validators: a value of the wrong *type* raises :class:`ArgumentTypeError`
+(a ``TypeError``; it is also a ``ValueError`` so that code written against earlier
+versions, which raised ``ValueError`` for every bad argument, keeps working), a value of
+the right type outside its range raises ``ValueError``.  Every message names the argument.
+"""
 
 from __future__ import annotations
 
 import math
 import numbers
+import os
+
+import numpy as np
 
 from .data import RatingData
 from .priors import Prior
 
-__all__ = ["check_ratings", "check_K", "check_prior", "likelihood_precision", "check_positive_int"]
+__all__ = [
+    "ArgumentTypeError", "check_ratings", "check_K", "check_prior", "check_int", "check_positive_int",
+    "check_real", "check_bool", "check_choice", "check_path", "likelihood_precision",
+]
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type (a ``TypeError``, and a ``ValueError`` for
+    compatibility with code that caught ``ValueError`` for every bad argument)."""
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(name: str, value, *, minimum: int | None = None) -> int:
+    """``value`` as an int: ``ArgumentTypeError`` unless an integer (bools refused),
+    ``ValueError`` below ``minimum``."""
+    what = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(
+        minimum, f"an integer >= {minimum}")
+    if not _is_int(value):
+        raise ArgumentTypeError(f"{name} must be {what}, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return int(value)
+
+
+def check_positive_int(name: str, value) -> int:
+    return check_int(name, value, minimum=1)
+
+
+def check_real(name: str, value, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """``value`` as a finite float in the given range (``ArgumentTypeError`` for
+    non-numbers and bools, ``ValueError`` for NaN, inf or out of range)."""
+    parts = []
+    if low is not None:
+        parts.append(f"{'>' if low_open else '>='} {low:g}")
+    if high is not None:
+        parts.append(f"{'<' if high_open else '<='} {high:g}")
+    what = "finite" + (" and " + " and ".join(parts) if parts else "")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise ArgumentTypeError(f"{name} must be a real number, {what}, got {value!r}")
+    v = float(value)
+    bad = not math.isfinite(v)
+    bad |= low is not None and (v < low or (low_open and v == low))
+    bad |= high is not None and (v > high or (high_open and v == high))
+    if bad:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return v
+
+
+def check_bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentTypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_choice(name: str, value, choices) -> str:
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} must be a string, one of {tuple(choices)}, got {value!r}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_path(name: str, value):
+    if not isinstance(value, (str, os.PathLike)):
+        raise ArgumentTypeError(f"{name} must be a file path, got {value!r}")
+    return value
 
 
 def check_ratings(ratings, name: str = "ratings") -> RatingData:
     if not isinstance(ratings, RatingData):
-        raise ValueError(f"{name} must be a bmczoo.RatingData, got {type(ratings).__name__}")
+        raise ArgumentTypeError(f"{name} must be a bmczoo.RatingData, got {type(ratings).__name__}")
     return ratings
-
-
-def check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def check_K(K, shape: tuple[int, int]) -> int:
@@ -32,20 +104,16 @@ def check_K(K, shape: tuple[int, int]) -> int:
 
 def check_prior(prior) -> Prior:
     if not isinstance(prior, Prior):
-        raise ValueError(
-            f"prior must be one of bmczoo.priors (Fixed, InverseGamma, Gamma, Discrete), got {prior!r}"
-        )
+        from .priors import registry
+
+        names = ", ".join(cls.__name__ for cls in registry().values())
+        raise ArgumentTypeError(f"prior must be one of bmczoo.priors ({names}), got {prior!r}")
     return prior
 
 
 def likelihood_precision(n: int, lam: float | None, noise_sd: float) -> float:
     """``tau = 2 lam / n``; with ``lam=None`` the ordinary posterior ``tau = 1 / noise_sd^2``."""
+    s = check_real("noise_sd", noise_sd, low=0.0, low_open=True)
     if lam is None:
-        s = float(noise_sd)
-        if not math.isfinite(s) or s <= 0:
-            raise ValueError(f"noise_sd must be finite and > 0, got {noise_sd!r}")
         return 1.0 / s**2
-    lam_f = float(lam)
-    if not math.isfinite(lam_f) or lam_f <= 0:
-        raise ValueError(f"lam must be finite and > 0, got {lam!r}")
-    return 2.0 * lam_f / n
+    return 2.0 * check_real("lam", lam, low=0.0, low_open=True) / n

@@ -32,11 +32,11 @@ Scale: ``theta`` is on the scale the model was fitted on (centred: the training 
 
 Variational fits: the variational posterior ``q`` is represented by ``num_draws``
 independent draws from ``q`` (``numpy.random.default_rng(seed)``, seed 0 by default)
-forming a single chain: ``q(gamma)`` draws from the prior-specific factor
-(inverse-gamma, inverse-Gaussian precision, two-point spike/slab, or the fixed value),
-``theta`` at the entries as ``M_i . N_j`` with ``M_i ~ N(m_i, V_i)``, ``N_j ~ N(n_j,
-W_j)`` independent (full covariances when the fit keeps its ``state``, diagonals
-otherwise), and ``theta_sv`` from full draws of ``M`` and ``N``.  SVI fits use the draws
+forming a single chain: ``q(gamma)`` draws from the prior's own factor
+(:meth:`bmczoo.priors.Prior.q_sample` on the fit's ``q_gamma``), ``theta`` at the
+entries as ``M_i . N_j`` with ``M_i ~ N(m_i, V_i)``, ``N_j ~ N(n_j, W_j)`` independent
+(full covariances when the fit keeps its ``state``, diagonals otherwise), and
+``theta_sv`` from full draws of ``M`` and ``N``.  SVI fits use the draws
 the fit already holds (one draw for MAP).
 """
 
@@ -109,7 +109,23 @@ def fit_kind(fit) -> str:
 
 
 def _meta(fit) -> dict:
+    """The fit's settings as a plain dict (``method``, ``prior`` (the object),
+    ``prior_name``, ``K``, ``offset``, ``num_warmup``, ``tol``, ...; empty when the fit
+    records none).
+
+    The one place where the diagnostics read a fit's metadata: every other function
+    goes through it (or through :func:`_prior_of`).
+    """
     return dict(getattr(fit, "meta", None) or {})
+
+
+def _prior_of(fit):
+    """The fit's prior (a :class:`~bmczoo.priors.Prior`), or None when the fit (e.g. an
+    object with a fit's attributes) records none."""
+    from ..priors import Prior
+
+    prior = _meta(fit).get("prior")
+    return prior if isinstance(prior, Prior) else None
 
 
 def kept_iterations(num_warmup: int, num_samples: int, thinning: int) -> np.ndarray:
@@ -268,26 +284,25 @@ def _mcmc_arrays(fit, entries, track_index, explicit):
     return post, stats, conv
 
 
+def _vb_q_gamma(fit) -> dict:
+    """The parameters of ``q(gamma)`` of a VB fit as float64 numpy arrays (``inv_mean`` and
+    those of its prior's :meth:`~bmczoo.priors.Prior.vb_update`)."""
+    return {k: np.asarray(v, np.float64) for k, v in fit.q_gamma.items()}
+
+
 def _vb_gamma_draws(fit, num_draws: int, rng) -> np.ndarray | None:
-    """Draws from ``q(gamma)`` (num_draws, K), chosen by the parameters ``q_gamma`` holds."""
-    q = fit.q_gamma
-    K = fit.m.shape[-1]
-    prior = _meta(fit).get("prior")
-    if "slab_prob" in q:
-        p = np.asarray(q["slab_prob"], np.float64)
-        C, eps = float(prior.C), float(prior.eps)
-        return np.where(rng.random((num_draws, K)) < p, C, eps)
-    if "shape" in q and "scale" in q:  # inverse-gamma: gamma = scale / Gamma(shape, 1)
-        a = np.broadcast_to(np.asarray(q["shape"], np.float64), (K,))
-        b = np.broadcast_to(np.asarray(q["scale"], np.float64), (K,))
-        return b / rng.gamma(a, size=(num_draws, K))
-    if "ig_mean" in q and "ig_shape" in q:  # 1/gamma ~ InverseGaussian(mean, shape)
-        mu = np.broadcast_to(np.asarray(q["ig_mean"], np.float64), (K,))
-        lam = np.broadcast_to(np.asarray(q["ig_shape"], np.float64), (K,))
-        return 1.0 / rng.wald(mu, lam, size=(num_draws, K))
-    if prior is not None and getattr(prior, "name", "") == "fixed":
-        return np.full((num_draws, K), float(prior.gamma))
-    return None
+    """Draws (num_draws, K) from ``q(gamma)``: the prior's
+    :meth:`~bmczoo.priors.Prior.q_sample`; None when the fit records no prior."""
+    prior = _prior_of(fit)
+    if prior is None:
+        return None
+    K = np.shape(fit.m)[-1]
+    g = np.asarray(prior.q_sample(_vb_q_gamma(fit), num_draws, rng), np.float64)
+    try:
+        return np.array(np.broadcast_to(g, (num_draws, K)))
+    except ValueError:
+        raise ValueError(f"{type(prior).__name__}.q_sample returned shape {g.shape}, expected "
+                         f"({num_draws}, {K})") from None
 
 
 def _vb_covariances(fit):

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .convert import INVARIANT_VARS, default_entries, fit_arrays, fit_kind, to_arviz, vb_theta_moments
+from .convert import INVARIANT_VARS, _meta, default_entries, fit_arrays, fit_kind, to_arviz, vb_theta_moments
 from .stats import autocorrelation, gamma_threshold, rank_posterior
 
 __all__ = [
@@ -61,7 +61,7 @@ def _figure(nrows: int, ncols: int, figsize, **subplot_kw):
 
 
 def _describe(fit, method: bool = True) -> str:
-    meta = getattr(fit, "meta", None) or {}
+    meta = _meta(fit)
     name = meta.get("method", getattr(fit, "method", fit_kind(fit)))
     parts = [str(name).upper() if name in ("vb", "svi", "map", "nuts") else str(name).capitalize()] if method else []
     if meta.get("prior_name"):
@@ -93,7 +93,7 @@ def plot_rmse_trace(fit, *, ax=None, figsize=(7.0, 4.0), title: str | None = Non
     VB: the RMSE of ``m_i . n_j`` after each iteration.  Needs ``fit(..., test=...)``.
     """
     kind = fit_kind(fit)
-    meta = getattr(fit, "meta", None) or {}
+    meta = _meta(fit)
     if kind == "mcmc":
         draw = np.asarray(getattr(fit, "rmse_draw", np.zeros((1, 0))), np.float64)
         mean = np.asarray(getattr(fit, "rmse_mean", np.zeros((1, 0))), np.float64)
@@ -295,8 +295,8 @@ def plot_posterior_compare(gibbs_fit, vb_fit, entries=None, *, max_entries: int 
     E = rows.size
     mean, var, full = vb_theta_moments(vb_fit, rows, cols)
     sd = np.sqrt(np.maximum(var, 0.0))
-    off_g = float(gibbs_fit.meta.get("offset", 0.0)) if original_scale else 0.0
-    off_v = float(vb_fit.meta.get("offset", 0.0)) if original_scale else 0.0
+    off_g = float(_meta(gibbs_fit).get("offset", 0.0)) if original_scale else 0.0
+    off_v = float(_meta(vb_fit).get("offset", 0.0)) if original_scale else 0.0
     qd = None
     if vb_draws:
         qd = fit_arrays(vb_fit, entries=(rows, cols), num_draws=vb_draws, seed=seed).groups["posterior"]["theta"][0]
@@ -345,7 +345,7 @@ def plot_convergence(fits, *, figsize=None, tol: float | None = None):
     scales, hence the relative change."""
     if not isinstance(fits, Mapping):
         fits = [fits] if hasattr(fits, "elbo") else list(fits)
-        fits = {(f.meta.get("name") or f"fit {k}"): f for k, f in enumerate(fits)}
+        fits = {(_meta(f).get("name") or f"fit {k}"): f for k, f in enumerate(fits)}
     if not fits:
         raise ValueError("no fit to plot")
     for name, f in fits.items():
@@ -366,8 +366,8 @@ def plot_convergence(fits, *, figsize=None, tol: float | None = None):
             rel = np.where(rel > 0, rel, np.nan)
             ax_e.plot(np.arange(2, e.size + 1), rel, color=color, marker="o", ms=3, lw=1.5,
                       label=f"{name} ({e.size} it.)")
-        if (f.meta or {}).get("tol") is not None:
-            tols.add(float(f.meta["tol"]))
+        if _meta(f).get("tol") is not None:
+            tols.add(float(_meta(f)["tol"]))
         if has_rmse:
             r = np.asarray(getattr(f, "rmse_trace", []), np.float64)
             if r.size:

@@ -7,7 +7,7 @@ import pathlib
 
 import numpy as np
 
-from .convert import fit_arrays, fit_kind, arrays_to_arviz
+from .convert import _meta, arrays_to_arviz, fit_arrays, fit_kind
 from .plots import _describe, plot_acf, plot_convergence, plot_gamma, plot_rmse_trace, plot_trace
 from .stats import gamma_threshold, rank_posterior, summary
 
@@ -92,7 +92,7 @@ def report(fit, path, *, entries=None, num_draws: int = 500, seed: int = 0, thre
     table.to_csv(csv)
     written.append(csv)
 
-    meta = getattr(fit, "meta", None) or {}
+    meta = _meta(fit)
     lines = [f"# Diagnostics — {_describe(fit)}", ""]
     settings = {k: meta[k] for k in ("method", "prior_name", "hyperparameters", "K", "lam", "tau", "offset",
                                      "num_warmup", "num_samples", "thinning", "num_chains", "num_iter",

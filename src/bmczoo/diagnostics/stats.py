@@ -9,18 +9,27 @@ under permuting the columns together with gamma), so ESS and R-hat are computed 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 
 import numpy as np
 
-from .convert import INVARIANT_VARS, fit_kind, to_arviz
+from ..priors import Prior
+from .convert import INVARIANT_VARS, _prior_of, _vb_q_gamma, fit_kind, to_arviz
 
 __all__ = ["summary", "rank_posterior", "autocorrelation", "gamma_threshold", "prob_gamma_above"]
 
 
 def _is_arviz_data(obj) -> bool:
-    return hasattr(obj, "posterior") and not hasattr(obj, "meta")
+    """ArviZ data (a ``posterior`` group and none of a fit's draws or ``q``)."""
+    if not hasattr(obj, "posterior"):
+        return False
+    try:
+        fit_kind(obj)
+    except TypeError:
+        return True
+    return False
 
 
 class _DropShapeNotice(logging.Filter):
@@ -100,107 +109,102 @@ def _mean_table(post, var_names):
     return pd.DataFrame({"mean": means}, index=labels)
 
 
-def _poisson_binomial(p: np.ndarray) -> np.ndarray:
-    """Distribution of the number of successes of independent Bernoulli(p_h) (length K+1)."""
-    out = np.zeros(p.size + 1)
-    out[0] = 1.0
-    for k, ph in enumerate(np.asarray(p, np.float64)):
-        out[1 : k + 2] = out[1 : k + 2] * (1.0 - ph) + out[: k + 1] * ph
-        out[0] *= 1.0 - ph
+def _poisson_binomial(p) -> np.ndarray:
+    """Law of the number of successes of independent Bernoulli(p_h) trials, h over the
+    last axis: (..., K) -> (..., K+1), vectorised over the leading axes.
+
+    For probabilities that are all 0 or 1 the result is exactly the one-hot vector of the
+    number of ones (every step multiplies by 0 or 1 and adds 0).
+    """
+    p = np.asarray(p, np.float64)
+    K = p.shape[-1]
+    out = np.zeros(p.shape[:-1] + (K + 1,))
+    out[..., 0] = 1.0
+    for k in range(K):
+        ph = p[..., k, None]
+        out[..., 1 : k + 2] = out[..., 1 : k + 2] * (1.0 - ph) + out[..., : k + 1] * ph
+        out[..., 0] *= 1.0 - p[..., k]
     return out
 
 
-def prob_gamma_above(fit, threshold: float) -> np.ndarray | None:
-    """``q(gamma_h > threshold)`` for each h of a VB fit, exactly from the parameters of
-    ``q(gamma_h)`` (None when they are not recognised)."""
-    q = fit.q_gamma
-    K = np.asarray(fit.m).shape[-1]
-    prior = (getattr(fit, "meta", None) or {}).get("prior")
-    t = float(threshold)
-    if "slab_prob" in q:
-        p = np.asarray(q["slab_prob"], np.float64)
-        return p * (float(prior.C) > t) + (1.0 - p) * (float(prior.eps) > t)
-    if t <= 0:
-        return np.ones(K)
-    if "shape" in q and "scale" in q:  # 1/gamma ~ Gamma(shape, rate=scale): P(1/gamma < 1/t)
-        import jax
-        from jax.scipy.special import gammainc
-
-        a = np.broadcast_to(np.asarray(q["shape"], np.float64), (K,))
-        b = np.broadcast_to(np.asarray(q["scale"], np.float64), (K,))
-        with jax.enable_x64(True):
-            return np.asarray(gammainc(a, b / t), np.float64)
-    if "ig_mean" in q and "ig_shape" in q:  # 1/gamma ~ IG(mu, lam): P(1/gamma < 1/t)
-        import jax
-        from jax.scipy.special import log_ndtr
-
-        mu = np.broadcast_to(np.asarray(q["ig_mean"], np.float64), (K,))
-        lam = np.broadcast_to(np.asarray(q["ig_shape"], np.float64), (K,))
-        x = 1.0 / t
-        r = np.sqrt(lam / x)
-        with jax.enable_x64(True):
-            a = np.asarray(log_ndtr(r * (x / mu - 1.0)), np.float64)
-            b = 2.0 * lam / mu + np.asarray(log_ndtr(-r * (x / mu + 1.0)), np.float64)
-        return np.clip(np.exp(np.logaddexp(a, b)), 0.0, 1.0)
-    if prior is not None and getattr(prior, "name", "") == "fixed":
-        return np.full(K, float(float(prior.gamma) > t))
-    return None
-
-
-def rank_posterior(fit, threshold: float, *, num_draws: int = 500, seed: int = 0) -> np.ndarray:
-    """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K (array of K+1).
-
-    MCMC and SVI: the frequencies over all draws of gamma.  VB: exact under the mean-field
-    ``q`` (independent ``q(gamma_h)``: a Poisson-binomial law of the tail probabilities
-    of each factor), falling back on ``num_draws`` draws from ``q`` for an unknown ``q``.
-    """
+def _check_threshold(threshold) -> float:
     if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
         raise ValueError(f"threshold must be a real number, got {threshold!r}")
     threshold = float(threshold)
     if not math.isfinite(threshold):
         raise ValueError(f"threshold must be finite, got {threshold!r}")
+    return threshold
+
+
+def _vb_prob_above(fit, threshold: float) -> np.ndarray:
+    """``q(gamma_h > threshold)`` (K,) of a VB fit: its prior's ``q_prob_above``."""
+    prior = _prior_of(fit)
+    if prior is None:
+        raise ValueError("this VB fit records no prior: its q(gamma) cannot be evaluated")
+    K = np.shape(fit.m)[-1]
+    p = np.asarray(prior.q_prob_above(_vb_q_gamma(fit), threshold), np.float64)
+    return np.array(np.broadcast_to(p, (K,)))
+
+
+def _draws_prob_above(fit, threshold: float) -> np.ndarray:
+    """``P(gamma_h > threshold | draw)`` for every draw of an MCMC or SVI fit: (S, K), S
+    the draws of all chains (the prior's ``prob_above``; for a fit that records no prior,
+    the base rule: the indicator of the drawn ``gamma_h``)."""
     kind = fit_kind(fit)
-    if kind == "vb":
-        p = prob_gamma_above(fit, threshold)
-        if p is not None:
-            return _poisson_binomial(p)
-        g = to_arviz(fit, num_draws=num_draws, seed=seed).posterior["gamma"].values
-    elif kind == "mcmc":
-        prior = (getattr(fit, "meta", None) or {}).get("prior")
-        if "gamma_slab_prob" in fit.samples and getattr(prior, "name", "") == "discrete":
-            # NUTS on the discrete model integrates gamma out: its "gamma" is E[gamma | M, N].
-            # Given M, N the gamma_h are independent two-point variables with
-            # P(gamma_h = C) = gamma_slab_prob: average their Poisson-binomial laws.
-            probs = np.asarray(fit.samples["gamma_slab_prob"], np.float64)
-            probs = probs.reshape(-1, probs.shape[-1])
-            if prior.C > threshold >= prior.eps:
-                return np.mean([_poisson_binomial(q) for q in probs], axis=0)
-            K = probs.shape[-1]
-            out = np.zeros(K + 1)
-            out[K if threshold < prior.eps else 0] = 1.0
-            return out
-        if "gamma" not in fit.samples:
-            raise ValueError("the fit has no draws of gamma")
-        g = np.asarray(fit.samples["gamma"])
-    else:
-        if "gamma" not in fit.draws:
-            raise ValueError(
-                "this fit has no draws of gamma (MAP integrates gamma out; the discrete prior's "
-                "guide marginalises it)"
-            )
-        g = np.asarray(fit.draws["gamma"])
-    K = g.shape[-1]
-    counts = np.sum(g > threshold, axis=-1).ravel()
-    return np.bincount(counts, minlength=K + 1) / counts.size
+    draws = fit.samples if kind == "mcmc" else fit.draws
+    prior = _prior_of(fit)
+    prob_above = prior.prob_above if prior is not None else functools.partial(Prior.prob_above, None)
+    try:
+        p = np.asarray(prob_above(draws, threshold), np.float64)
+    except ValueError as e:
+        if kind == "svi":
+            raise ValueError(f"{e} (a MAP fit, or a guide that integrates gamma out, keeps no draws of it)") from None
+        raise
+    return p.reshape(-1, p.shape[-1])
+
+
+def prob_gamma_above(fit, threshold: float) -> np.ndarray:
+    """``P(gamma_h > threshold)`` for each h (array of K).
+
+    VB: exactly under ``q(gamma_h)`` (the prior's
+    :meth:`~bmczoo.priors.Prior.q_prob_above`).  MCMC and SVI: the average over the draws
+    of ``P(gamma_h > threshold | draw)`` (:meth:`~bmczoo.priors.Prior.prob_above`: the
+    indicator of the drawn ``gamma_h``, or its exact conditional probability for a model
+    that integrates gamma out).
+    """
+    threshold = _check_threshold(threshold)
+    if fit_kind(fit) == "vb":
+        return _vb_prob_above(fit, threshold)
+    return _draws_prob_above(fit, threshold).mean(axis=0)
+
+
+def rank_posterior(fit, threshold: float, *, num_draws: int = 500, seed: int = 0) -> np.ndarray:
+    """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K (array of K+1).
+
+    VB: exact under the mean-field ``q`` (independent ``q(gamma_h)``: the Poisson-binomial
+    law of the tail probabilities :meth:`~bmczoo.priors.Prior.q_prob_above`).  MCMC and
+    SVI: the average over all draws of the Poisson-binomial law of the per-draw
+    probabilities :meth:`~bmczoo.priors.Prior.prob_above`; where these are 0 or 1 (gamma
+    drawn) that is exactly the frequency of each count over the draws.
+
+    ``num_draws`` and ``seed`` are accepted for compatibility and not used (the result is
+    exact given the fit).
+    """
+    threshold = _check_threshold(threshold)
+    if fit_kind(fit) == "vb":
+        return _poisson_binomial(_vb_prob_above(fit, threshold))
+    return _poisson_binomial(_draws_prob_above(fit, threshold)).mean(axis=0)
 
 
 def gamma_threshold(fit) -> float:
-    """A default threshold for counting "active" columns: for the discrete prior the
-    geometric mean ``sqrt(C eps)`` of the spike and the slab; otherwise 1% of the largest
-    posterior mean of the sorted gamma (a relative cut)."""
-    prior = (getattr(fit, "meta", None) or {}).get("prior")
-    if prior is not None and getattr(prior, "name", "") == "discrete":
-        return float(math.sqrt(prior.C * prior.eps))
+    """A default threshold for counting "active" columns: the prior's
+    :meth:`~bmczoo.priors.Prior.active_threshold` (e.g. ``sqrt(C eps)`` for the discrete
+    prior) where it has one; otherwise 1% of the largest posterior mean of gamma (a
+    relative cut)."""
+    prior = _prior_of(fit)
+    t = prior.active_threshold() if prior is not None else None
+    if t is not None:
+        return float(t)
     kind = fit_kind(fit)
     if kind == "mcmc" and "gamma" in fit.samples:
         g = np.asarray(fit.samples["gamma"])

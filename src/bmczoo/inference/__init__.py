@@ -1,7 +1,20 @@
-"""Inference: the conjugate Gibbs sampler (functional core + NumPyro kernel), closed-form VB, and ``fit``."""
+"""Inference: settings objects, their drivers, and the result classes.
+
+``bmc.fit`` (:mod:`.fit`) is the front door; :mod:`.settings` holds one validated settings
+class per method (:class:`Gibbs`, :class:`VB`, :class:`NUTS`, :class:`SVI`, :class:`MAP`);
+:mod:`.results` the result classes; :mod:`.gibbs`, :mod:`.kernels`, :mod:`.vb` the
+functional cores (pure ``init``/``step`` over typed states) and :class:`ConjugateGibbs`
+the NumPyro ``MCMCKernel`` around the Gibbs core.
+"""
 
 from . import gibbs, kernels, vb
-from .fit import GibbsFit, SVIFit, VBFit, fit
+from .fit import fit
 from .numpyro_kernel import ConjugateGibbs, ConjugateGibbsState
+from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVIFit, VBFit
+from .settings import MAP, NUTS, SVI, VB, Gibbs, Settings
 
-__all__ = ["gibbs", "kernels", "vb", "fit", "GibbsFit", "VBFit", "SVIFit", "ConjugateGibbs", "ConjugateGibbsState"]
+__all__ = [
+    "gibbs", "kernels", "vb", "fit", "ConjugateGibbs", "ConjugateGibbsState",
+    "FitInfo", "FitResult", "MCMCFit", "GibbsFit", "NUTSFit", "VBFit", "SVIFit", "MAPFit",
+    "Settings", "Gibbs", "VB", "NUTS", "SVI", "MAP",
+]

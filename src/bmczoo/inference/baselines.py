@@ -33,27 +33,7 @@ def _x64_context(dtype):
     return jax.enable_x64(True) if jnp.dtype(dtype) == jnp.float64 else contextlib.nullcontext()
 
 
-def _theta_mean(M, N, rows, cols, budget: int = 2**24) -> np.ndarray:
-    """Mean over draws of ``M_i . N_j``: M (..., m1, K), N (..., m2, K) -> (P,).
-
-    Blocks over draws and entries keep the temporaries below ``budget`` numbers (128 MB).
-    """
-    M = np.asarray(M).reshape(-1, *np.shape(M)[-2:])
-    N = np.asarray(N).reshape(-1, *np.shape(N)[-2:])
-    S, _, K = M.shape
-    rows, cols = np.asarray(rows), np.asarray(cols)
-    out = np.zeros(len(rows))
-    draws = max(1, min(S, budget // (K * 1024)))
-    chunk = max(1024, budget // (draws * K))
-    for s0 in range(0, S, draws):
-        Ms, Ns = M[s0 : s0 + draws], N[s0 : s0 + draws]
-        for p0 in range(0, len(rows), chunk):
-            r, c = rows[p0 : p0 + chunk], cols[p0 : p0 + chunk]
-            out[p0 : p0 + chunk] += np.einsum("spk,spk->p", Ms[:, r], Ns[:, c], dtype=np.float64)
-    return out / S
-
-
-def run_nuts(data, K, prior, lam, noise_sd, *, seed, num_warmup, num_samples, thinning, num_chains,
+def run_nuts(data, K, prior, likelihood, *, seed, num_warmup, num_samples, thinning, num_chains,
              progress_bar, dtype, chain_method="sequential", target_accept_prob=0.8):
     """NUTS on the NumPyro model; returns the grouped samples (chain, draw, ...) and the MCMC."""
     with _x64_context(dtype):
@@ -66,12 +46,12 @@ def run_nuts(data, K, prior, lam, noise_sd, *, seed, num_warmup, num_samples, th
             chain_method=chain_method,
             progress_bar=progress_bar,
         )
-        mcmc.run(jax.random.key(seed), data, K, prior, lam, noise_sd)
+        mcmc.run(jax.random.key(seed), data, K, prior, likelihood=likelihood)
         samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     return samples, mcmc
 
 
-def run_svi(data, K, prior, lam, noise_sd, *, seed, guide="normal", num_steps=2000, learning_rate=0.05,
+def run_svi(data, K, prior, likelihood, *, seed, guide="normal", num_steps=2000, learning_rate=0.05,
             decay=0.1, subsample_size=None, num_draws=100, progress_bar=True, dtype=jnp.float32):
     """SVI with a NumPyro autoguide and Adam on an exponentially decaying step size
     (``learning_rate`` decays to ``decay * learning_rate`` over ``num_steps``).
@@ -90,16 +70,17 @@ def run_svi(data, K, prior, lam, noise_sd, *, seed, guide="normal", num_steps=20
         if subsample_size > data.n:
             raise ValueError(f"subsample_size={subsample_size} exceeds the number of ratings {data.n}")
     # MAP is the paper's: gamma integrated out (joint MAP over gamma degenerates at gamma -> 0)
-    model = partial(matrix_completion, subsample_size=subsample_size, marginal=guide == "delta")
+    model = partial(matrix_completion, likelihood=likelihood, subsample_size=subsample_size,
+                    marginal=guide == "delta")
     with _x64_context(dtype):
         g = GUIDES[guide](model)
         schedule = optax.exponential_decay(learning_rate, num_steps, decay)
         svi = SVI(model, g, optax.adam(schedule), Trace_ELBO())
         key_fit, key_draw = jax.random.split(jax.random.key(seed))
-        result = svi.run(key_fit, num_steps, data, K, prior, lam, noise_sd, progress_bar=progress_bar)
+        result = svi.run(key_fit, num_steps, data, K, prior, progress_bar=progress_bar)
         n_draws = 1 if guide == "delta" else check_positive_int("num_draws", num_draws)
         pred = Predictive(g, params=result.params, num_samples=n_draws)
-        draws = {k: np.asarray(v) for k, v in pred(key_draw, data, K, prior, lam, noise_sd).items()}
+        draws = {k: np.asarray(v) for k, v in pred(key_draw, data, K, prior).items()}
         point = None
         if guide in ("normal", "delta"):
             point = {k: np.asarray(v) for k, v in g.median(result.params).items()}

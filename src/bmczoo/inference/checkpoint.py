@@ -15,19 +15,19 @@ resumed on another number of devices.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
 from . import gibbs
+from .thinning import is_kept, num_kept
 
 __all__ = ["fingerprint", "save_npz", "load_npz", "check_settings", "run_gibbs"]
 
@@ -83,18 +83,6 @@ def check_settings(path, stored: dict, current: dict) -> None:
             )
 
 
-def _is_kept(it: int, num_warmup: int, num_samples: int, thinning: int) -> bool:
-    # host copy of gibbs.is_kept (aligned with NumPyro's fori_collect)
-    t = it - num_warmup
-    r = num_samples % thinning
-    return t > r and (t - r) % thinning == 0
-
-
-def _num_kept(it: int, num_warmup: int, num_samples: int, thinning: int) -> int:
-    t = it - num_warmup - num_samples % thinning
-    return max(t, 0) // thinning
-
-
 def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[str, np.ndarray]:
     M, N = gibbs.factors(state, problem)
     out = {f"state/{f}": np.asarray(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in ("M", "N", "key")}
@@ -110,11 +98,21 @@ def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsStat
     return gibbs.place(gibbs.GibbsState(**fields), problem)
 
 
+# module-level jitted functions: the problem is an argument (not a closed-over constant
+# that the compiled program and JAX's cache would keep alive after the fit)
+@functools.partial(jax.jit, static_argnums=(2,))
+def _advance(state, problem, prior, n):
+    return jax.lax.fori_loop(0, n, lambda _, s: gibbs.step(s, problem, prior), state)
+
+
+_collect = jax.jit(gibbs.draws, static_argnums=(2,))
+
+
 def run_gibbs(
     state: gibbs.GibbsState,
     problem: gibbs.GibbsProblem,
     prior,
-    collect: Callable[[gibbs.GibbsState], dict],
+    store_factors: bool = False,
     *,
     num_warmup: int,
     num_samples: int,
@@ -126,7 +124,8 @@ def run_gibbs(
 ) -> tuple[gibbs.GibbsState, dict[str, np.ndarray]]:
     """Run ``num_warmup + num_samples`` sweeps from ``state`` (or from ``checkpoint`` when
     that file exists and was written with the same ``settings``), collecting
-    ``collect(state)`` at each kept iteration (the iterations NumPyro's ``MCMC`` keeps).
+    :func:`gibbs.draws` (with the factors if ``store_factors``) at each kept iteration
+    (the iterations NumPyro's ``MCMC`` keeps).
 
     Returns the final state and the collected draws, each (chain, draw, ...).
     A non-finite draw raises ``FloatingPointError`` (:func:`gibbs.check_failure`) at the
@@ -143,16 +142,16 @@ def run_gibbs(
         names = [k[len("draws/"):] for k in arrays if k.startswith("draws/")]
         draws = [{k: arrays[f"draws/{k}"][i] for k in names} for i in range(n)]
 
-    @jax.jit
     def advance(state, problem, n):
-        return jax.lax.fori_loop(0, n, lambda _, s: gibbs.step(s, problem, prior), state)
+        return _advance(state, problem, prior, n)
 
-    collect_jit = jax.jit(collect)
+    def collect_jit(state):
+        return _collect(state, problem, store_factors)
 
     def save(state):
         it = int(state.iteration)
         # an interrupt can fall between a segment and its collection
-        if len(draws) < _num_kept(it, num_warmup, num_samples, thinning):
+        if len(draws) < num_kept(it, num_warmup, num_samples, thinning):
             draws.append(collect_jit(state))
         arrays = _state_arrays(state, problem)
         arrays["num_draws"] = np.asarray(len(draws))
@@ -169,11 +168,11 @@ def run_gibbs(
                 nxt = min(total, (it // every + 1) * every)
                 # the next kept iteration, if before the next checkpoint
                 for j in range(it + 1, nxt + 1):
-                    if _is_kept(j, num_warmup, num_samples, thinning):
+                    if is_kept(j, num_warmup, num_samples, thinning):
                         nxt = j
                         break
                 state = advance(state, problem, nxt - it)
-                if _is_kept(nxt, num_warmup, num_samples, thinning):
+                if is_kept(nxt, num_warmup, num_samples, thinning):
                     draws.append(collect_jit(state))
                 bar.update(nxt - it)
                 it = nxt

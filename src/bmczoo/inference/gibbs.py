@@ -30,13 +30,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..data import RatingData
+from ..offsets import shift_clip
 from ..priors import Prior
 from . import sharding as sh
+from . import thinning
+from .settings import check_overrelax
 from .kernels import CSR, cholesky_rows, csr_from_view, outer, overrelaxed_rows, row_precision, row_rhs
 
 __all__ = [
     "GibbsProblem", "GibbsState", "build_problem", "init", "step", "sweep", "theta_at", "check_failure",
-    "factors", "draws",
+    "factors", "draws", "check_overrelax",
 ]
 
 
@@ -190,16 +193,6 @@ def build_problem(
                       "track_rows", "track_cols")
         })
     return problem
-
-
-def check_overrelax(rho) -> float:
-    """``rho`` as a float in (-1, 1), else ``ValueError``."""
-    if isinstance(rho, (bool, np.bool_)) or not isinstance(rho, (int, float, np.integer, np.floating)):
-        raise ValueError(f"overrelax must be a number in (-1, 1), got {rho!r}")
-    rho = float(rho)
-    if not -1.0 < rho < 1.0:
-        raise ValueError(f"overrelax must be in (-1, 1) (0: plain Gibbs), got {rho!r}")
-    return rho
 
 
 def _padded_dims(problem: GibbsProblem) -> tuple[int, int]:
@@ -391,18 +384,15 @@ def check_failure(state: GibbsState, *, dtype=None) -> None:
 
 def _rmse(pred, problem: GibbsProblem):
     pred = pred[..., : problem.test_values.shape[0]]
-    y = jnp.clip(pred + problem.offset, problem.clip_lo, problem.clip_hi)
+    y = shift_clip(pred, problem.offset, problem.clip_lo, problem.clip_hi)
     return jnp.sqrt(jnp.mean((y - problem.test_values) ** 2, axis=-1))
 
 
 def is_kept(iteration, problem: GibbsProblem):
-    """Whether the draw after ``iteration`` sweeps is kept (after warm-up, every
-    ``thinning``-th; aligned with NumPyro's ``fori_collect`` when ``num_total`` is known)."""
-    t = iteration - problem.num_warmup
-    if problem.num_total:
-        r = (problem.num_total - problem.num_warmup) % problem.thinning
-        return (t > r) & ((t - r) % problem.thinning == 0)
-    return (t > 0) & (t % problem.thinning == 0)
+    """Whether the draw after ``iteration`` sweeps is kept (:func:`bmczoo.inference.thinning.is_kept`,
+    aligned with NumPyro's ``fori_collect`` when ``num_total`` is known)."""
+    num_samples = problem.num_total - problem.num_warmup if problem.num_total else 0
+    return thinning.is_kept(iteration, problem.num_warmup, num_samples, problem.thinning)
 
 
 def step(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:

@@ -26,8 +26,9 @@ import numpy as np
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from .._checks import check_K, check_prior, check_ratings, likelihood_precision
+from .._checks import check_K, check_prior, check_ratings
 from ..models import matrix_completion
+from ..models.matrix_completion import model_likelihood
 from . import gibbs
 
 __all__ = ["ConjugateGibbs", "ConjugateGibbsState"]
@@ -50,9 +51,11 @@ class ConjugateGibbs(MCMCKernel):
     Parameters
     ----------
     model : callable
-        The model; only :func:`bmczoo.models.matrix_completion` (or a function with the
-        same signature and semantics) is supported: the kernel uses its arguments, not
-        its trace.
+        The model whose arguments ``mcmc.run`` receives: :func:`bmczoo.models.matrix_completion`
+        or a function with its arguments (``ratings, K, prior`` and optionally ``lam,
+        noise_sd, likelihood``) and semantics; the kernel binds the arguments to this
+        model's signature and samples its posterior with the exact conditionals (it does
+        not trace the model).
     num_samples, thinning : int, optional
         The values given to ``MCMC``; they align the kernel's running posterior mean with
         the draws NumPyro keeps (after warm-up, every ``thinning``-th) and size the RMSE
@@ -128,14 +131,28 @@ class ConjugateGibbs(MCMCKernel):
             z = jax.tree.map(lambda x: x[0], z)
         return z
 
-    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        bound = inspect.signature(matrix_completion).bind(*model_args, **model_kwargs)
+    def _model_arguments(self, model_args, model_kwargs) -> dict:
+        """The model's arguments by name (the kernel samples the model's posterior from its
+        arguments with the exact conditionals; it does not trace the model)."""
+        try:
+            bound = inspect.signature(self._model).bind(*model_args, **model_kwargs)
+        except TypeError as err:
+            raise TypeError(f"ConjugateGibbs: the arguments do not fit the model {self._model!r}: {err}") from None
         bound.apply_defaults()
         a = bound.arguments
+        missing = {"ratings", "K", "prior"} - set(a)
+        if missing:
+            raise ValueError(f"ConjugateGibbs samples bmczoo.models.matrix_completion-like models; "
+                             f"{self._model!r} has no argument {', '.join(sorted(missing))}")
+        return a
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        a = self._model_arguments(model_args, model_kwargs)
         ratings = check_ratings(a["ratings"])
         self._prior = check_prior(a["prior"])
         self._K = check_K(a["K"], ratings.shape)
-        tau = likelihood_precision(ratings.n, a["lam"], a["noise_sd"])
+        likelihood = model_likelihood(a.get("likelihood"), a.get("lam"), a.get("noise_sd", 1.0))
+        tau = likelihood.precision(ratings.n)
         dtype = self._dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
         num_total = num_warmup + self._num_samples if self._num_samples is not None else 0
         problem = gibbs.build_problem(

@@ -13,17 +13,18 @@ several initialisations) on the factor arrays.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..likelihoods import Tempered
 from ..priors import Prior
 from . import sharding as sh
-from .kernels import CSR, cholesky_rows, csr_matmul, outer, row_precision, row_rhs, solve_rows
+from .kernels import CSR, cholesky_rows, outer, row_precision, row_rhs, solve_rows
 
-__all__ = ["VBState", "init", "update", "elbo", "update_sharded", "elbo_sharded", "shard_state", "unshard_state"]
+__all__ = ["VBState", "init", "update", "elbo", "expected_sq_error", "shard_state", "unshard_state"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -88,50 +89,104 @@ def _expected_S(m, V, n, W):
     )
 
 
-def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau) -> VBState:
-    """One CAVI iteration: ``q(M)``, then ``q(N)``, then ``q(gamma)``."""
-    m, V = _update_factor(rows, state.n, state.W, state.inv_gamma, tau)
-    n, W = _update_factor(cols, m, V, state.inv_gamma, tau)
-    ES = _expected_S(m, V, n, W)
-    d = rows.shape[0] + rows.shape[1]
+def _body(rows: CSR, cols: CSR, n, W, inv_gamma, tau, comm: "_Comm"):
+    """The CAVI updates of q(M) and q(N) and ``E[S]``; ``comm`` says how rows are spread
+    (identity on one device; all-gathers and a psum inside ``shard_map``)."""
+    m, V = _update_factor(rows, comm.gather(n), comm.gather(W), inv_gamma, tau)
+    n, W = _update_factor(cols, comm.gather(m), comm.gather(V), inv_gamma, tau)
+    vm, vn = comm.valid(rows.shape[0], 0, m.dtype), comm.valid(cols.shape[0], 1, n.dtype)
+    ES = comm.psum(_expected_S(m, V * vm[None, :, None, None], n, W * vn[None, :, None, None]))
+    return m, V, n, W, ES
+
+
+def _sq_error_body(rows: CSR, m, V, n, W, comm: "_Comm"):
+    """``sum_k E_q[(Y_k - M_i . N_j)^2]`` and ``sum log det`` of the covariances (C,) each.
+
+    ``sum_k E[(Y - M_i.N_j)^2] = sum_k Y^2 - 2 sum_i m_i . (sum_j Y n_j)
+    + sum_i <V_i + m_i m_i^T, sum_j (W_j + n_j n_j^T)>``: the last sum is the sparse
+    product of the precision computation, so no ``n x K x K`` array is built.
+    """
+    C, _, K = m.shape
+    n_all, W_all = comm.gather(n), comm.gather(W)
+    G = row_precision(rows, W_all + outer(n_all), jnp.zeros((C, K), m.dtype), 1.0)
+    yn = row_rhs(rows, n_all, 1.0)
+    sq = jnp.sum(rows.values**2) - 2.0 * jnp.sum(m * yn, axis=(1, 2)) + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3))
+    vm, vn = comm.valid(m.shape[1], 0, m.dtype), comm.valid(n.shape[1], 1, n.dtype)
+    logdet = (jnp.sum(jnp.linalg.slogdet(V)[1] * vm, axis=1) + jnp.sum(jnp.linalg.slogdet(W)[1] * vn, axis=1))
+    return comm.psum(sq), comm.psum(logdet)
+
+
+class _Comm(NamedTuple):
+    """How the body sees the other rows: ``gather`` all rows of a factor, ``psum`` over
+    devices, ``valid(rows, which, dtype)`` the mask of real (not padding) rows."""
+
+    gather: Callable
+    psum: Callable
+    valid: Callable
+
+
+_LOCAL = _Comm(gather=lambda x: x, psum=lambda x: x, valid=lambda b, which, dtype: jnp.ones((b,), dtype))
+
+
+def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, mesh=None, dims=None) -> VBState:
+    """One CAVI iteration: ``q(M)``, then ``q(N)``, then ``q(gamma)``.
+
+    With ``mesh`` (see :func:`shard_state`), ``rows``/``cols`` are the per-device blocks of
+    :func:`bmczoo.inference.sharding.shard_csr` and ``dims`` the true ``(m1, m2)``; the
+    same body runs on each device.
+    """
+    if mesh is None:
+        m, V, n, W, ES = _body(rows, cols, state.n, state.W, state.inv_gamma, tau, _LOCAL)
+        d = rows.shape[0] + rows.shape[1]
+    else:
+        def body(rows, cols, n_l, W_l, inv_gamma, tau):
+            return _body(sh.local_csr(rows), sh.local_csr(cols), n_l, W_l, inv_gamma, tau, _sharded_comm(dims))
+
+        m, V, n, W, ES = jax.shard_map(
+            body, mesh=mesh, in_specs=(_CSR, _CSR, _F, _F4, _R, _R), out_specs=(_F, _F4, _F, _F4, _R),
+            check_vma=False,
+        )(rows, cols, state.n, state.W, state.inv_gamma, tau)
+        d = dims[0] + dims[1]
     q = prior.vb_update(ES, d)
     return VBState(m=m, V=V, n=n, W=W, inv_gamma=q.inv_mean.astype(m.dtype), ES=ES)
 
 
 def expected_sq_error(state: VBState, rows: CSR) -> jax.Array:
-    """``sum_k E_q[(Y_k - M_i . N_j)^2]`` for each run, without an ``n x K x K`` array.
-
-    ``sum_k E[(Y - M_i.N_j)^2] = sum_k Y^2 - 2 sum_i m_i . (sum_j Y n_j)
-    + sum_i <V_i + m_i m_i^T, sum_j (W_j + n_j n_j^T)>``: the last sum is the sparse
-    product of the precision computation.
-    """
-    C, m1, K = state.m.shape
-    A = state.V + outer(state.m)  # (C, m1, K, K)
-    G = row_precision(rows, state.W + outer(state.n), jnp.zeros((C, K), state.m.dtype), 1.0)
-    yn = row_rhs(rows, state.n, 1.0)  # (C, m1, K) = sum_j Y n_j
-    y2 = jnp.sum(rows.values**2)
-    return y2 - 2.0 * jnp.sum(state.m * yn, axis=(1, 2)) + jnp.sum(A * G, axis=(1, 2, 3))
+    """``sum_k E_q[(Y_k - M_i . N_j)^2]`` for each run (one device)."""
+    return _sq_error_body(rows, state.m, state.V, state.n, state.W, _LOCAL)[0]
 
 
-def elbo(state: VBState, rows: CSR, prior: Prior, tau) -> jax.Array:
+def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, mesh=None, dims=None) -> jax.Array:
     """The evidence lower bound of each run, exact when ``q(gamma)`` is the optimum for
     the current ``E[S]`` (true right after :func:`update`).
 
-    The likelihood is the Gaussian ``N(Y | theta, 1/tau)`` (the tempered likelihood up to
-    its normalising constant, which is included so that the ELBO is a bound on the
-    log evidence of that Gaussian model).
+    The likelihood term is the likelihood component's :meth:`vb_loglik` (default: the
+    Gaussian ``N(Y | theta, 1/tau)``, normalising constant included, so that the ELBO is
+    a bound on the log evidence of that Gaussian model).  ``mesh``/``dims`` as in
+    :func:`update`.
     """
-    n_obs = rows.values.shape[0]
-    m1, m2 = rows.shape
-    d = m1 + m2
     K = state.m.shape[-1]
-    loglik = 0.5 * n_obs * (jnp.log(tau) - _LOG_2PI) - 0.5 * tau * expected_sq_error(state, rows)
+    if mesh is None:
+        sq, logdet = _sq_error_body(rows, state.m, state.V, state.n, state.W, _LOCAL)
+        m1, m2 = rows.shape
+        n_obs = rows.values.shape[0]
+    else:
+        def body(rows, m_l, V_l, n_l, W_l):
+            rows = sh.local_csr(rows)
+            return _sq_error_body(rows, m_l, V_l, n_l, W_l, _sharded_comm(dims))
+
+        sq, logdet = jax.shard_map(
+            body, mesh=mesh, in_specs=(_CSR, _F, _F4, _F, _F4), out_specs=(_R, _R), check_vma=False,
+        )(rows, state.m, state.V, state.n, state.W)
+        m1, m2 = dims
+        n_obs = jnp.sum(rows.ones)  # the padding entries of the blocks are zeros
+    d = m1 + m2
+    lik = Tempered() if likelihood is None else likelihood
+    loglik = lik.vb_loglik(n_obs, sq, tau)
     q = prior.vb_update(state.ES, d)
     gamma_part = jnp.sum(q.log_normalizer, axis=-1) - 0.5 * d * K * _LOG_2PI
     # entropies of the Gaussian factors: (K/2) log(2 pi e) + (1/2) log det V
-    ent = 0.5 * d * K * (1.0 + _LOG_2PI)
-    ent = ent + 0.5 * jnp.sum(jnp.linalg.slogdet(state.V)[1], axis=1) + 0.5 * jnp.sum(jnp.linalg.slogdet(state.W)[1], axis=1)
-    return loglik + gamma_part + ent
+    return loglik + gamma_part + 0.5 * d * K * (1.0 + _LOG_2PI) + 0.5 * logdet
 
 
 # ---------------------------------------------------------------- several devices
@@ -168,59 +223,12 @@ def unshard_state(state: VBState, dims: tuple[int, int]) -> VBState:
     return state._replace(m=state.m[:, :m1], V=state.V[:, :m1], n=state.n[:, :m2], W=state.W[:, :m2])
 
 
-def _valid(block_rows: int, m: int, dtype):
-    # inside shard_map: 1 for this device's real rows, 0 for its padding rows
-    start = jax.lax.axis_index(sh.AXIS) * block_rows
-    return ((start + jnp.arange(block_rows)) < m).astype(dtype)
+def _sharded_comm(dims) -> _Comm:
+    """Inside ``shard_map``: all-gather the rows of a factor, psum over the devices, and
+    mask the padding rows (1 for this device's real rows of factor ``which``)."""
+    def valid(block_rows, which, dtype):
+        start = jax.lax.axis_index(sh.AXIS) * block_rows
+        return ((start + jnp.arange(block_rows)) < dims[which]).astype(dtype)
 
-
-def update_sharded(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, mesh, dims) -> VBState:
-    """:func:`update` with ``rows`` / ``cols`` the per-device blocks of
-    :func:`bmczoo.inference.sharding.shard_csr` and a state from :func:`shard_state`."""
-    m1, m2 = dims
-
-    def body(rows, cols, n_l, W_l, inv_gamma, tau):
-        rows, cols = sh.local_csr(rows), sh.local_csr(cols)
-        gather = lambda x: jax.lax.all_gather(x, sh.AXIS, axis=1, tiled=True)  # noqa: E731
-        m_l, V_l = _update_factor(rows, gather(n_l), gather(W_l), inv_gamma, tau)
-        n_l, W_l = _update_factor(cols, gather(m_l), gather(V_l), inv_gamma, tau)
-        vm = _valid(rows.shape[0], m1, m_l.dtype)[None, :, None, None]
-        vn = _valid(cols.shape[0], m2, n_l.dtype)[None, :, None, None]
-        ES = jax.lax.psum(_expected_S(m_l, V_l * vm, n_l, W_l * vn), sh.AXIS)
-        return m_l, V_l, n_l, W_l, ES
-
-    m, V, n, W, ES = jax.shard_map(
-        body, mesh=mesh, in_specs=(_CSR, _CSR, _F, _F4, _R, _R), out_specs=(_F, _F4, _F, _F4, _R), check_vma=False,
-    )(rows, cols, state.n, state.W, state.inv_gamma, tau)
-    q = prior.vb_update(ES, m1 + m2)
-    return VBState(m=m, V=V, n=n, W=W, inv_gamma=q.inv_mean.astype(m.dtype), ES=ES)
-
-
-def elbo_sharded(state: VBState, rows: CSR, prior: Prior, tau, *, mesh, dims, n_obs: int) -> jax.Array:
-    """:func:`elbo` of a sharded state (``rows``: per-device blocks, ``n_obs`` ratings)."""
-    m1, m2 = dims
-    d = m1 + m2
-    K = state.m.shape[-1]
-
-    def body(rows, m_l, V_l, n_l, W_l):
-        rows = sh.local_csr(rows)
-        C = m_l.shape[0]
-        gather = lambda x: jax.lax.all_gather(x, sh.AXIS, axis=1, tiled=True)  # noqa: E731
-        n_all, W_all = gather(n_l), gather(W_l)
-        A = V_l + outer(m_l)
-        G = row_precision(rows, W_all + outer(n_all), jnp.zeros((C, K), m_l.dtype), 1.0)
-        yn = row_rhs(rows, n_all, 1.0)
-        sq = jnp.sum(rows.values**2) - 2.0 * jnp.sum(m_l * yn, axis=(1, 2)) + jnp.sum(A * G, axis=(1, 2, 3))
-        vm = _valid(m_l.shape[1], m1, m_l.dtype)[None, :]
-        vn = _valid(n_l.shape[1], m2, n_l.dtype)[None, :]
-        logdet = (jnp.sum(jnp.linalg.slogdet(V_l)[1] * vm, axis=1)
-                  + jnp.sum(jnp.linalg.slogdet(W_l)[1] * vn, axis=1))
-        return jax.lax.psum(sq, sh.AXIS), jax.lax.psum(logdet, sh.AXIS)
-
-    sq, logdet = jax.shard_map(
-        body, mesh=mesh, in_specs=(_CSR, _F, _F4, _F, _F4), out_specs=(_R, _R), check_vma=False,
-    )(rows, state.m, state.V, state.n, state.W)
-    loglik = 0.5 * n_obs * (jnp.log(tau) - _LOG_2PI) - 0.5 * tau * sq
-    q = prior.vb_update(state.ES, d)
-    gamma_part = jnp.sum(q.log_normalizer, axis=-1) - 0.5 * d * K * _LOG_2PI
-    return loglik + gamma_part + 0.5 * d * K * (1.0 + _LOG_2PI) + 0.5 * logdet
+    return _Comm(gather=lambda x: jax.lax.all_gather(x, sh.AXIS, axis=1, tiled=True),
+                 psum=lambda x: jax.lax.psum(x, sh.AXIS), valid=valid)

@@ -9,11 +9,12 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from .._checks import check_K, check_positive_int, check_prior, check_ratings, likelihood_precision
+from .._checks import ArgumentTypeError, check_bool, check_K, check_positive_int, check_prior, check_ratings
+from ..likelihoods import Likelihood, Tempered
 from ..data import RatingData
 from ..priors import Prior
 
-__all__ = ["matrix_completion"]
+__all__ = ["matrix_completion", "model_likelihood"]
 
 
 def matrix_completion(
@@ -23,6 +24,7 @@ def matrix_completion(
     lam: float | None = None,
     noise_sd: float = 1.0,
     *,
+    likelihood=None,
     observed: bool = True,
     subsample_size: int | None = None,
     marginal: bool = False,
@@ -50,6 +52,9 @@ def matrix_completion(
         Temperature; ``None`` means ``lam = n / (2 noise_sd^2)`` (ordinary posterior).
     noise_sd : float
         Noise standard deviation used when ``lam`` is None.
+    likelihood : bmczoo.likelihoods.Likelihood, keyword-only, optional
+        The observation component; default ``Tempered(lam, noise_sd)`` (then ``lam`` and
+        ``noise_sd`` must be left at their defaults when it is given).
     observed : bool, keyword-only
         If False, ``"obs"`` is sampled (prior predictive; used by the Geweke tests).
     subsample_size : int, keyword-only, optional
@@ -66,10 +71,9 @@ def matrix_completion(
     ratings = check_ratings(ratings)
     prior = check_prior(prior)
     K = check_K(K, ratings.shape)
-    tau = likelihood_precision(ratings.n, lam, noise_sd)
-    for name, flag in (("observed", observed), ("marginal", marginal)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise ValueError(f"{name} must be True or False, got {flag!r}")
+    likelihood = model_likelihood(likelihood, lam, noise_sd)
+    check_bool("observed", observed)
+    check_bool("marginal", marginal)
     if subsample_size is not None:
         subsample_size = check_positive_int("subsample_size", subsample_size)
         if subsample_size > ratings.n:
@@ -90,4 +94,17 @@ def matrix_completion(
     y = jnp.asarray(ratings.values) if observed else None
     with numpyro.plate("ratings", ratings.n, subsample_size=subsample_size) as idx:
         mean = jnp.sum(M[rows[idx]] * N[cols[idx]], axis=-1)
-        numpyro.sample("obs", dist.Normal(mean, 1.0 / jnp.sqrt(tau)), obs=None if y is None else y[idx])
+        likelihood.sample_obs(mean, ratings.n, None if y is None else y[idx])
+
+
+def model_likelihood(likelihood, lam, noise_sd):
+    """The likelihood component of the model's arguments: ``likelihood``, or the
+    tempered likelihood of ``lam``/``noise_sd`` (which must then be left at their defaults)."""
+    if likelihood is None:
+        return Tempered(lam=lam, noise_sd=noise_sd)
+    if not isinstance(likelihood, Likelihood):
+        raise ArgumentTypeError(f"likelihood must be one of bmczoo.likelihoods, got {likelihood!r}")
+    if lam is not None or noise_sd != 1.0:
+        raise ValueError("give lam/noise_sd to the likelihood (e.g. bmc.likelihoods.Tempered(lam=...)), "
+                         "not besides it")
+    return likelihood

@@ -1,0 +1,243 @@
+"""Frozen descriptions of the experiments' work: data, sampler settings, fits and units.
+
+Everything here is a plain value (frozen, hashable, picklable), so that a worker process
+can rebuild a fit from its description and a fit's cache key is a function of it alone.
+:func:`plan_unit` turns one prior on one dataset into its validation fits over a grid of
+hyper-parameters and Gibbs starts; it asks the prior's class for the hyper-parameter to
+vary (:meth:`~bmczoo.priors.Prior.tuned_name`) and the prior for its starts
+(:meth:`~bmczoo.priors.Prior.gibbs_starts`), and never branches on a prior's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any, Callable, NamedTuple, Union
+
+import numpy as np
+
+from ..priors import Prior, registry
+
+__all__ = [
+    "GRID_FACTORS", "Settings", "QUICK", "FULL", "Prepared", "SimulationData", "MovieLensData", "DataSpec",
+    "FitTask", "Unit", "Pairs", "as_pairs", "prior_class", "plan_unit",
+]
+
+# the factors the grid applies to a prior's tuned hyper-parameter (x1 is the given value)
+GRID_FACTORS = (0.5, 1.0, 2.0)
+METHODS = ("gibbs", "vb")
+STAGES = ("validation", "test")
+
+Pairs = tuple[tuple[str, Any], ...]
+
+
+def as_pairs(hyper: Mapping | Pairs) -> Pairs:
+    """Hyper-parameters (a mapping or ``(name, value)`` pairs) as a tuple of pairs, in order."""
+    items = hyper.items() if isinstance(hyper, Mapping) else hyper
+    return tuple((str(k), v) for k, v in items)
+
+
+def prior_class(name: str) -> type[Prior]:
+    """The registered prior class called ``name``; ``ValueError`` for an unknown name."""
+    classes = registry()
+    if name not in classes:
+        raise ValueError(f"unknown prior {name!r}; known: {', '.join(sorted(classes))}")
+    return classes[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Sampler settings of an experiment (part of every cache key, field by field).
+
+    Attributes
+    ----------
+    seeds : the simulated datasets (one unit per seed; MovieLens uses seed 0 only).
+    num_warmup, num_samples, thinning : the Gibbs chains.
+    vb_max_iter : the VB iterations.
+    """
+
+    seeds: tuple[int, ...]
+    num_warmup: int
+    num_samples: int
+    thinning: int
+    vb_max_iter: int
+
+
+FULL = Settings(seeds=(0, 1, 2, 3), num_warmup=100, num_samples=900, thinning=10, vb_max_iter=200)
+QUICK = Settings(seeds=(0,), num_warmup=50, num_samples=250, thinning=5, vb_max_iter=60)
+
+
+class Prepared(NamedTuple):
+    """A dataset ready to fit: the inner 90% of the training data and the 10% validation
+    split carved out of it, all training data, and the test-stage RMSE of a fit."""
+
+    inner: Any
+    valid: Any
+    train: Any
+    evaluate: Callable[[Any], float]
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulationData:
+    """The paper's simulation: an ``m x m`` matrix from dataset seed ``seed``.
+
+    The test-stage RMSE is against the true ``theta`` over all ``m^2`` entries; the
+    validation split is seeded by ``seed + 1000``.
+    """
+
+    m: int
+    seed: int
+    factor_scale: str = "variance"
+
+    def prepare(self) -> Prepared:
+        """Simulate the data and carve out the validation split."""
+        from ..datasets import simulate_paper
+
+        sim = simulate_paper(self.m, factor_scale=self.factor_scale, seed=self.seed)
+        rows, cols = np.divmod(np.arange(self.m * self.m), self.m)
+        truth = sim.theta.ravel()
+
+        def evaluate(f) -> float:
+            return float(np.sqrt(np.mean((f.predict(rows, cols) - truth) ** 2)))
+
+        inner, valid = sim.train.split(0.1, seed=self.seed + 1000)
+        return Prepared(inner, valid, sim.train, evaluate)
+
+
+@dataclasses.dataclass(frozen=True)
+class MovieLensData:
+    """A MovieLens dataset (``"100k"``, ``"1m"``, ...), from ``path`` or the download
+    cache; an 80/20 split (seed 0), the test-stage RMSE on the 20%."""
+
+    dataset: str
+    path: str | None = None
+
+    def prepare(self) -> Prepared:
+        """Load the ratings, split them and carve out the validation split (seed 1000)."""
+        from ..datasets import load_movielens
+
+        train, test = load_movielens(self.dataset, path=self.path).split(0.2, seed=0)
+        inner, valid = train.split(0.1, seed=1000)
+        return Prepared(inner, valid, train, lambda f: float(f.rmse(test)))
+
+
+DataSpec = Union[SimulationData, MovieLensData]
+
+
+@dataclasses.dataclass(frozen=True)
+class FitTask:
+    """One fit, described by plain values.
+
+    Attributes
+    ----------
+    tag : ``(name, value)`` pairs that identify the cell in the cache key (experiment,
+        dataset, prior, K, seed, ...).
+    data : what to fit.
+    stage : ``"validation"`` (fit the inner 90% of the training data, RMSE on the other
+        10%) or ``"test"`` (fit all training data, RMSE against the truth / test set).
+    method : ``"gibbs"`` or ``"vb"``.
+    prior, hyper : the prior's registry name and its hyper-parameters (sorted pairs).
+    K, seed : latent dimension and the fit's seed.
+    settings : sampler settings.
+    init_gamma : the Gibbs start; ``None``: the prior's own ``init_gamma`` (then the start
+        is not part of the cache key).
+    start : the start's label (``"default"`` when ``init_gamma`` is None).
+    """
+
+    tag: Pairs
+    data: DataSpec
+    stage: str
+    method: str
+    prior: str
+    hyper: Pairs
+    K: int
+    seed: int
+    settings: Settings
+    init_gamma: float | None = None
+    start: str = "default"
+
+    @property
+    def key(self) -> dict:
+        """The cache key: the tag, stage, hyper-parameters, settings and (if set) the start."""
+        key = {**dict(self.tag), "stage": self.stage, "hyper": dict(self.hyper),
+               "settings": dataclasses.asdict(self.settings)}
+        if self.init_gamma is not None:
+            key["start"], key["init_gamma"] = self.start, self.init_gamma
+        return key
+
+    @property
+    def key_json(self) -> str:
+        """The cache key as canonical JSON (sorted keys): what identifies the fit."""
+        return json.dumps(self.key, sort_keys=True, default=float)
+
+    def make_prior(self) -> Prior:
+        """The prior of this fit."""
+        return prior_class(self.prior)(**dict(self.hyper))
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """One prior on one dataset: its validation fits (``candidates``, in grid order, each
+    grid value with each of its starts) and the hyper-parameters the grid is centred on
+    (``base_hyper``, in the order given: the paper's values in the experiments)."""
+
+    prior: str
+    method: str
+    base_hyper: Pairs
+    candidates: tuple[FitTask, ...]
+
+
+def _grid(cls: type[Prior], base: dict) -> list[tuple[Prior, dict]]:
+    """The priors of the grid (with their hyper-parameters): ``base`` with its tuned
+    hyper-parameter times each of :data:`GRID_FACTORS`; a point whose construction raises
+    ``ValueError`` (e.g. a spike at least as wide as the slab) is skipped."""
+    name = cls.tuned_name()
+    out = []
+    for factor in GRID_FACTORS:
+        hyper = {**base, name: base[name] * factor}
+        try:
+            out.append((cls(**hyper), hyper))
+        except ValueError:
+            continue
+    return out
+
+
+def _starts(prior: Prior, method: str) -> list[tuple[str, float | None]]:
+    """The starts tried: the prior's Gibbs starts; VB has one (it does not depend on the prior)."""
+    return list(prior.gibbs_starts()) if method == "gibbs" else [("default", None)]
+
+
+def plan_unit(tag: Mapping, data: DataSpec, *, method: str, prior: str, hyper: Mapping | Pairs, K: int,
+              seed: int, settings: Settings) -> Unit:
+    """The validation fits of one prior on one dataset.
+
+    Parameters
+    ----------
+    tag : mapping
+        What identifies the cell in the cache keys (JSON-serialisable values).
+    data : SimulationData or MovieLensData
+    method : {"gibbs", "vb"}
+    prior : str
+        A name of :func:`bmczoo.priors.registry`.
+    hyper : mapping or pairs
+        The hyper-parameters the grid is centred on; ``ValueError`` if the prior rejects them.
+    K, seed : int
+    settings : Settings
+
+    Returns
+    -------
+    Unit
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    cls = prior_class(prior)
+    base = as_pairs(hyper)
+    cls(**dict(base))  # the grid's centre must be a valid prior
+    common = dict(tag=tuple(sorted(dict(tag).items())), data=data, stage="validation", method=method, prior=prior,
+                  K=int(K), seed=int(seed), settings=settings)
+    candidates = tuple(
+        FitTask(hyper=tuple(sorted(h.items())), init_gamma=None if g is None else float(g), start=label, **common)
+        for p, h in _grid(cls, dict(base)) for label, g in _starts(p, method)
+    )
+    return Unit(prior, method, base, candidates)

@@ -1,0 +1,205 @@
+"""The drivers behind ``bmc.fit``: one function per settings type, ``(problem, info) -> result``.
+
+:func:`bmczoo.inference.fit` validates the arguments, builds the model's components and
+the settings object, prepares the data (:class:`Prepared`) and calls ``DRIVERS[type]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import MCMC
+
+from ..data import RatingData
+from . import settings as st
+from .results import FitInfo, GibbsFit, MAPFit, NUTSFit, SVIFit, theta_mean
+
+__all__ = ["Prepared", "DRIVERS", "run_settings"]
+
+# factor draws are stored for arbitrary-entry prediction only below this many bytes
+_STORE_FACTORS_BUDGET = 256 * 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """The data of one fit: the training data as given and as fitted (centred), the
+    entries whose posterior mean is computed during the fit (test entries first), and
+    the test values (data scale) for the per-iteration RMSE traces."""
+
+    train: RatingData
+    fit_data: RatingData
+    pred_rows: np.ndarray
+    pred_cols: np.ndarray
+    test_values: np.ndarray
+
+
+def run_settings(prep: Prepared, info: FitInfo, **extra) -> dict:
+    """What identifies a run for its checkpoint (JSON-serialisable)."""
+    from .checkpoint import fingerprint
+
+    d = prep.fit_data
+    return {
+        "method": info.method,
+        "data": fingerprint(d.rows, d.cols, d.values),
+        "shape": list(info.shape),
+        "prior": info.prior.name,
+        "hyperparameters": {k: float(v) for k, v in info.prior.hyperparameters().items()},
+        "K": int(info.K),
+        "tau": float(info.tau),
+        "seed": int(info.seed),
+        "dtype": info.dtype,
+        "predict": fingerprint(prep.pred_rows, prep.pred_cols, prep.test_values),
+        **extra,
+    }
+
+
+def _track_entries(train: RatingData, track, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(track, int):
+        num = min(track, train.n)
+        pos = np.sort(np.random.default_rng(seed).choice(train.n, size=num, replace=False))
+        return train.rows[pos], train.cols[pos]
+    return train.check_entries(*track, name="track")
+
+
+def _init_gamma(s, K: int, num_chains: int, dtype):
+    if s.init_gamma is None:
+        return None
+    g = np.asarray(s.init_gamma, np.float64)
+    if g.ndim == 1 and g.shape[0] != K:
+        raise ValueError(f"init_gamma must be a positive number or an array of K={K} of them, "
+                         f"got {len(g)} values")
+    return jnp.broadcast_to(jnp.asarray(np.broadcast_to(g, (K,)), dtype), (num_chains, K))
+
+
+def _store_factors(s: st.Gibbs, shape, K: int, dtype) -> bool:
+    if s.store_factors != "auto":
+        return bool(s.store_factors)
+    size = s.num_chains * (s.num_samples // s.thinning) * (shape[0] + shape[1]) * K * jnp.dtype(dtype).itemsize
+    return size < _STORE_FACTORS_BUDGET
+
+
+def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
+    from . import gibbs
+
+    sh = info.shift
+    return gibbs.build_problem(
+        prep.fit_data, info.tau, dtype=info.dtype, predict=(prep.pred_rows, prep.pred_cols),
+        test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
+        num_warmup=s.num_warmup, thinning=s.thinning, num_total=s.num_warmup + s.num_samples, mesh=s.devices,
+        overrelax=s.overrelax,
+    )
+
+
+def _gibbs_with_numpyro(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
+    """NumPyro's ``MCMC`` drives the conjugate kernel."""
+    from .numpyro_kernel import ConjugateGibbs
+
+    sh = info.shift
+    kernel = ConjugateGibbs(
+        num_samples=s.num_samples, thinning=s.thinning, predict=(prep.pred_rows, prep.pred_cols),
+        test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
+        store_factors=store, dtype=info.dtype, devices=s.devices, overrelax=s.overrelax,
+    )
+    mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning,
+                num_chains=s.num_chains, chain_method=s.chain_method, progress_bar=progress_bar)
+    init = None
+    if gamma0 is not None:
+        init = {"gamma": gamma0 if s.num_chains > 1 else gamma0[0]}
+    mcmc.run(jax.random.key(info.seed), prep.fit_data, info.K, info.prior, likelihood=info.likelihood,
+             init_params=init)
+    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    return mcmc.last_state.core, samples, mcmc
+
+
+def _gibbs_with_checkpoints(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
+    """The same chains (same keys as NumPyro's ``MCMC``) with the checkpointing driver."""
+    from . import gibbs
+    from .checkpoint import fingerprint, run_gibbs
+
+    problem = _gibbs_problem(prep, info, s, track)
+    key = jax.random.key(info.seed)
+    keys = key[None] if s.num_chains == 1 else jax.random.split(key, s.num_chains)
+    core = gibbs.init(keys, problem, info.prior, info.K, **({} if gamma0 is None else {"gamma": gamma0}))
+    settings = run_settings(
+        prep, info, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning,
+        num_chains=s.num_chains, track=fingerprint(*track), store_factors=store,
+        init_gamma=None if gamma0 is None else [float(x) for x in gamma0[0]], overrelax=s.overrelax,
+    )
+    core, samples = run_gibbs(
+        core, problem, info.prior, store, num_warmup=s.num_warmup, num_samples=s.num_samples,
+        thinning=s.thinning, checkpoint=s.checkpoint, checkpoint_every=s.checkpoint_every, settings=settings,
+        progress_bar=progress_bar,
+    )
+    return core, samples, None
+
+
+def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
+    """Conjugate Gibbs (:class:`~bmczoo.inference.settings.Gibbs`)."""
+    from . import gibbs
+
+    s: st.Gibbs = info.settings
+    track = _track_entries(prep.train, s.track, info.seed)
+    store = _store_factors(s, info.shape, info.K, info.dtype)
+    gamma0 = _init_gamma(s, info.K, s.num_chains, info.dtype)
+    run = _gibbs_with_numpyro if s.checkpoint is None else _gibbs_with_checkpoints
+    core, samples, mcmc = run(prep, info, s, track, store, gamma0, progress_bar)
+    gibbs.check_failure(core, dtype=info.dtype)
+    C = s.num_chains
+    pred_sum = np.asarray(core.pred_sum, np.float64).reshape(C, -1)
+    num_kept = int(np.asarray(core.num_kept).ravel()[0])
+    # (chain, iteration); chains of a sequential run come stacked, of a single run without axis
+    return GibbsFit(
+        info=info, samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols,
+        pred_mean=info.shift.apply(pred_sum.mean(axis=0) / max(num_kept, 1)),
+        rmse_draw=np.asarray(core.rmse_draw).reshape(C, -1), rmse_mean=np.asarray(core.rmse_mean).reshape(C, -1),
+        track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=num_kept, mcmc=mcmc,
+    )
+
+
+def fit_nuts(prep: Prepared, info: FitInfo, progress_bar: bool) -> NUTSFit:
+    """NumPyro NUTS (:class:`~bmczoo.inference.settings.NUTS`)."""
+    from .baselines import run_nuts
+
+    s: st.NUTS = info.settings
+    track = _track_entries(prep.train, s.track, info.seed)
+    samples, mcmc = run_nuts(
+        prep.fit_data, info.K, info.prior, info.likelihood, seed=info.seed, num_warmup=s.num_warmup,
+        num_samples=s.num_samples, thinning=s.thinning, num_chains=s.num_chains, progress_bar=progress_bar,
+        dtype=info.dtype, target_accept_prob=s.target_accept_prob,
+    )
+    M, N = samples["M"], samples["N"]
+    samples["theta"] = np.sum(M[:, :, track[0]] * N[:, :, track[1]], axis=-1)
+    return NUTSFit(
+        info=info, samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols,
+        pred_mean=info.shift.apply(theta_mean(M, N, prep.pred_rows, prep.pred_cols)),
+        rmse_draw=np.zeros((s.num_chains, 0)), rmse_mean=np.zeros((s.num_chains, 0)),
+        track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=M.shape[1], mcmc=mcmc,
+    )
+
+
+def fit_svi(prep: Prepared, info: FitInfo, progress_bar: bool) -> SVIFit:
+    """NumPyro SVI (:class:`~bmczoo.inference.settings.SVI`) or MAP (``AutoDelta``)."""
+    from .baselines import run_svi
+
+    s = info.settings
+    is_map = isinstance(s, st.MAP)
+    draws, point, losses, guide = run_svi(
+        prep.fit_data, info.K, info.prior, info.likelihood, seed=info.seed, guide="delta" if is_map else s.guide,
+        num_steps=s.num_steps, learning_rate=s.learning_rate, subsample_size=s.subsample_size,
+        num_draws=1 if is_map else s.num_draws, progress_bar=progress_bar, dtype=info.dtype,
+    )
+    cls = MAPFit if is_map else SVIFit
+    return cls(info=info, draws=draws, point=point, losses=losses, guide=guide)
+
+
+def _fit_vb(prep: Prepared, info: FitInfo, progress_bar: bool):
+    from .vb_driver import fit_vb
+
+    return fit_vb(prep, info, progress_bar)
+
+
+#: the driver of each settings type
+DRIVERS = {st.Gibbs: fit_gibbs, st.VB: _fit_vb, st.NUTS: fit_nuts, st.SVI: fit_svi, st.MAP: fit_svi}

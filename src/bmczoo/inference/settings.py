@@ -1,0 +1,255 @@
+"""Inference settings as validated objects, one class per method (NumPyro's MCMC/SVI split).
+
+Each settings object is checked once, when built; the driver of a fit is picked by the
+settings' type (:data:`DRIVERS` in :mod:`bmczoo.inference.fit`).  ``bmc.fit(...,
+method="gibbs", num_samples=...)`` builds :class:`Gibbs` from its keyword arguments and
+rejects an argument that does not belong to the method, naming the method's arguments::
+
+    bmc.fit(train, K=10, prior=prior, method=bmc.inference.Gibbs(num_samples=2000, num_chains=4))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._checks import ArgumentTypeError, check_bool, check_choice, check_int, check_path, check_real
+
+__all__ = ["Settings", "Gibbs", "VB", "NUTS", "SVI", "MAP", "SETTINGS", "settings_for", "check_overrelax"]
+
+
+def check_overrelax(rho) -> float:
+    """``rho`` as a float in (-1, 1), else an error naming ``overrelax``."""
+    if isinstance(rho, (bool, np.bool_)) or not isinstance(rho, (numbers.Real, np.floating, np.integer)):
+        raise ArgumentTypeError(f"overrelax must be a number in (-1, 1), got {rho!r}")
+    rho = float(rho)
+    if not -1.0 < rho < 1.0:
+        raise ValueError(f"overrelax must be in (-1, 1) (0: plain Gibbs), got {rho!r}")
+    return rho
+
+
+def _check_init_gamma(value):
+    if value is None:
+        return None
+    try:
+        g = np.asarray(value, np.float64)
+    except (ValueError, TypeError):
+        raise ArgumentTypeError(f"init_gamma must be a positive number or an array of them, got {value!r}") from None
+    if g.ndim > 1 or not np.all(np.isfinite(g) & (g > 0)):
+        raise ValueError(f"init_gamma must be finite and > 0, got {value!r}")
+    return float(g) if g.ndim == 0 else tuple(float(x) for x in g)
+
+
+def _check_track(track):
+    if isinstance(track, (numbers.Integral, np.integer)) and not isinstance(track, (bool, np.bool_)):
+        if track < 0:
+            raise ValueError(f"track must be >= 0 or (rows, cols), got {track!r}")
+        return int(track)
+    if not (isinstance(track, (tuple, list)) and len(track) == 2):
+        raise ArgumentTypeError(f"track must be a number of entries or a pair (rows, cols), got {track!r}")
+    return (np.asarray(track[0]), np.asarray(track[1]))
+
+
+def _check_mcmc(s) -> None:
+    check_int("num_warmup", s.num_warmup, minimum=0)
+    check_int("num_samples", s.num_samples, minimum=1)
+    check_int("thinning", s.thinning, minimum=1)
+    check_int("num_chains", s.num_chains, minimum=1)
+    if s.thinning > s.num_samples:
+        raise ValueError(f"thinning={s.thinning} > num_samples={s.num_samples} keeps no draw")
+
+
+def _check_checkpoint(s) -> None:
+    if s.checkpoint is not None:
+        check_path("checkpoint", s.checkpoint)
+    check_int("checkpoint_every", s.checkpoint_every, minimum=1)
+
+
+def _mesh(devices):
+    if devices is None:
+        return None
+    from .sharding import make_mesh
+
+    return make_mesh(devices)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Settings:
+    """Base class: ``method`` names the driver (``bmc.fit(method=...)``)."""
+
+    method: ClassVar[str] = ""
+
+    @classmethod
+    def argument_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as plain values (metadata, reports)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "devices":
+                v = None if v is None else int(v.devices.size)
+            elif f.name == "track" and not isinstance(v, int):
+                v = "entries"
+            elif f.name == "checkpoint" and v is not None:
+                v = str(v)
+            out[f.name] = v
+        return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Gibbs(Settings):
+    """Conjugate blocked Gibbs sampling (:mod:`bmczoo.inference.gibbs`).
+
+    ``num_warmup + num_samples`` sweeps per chain, every ``thinning``-th post-warm-up draw
+    kept; ``chain_method`` as in NumPyro's ``MCMC`` (``"vectorized"`` advances all chains
+    in one batched sweep); ``overrelax`` in (-1, 1): Adler over-relaxed row updates (0:
+    plain Gibbs); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
+    whose theta is kept per draw (a number of random training entries, or (rows, cols));
+    ``store_factors``: keep M, N of each kept draw (``"auto"``: when they take < 256 MiB);
+    ``checkpoint``/``checkpoint_every``: save and resume (``.npz``); ``devices``: shard
+    each sweep over these devices.
+    """
+
+    num_warmup: int = 100
+    num_samples: int = 900
+    thinning: int = 10
+    num_chains: int = 1
+    chain_method: str = "vectorized"
+    overrelax: float = 0.0
+    init_gamma: Any = None
+    track: Any = 8
+    store_factors: Any = "auto"
+    checkpoint: Any = None
+    checkpoint_every: int = 100
+    devices: Any = None
+    method: ClassVar[str] = "gibbs"
+
+    def __post_init__(self):
+        _check_mcmc(self)
+        check_choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
+        object.__setattr__(self, "overrelax", check_overrelax(self.overrelax))
+        object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
+        object.__setattr__(self, "track", _check_track(self.track))
+        if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):
+            raise ValueError(f"store_factors must be True, False or 'auto', got {self.store_factors!r}")
+        _check_checkpoint(self)
+        object.__setattr__(self, "devices", _mesh(self.devices))
+        if self.devices is not None and self.chain_method == "parallel":
+            raise ValueError("chain_method='parallel' maps chains to devices; with devices= use 'vectorized'")
+        if self.checkpoint is not None and self.chain_method != "vectorized":
+            raise ValueError(f"checkpoint= runs the chains vectorized; chain_method={self.chain_method!r} "
+                             "is not available with it")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class VB(Settings):
+    """Closed-form mean-field VB (CAVI, :mod:`bmczoo.inference.vb`): stop when the relative
+    ELBO change is below ``tol`` or after ``max_iter``; ``restarts`` random starting
+    points run side by side, the highest final ELBO kept; checkpoints and devices as for
+    :class:`Gibbs`."""
+
+    max_iter: int = 200
+    tol: float = 1e-4
+    restarts: int = 1
+    checkpoint: Any = None
+    checkpoint_every: int = 100
+    devices: Any = None
+    method: ClassVar[str] = "vb"
+
+    def __post_init__(self):
+        check_int("max_iter", self.max_iter, minimum=1)
+        object.__setattr__(self, "tol", check_real("tol", self.tol, low=0.0))
+        check_int("restarts (num_chains)", self.restarts, minimum=1)
+        _check_checkpoint(self)
+        object.__setattr__(self, "devices", _mesh(self.devices))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NUTS(Settings):
+    """NumPyro NUTS on :func:`bmczoo.models.matrix_completion` (small problems)."""
+
+    num_warmup: int = 100
+    num_samples: int = 900
+    thinning: int = 10
+    num_chains: int = 1
+    track: Any = 8
+    target_accept_prob: float = 0.8
+    method: ClassVar[str] = "nuts"
+
+    def __post_init__(self):
+        _check_mcmc(self)
+        object.__setattr__(self, "track", _check_track(self.track))
+        check_real("target_accept_prob", self.target_accept_prob, low=0.0, high=1.0, low_open=True, high_open=True)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SVI(Settings):
+    """NumPyro SVI with an autoguide (``"normal"``: AutoNormal, ``"lowrank"``:
+    AutoLowRankMultivariateNormal), Adam with a step size decaying tenfold over
+    ``num_steps``, optional minibatches of ``subsample_size`` ratings; ``num_draws``
+    draws from the fitted guide are kept."""
+
+    guide: str = "normal"
+    num_steps: int = 2000
+    learning_rate: float = 0.05
+    subsample_size: int | None = None
+    num_draws: int = 100
+    method: ClassVar[str] = "svi"
+
+    def __post_init__(self):
+        check_choice("guide", self.guide, ("normal", "lowrank"))
+        check_int("num_steps", self.num_steps, minimum=1)
+        check_real("learning_rate", self.learning_rate, low=0.0, low_open=True)
+        if self.subsample_size is not None:
+            check_int("subsample_size", self.subsample_size, minimum=1)
+        check_int("num_draws", self.num_draws, minimum=1)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MAP(Settings):
+    """MAP by NumPyro's ``AutoDelta`` on the gamma-marginal model (nuclear norm for the
+    fixed prior, group lasso for the gamma prior)."""
+
+    num_steps: int = 2000
+    learning_rate: float = 0.05
+    subsample_size: int | None = None
+    method: ClassVar[str] = "map"
+
+    def __post_init__(self):
+        check_int("num_steps", self.num_steps, minimum=1)
+        check_real("learning_rate", self.learning_rate, low=0.0, low_open=True)
+        if self.subsample_size is not None:
+            check_int("subsample_size", self.subsample_size, minimum=1)
+
+
+#: settings class of each ``method`` name
+SETTINGS: dict[str, type[Settings]] = {cls.method: cls for cls in (Gibbs, VB, SVI, NUTS, MAP)}
+
+# fit's names for settings fields that differ by method
+_ALIASES = {"vb": {"num_chains": "restarts"}}
+
+
+def _owners(name: str) -> list[str]:
+    return [m for m, cls in SETTINGS.items() if name in cls.argument_names() or name in _ALIASES.get(m, {})]
+
+
+def settings_for(method: str, **kwargs) -> Settings:
+    """Build the settings of ``method`` from ``bmc.fit``'s keyword arguments, rejecting
+    any argument that the method does not take with an error naming it and the method."""
+    check_choice("method", method, tuple(SETTINGS))
+    cls = SETTINGS[method]
+    aliases = _ALIASES.get(method, {})
+    own = set(cls.argument_names()) | set(aliases)
+    for name in kwargs:
+        if name not in own:
+            owners = _owners(name)
+            where = " or ".join(repr(m) for m in owners) if owners else "no method"
+            takes = ", ".join(sorted(own))
+            raise ValueError(f"{name}= applies to method={where}, not to method={method!r} "
+                             f"(whose arguments are {takes})")
+    return cls(**{aliases.get(k, k): v for k, v in kwargs.items()})

@@ -1,0 +1,165 @@
+"""The VB driver of ``bmc.fit``: iterate CAVI to convergence, with traces and checkpoints.
+
+The iteration itself is :mod:`bmczoo.inference.vb` (one body for one device and for a
+mesh); this module runs it from ``restarts`` random starts side by side, records the
+ELBO and the test RMSE per iteration, stops on the relative ELBO change, saves and
+resumes checkpoints, and returns a :class:`~bmczoo.inference.results.VBFit` of the run
+with the highest final ELBO.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+from tqdm.auto import tqdm
+
+from . import vb
+from .results import VBFit
+
+__all__ = ["fit_vb"]
+
+
+@functools.partial(jax.jit, static_argnames=("prior", "likelihood", "mesh", "dims"))
+def _iterate(state, rows, cols, tau, test_rows, test_cols, *, prior, likelihood, mesh, dims):
+    # module level, the problem as arguments: nothing of a fit stays in JAX's caches
+    state = vb.update(state, rows, cols, prior, tau, mesh=mesh, dims=dims)
+    pred = jnp.sum(state.m[:, test_rows] * state.n[:, test_cols], axis=-1)
+    return state, vb.elbo(state, rows, prior, tau, likelihood=likelihood, mesh=mesh, dims=dims), pred
+
+
+def _vb_failure(state, iteration: int, dtype) -> str:
+    """Message naming the first row whose variational factor is not finite."""
+    where = ""
+    for name, arr in (("M", state.m), ("N", state.n), ("M", state.V), ("N", state.W)):
+        bad = ~np.isfinite(np.asarray(arr)).reshape(arr.shape[0], arr.shape[1], -1).all(axis=-1)
+        if bad.any():
+            c, row = np.argwhere(bad)[0]
+            where = f" (first at row {row} of {name}, run {c}: its Cholesky factorisation failed or overflowed)"
+            break
+    dt = jnp.dtype(dtype).name
+    hint = "try dtype=jnp.float64" if dt != "float64" else "check the data scale and hyper-parameters"
+    return f"VB produced a non-finite ELBO at iteration {iteration}{where} in {dt}; {hint}"
+
+
+class _Run:
+    """The mutable part of one VB run: state, traces, checkpoint file."""
+
+    def __init__(self, prep, info):
+        from .gibbs import build_problem
+        from .drivers import run_settings
+
+        s = info.settings
+        self.prep, self.info, self.s = prep, info, s
+        self.mesh, self.dims = s.devices, tuple(info.shape)
+        self.problem = build_problem(prep.fit_data, info.tau, dtype=info.dtype, mesh=s.devices)
+        # run r starts from key split(key(seed), C)[r]; with C = 1 the key itself
+        key = jax.random.key(info.seed)
+        keys = key[None] if s.restarts == 1 else jax.random.split(key, s.restarts)
+        self.state = self.shard(vb.init(keys, info.shape, info.prior, info.K, info.dtype))
+        n_test = prep.test_values.shape[0]
+        self.test_rc = [jnp.asarray(x[:n_test]) for x in (prep.pred_rows, prep.pred_cols)]
+        if self.mesh is not None:
+            rep = NamedSharding(self.mesh, PartitionSpec())
+            self.test_rc = [jax.device_put(x, rep) for x in self.test_rc]
+        self.elbos, self.rmses, self.seconds, self.converged = [], [], [], False
+        # VB is deterministic after its start: a checkpoint can be continued with another
+        # max_iter or tol, so those are not part of the settings
+        self.settings = run_settings(prep, info, num_runs=s.restarts)
+
+    def shard(self, state):
+        return state if self.mesh is None else vb.shard_state(state, self.mesh)
+
+    def unshard(self, state):
+        return state if self.mesh is None else vb.unshard_state(state, self.dims)
+
+    def is_converged(self) -> bool:
+        e = self.elbos
+        return len(e) > 1 and bool(np.all(np.abs(e[-1] - e[-2]) <= self.s.tol * np.abs(e[-1])))
+
+    def resume(self):
+        from .checkpoint import check_settings, load_npz
+
+        ckpt = self.s.checkpoint
+        if ckpt is None or not os.path.exists(ckpt):
+            return
+        stored, arrays = load_npz(ckpt)
+        check_settings(ckpt, stored, self.settings)
+        self.state = self.shard(vb.VBState(**{f: jnp.asarray(arrays[f"state/{f}"]) for f in vb.VBState._fields}))
+        self.elbos, self.rmses = list(arrays["elbo"]), list(arrays["rmse"])
+        self.converged = self.is_converged()
+
+    def save(self):
+        from .checkpoint import save_npz
+
+        R = self.s.restarts
+        arrays = {f"state/{f}": np.asarray(getattr(self.unshard(self.state), f)) for f in vb.VBState._fields}
+        arrays["elbo"] = np.asarray(self.elbos, np.float64).reshape(len(self.elbos), R)
+        arrays["rmse"] = np.asarray(self.rmses, np.float64).reshape(len(self.rmses), R)
+        save_npz(self.s.checkpoint, self.settings, arrays)
+
+    def one_iteration(self):
+        t0 = time.perf_counter()
+        p = self.problem
+        new_state, e, pred = _iterate(self.state, p.rows, p.cols, p.tau, *self.test_rc, prior=self.info.prior,
+                                      likelihood=self.info.likelihood, mesh=self.mesh, dims=self.dims)
+        e = np.asarray(e, np.float64)
+        self.seconds.append(time.perf_counter() - t0)
+        if not np.all(np.isfinite(e)):
+            raise FloatingPointError(_vb_failure(new_state, len(self.elbos) + 1, self.info.dtype))
+        r = []
+        if self.prep.test_values.shape[0]:
+            y = self.info.shift.apply(np.asarray(pred, np.float64))
+            r = [np.sqrt(np.mean((y - self.prep.test_values) ** 2, axis=-1))]
+        # one assignment: a Ctrl-C (delivered between bytecodes that check for signals,
+        # not inside an unpacking) cannot separate the state from its traces
+        self.state, self.elbos, self.rmses = new_state, self.elbos + [e], self.rmses + r
+        self.converged = self.is_converged()
+
+    def loop(self, progress_bar: bool):
+        s = self.s
+        with tqdm(total=s.max_iter, initial=len(self.elbos), disable=not progress_bar, desc="vb") as bar:
+            try:
+                while len(self.elbos) < s.max_iter and not self.converged:
+                    self.one_iteration()
+                    bar.update(1)
+                    post = f"elbo {self.elbos[-1].max():.6g}"
+                    bar.set_postfix_str(post + (f" rmse {self.rmses[-1].min():.4f}" if self.rmses else ""),
+                                        refresh=False)
+                    n = len(self.elbos)
+                    if s.checkpoint is not None and (n % s.checkpoint_every == 0 or self.converged
+                                                     or n == s.max_iter):
+                        self.save()
+            except KeyboardInterrupt:
+                if s.checkpoint is None:
+                    raise
+                self.save()
+                raise KeyboardInterrupt(
+                    f"interrupted after {len(self.elbos)} VB iterations; the work done is saved in "
+                    f"{str(s.checkpoint)!r}: call fit again with the same arguments to resume") from None
+
+
+def fit_vb(prep, info, progress_bar: bool) -> VBFit:
+    """Closed-form mean-field VB (:class:`~bmczoo.inference.settings.VB`)."""
+    run = _Run(prep, info)
+    run.resume()
+    run.loop(progress_bar)
+    best = int(np.argmax(run.elbos[-1]))  # the run with the highest final ELBO
+    state = jax.tree.map(jnp.asarray, jax.device_get(run.unshard(run.state)))
+    state = jax.tree.map(lambda x: x[best : best + 1], state)
+    q = info.prior.vb_update(state.ES[0], info.shape[0] + info.shape[1])
+    return VBFit(
+        info=info, m=np.asarray(state.m[0]), n=np.asarray(state.n[0]),
+        V_diag=np.asarray(jnp.diagonal(state.V[0], axis1=-2, axis2=-1)),
+        W_diag=np.asarray(jnp.diagonal(state.W[0], axis1=-2, axis2=-1)),
+        q_gamma={"inv_mean": np.asarray(q.inv_mean), **{k: np.asarray(v) for k, v in q.params.items()}},
+        elbo=np.asarray([e[best] for e in run.elbos]), rmse_trace=np.asarray([r[best] for r in run.rmses]),
+        converged=run.converged, state=state, num_iter=len(run.elbos), best_run=best,
+        # wall seconds of each iteration run by this call (the first includes compilation)
+        iteration_seconds=tuple(run.seconds), final_elbo_per_run=tuple(float(x) for x in run.elbos[-1]),
+    )
