@@ -37,6 +37,8 @@ def test_fit_vb_writes_predictions(tmp_path, capsys):
         (["fit", "--data", "sim:30", "--hyper", "eps"], "NAME=VALUE"),
         (["fit", "--data", "sim:30", "--hyper", "eps=-1"], "eps"),
         (["fit", "--data", "sim:30", "--hyper", "nope=1"], "nope"),
+        (["fit", "--data", "sim:30", "--prior", "fixed", "--hyper", "eps=0.1", "--hyper", "zz=2"], "eps, zz"),
+        (["fit", "--data", "sim:30", "--hyper", "C=0.06"], "eps"),  # eps=0.07 (default) must be < C
         (["fit", "--data", "sim:30", "-K", "0"], "K"),
         (["reproduce", "simulation-m", "--quick", "--jobs", "0"], "--jobs"),
     ],
@@ -51,6 +53,36 @@ def test_bad_arguments_give_one_line_error(argv, message, capsys):
 def test_module_entry_point_help():
     r = subprocess.run([sys.executable, "-m", "bmczoo", "fit", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--prior" in r.stdout
+
+
+def test_priors_come_from_the_registry(capsys):
+    """--prior offers every prior of the registry, its help lists each one's defaults
+    (the class's cli_defaults), and a fit starts from them."""
+    import bmczoo as bmc
+    from bmczoo.cli import _make_prior, build_parser
+
+    reg = bmc.priors.registry()
+    fit_parser = build_parser()._subparsers._group_actions[0].choices["fit"]
+    action = next(a for a in fit_parser._actions if "--prior" in a.option_strings)
+    assert list(action.choices) == sorted(reg) and action.default in reg
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name, cls in reg.items():
+        assert name in text
+        for k, v in cls.cli_defaults.items():
+            assert f"{k}={v:g}" in text
+    assert "discrete (C=1, p=0.05, eps=0.07)" in text and "inverse-gamma (a=1, b=0.1)" in text
+    for name, cls in reg.items():
+        assert _make_prior(name, {}) == cls.from_cli()
+    assert _make_prior("discrete", {"eps": 0.1}) == bmc.priors.Discrete(C=1.0, p=0.05, eps=0.1)
+
+
+def test_fit_prints_the_prior_with_its_defaults(capsys):
+    rc = main(["fit", "--data", "sim:20", "--prior", "inverse-gamma", "--hyper", "b=0.2", "-K", "2", "--method",
+               "vb", "--max-iter", "5", "--quiet"])
+    assert rc == 0
+    assert "prior: inverse-gamma(a=1, b=0.2), K=2, method=vb" in capsys.readouterr().out
 
 
 def test_reproduce_help_mentions_jobs_and_start(capsys):

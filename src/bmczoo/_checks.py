@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from ._errors import ArgumentTypeError
 from .data import RatingData
 from .priors import Prior
 
@@ -21,11 +22,6 @@ __all__ = [
     "ArgumentTypeError", "check_ratings", "check_K", "check_prior", "check_int", "check_positive_int",
     "check_real", "check_bool", "check_choice", "check_path", "likelihood_precision",
 ]
-
-
-class ArgumentTypeError(TypeError, ValueError):
-    """An argument of the wrong type (a ``TypeError``, and a ``ValueError`` for
-    compatibility with code that caught ``ValueError`` for every bad argument)."""
 
 
 def _is_int(value) -> bool:

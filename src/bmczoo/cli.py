@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 __all__ = ["main"]
 
-_PRIOR_DEFAULTS = {
-    # the paper's Table 3 / Table 6 values
-    "fixed": {"gamma": 1.0},
-    "inverse-gamma": {"a": 1.0, "b": 0.1},
-    "gamma": {"beta": 100.0},
-    "discrete": {"C": 1.0, "p": 0.05, "eps": 0.07},
-}
+_DEFAULT_PRIOR = "discrete"
 
 _MOVIELENS = {"ml-100k": "100k", "ml-1m": "1m", "ml-10m": "10m", "ml-20m": "20m", "ml-25m": "25m",
               "ml-32m": "32m", "ml-latest-small": "latest-small"}
@@ -22,6 +17,51 @@ _MOVIELENS = {"ml-100k": "100k", "ml-1m": "1m", "ml-10m": "10m", "ml-20m": "20m"
 
 class CLIError(Exception):
     """An error reported as one line, without a traceback."""
+
+
+def _priors() -> dict:
+    """The zoo's priors by command-line name (:func:`bmczoo.priors.registry`)."""
+    from .priors import registry
+
+    return registry()
+
+
+def _prior_defaults(cls) -> dict:
+    """The hyper-parameters ``bmczoo fit --prior NAME`` uses when no ``--hyper`` is given:
+    the class's ``cli_defaults`` over its dataclass defaults (None: no default)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else None
+        out[f.name] = cls.cli_defaults.get(f.name, default)
+    return out
+
+
+def _fmt_default(v) -> str:
+    if v is None:
+        return "?"
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
+def _prior_help() -> str:
+    """``--prior`` help: each prior of the registry with its default hyper-parameters."""
+    parts = []
+    for name, cls in sorted(_priors().items()):
+        hyper = ", ".join(f"{k}={_fmt_default(v)}" for k, v in _prior_defaults(cls).items())
+        parts.append(f"{name} ({hyper})" if hyper else name)
+    text = (f"prior on the column scales gamma_h (default {_DEFAULT_PRIOR}), with its default hyper-parameters: "
+            + "; ".join(parts))
+    return text.replace("%", "%%")  # argparse formats help strings with %
+
+
+def _make_prior(name: str, hyper: dict[str, float]):
+    """The prior ``name`` with its class defaults (``from_cli``) updated by ``hyper``."""
+    cls = _priors()[name]
+    fields = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(hyper) - set(fields))
+    if unknown:
+        raise CLIError(f"--hyper: the {name} prior has no hyper-parameter {', '.join(unknown)}; "
+                       f"it has {', '.join(fields)}")
+    return cls.from_cli(**hyper)
 
 
 def _parse_hyper(items: list[str]) -> dict[str, float]:
@@ -77,12 +117,7 @@ def _cmd_fit(args) -> int:
 
     import bmczoo as bmc
 
-    hyper = dict(_PRIOR_DEFAULTS[args.prior])
-    hyper.update(_parse_hyper(args.hyper))
-    try:
-        prior = bmc.priors.get_prior(args.prior, **hyper)
-    except TypeError as e:
-        raise CLIError(f"--hyper: {e}") from None
+    prior = _make_prior(args.prior, _parse_hyper(args.hyper))
     train, test, sim = _load(args.data, args.seed)
     print(f"data: {train!r} train" + (f", {test!r} test" if test is not None else ""))
     print(f"prior: {prior}, K={args.K}, method={args.method}")
@@ -148,10 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--data", default="sim:100",
                    help="ml-100k | ml-1m | ... | PATH to u.data / ratings.dat / ratings.csv | sim:M "
                    "(the paper's simulation with an M x M matrix; default sim:100)")
-    f.add_argument("--prior", default="discrete", choices=sorted(_PRIOR_DEFAULTS))
+    f.add_argument("--prior", default=_DEFAULT_PRIOR, choices=sorted(_priors()), help=_prior_help())
     f.add_argument("--hyper", action="append", default=[], metavar="NAME=VALUE",
-                   help="prior hyper-parameter, repeatable (defaults: the paper's values, e.g. discrete "
-                   "C=1 p=0.05 eps=0.07)")
+                   help="a hyper-parameter of the prior, repeatable; the others keep the prior's defaults "
+                   "(listed under --prior: the paper's values)")
     f.add_argument("--method", default="gibbs", choices=["gibbs", "vb", "svi", "map", "nuts"],
                    help="gibbs (default), vb (closed-form variational Bayes), svi (NumPyro AutoNormal), "
                    "map (AutoDelta), nuts (NumPyro NUTS: small problems only)")

@@ -152,7 +152,7 @@ def test_bad_checkpoint_arguments(tmp_path):
     train, _ = _data()
     with pytest.raises(ValueError, match="checkpoint_every"):
         bmc.fit(train, K=2, checkpoint=tmp_path / "a.npz", checkpoint_every=0, progress_bar=False)
-    with pytest.raises(ValueError, match="checkpoint= applies"):
+    with pytest.raises(ValueError, match="checkpoint= applies to method='gibbs' or 'vb', not to method='svi'"):
         bmc.fit(train, K=2, method="svi", checkpoint=tmp_path / "a.npz", progress_bar=False)
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip file")

@@ -1,4 +1,6 @@
-"""Every invalid argument of ``bmc.fit`` raises a ValueError that names it."""
+"""Every invalid argument of ``bmc.fit`` raises an error that names it: ``TypeError`` for a
+wrong type, ``ValueError`` for a wrong value, and ``ValueError`` naming the argument and
+the method for an argument of another method."""
 
 import jax.numpy as jnp
 import pytest
@@ -51,10 +53,9 @@ def test_positional_arguments_follow_the_api(train):
 
 
 def test_float64_is_honoured_without_global_x64(train):
-    for method in ("gibbs", "vb"):
-        f = bmc.fit(train, 2, method=method, num_warmup=2, num_samples=2, thinning=1, progress_bar=False,
-                    dtype=jnp.float64)
-        assert f.meta["dtype"] == "float64"
+    for method, kw in (("gibbs", dict(num_warmup=2, num_samples=2, thinning=1)), ("vb", dict(max_iter=2))):
+        f = bmc.fit(train, 2, method=method, progress_bar=False, dtype=jnp.float64, **kw)
+        assert f.meta["dtype"] == "float64" and f.info.dtype == "float64"
 
 
 def test_get_prior_errors():
@@ -78,13 +79,13 @@ def test_get_prior_errors():
         (dict(method="gibbs", tol=-1.0), "tol"),
         (dict(method="gibbs", subsample_size=0), "subsample_size"),
         (dict(method="vb", num_steps=0), "num_steps"),
-        (dict(method="vb", overrelax=-0.5), "overrelax applies to method='gibbs'"),
+        (dict(method="vb", overrelax=-0.5), "overrelax= applies to method='gibbs', not to method='vb'"),
         (dict(overrelax=1.0), r"overrelax must be in \(-1, 1\)"),
         (dict(overrelax="a lot"), "overrelax must be a number"),
     ],
 )
 def test_arguments_are_checked_whatever_the_method(kw, match):
-    """A bad value is reported even when the chosen method does not use the argument."""
+    """A bad value, or an argument the chosen method does not take, is reported."""
     train = bmc.datasets.simulate_paper(20, seed=1).train
     with pytest.raises(ValueError, match=match):
         bmc.fit(train, 2, progress_bar=False, **kw)
@@ -96,3 +97,67 @@ def test_rank_posterior_threshold_is_checked():
     for bad in ("x", None, float("nan")):
         with pytest.raises(ValueError, match="threshold"):
             fit.rank_posterior(bad)
+
+
+# every method-specific argument, with a valid value, and the methods that take it
+_OWN = {
+    "num_warmup": ("gibbs", "nuts"), "num_samples": ("gibbs", "nuts"), "thinning": ("gibbs", "nuts"),
+    "num_chains": ("gibbs", "nuts", "vb"), "devices": ("gibbs", "vb"), "chain_method": ("gibbs",),
+    "overrelax": ("gibbs",), "init_gamma": ("gibbs",), "track": ("gibbs", "nuts"), "store_factors": ("gibbs",),
+    "checkpoint": ("gibbs", "vb"), "checkpoint_every": ("gibbs", "vb"), "max_iter": ("vb",), "tol": ("vb",),
+    "target_accept_prob": ("nuts",), "guide": ("svi",), "num_steps": ("svi", "map"),
+    "learning_rate": ("svi", "map"), "subsample_size": ("svi", "map"), "num_draws": ("svi",),
+}
+_VALUE = {"num_warmup": 1, "num_samples": 2, "thinning": 1, "num_chains": 1, "chain_method": "vectorized",
+          "overrelax": 0.0, "init_gamma": 1.0, "track": 2, "store_factors": True, "checkpoint": "x.npz",
+          "checkpoint_every": 5, "max_iter": 2, "tol": 0.0, "target_accept_prob": 0.9, "guide": "bogus",
+          "num_steps": 3, "learning_rate": -1.0, "subsample_size": 2, "num_draws": 3}
+
+
+@pytest.mark.parametrize("method", ["gibbs", "vb", "nuts", "svi", "map"])
+def test_cross_method_arguments_name_the_argument_and_the_method(train, method):
+    import jax
+
+    values = {**_VALUE, "devices": jax.devices()[:1]}
+    for name, owners in _OWN.items():
+        if method in owners:
+            continue
+        with pytest.raises(ValueError, match=rf"{name}= applies to method=.*not to method='{method}'"):
+            bmc.fit(train, 2, method=method, progress_bar=False, **{name: values[name]})
+
+
+def test_the_issue_example_is_rejected(train):
+    with pytest.raises(ValueError, match="guide= applies to method='svi', not to method='gibbs'"):
+        bmc.fit(train, method="gibbs", guide="bogus")
+    with pytest.raises(ValueError, match="learning_rate= .* not to method='gibbs'"):
+        bmc.fit(train, method="gibbs", learning_rate=-1)
+
+
+@pytest.mark.parametrize(
+    "kw, exc, name",
+    [(dict(seed=1.5), TypeError, "seed"), (dict(seed=-1), ValueError, "seed"),
+     (dict(num_warmup=2.7), TypeError, "num_warmup"), (dict(num_warmup=-1), ValueError, "num_warmup"),
+     (dict(K="2"), TypeError, "K"), (dict(K=0), ValueError, "K"), (dict(center="no"), TypeError, "center"),
+     (dict(method="vb", tol="small"), TypeError, "tol"), (dict(method="vb", tol=-1.0), ValueError, "tol"),
+     (dict(method=3), TypeError, "method"), (dict(method="mcmc"), ValueError, "method")],
+)
+def test_types_raise_type_error_values_value_error(train, kw, exc, name):
+    kw = {"K": 2, **kw}
+    with pytest.raises(exc, match=name) as info:
+        bmc.fit(train, progress_bar=False, **kw)
+    if exc is ValueError:
+        assert not isinstance(info.value, TypeError)
+
+
+def test_settings_objects_are_validated_once_and_pick_the_driver(train):
+    s = bmc.inference.Gibbs(num_warmup=2, num_samples=4, thinning=2, num_chains=2)
+    f = bmc.fit(train, 2, method=s, progress_bar=False)
+    assert isinstance(f, bmc.inference.GibbsFit) and f.info.settings is s and f.num_kept == 2
+    v = bmc.fit(train, 2, method=bmc.inference.VB(max_iter=3), progress_bar=False)
+    assert isinstance(v, bmc.inference.VBFit) and v.num_iter <= 3
+    with pytest.raises(ValueError, match="thinning=3 > num_samples=2"):
+        bmc.inference.Gibbs(num_samples=2, thinning=3)
+    with pytest.raises(ValueError, match="give num_samples to it"):
+        bmc.fit(train, 2, method=s, num_samples=3)
+    with pytest.raises(ValueError, match="chain_method='sequential' is not available"):
+        bmc.inference.Gibbs(checkpoint="x.npz", chain_method="sequential")

@@ -54,7 +54,7 @@ def test_bad_devices_argument():
         bmc.fit(sim.train, K=2, devices=["gpu0"], progress_bar=False)
     with pytest.raises(ValueError, match="more than once"):
         bmc.fit(sim.train, K=2, devices=[jax.devices()[0]] * 2, progress_bar=False)
-    with pytest.raises(ValueError, match="runs on one device"):
+    with pytest.raises(ValueError, match="devices= applies to method='gibbs' or 'vb'"):
         bmc.fit(sim.train, K=2, method="svi", devices=jax.devices(), progress_bar=False)
 
 

@@ -50,7 +50,3 @@ PAPER_TABLE6: list[tuple[str, str, str, dict[str, float], float]] = [
     ("10m", "vb", "inverse-gamma", {"a": 1.0, "b": 0.1}, 0.79),
 ]
 
-
-def make_prior(name: str, hyper: dict[str, float]) -> Prior:
-    """A prior of the zoo from its name and hyper-parameters."""
-    return get_prior(name, **hyper)

@@ -9,69 +9,68 @@ Three experiments (``bmczoo reproduce NAME``):
 
 For every cell and prior the hyper-parameters are chosen on a validation split carved
 out of the training data (10% of the observed entries, by validation RMSE) over a grid
-around the paper's value (x1/2, x1, x2); the model is then refitted on all training data
-and evaluated once: against the true ``theta`` over all entries (simulations) or on the
-held-out 20% (MovieLens).  The paper's own hyper-parameters are run too, for comparison.
+around the paper's value (the prior's tuned hyper-parameter x1/2, x1, x2); the model is
+then refitted on all training data and evaluated once: against the true ``theta`` over
+all entries (simulations) or on the held-out 20% (MovieLens).  The paper's own
+hyper-parameters are run too, for comparison.  :func:`run_grid` runs the same selection
+for any registered prior on a grid of simulation cells.
 
-**Starting points of the Gibbs chains.**  The discrete spike-and-slab posterior is
-multimodal and a Gibbs chain rarely moves a whole column between the slab and the spike,
-so where it starts matters.  For the discrete prior the start is selected like a
-hyper-parameter: every grid value is run from the slab (``gamma = C``, every column
-active) and from the spike (``gamma = eps``, every column switched off), and the pair
-(hyper-parameter, start) with the smallest validation RMSE is refitted; the paper's own
-hyper-parameters are run from the start that did better on validation data with them.
-The inverse-gamma chains start at ``gamma = 1`` (the prior's ``init_gamma``); the fixed
-and gamma priors start at their priors' defaults.
+**Starting points of the Gibbs chains.**  Each prior names the starts worth comparing
+(:meth:`bmczoo.priors.Prior.gibbs_starts`) and the start is selected like a
+hyper-parameter: every grid value is run from each start, and the pair (hyper-parameter,
+start) with the smallest validation RMSE is refitted; the paper's own hyper-parameters
+are run from the start that did best on validation data with them.  The discrete
+spike-and-slab posterior, for instance, is multimodal and a Gibbs chain rarely moves a
+whole column between the slab and the spike, so it is run from the slab (``gamma = C``,
+every column active) and from the spike (``gamma = eps``, every column switched off).
 
-Every fit is a cached JSON file keyed by its settings (data, prior, hyper-parameters,
-start, sampler settings): rerunning skips finished fits, so an interrupted run resumes
-where it stopped.  ``jobs > 1`` runs the independent fits in that many worker processes
-(``spawn``); each fit is seeded by its dataset, so the results do not depend on ``jobs``.
+The work is a pipeline of pure functions over frozen descriptions
+(:mod:`bmczoo.experiments.tasks`): :func:`plan_grid` / :func:`plan_movielens` give the
+rows, each of units (one prior on one dataset) with their validation fits;
+:func:`~bmczoo.experiments.execute.run` computes (or reads from the per-fit cache) the
+values of fits; :func:`select` gives a unit's test fits; :func:`summarise` one row of the
+table.  Every fit is a cached JSON file keyed by its settings (data, prior,
+hyper-parameters, start, sampler settings): rerunning skips finished fits, so an
+interrupted run resumes where it stopped.  ``jobs > 1`` runs the independent fits in that
+many worker processes (``spawn``); each fit is seeded by its dataset, so the results do
+not depend on ``jobs``.
 """
 
 from __future__ import annotations
 
 import collections
-import concurrent.futures as cf
 import dataclasses
-import functools
-import hashlib
-import json
-import multiprocessing
+import math
 import os
 import sys
-import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from .paper import (
-    PAPER_TABLE2,
-    PAPER_TABLE3_HYPER,
-    PAPER_TABLE4,
-    PAPER_TABLE5_HYPER,
-    PAPER_TABLE6,
-    make_prior,
-)
+from .execute import iter_run, prepared, run
+from .paper import PAPER_TABLE2, PAPER_TABLE3_HYPER, PAPER_TABLE4, PAPER_TABLE5_HYPER, PAPER_TABLE6
+from .tasks import FULL, QUICK, FitTask, MovieLensData, Pairs, Settings, SimulationData, Unit, as_pairs, \
+    plan_unit, prior_class
 
-__all__ = ["EXPERIMENTS", "Result", "run_experiment", "format_table", "default_out"]
+__all__ = [
+    "EXPERIMENTS", "Result", "GridCell", "RowPlan", "Finals", "run_experiment", "run_grid", "plan_grid",
+    "plan_movielens", "run", "select", "summarise", "base_test_task", "format_table", "default_out",
+]
 
-PRIORS = ("fixed", "gamma", "inverse-gamma", "discrete")
-# the hyper-parameter each grid varies (the others stay at the paper's value)
-_TUNED = {"fixed": "gamma", "gamma": "beta", "inverse-gamma": "b", "discrete": "eps"}
-_GRID = (0.5, 1.0, 2.0)
+EXPERIMENTS = ("simulation-m", "simulation-K", "movielens")
 
 
 @dataclasses.dataclass(frozen=True)
 class Result:
     """One row of a reproduced table.
 
-    ``selected_start`` is the Gibbs starting point of the selected fit (``"slab"`` or
-    ``"spike"`` for the discrete prior, chosen on validation data; ``"gamma=1"`` for the
-    inverse gamma; ``"default"``: the prior's ``init_gamma``), ``paper_hyper_start`` that
-    of the fit with the paper's hyper-parameters; with several datasets that disagree,
-    each start with its count, e.g. ``"spike x3, slab x1"``.
+    ``selected_start`` is the Gibbs starting point of the selected fit (a label of the
+    prior's :meth:`~bmczoo.priors.Prior.gibbs_starts`, chosen on validation data: e.g.
+    ``"slab"`` or ``"spike"`` for the discrete prior, ``"gamma=1"`` for the inverse gamma;
+    ``"default"``: the prior's ``init_gamma``), ``paper_hyper_start`` that of the fit with
+    the paper's hyper-parameters; with several datasets that disagree, each start with
+    its count, e.g. ``"spike x3, slab x1"``.
     """
 
     experiment: str
@@ -89,20 +88,8 @@ class Result:
 
     @property
     def diff(self) -> float:
+        """Our selected RMSE minus the paper's."""
         return self.rmse_selected - self.paper
-
-
-@dataclasses.dataclass(frozen=True)
-class _Settings:
-    seeds: tuple[int, ...]
-    num_warmup: int
-    num_samples: int
-    thinning: int
-    vb_max_iter: int
-
-
-_FULL = _Settings(seeds=(0, 1, 2, 3), num_warmup=100, num_samples=900, thinning=10, vb_max_iter=200)
-_QUICK = _Settings(seeds=(0,), num_warmup=50, num_samples=250, thinning=5, vb_max_iter=60)
 
 
 def default_out() -> Path:
@@ -111,250 +98,133 @@ def default_out() -> Path:
     return Path(root) / "experiments"
 
 
-# ----------------------------------------------------------------------------- the cache
-def _cache_path(out: Path, key: dict) -> Path:
-    blob = json.dumps(key, sort_keys=True, default=float)
-    return out / f"{hashlib.sha1(blob.encode()).hexdigest()[:20]}.json"
+def _default_hyper(cls) -> dict:
+    """The dataclass defaults of a prior class, updated by its ``cli_defaults``."""
+    fields = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    return {**fields, **cls.cli_defaults}
 
 
-def _read_cached(out: Path, key: dict) -> float | None:
-    path = _cache_path(out, key)
-    return float(json.loads(path.read_text())["value"]) if path.exists() else None
-
-
-def _write_cached(out: Path, key: dict, value: float) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    # write-then-rename: an interrupted run never leaves a half-written cell
-    fd, tmp = tempfile.mkstemp(dir=out, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"key": key, "value": value}, f, sort_keys=True, default=float)
-    os.replace(tmp, _cache_path(out, key))
-
-
-# ----------------------------------------------------------------------------- one fit
 @dataclasses.dataclass(frozen=True)
-class _Task:
-    """One fit, described by plain values so that a worker process can rebuild it.
+class GridCell:
+    """One simulation cell of a grid: a prior, Gibbs, on ``m x m`` matrices with rank ``K``.
 
-    ``data``: ``("sim", m, seed, factor_scale)`` or ``("movielens", dataset, path)``;
-    ``stage``: ``"validation"`` (fit the inner 90% of the training data, RMSE on the
-    other 10%) or ``"test"`` (fit all training data, RMSE against the truth / test set).
+    Attributes
+    ----------
+    setting : the row's label (e.g. ``"m=100"``).
+    m, K : matrix size and latent dimension.
+    prior : a name of :func:`bmczoo.priors.registry`.
+    hyper : the hyper-parameters the grid is centred on (a mapping or ``(name, value)``
+        pairs, kept in the given order); default: the prior class's ``cli_defaults``
+        over its dataclass defaults.
+    reference : the value the row is compared with (the paper's RMSE), or NaN.
+    factor_scale : how the simulator reads ``20/sqrt(m)`` (``"variance"`` or ``"sd"``).
     """
 
-    out: str
-    key_json: str
-    data: tuple
-    stage: str
-    method: str
-    prior: str
-    hyper_json: str
+    setting: str
+    m: int
     K: int
-    seed: int
-    settings: _Settings
-    init_gamma: float | None
+    prior: str
+    hyper: Pairs | Mapping | None = None
+    reference: float = math.nan
+    factor_scale: str = "variance"
+
+    def __post_init__(self):
+        cls = prior_class(self.prior)
+        object.__setattr__(self, "hyper", as_pairs(_default_hyper(cls) if self.hyper is None else self.hyper))
+
+
+@dataclasses.dataclass(frozen=True)
+class RowPlan:
+    """One row of a table: its units (one per dataset, same prior and cell)."""
+
+    experiment: str
+    setting: str
+    paper: float
+    units: tuple[Unit, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Finals:
+    """A unit's test fits: the best validation candidate and the paper's hyper-parameters
+    from the start that did best with them (the same fit when they coincide)."""
+
+    selected: FitTask
+    paper: FitTask
 
     @property
-    def key(self) -> dict:
-        return json.loads(self.key_json)
+    def tasks(self) -> tuple[FitTask, ...]:
+        """The distinct test fits (by cache key)."""
+        same = self.selected.key_json == self.paper.key_json
+        return (self.selected,) if same else (self.selected, self.paper)
 
 
-@functools.lru_cache(maxsize=2)
-def _load(data: tuple):
-    """(inner, valid, train, evaluate_test) for a data spec; cached per process."""
-    from ..datasets import load_movielens, simulate_paper
+# ----------------------------------------------------------------------------- plan
+def plan_grid(cells: Iterable[GridCell], *, settings: Settings, experiment: str = "grid") -> list[RowPlan]:
+    """The rows of a grid of simulation cells: one unit per dataset seed of ``settings``.
 
-    if data[0] == "sim":
-        _, m, seed, scale = data
-        sim = simulate_paper(m, factor_scale=scale, seed=seed)
-        train = sim.train
-        all_r, all_c = np.divmod(np.arange(m * m), m)
-        truth = sim.theta.ravel()
+    Parameters
+    ----------
+    cells : iterable of GridCell
+    settings : Settings
+    experiment : str
+        Part of every cache key.
 
-        def evaluate(f):
-            return float(np.sqrt(np.mean((f.predict(all_r, all_c) - truth) ** 2)))
-
-        split_seed = seed + 1000
-    else:
-        _, dataset, path = data
-        train, test = load_movielens(dataset, path=path).split(0.2, seed=0)
-
-        def evaluate(f):
-            return f.rmse(test)
-
-        split_seed = 1000
-    inner, valid = train.split(0.1, seed=split_seed)
-    return inner, valid, train, evaluate
-
-
-def _compute(task: _Task) -> float:
-    """Run one fit (or read it from the cache), store and return its RMSE."""
-    out = Path(task.out)
-    cached = _read_cached(out, task.key)
-    if cached is not None:
-        return cached
-    from ..inference import fit
-
-    inner, valid, train, evaluate = _load(task.data)
-    prior = make_prior(task.prior, json.loads(task.hyper_json))
-    st = task.settings
-    data = inner if task.stage == "validation" else train
-    common = dict(K=task.K, prior=prior, method=task.method, seed=task.seed, progress_bar=False)
-    if task.method == "vb":
-        f = fit(data, max_iter=st.vb_max_iter, **common)
-    else:
-        extra = {} if task.init_gamma is None else {"init_gamma": task.init_gamma}
-        f = fit(data, num_warmup=st.num_warmup, num_samples=st.num_samples, thinning=st.thinning,
-                store_factors=True, track=0, **common, **extra)
-    value = float(f.rmse(valid) if task.stage == "validation" else evaluate(f))
-    _write_cached(out, task.key, value)
-    return value
+    Returns
+    -------
+    list of RowPlan
+    """
+    rows = []
+    for cell in cells:
+        units = []
+        for seed in settings.seeds:
+            tag = {"experiment": experiment, "m": int(cell.m), "K": int(cell.K), "prior": cell.prior,
+                   "seed": int(seed), "scale": cell.factor_scale}
+            data = SimulationData(int(cell.m), int(seed), cell.factor_scale)
+            units.append(plan_unit(tag, data, method="gibbs", prior=cell.prior, hyper=cell.hyper, K=cell.K,
+                                   seed=seed, settings=settings))
+        rows.append(RowPlan(experiment, cell.setting, float(cell.reference), tuple(units)))
+    return rows
 
 
-def _grid(name: str, paper_hyper: dict) -> list[dict]:
-    out = []
-    for factor in _GRID:
-        h = dict(paper_hyper)
-        h[_TUNED[name]] = paper_hyper[_TUNED[name]] * factor
-        if name == "discrete" and h["eps"] >= h["C"]:
-            continue
-        out.append(h)
-    return out
+def plan_movielens(entries: Iterable[tuple[MovieLensData, str, str, Mapping, float]], *,
+                   settings: Settings, K: int = 10) -> list[RowPlan]:
+    """The rows of the MovieLens table, one unit each (seed 0).
+
+    Parameters
+    ----------
+    entries : iterable of (MovieLensData, method, prior, hyper-parameters, paper's RMSE)
+    settings : Settings
+    K : int
+        Latent dimension.
+    """
+    rows = []
+    for data, method, prior, hyper, paper in entries:
+        tag = {"experiment": "movielens", "dataset": data.dataset, "method": method, "prior": prior, "K": K,
+               "seed": 0}
+        unit = plan_unit(tag, data, method=method, prior=prior, hyper=hyper, K=K, seed=0, settings=settings)
+        rows.append(RowPlan("movielens", data.dataset, float(paper), (unit,)))
+    return rows
 
 
-def _starts(name: str, method: str, hyper: dict) -> list[tuple[str, float | None]]:
-    """The Gibbs starting points tried for a prior: (label, init_gamma); ``None``: the
-    prior's own ``init_gamma``, not recorded in the cache key (the fixed and gamma priors,
-    and VB, whose start does not depend on the prior)."""
-    if method != "gibbs":
-        return [("default", None)]
-    if name == "discrete":
-        return [("slab", float(hyper["C"])), ("spike", float(hyper["eps"]))]
-    if name == "inverse-gamma":
-        return [("gamma=1", 1.0)]
-    return [("default", None)]
+# ----------------------------------------------------------------------------- select and summarise
+def select(unit: Unit, values: Mapping[str, float]) -> Finals:
+    """A unit's test fits given the validation values (by cache key).
+
+    The candidate with the smallest validation RMSE (the first on ties) and the unit's
+    ``base_hyper`` (the paper's values) from the start that did best with them.
+    """
+    scores = [values[t.key_json] for t in unit.candidates]
+    best = unit.candidates[int(np.argmin(scores))]
+    base = dict(unit.base_hyper)
+    own = [(s, t) for s, t in zip(scores, unit.candidates) if dict(t.hyper) == base]
+    paper = min(own, key=lambda x: x[0])[1]
+    return Finals(dataclasses.replace(best, stage="test"), dataclasses.replace(paper, stage="test"))
 
 
-# ----------------------------------------------------------------------------- scheduling
-class _Unit:
-    """Selection and final fits of one prior on one dataset: validation fits over the
-    grid x starts, then the refit of the best pair and of the paper's hyper-parameters."""
-
-    def __init__(self, row: int, tag: dict, data: tuple, method: str, name: str, paper_hyper: dict, K: int,
-                 seed: int, st: _Settings, out: Path):
-        self.row, self.tag, self.data, self.method, self.name = row, tag, data, method, name
-        self.paper_hyper, self.K, self.seed, self.st, self.out = paper_hyper, K, seed, st, out
-        self.candidates = [(h, s) for h in _grid(name, paper_hyper) for s in _starts(name, method, h)]
-        self.valid_tasks = [self._task("validation", h, s) for h, s in self.candidates]
-        self.values: dict[str, float] = {}
-        self.final_tasks: list[_Task] | None = None
-        self.pick = self.paper_start = None
-
-    def _task(self, stage: str, hyper: dict, start: tuple[str, float | None]) -> _Task:
-        key = {**self.tag, "stage": stage, "hyper": hyper, "settings": dataclasses.asdict(self.st)}
-        if start[1] is not None:
-            key["start"], key["init_gamma"] = start
-        return _Task(str(self.out), json.dumps(key, sort_keys=True, default=float), self.data, stage, self.method,
-                     self.name, json.dumps(hyper, sort_keys=True), self.K, self.seed, self.st, start[1])
-
-    def validation_done(self) -> bool:
-        return all(t.key_json in self.values for t in self.valid_tasks)
-
-    def make_finals(self) -> list[_Task]:
-        scores = [self.values[t.key_json] for t in self.valid_tasks]
-        self.pick = self.candidates[int(np.argmin(scores))]
-        # the paper's hyper-parameters, from the start that did better with them on validation data
-        own = [(sc, c) for sc, c in zip(scores, self.candidates) if c[0] == self.paper_hyper]
-        if own:
-            self.paper_start = min(own, key=lambda x: x[0])[1][1]
-        else:  # the paper's value is not on the grid (cannot happen with x1 in _GRID)
-            self.paper_start = _starts(self.name, self.method, self.paper_hyper)[0]
-        tasks = [self._task("test", *self.pick), self._task("test", self.paper_hyper, self.paper_start)]
-        self.final_tasks = list({t.key_json: t for t in tasks}.values())
-        return self.final_tasks
-
-    def done(self) -> bool:
-        return self.final_tasks is not None and all(t.key_json in self.values for t in self.final_tasks)
-
-    def result(self) -> tuple[dict, str, float, str, float]:
-        sel = self.values[self._task("test", *self.pick).key_json]
-        ref = self.values[self._task("test", self.paper_hyper, self.paper_start).key_json]
-        return self.pick[0], self.pick[1][0], sel, self.paper_start[0], ref
-
-
-class _Serial:
-    """The executor interface, running each fit at once in this process (``jobs=1``)."""
-
-    def submit(self, fn, *args):
-        f = cf.Future()
-        f.set_result(fn(*args))
-        return f
-
-    def shutdown(self, **kwargs):
-        pass
-
-
-def _executor(jobs: int):
-    if jobs == 1:
-        return _Serial()
-    # spawn, not fork: a forked child of a process that has initialised JAX can deadlock
-    return cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-
-
-def _run_units(units: list[_Unit], jobs: int, progress: bool, on_row: Callable[[int], None]) -> None:
-    """Run every unit's fits (cached ones are read, not recomputed), at most ``jobs`` at
-    a time; final fits go first as soon as a unit's validation fits are in, and
-    ``on_row(i)`` is called for each row, in order, once all its units are done."""
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=sum(len(u.valid_tasks) + 2 for u in units), unit="fit", file=sys.stderr, leave=False,
-                   dynamic_ncols=True)
-    queue = collections.deque((u, t) for u in units for t in u.valid_tasks)
-    by_row: dict[int, list[_Unit]] = collections.defaultdict(list)
-    for u in units:
-        by_row[u.row].append(u)
-    rows = sorted(by_row)
-    next_row = 0
-    running: dict[cf.Future, tuple[_Unit, _Task]] = {}
-    pool = _executor(jobs)
-
-    def finish(u: _Unit, t: _Task, value: float):
-        nonlocal next_row
-        u.values[t.key_json] = value
-        if bar is not None:
-            bar.update(1)
-        if u.final_tasks is None and u.validation_done():
-            finals = u.make_finals()
-            if bar is not None and len(finals) < 2:
-                bar.total -= 2 - len(finals)
-                bar.refresh()
-            queue.extendleft((u, f) for f in reversed(finals))
-        while next_row < len(rows) and all(x.done() for x in by_row[rows[next_row]]):
-            if bar is not None:
-                bar.clear()
-            on_row(rows[next_row])
-            next_row += 1
-
-    try:
-        while queue or running:
-            while queue and len(running) < jobs:
-                u, t = queue.popleft()
-                cached = _read_cached(Path(t.out), t.key)
-                if cached is not None:
-                    finish(u, t, cached)
-                    continue
-                running[pool.submit(_compute, t)] = (u, t)
-            if not running:
-                continue
-            done, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED)
-            for fut in done:
-                u, t = running.pop(fut)
-                finish(u, t, fut.result())
-    finally:
-        pool.shutdown(cancel_futures=True)
-        if bar is not None:
-            bar.close()
+def base_test_task(unit: Unit) -> FitTask:
+    """The test fit of a unit's ``base_hyper`` from the prior's first (default) start."""
+    base = dict(unit.base_hyper)
+    return dataclasses.replace(next(t for t in unit.candidates if dict(t.hyper) == base), stage="test")
 
 
 def _summarise_starts(starts: list[str]) -> str:
@@ -364,67 +234,154 @@ def _summarise_starts(starts: list[str]) -> str:
     return ", ".join(f"{s} x{n}" for s, n in counts.most_common())
 
 
-def _summarise(units: list[_Unit], experiment: str, setting: str, paper_value: float, n: int) -> Result:
-    u0 = units[0]
-    picks, starts, sel, ref_starts, ref = zip(*(u.result() for u in units))
-    # report the most often selected value (ties: the first)
-    values = [p[_TUNED[u0.name]] for p in picks]
-    chosen = dict(picks[int(np.argmax([values.count(v) for v in values]))])
-    if len(set(values)) > 1:
-        chosen[_TUNED[u0.name]] = "/".join(f"{v:g}" for v in sorted(set(values))) + " (per dataset)"
-    return Result(experiment, setting, u0.name, u0.method, paper_value, u0.paper_hyper, float(np.mean(ref)),
-                  chosen, float(np.mean(sel)), n, _summarise_starts(list(starts)), _summarise_starts(list(ref_starts)))
+def summarise(row: RowPlan, finals: Mapping[Unit, Finals], values: Mapping[str, float]) -> Result:
+    """The table row of ``row`` from its units' test fits and their values (by cache key).
+
+    RMSEs are averaged over the units (datasets); the reported hyper-parameters are the
+    most often selected (ties: the first), with every value of the tuned one listed when
+    the datasets disagree.
+    """
+    u0 = row.units[0]
+    picked = [finals[u] for u in row.units]
+    order = [k for k, _ in u0.base_hyper]
+    picks = [{k: dict(f.selected.hyper)[k] for k in order} for f in picked]
+    tuned = prior_class(u0.prior).tuned_name()
+    tuned_values = [p[tuned] for p in picks]
+    chosen = dict(picks[int(np.argmax([tuned_values.count(v) for v in tuned_values]))])
+    if len(set(tuned_values)) > 1:
+        chosen[tuned] = "/".join(f"{v:g}" for v in sorted(set(tuned_values))) + " (per dataset)"
+    sel = float(np.mean([values[f.selected.key_json] for f in picked]))
+    ref = float(np.mean([values[f.paper.key_json] for f in picked]))
+    return Result(row.experiment, row.setting, u0.prior, u0.method, row.paper, dict(u0.base_hyper), ref, chosen,
+                  sel, len(row.units), _summarise_starts([f.selected.start for f in picked]),
+                  _summarise_starts([f.paper.start for f in picked]))
 
 
-def _run_cells(experiment: str, out: Path, st: _Settings, cells: list[tuple], progress: bool,
-               jobs: int = 1) -> list[Result]:
-    """Simulation cells ``(setting, m, K, prior, paper_hyper, paper_value)``, Gibbs."""
-    units = []
-    for i, (setting, m, K, name, paper_hyper, _) in enumerate(cells):
-        for seed in st.seeds:
-            tag = {"experiment": experiment, "m": m, "K": K, "prior": name, "seed": seed, "scale": "variance"}
-            units.append(_Unit(i, tag, ("sim", m, seed, "variance"), "gibbs", name, paper_hyper, K, seed, st, out))
-    rows: list[Result] = []
+# ----------------------------------------------------------------------------- drivers
+def _progress_bar(progress: bool, total: int):
+    from tqdm.auto import tqdm
 
-    def on_row(i):
-        setting, _, _, _, _, paper_value = cells[i]
-        rows.append(_summarise([u for u in units if u.row == i], experiment, setting, paper_value, len(st.seeds)))
-        if progress:
-            print(format_table([rows[-1]], header=False), flush=True)
-
-    _run_units(units, jobs, progress, on_row)
-    return rows
+    return tqdm(total=total, unit="fit", file=sys.stderr, leave=False, dynamic_ncols=True, disable=not progress)
 
 
-def _movielens_rows(out, st, quick, progress, data_dir, jobs) -> list[Result]:
+def _row_done(row: RowPlan, finals: Mapping[Unit, Finals], values: Mapping[str, float]) -> bool:
+    return all(t.key_json in values for u in row.units for t in finals[u].tasks)
+
+
+def _run_finals(rows: list[RowPlan], finals: Mapping[Unit, Finals], values: dict, out: Path, jobs: int, bar,
+                progress: bool) -> list[Result]:
+    """Phase 2: the test fits; each row is summarised (and printed) once all its fits are in."""
+    results: list[Result] = []
+    tasks = [t for row in rows for u in row.units for t in finals[u].tasks]
+    for task, value in iter_run(tasks, out, jobs):
+        values[task.key_json] = value
+        bar.update(1)
+        while len(results) < len(rows) and _row_done(rows[len(results)], finals, values):
+            results.append(summarise(rows[len(results)], finals, values))
+            if progress:
+                bar.clear()
+                print(format_table([results[-1]], header=False), flush=True)
+    return results
+
+
+def _run_rows(rows: list[RowPlan], out: Path, jobs: int, progress: bool) -> list[Result]:
+    """Phase 1, every unit's validation fits; then :func:`select`; phase 2, the test fits."""
+    units = list(dict.fromkeys(u for row in rows for u in row.units))
+    valid = list({t.key_json: t for u in units for t in u.candidates}.values())
+    bar = _progress_bar(progress, len(valid) + 2 * len(units))
+    try:
+        values: dict[str, float] = {}
+        for task, value in iter_run(valid, out, jobs):
+            values[task.key_json] = value
+            bar.update(1)
+        finals = {u: select(u, values) for u in units}
+        bar.total = len(valid) + len({t.key_json for f in finals.values() for t in f.tasks})
+        bar.refresh()
+        return _run_finals(rows, finals, values, out, jobs, bar, progress)
+    finally:
+        bar.close()
+
+
+def _check_jobs(jobs) -> int:
+    if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    return int(jobs)
+
+
+def _folder(out: str | Path | None, quick: bool) -> Path:
+    return (Path(out) if out is not None else default_out()) / ("quick" if quick else "full")
+
+
+def run_grid(cells: Iterable[GridCell], *, quick: bool = True, settings: Settings | None = None,
+             out: str | Path | None = None, jobs: int = 1, progress: bool = False,
+             experiment: str = "grid") -> list[Result]:
+    """Select hyper-parameters (and Gibbs start) for each simulation cell, then test.
+
+    Each cell's prior is run over the grid of its tuned hyper-parameter (x1/2, x1, x2 of
+    ``cell.hyper``; invalid points skipped) and the prior's Gibbs starts on each dataset
+    seed; the best pair on validation data and ``cell.hyper`` itself are refitted on all
+    training data and scored against the true ``theta`` over all entries.
+
+    Parameters
+    ----------
+    cells : iterable of GridCell
+    quick : bool
+        :data:`~bmczoo.experiments.tasks.QUICK` settings (else ``FULL``) and the cache
+        subfolder ``quick`` (else ``full``).
+    settings : Settings, optional
+        Other sampler settings (e.g. very short chains for a smoke test).
+    out : path, optional
+        Cache folder (default :func:`default_out`).
+    jobs : int
+        Fits run at the same time, in worker processes when > 1; results do not depend on it.
+    progress : bool
+        A progress bar (stderr) and each row printed as soon as it is complete.
+    experiment : str
+        The experiment's name in the cache keys and the results.
+
+    Returns
+    -------
+    list of Result
+        One per cell, in order.
+    """
+    jobs = _check_jobs(jobs)
+    settings = settings if settings is not None else (QUICK if quick else FULL)
+    rows = plan_grid(cells, settings=settings, experiment=experiment)
+    return _run_rows(rows, _folder(out, quick), jobs, progress)
+
+
+def _simulation_cells(name: str, quick: bool) -> list[GridCell]:
+    """The cells of ``simulation-m`` or ``simulation-K``: the paper's priors, hyper-parameters
+    and RMSEs (quick: m = 100 and the smallest setting only)."""
+    if name == "simulation-m":
+        ms = (100,) if quick else (100, 200, 500, 1000)
+        return [GridCell(f"m={m}", m, 5, p, PAPER_TABLE3_HYPER[p][m], PAPER_TABLE2[p][m])
+                for m in ms for p in PAPER_TABLE2]
+    Ks = (2,) if quick else (2, 5, 10, 20)
+    m = 100 if quick else 500
+    return [GridCell(f"K={K}" + (" (m=100, quick)" if quick else ""), m, K, p,
+                     PAPER_TABLE3_HYPER[p][100] if quick else PAPER_TABLE5_HYPER[p][K], PAPER_TABLE4[p][K])
+            for K in Ks for p in PAPER_TABLE4]
+
+
+def _movielens_entries(quick: bool, data_dir: str | Path | None, progress: bool) -> list[tuple]:
+    """The paper's Table 6 rows whose dataset can be loaded (quick: 100K only)."""
     from ..datasets import DATASETS
 
-    units, meta = [], []
-    for dataset, method, name, paper_hyper, paper_value in PAPER_TABLE6:
+    entries = []
+    for dataset, method, prior, hyper, paper in PAPER_TABLE6:
         if quick and dataset != "100k":
             continue
         local = Path(data_dir) / DATASETS[dataset].folder if data_dir is not None else None
-        spec = ("movielens", dataset, str(local) if local is not None and local.exists() else None)
+        spec = MovieLensData(dataset, str(local) if local is not None and local.exists() else None)
         try:
-            _load(spec)
+            prepared(spec)
         except (OSError, ValueError) as e:  # no local copy and no network
             if progress:
                 print(f"movielens {dataset}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
             continue
-        K = 10
-        tag = {"experiment": "movielens", "dataset": dataset, "method": method, "prior": name, "K": K, "seed": 0}
-        units.append(_Unit(len(meta), tag, spec, method, name, paper_hyper, K, 0, st, out))
-        meta.append((dataset, paper_value))
-    rows: list[Result] = []
-
-    def on_row(i):
-        dataset, paper_value = meta[i]
-        rows.append(_summarise([units[i]], "movielens", dataset, paper_value, 1))
-        if progress:
-            print(format_table([rows[-1]], header=False), flush=True)
-
-    _run_units(units, jobs, progress, on_row)
-    return rows
+        entries.append((spec, method, prior, hyper, paper))
+    return entries
 
 
 def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = None,
@@ -449,32 +406,22 @@ def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = N
         default) runs them one after another in this process.  The results do not depend
         on ``jobs``.  Each JAX process uses every core for its linear algebra, so more
         jobs than cores rarely helps.
+
+    Returns
+    -------
+    list of Result
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}")
-    if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 1:
-        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
-    jobs = int(jobs)
-    st = _QUICK if quick else _FULL
-    out = Path(out) if out is not None else default_out()
-    out = out / ("quick" if quick else "full")
-    if name == "simulation-m":
-        ms = (100,) if quick else (100, 200, 500, 1000)
-        cells = [(f"m={m}", m, 5, p, PAPER_TABLE3_HYPER[p][m], PAPER_TABLE2[p][m]) for m in ms for p in PRIORS]
-        return _run_cells(name, out, st, cells, progress, jobs)
-    if name == "simulation-K":
-        Ks = (2,) if quick else (2, 5, 10, 20)
-        m = 100 if quick else 500
-        hyper = (lambda p, K: PAPER_TABLE3_HYPER[p][100]) if quick else (lambda p, K: PAPER_TABLE5_HYPER[p][K])
-        cells = [(f"K={K}" + (" (m=100, quick)" if quick else ""), m, K, p, hyper(p, K), PAPER_TABLE4[p][K])
-                 for K in Ks for p in PRIORS]
-        return _run_cells(name, out, st, cells, progress, jobs)
-    return _movielens_rows(out, st, quick, progress, data_dir, jobs)
+    jobs = _check_jobs(jobs)
+    if name != "movielens":
+        return run_grid(_simulation_cells(name, quick), quick=quick, out=out, jobs=jobs, progress=progress,
+                        experiment=name)
+    rows = plan_movielens(_movielens_entries(quick, data_dir, progress), settings=QUICK if quick else FULL)
+    return _run_rows(rows, _folder(out, quick), jobs, progress)
 
 
-EXPERIMENTS = ("simulation-m", "simulation-K", "movielens")
-
-
+# ----------------------------------------------------------------------------- the table
 def _fmt_hyper(h: dict) -> str:
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in h.items())
 
@@ -488,8 +435,9 @@ def _fmt_start(r: Result) -> str:
 def format_table(rows: list[Result], header: bool = True) -> str:
     """The rows as a Markdown table: the paper's RMSE beside ours (selected on validation
     data, and with the paper's hyper-parameters) and the difference.  ``start`` is the
-    Gibbs chains' starting point (chosen on validation data for the discrete prior:
-    ``slab`` = every column active, ``spike`` = every column switched off)."""
+    Gibbs chains' starting point (chosen on validation data among the prior's starts,
+    e.g. for the discrete prior ``slab`` = every column active, ``spike`` = every column
+    switched off)."""
     lines = []
     if header:
         lines += [

@@ -99,6 +99,7 @@ class SimulationData:
         truth = sim.theta.ravel()
 
         def evaluate(f) -> float:
+            """RMSE of the fit's posterior mean against the truth over all entries."""
             return float(np.sqrt(np.mean((f.predict(rows, cols) - truth) ** 2)))
 
         inner, valid = sim.train.split(0.1, seed=self.seed + 1000)
@@ -157,21 +158,28 @@ class FitTask:
     init_gamma: float | None = None
     start: str = "default"
 
+    def __post_init__(self):
+        if self.stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+
     @property
-    def key(self) -> dict:
-        """The cache key: the tag, stage, hyper-parameters, settings and (if set) the start."""
+    def key_json(self) -> str:
+        """The cache key as canonical JSON (sorted keys): the tag, stage, hyper-parameters,
+        settings and, when ``init_gamma`` is set, the start and ``init_gamma``."""
         key = {**dict(self.tag), "stage": self.stage, "hyper": dict(self.hyper),
                "settings": dataclasses.asdict(self.settings)}
         if self.init_gamma is not None:
             key["start"], key["init_gamma"] = self.start, self.init_gamma
-        return key
+        return json.dumps(key, sort_keys=True, default=float)
 
     @property
-    def key_json(self) -> str:
-        """The cache key as canonical JSON (sorted keys): what identifies the fit."""
-        return json.dumps(self.key, sort_keys=True, default=float)
+    def key(self) -> dict:
+        """The cache key as plain JSON data (what the cache file stores)."""
+        return json.loads(self.key_json)
 
-    def make_prior(self) -> Prior:
+    def build_prior(self) -> Prior:
         """The prior of this fit."""
         return prior_class(self.prior)(**dict(self.hyper))
 
@@ -229,8 +237,6 @@ def plan_unit(tag: Mapping, data: DataSpec, *, method: str, prior: str, hyper: M
     -------
     Unit
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     cls = prior_class(prior)
     base = as_pairs(hyper)
     cls(**dict(base))  # the grid's centre must be a valid prior

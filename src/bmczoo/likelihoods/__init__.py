@@ -7,6 +7,7 @@ Today: :class:`Tempered` (the paper's, the default).
 
 import dataclasses
 
+from .._errors import ArgumentTypeError
 from .base import Likelihood
 from .tempered import Tempered
 
@@ -27,7 +28,7 @@ def registry() -> dict[str, type[Likelihood]]:
 def get_likelihood(name: str, **settings) -> Likelihood:
     """Instantiate a likelihood by name, e.g. ``get_likelihood("tempered", noise_sd=0.9)``."""
     if not isinstance(name, str):
-        raise TypeError(f"likelihood name must be a string, got {name!r}")
+        raise ArgumentTypeError(f"likelihood name must be a string, got {name!r}")
     cls = registry().get(name.lower().replace("_", "-"))
     if cls is None:
         raise ValueError(f"unknown likelihood {name!r}; known: {', '.join(sorted(registry()))}")
