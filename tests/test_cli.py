@@ -81,8 +81,8 @@ def test_priors_come_from_the_registry(capsys):
 def test_fit_prints_the_prior_with_its_defaults(capsys):
     rc = main(["fit", "--data", "sim:20", "--prior", "inverse-gamma", "--hyper", "b=0.2", "-K", "2", "--method",
                "vb", "--max-iter", "5", "--quiet"])
-    assert rc == 0
     assert "prior: inverse-gamma(a=1, b=0.2), K=2, method=vb" in capsys.readouterr().out
+    assert rc == 0
 
 
 def test_reproduce_help_mentions_jobs_and_start(capsys):

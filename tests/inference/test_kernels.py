@@ -234,3 +234,31 @@ def test_overrelaxed_rows_keep_the_conditional_exactly(rho):
         # rho = 0 is the plain draw
         z = jnp.asarray(rng.normal(size=(B, K)))
         np.testing.assert_array_equal(overrelaxed_rows(L, rhs, z, x, 0.0), sample_rows(L, rhs, z))
+
+
+@pytest.mark.parametrize("K", [1, 4])
+def test_full_prior_precision_and_prior_mean_term(x64, K):
+    """The hot path takes a full K x K prior precision shared by the rows and a prior-mean
+    term ``Lambda mu`` (a hierarchical row prior plugs in without touching it)."""
+    data, Y, mask, rng = _problem(seed=7 + K)
+    m, m_other = data.shape
+    csr = kr.csr_from_view(data.row_view, data.shape, jnp.float64)
+    C = 2
+    S, F = _spd_moments(rng, C, m_other, K)
+    A = rng.normal(size=(C, K, K))
+    Lam = A @ np.swapaxes(A, -1, -2) + K * np.eye(K)
+    shift = rng.normal(size=(C, K))
+    tau = 0.8
+    zero = np.zeros((C, K))
+    P_ref, r_ref = _dense_reference(Y, mask, S, F, zero, tau)
+    P = np.asarray(kr.row_precision(csr, jnp.asarray(S), jnp.asarray(Lam), tau))
+    r = np.asarray(kr.row_rhs(csr, jnp.asarray(F), tau, prior_shift=jnp.asarray(shift)))
+    np.testing.assert_allclose(P, P_ref + Lam[:, None], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(r, r_ref + shift[:, None, :], rtol=1e-12, atol=1e-12)
+    # a diagonal given as a full matrix is the same as the (C, K) form
+    w = rng.uniform(0.5, 2.0, size=(C, K))
+    full = np.asarray(kr.row_precision(csr, jnp.asarray(S), jnp.asarray(w[:, :, None] * np.eye(K)), tau))
+    diag = np.asarray(kr.row_precision(csr, jnp.asarray(S), jnp.asarray(w), tau))
+    np.testing.assert_array_equal(full, diag)
+    with pytest.raises(ValueError, match="prior_precision must have shape"):
+        kr.row_precision(csr, jnp.asarray(S), jnp.zeros((C, K + 1, K + 1)), tau)

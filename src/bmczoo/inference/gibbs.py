@@ -293,34 +293,37 @@ def _normals(keys, m: int, K: int, dtype) -> jax.Array:
     return jax.vmap(lambda k: jax.random.normal(k, (m, K), dtype))(keys)
 
 
-def _draw_rows(csr: CSR, other: jax.Array, gamma: jax.Array, tau, z: jax.Array, current: jax.Array, rho: float):
-    """Rows of one factor given the other: new rows (C, m, K) and a (C, m) non-finite mask.
+def _draw_rows(csr: CSR, other: jax.Array, prior_precision: jax.Array, tau, z: jax.Array, current: jax.Array,
+               rho: float):
+    """Rows of one factor given the other and the prior's row precision (C, K) or (C, K, K):
+    new rows (C, m, K) and a (C, m) non-finite mask.
 
     ``current`` is the factor being replaced (used by the over-relaxed update, ``rho != 0``).
     """
-    P = row_precision(csr, outer(other), 1.0 / gamma, tau)
+    P = row_precision(csr, outer(other), prior_precision, tau)
     L = cholesky_rows(P)
     x = overrelaxed_rows(L, row_rhs(csr, other, tau), z, current, rho)
     # a failed Cholesky factorisation gives NaN factors, hence NaN draws
     return x, ~jnp.all(jnp.isfinite(x), axis=-1)
 
 
-def _sweep_factors(problem: GibbsProblem, state: GibbsState, zM, zN):
+def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, zN):
     rho = problem.overrelax
+    lam = prior.row_prior(state.gamma)
     if problem.mesh is None:
-        M, badM = _draw_rows(problem.rows, state.N, state.gamma, problem.tau, zM, state.M, rho)
-        N, badN = _draw_rows(problem.cols, M, state.gamma, problem.tau, zN, state.N, rho)
+        M, badM = _draw_rows(problem.rows, state.N, lam, problem.tau, zM, state.M, rho)
+        N, badN = _draw_rows(problem.cols, M, lam, problem.tau, zN, state.N, rho)
         return M, N, jnp.sum(M**2, axis=1) + jnp.sum(N**2, axis=1), badM, badN
     p1, p2 = _padded_dims(problem)
     zM, zN = sh.pad_rows(zM, p1), sh.pad_rows(zN, p2)
     f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
     b = jax.sharding.PartitionSpec(None, sh.AXIS)
 
-    def body(rows, cols, M_local, N_local, zM_local, zN_local, gamma, tau):
+    def body(rows, cols, M_local, N_local, zM_local, zN_local, lam, tau):
         N_all = jax.lax.all_gather(N_local, sh.AXIS, axis=1, tiled=True)
-        M_local, badM = _draw_rows(sh.local_csr(rows), N_all, gamma, tau, zM_local, M_local, rho)
+        M_local, badM = _draw_rows(sh.local_csr(rows), N_all, lam, tau, zM_local, M_local, rho)
         M_all = jax.lax.all_gather(M_local, sh.AXIS, axis=1, tiled=True)
-        N_local, badN = _draw_rows(sh.local_csr(cols), M_all, gamma, tau, zN_local, N_local, rho)
+        N_local, badN = _draw_rows(sh.local_csr(cols), M_all, lam, tau, zN_local, N_local, rho)
         S = jax.lax.psum(jnp.sum(M_local**2, axis=1) + jnp.sum(N_local**2, axis=1), sh.AXIS)
         return M_local, N_local, S, badM, badN
 
@@ -331,7 +334,7 @@ def _sweep_factors(problem: GibbsProblem, state: GibbsState, zM, zN):
         in_specs=(csr_spec, csr_spec, f, f, f, f, r, r),
         out_specs=(f, f, r, b, b),
         check_vma=False,
-    )(problem.rows, problem.cols, state.M, state.N, zM, zN, state.gamma, problem.tau)
+    )(problem.rows, problem.cols, state.M, state.N, zM, zN, lam, problem.tau)
 
 
 def _first_failure(failure, iteration, masks):
@@ -354,7 +357,7 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     split = jax.vmap(lambda k: jax.random.split(k, 4))(state.key)
     keys, kM, kN, kg = split[:, 0], split[:, 1], split[:, 2], split[:, 3]
     zM, zN = _normals(kM, m1, K, dtype), _normals(kN, m2, K, dtype)
-    M, N, S, badM, badN = _sweep_factors(problem, state, zM, zN)
+    M, N, S, badM, badN = _sweep_factors(problem, state, prior, zM, zN)
     gamma = jax.vmap(lambda k, s: prior.sample_conditional(k, s, m1 + m2))(kg, S)
     failure = _first_failure(state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(gamma)))
     return state._replace(M=M, N=N, gamma=gamma, key=keys, failure=failure)

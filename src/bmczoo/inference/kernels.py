@@ -2,10 +2,12 @@
 
 For every row ``i`` of ``M`` (rows of ``N`` are symmetric, with the roles swapped)
 
-    P_i = diag(w) + tau * sum_{k: i_k = i} E[N_j N_j^T]      (precision)
-    r_i = tau * sum_{k: i_k = i} Y_k E[N_j]                    (right-hand side)
+    P_i = Lambda + tau * sum_{k: i_k = i} E[N_j N_j^T]        (precision)
+    r_i = Lambda mu + tau * sum_{k: i_k = i} Y_k E[N_j]        (right-hand side)
 
-with ``w = 1/gamma`` (Gibbs) or ``E_q[1/gamma]`` (VB) and ``E[N_j N_j^T] = N_j N_j^T``
+with the prior's row precision ``Lambda`` (``diag(1/gamma)`` for the column-scale priors
+(Gibbs) or ``diag(E_q[1/gamma])`` (VB); a full K x K matrix for a hierarchical row
+prior), its prior-mean term ``Lambda mu`` (zero for the column-scale priors), and ``E[N_j N_j^T] = N_j N_j^T``
 (Gibbs) or ``n_j n_j^T + W_j`` (VB).  Both sums are sparse-times-dense products of the
 CSR rating pattern with a dense matrix of per-item moments, so neither an ``n x K x K``
 array nor the ``m1 x m2`` matrix is ever built.  Chains are stacked as extra dense
@@ -50,6 +52,7 @@ __all__ = [
     "csr_matmul",
     "row_precision",
     "row_rhs",
+    "prior_precision_term",
     "cholesky_rows",
     "sample_rows",
     "overrelaxed_rows",
@@ -151,15 +154,28 @@ def unpack_upper(G: jax.Array, K: int) -> jax.Array:
     return jnp.take(G, pos, axis=-1).reshape(*G.shape[:-1], K, K)
 
 
+def prior_precision_term(prior_precision: jax.Array, K: int, dtype) -> jax.Array:
+    """The prior's precision as a (C, 1, K, K) term added to every row's precision:
+    ``prior_precision`` (C, K) is a diagonal ``diag(w)`` (column scales), (C, K, K) a full
+    matrix shared by the rows (e.g. a Normal-Wishart ``Lambda``)."""
+    w = jnp.asarray(prior_precision, dtype)
+    if w.ndim == 2:
+        return w[:, None, :, None] * jnp.eye(K, dtype=dtype)
+    if w.ndim == 3 and w.shape[-2:] == (K, K):
+        return w[:, None]
+    raise ValueError(f"prior_precision must have shape (C, K) or (C, K, K) with K={K}, got {w.shape}")
+
+
 def row_precision(csr: CSR, second_moment: jax.Array, prior_precision: jax.Array, tau) -> jax.Array:
-    """Row precisions ``diag(prior_precision) + tau * sum_j second_moment[j]``.
+    """Row precisions ``Lambda + tau * sum_j second_moment[j]``.
 
     Parameters
     ----------
     csr : CSR of the rows being updated (``m x m_other``).
     second_moment : (C, m_other, K, K) per-item ``E[N_j N_j^T]``, symmetric (only its
         upper triangle is read).
-    prior_precision : (C, K) ``1/gamma`` or ``E[1/gamma]``.
+    prior_precision : ``Lambda``: (C, K) for ``diag(1/gamma)`` or ``diag(E[1/gamma])``, or
+        (C, K, K) for a full prior precision shared by the rows.
     tau : likelihood precision.
 
     Returns
@@ -172,16 +188,18 @@ def row_precision(csr: CSR, second_moment: jax.Array, prior_precision: jax.Array
     dense = jnp.transpose(packed, (1, 0, 2)).reshape(m_other, C * T)
     G = csr_matmul(csr.indptr, csr.index, csr.ones, csr.shape, dense)  # (m, C T)
     G = jnp.transpose(G.reshape(csr.shape[0], C, T), (1, 0, 2))
-    eye = jnp.eye(K, dtype=G.dtype)
-    return tau * unpack_upper(G, K) + prior_precision[:, None, :, None] * eye
+    return tau * unpack_upper(G, K) + prior_precision_term(prior_precision, K, G.dtype)
 
 
-def row_rhs(csr: CSR, mean: jax.Array, tau) -> jax.Array:
-    """Right-hand sides ``tau * sum_j Y_ij mean[j]``: mean (C, m_other, K) -> (C, m, K)."""
+def row_rhs(csr: CSR, mean: jax.Array, tau, prior_shift: jax.Array | None = None) -> jax.Array:
+    """Right-hand sides ``tau * sum_j Y_ij mean[j] + prior_shift``: mean (C, m_other, K) ->
+    (C, m, K); ``prior_shift`` (C, K) is the prior-mean term ``Lambda mu`` of a prior with
+    a non-zero mean (None: zero, the column-scale priors)."""
     C, m_other, K = mean.shape
     dense = jnp.transpose(mean, (1, 0, 2)).reshape(m_other, C * K)
     r = csr_matmul(csr.indptr, csr.index, csr.values, csr.shape, dense)
-    return tau * jnp.transpose(r.reshape(csr.shape[0], C, K), (1, 0, 2))
+    out = tau * jnp.transpose(r.reshape(csr.shape[0], C, K), (1, 0, 2))
+    return out if prior_shift is None else out + prior_shift[:, None, :]
 
 
 def cholesky_rows(P: jax.Array) -> jax.Array:

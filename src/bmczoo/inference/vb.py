@@ -75,8 +75,8 @@ def init(keys: jax.Array, shape: tuple[int, int], prior: Prior, K: int, dtype=jn
     )
 
 
-def _update_factor(csr: CSR, mean_other, cov_other, inv_gamma, tau):
-    P = row_precision(csr, cov_other + outer(mean_other), inv_gamma, tau)
+def _update_factor(csr: CSR, mean_other, cov_other, prior_precision, tau):
+    P = row_precision(csr, cov_other + outer(mean_other), prior_precision, tau)
     L = cholesky_rows(P)
     rhs = row_rhs(csr, mean_other, tau)
     return solve_rows(L, rhs), _inverse_from_cholesky(L)
