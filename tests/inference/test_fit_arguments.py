@@ -161,3 +161,25 @@ def test_settings_objects_are_validated_once_and_pick_the_driver(train):
         bmc.fit(train, 2, method=s, num_samples=3)
     with pytest.raises(ValueError, match="chain_method='sequential' is not available"):
         bmc.inference.Gibbs(checkpoint="x.npz", chain_method="sequential")
+
+
+def test_conjugate_gibbs_binds_its_model(train):
+    """ConjugateGibbs reads the model's arguments through the model it was given."""
+    import jax
+    from numpyro.infer import MCMC
+
+    def renamed(data, K, prior):  # not matrix_completion's signature
+        pass
+
+    mcmc = MCMC(bmc.inference.ConjugateGibbs(renamed), num_warmup=1, num_samples=2, progress_bar=False)
+    with pytest.raises(ValueError, match="has no argument ratings"):
+        mcmc.run(jax.random.key(0), train, 2, bmc.priors.Fixed())
+
+    def wrapper(ratings, K, prior, noise_sd=0.5):  # same semantics, another default
+        return bmc.models.matrix_completion(ratings, K, prior, noise_sd=noise_sd)
+
+    kernel = bmc.inference.ConjugateGibbs(wrapper)
+    assert kernel.model is wrapper
+    mcmc = MCMC(kernel, num_warmup=1, num_samples=2, progress_bar=False)
+    mcmc.run(jax.random.key(0), train, 2, bmc.priors.Fixed())
+    assert float(mcmc.last_state.problem.tau) == pytest.approx(4.0)  # 1 / 0.5^2 from the model's default

@@ -98,6 +98,33 @@ def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsStat
     return gibbs.place(gibbs.GibbsState(**fields), problem)
 
 
+def _segments(it: int, total: int, every: int, keep):
+    """``(start, end)`` sweep numbers of the segments run in one compiled loop: up to the
+    next checkpoint, or to the next kept iteration when that comes first."""
+    while it < total:
+        nxt = min(total, (it // every + 1) * every)
+        nxt = next((j for j in range(it + 1, nxt + 1) if keep(j)), nxt)
+        yield it, nxt
+        it = nxt
+
+
+def _resume(checkpoint, settings: dict, problem) -> tuple[gibbs.GibbsState, list[dict]]:
+    stored, arrays = load_npz(checkpoint)
+    check_settings(checkpoint, stored, settings)
+    n = int(arrays["num_draws"])
+    names = [k[len("draws/"):] for k in arrays if k.startswith("draws/")]
+    return _restore_state(arrays, problem), [{k: arrays[f"draws/{k}"][i] for k in names} for i in range(n)]
+
+
+def _save(checkpoint, settings: dict, state, problem, draws: list[dict]) -> None:
+    arrays = _state_arrays(state, problem)
+    arrays["num_draws"] = np.asarray(len(draws))
+    if draws:
+        for k in draws[0]:
+            arrays[f"draws/{k}"] = np.stack([np.asarray(d[k]) for d in draws])
+    save_npz(checkpoint, settings, arrays)
+
+
 # module-level jitted functions: the problem is an argument (not a closed-over constant
 # that the compiled program and JAX's cache would keep alive after the fit)
 @functools.partial(jax.jit, static_argnums=(2,))
@@ -133,60 +160,36 @@ def run_gibbs(
     """
     total = num_warmup + num_samples
     settings = dict(settings or {})
+    keep = functools.partial(is_kept, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning)
     draws: list[dict] = []
     if checkpoint is not None and Path(checkpoint).exists():
-        stored, arrays = load_npz(checkpoint)
-        check_settings(checkpoint, stored, settings)
-        state = _restore_state(arrays, problem)
-        n = int(arrays["num_draws"])
-        names = [k[len("draws/"):] for k in arrays if k.startswith("draws/")]
-        draws = [{k: arrays[f"draws/{k}"][i] for k in names} for i in range(n)]
-
-    def advance(state, problem, n):
-        return _advance(state, problem, prior, n)
-
-    def collect_jit(state):
-        return _collect(state, problem, store_factors)
+        state, draws = _resume(checkpoint, settings, problem)
 
     def save(state):
-        it = int(state.iteration)
         # an interrupt can fall between a segment and its collection
-        if len(draws) < num_kept(it, num_warmup, num_samples, thinning):
-            draws.append(collect_jit(state))
-        arrays = _state_arrays(state, problem)
-        arrays["num_draws"] = np.asarray(len(draws))
-        if draws:
-            for k in draws[0]:
-                arrays[f"draws/{k}"] = np.stack([np.asarray(d[k]) for d in draws])
-        save_npz(checkpoint, settings, arrays)
+        if len(draws) < num_kept(int(state.iteration), num_warmup, num_samples, thinning):
+            draws.append(_collect(state, problem, store_factors))
+        _save(checkpoint, settings, state, problem, draws)
 
-    it = int(state.iteration)
     every = checkpoint_every if checkpoint is not None else total
-    with tqdm(total=total, initial=it, disable=not progress_bar, desc="gibbs") as bar:
+    with tqdm(total=total, initial=int(state.iteration), disable=not progress_bar, desc="gibbs") as bar:
         try:
-            while it < total:
-                nxt = min(total, (it // every + 1) * every)
-                # the next kept iteration, if before the next checkpoint
-                for j in range(it + 1, nxt + 1):
-                    if is_kept(j, num_warmup, num_samples, thinning):
-                        nxt = j
-                        break
-                state = advance(state, problem, nxt - it)
-                if is_kept(nxt, num_warmup, num_samples, thinning):
-                    draws.append(collect_jit(state))
+            for it, nxt in _segments(int(state.iteration), total, every, keep):
+                state = _advance(state, problem, prior, nxt - it)
+                if keep(nxt):
+                    draws.append(_collect(state, problem, store_factors))
                 bar.update(nxt - it)
-                it = nxt
-                if checkpoint is not None and (it % every == 0 or it == total):
+                if checkpoint is not None and (nxt % every == 0 or nxt == total):
                     gibbs.check_failure(state)
                     save(state)
         except KeyboardInterrupt:
-            if checkpoint is not None:
-                save(state)
-                raise KeyboardInterrupt(
-                    f"interrupted after {int(state.iteration)} of {total} sweeps; the work done is saved in "
-                    f"{str(checkpoint)!r}: call fit again with the same arguments to resume"
-                ) from None
-            raise
+            if checkpoint is None:
+                raise
+            save(state)
+            raise KeyboardInterrupt(
+                f"interrupted after {int(state.iteration)} of {total} sweeps; the work done is saved in "
+                f"{str(checkpoint)!r}: call fit again with the same arguments to resume"
+            ) from None
     gibbs.check_failure(state)
     stacked = {}
     if draws:
