@@ -125,13 +125,10 @@ def _cmd_fit(args) -> int:
     if sim is not None:
         m = sim.theta.shape[0]
         predict = np.divmod(np.arange(m * m), m)
-    fit = bmc.fit(
-        train, K=args.K, prior=prior, method=args.method, num_warmup=args.num_warmup,
-        num_samples=args.num_samples, thinning=args.thinning, num_chains=args.chains,
-        seed=args.seed, test=test, predict=predict, progress_bar=not args.quiet,
-        max_iter=args.max_iter, num_steps=args.num_steps, overrelax=args.overrelax,
-        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-    )
+    # only the method settings given on the command line: fit names an option of another method
+    given = {name: getattr(args, dest) for name, dest in _METHOD_OPTIONS.items() if getattr(args, dest) is not None}
+    fit = bmc.fit(train, K=args.K, prior=prior, method=args.method, seed=args.seed, test=test, predict=predict,
+                  progress_bar=not args.quiet, **given)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -144,11 +141,18 @@ def _cmd_fit(args) -> int:
                        delimiter=",", header="row,col,prediction", comments="", fmt=["%d", "%d", "%.6f"])
         print(f"wrote {out}/")
     if sim is not None:
-        rmse = float(np.sqrt(np.mean((fit.predict(*predict) - sim.theta.ravel()) ** 2)))
-        print(f"theta_rmse={rmse:.4f}")
+        print(f"theta_rmse={fit.rmse_theta(sim.theta):.4f}")
     else:
         print(f"test_rmse={fit.rmse(test):.4f}")
     return 0
+
+
+# bmc.fit's name of each method-specific option -> argparse dest
+_METHOD_OPTIONS = {
+    "num_warmup": "num_warmup", "num_samples": "num_samples", "thinning": "thinning", "num_chains": "chains",
+    "max_iter": "max_iter", "num_steps": "num_steps", "overrelax": "overrelax", "checkpoint": "checkpoint",
+    "checkpoint_every": "checkpoint_every",
+}
 
 
 def _cmd_reproduce(args) -> int:
@@ -191,19 +195,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gibbs (default), vb (closed-form variational Bayes), svi (NumPyro AutoNormal), "
                    "map (AutoDelta), nuts (NumPyro NUTS: small problems only)")
     f.add_argument("-K", type=int, default=5, help="latent dimension (default 5)")
-    f.add_argument("--num-warmup", type=int, default=100)
-    f.add_argument("--num-samples", type=int, default=900)
-    f.add_argument("--thinning", type=int, default=10)
-    f.add_argument("--chains", type=int, default=1)
-    f.add_argument("--max-iter", type=int, default=200, help="vb: maximum iterations")
-    f.add_argument("--num-steps", type=int, default=2000, help="svi/map: optimisation steps")
+    # method-specific options default to the method's own settings (bmc.inference.settings)
+    f.add_argument("--num-warmup", type=int, default=None, help="gibbs/nuts: warm-up sweeps (default 100)")
+    f.add_argument("--num-samples", type=int, default=None, help="gibbs/nuts: sweeps after warm-up (default 900)")
+    f.add_argument("--thinning", type=int, default=None, help="gibbs/nuts: keep every N-th draw (default 10)")
+    f.add_argument("--chains", type=int, default=None,
+                   help="gibbs/nuts: chains; vb: random starts, the best ELBO kept (default 1)")
+    f.add_argument("--max-iter", type=int, default=None, help="vb: maximum iterations (default 200)")
+    f.add_argument("--num-steps", type=int, default=None, help="svi/map: optimisation steps (default 2000)")
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--overrelax", type=float, default=0.0, metavar="RHO",
-                   help="gibbs: over-relaxed row updates, RHO in (-1, 1) (0: plain Gibbs; -0.7 mixes faster)")
+    f.add_argument("--overrelax", type=float, default=None, metavar="RHO",
+                   help="gibbs: over-relaxed row updates, RHO in (-1, 1) (default 0: plain Gibbs; -0.7 mixes "
+                   "faster)")
     f.add_argument("--checkpoint", default=None, metavar="FILE.npz",
                    help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
                         "rerun the same command to resume")
-    f.add_argument("--checkpoint-every", type=int, default=100, metavar="N")
+    f.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="gibbs/vb: iterations between checkpoints (default 100)")
     f.add_argument("--out", default=None, help="folder for posterior.nc (ArviZ), predictions.csv "
                    "(MovieLens data) and report/ (diagnostics figures and summary tables)")
     f.add_argument("--quiet", action="store_true", help="no progress bar")

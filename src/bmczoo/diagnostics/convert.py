@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from ..inference.thinning import kept_iterations
+
 __all__ = [
     "FitArrays",
     "fit_arrays",
@@ -98,7 +100,12 @@ class FitArrays:
 
 # --------------------------------------------------------------------------- helpers
 def fit_kind(fit) -> str:
-    """``"mcmc"`` (draws: Gibbs, NUTS), ``"vb"`` (closed-form q) or ``"svi"`` (guide draws)."""
+    """``"mcmc"`` (draws: Gibbs, NUTS), ``"vb"`` (closed-form q) or ``"svi"`` (guide draws):
+    the result class's ``family``; objects that merely have a fit's attributes (e.g. test
+    fakes) are recognised by them."""
+    family = getattr(type(fit), "family", None)
+    if family in ("mcmc", "vb", "svi"):
+        return family
     if hasattr(fit, "samples"):
         return "mcmc"
     if hasattr(fit, "q_gamma") and hasattr(fit, "m"):
@@ -116,6 +123,9 @@ def _meta(fit) -> dict:
     The one place where the diagnostics read a fit's metadata: every other function
     goes through it (or through :func:`_prior_of`).
     """
+    info = getattr(fit, "info", None)
+    if info is not None and hasattr(info, "as_dict"):  # a bmczoo result: its typed FitInfo
+        return {**info.as_dict(), **fit.run_stats()}
     return dict(getattr(fit, "meta", None) or {})
 
 
@@ -126,14 +136,6 @@ def _prior_of(fit):
 
     prior = _meta(fit).get("prior")
     return prior if isinstance(prior, Prior) else None
-
-
-def kept_iterations(num_warmup: int, num_samples: int, thinning: int) -> np.ndarray:
-    """1-based sweep numbers of the draws NumPyro keeps (``fori_collect`` alignment: after
-    warm-up, every ``thinning``-th, the last sweep kept), as in the Gibbs kernel."""
-    r = num_samples % thinning
-    q = np.arange(1, num_samples // thinning + 1)
-    return num_warmup + r + thinning * q
 
 
 def theta_singular_values(M, N, *, chunk_bytes: int = 64 * 2**20) -> np.ndarray:

@@ -407,7 +407,8 @@ def plot_gamma(fit, *, threshold: float | None = None, num_draws: int = 500, see
     fa = fit_arrays(fit, num_draws=num_draws, seed=seed)
     post = fa.groups["posterior"]
     if "gamma_sorted" not in post:
-        raise ValueError("this fit has no gamma (a MAP fit, or a guide that integrates gamma out, keeps no draws of it)")
+        raise ValueError("this fit has no gamma (a MAP fit, or a guide that integrates gamma out, keeps no "
+                         "draws of it)")
     g = post["gamma_sorted"].reshape(-1, post["gamma_sorted"].shape[-1])
     K = g.shape[1]
     threshold = gamma_threshold(fit) if threshold is None else float(threshold)

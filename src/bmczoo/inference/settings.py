@@ -234,7 +234,7 @@ SETTINGS: dict[str, type[Settings]] = {cls.method: cls for cls in (Gibbs, VB, SV
 _ALIASES = {"vb": {"num_chains": "restarts"}}
 
 
-def _owners(name: str) -> list[str]:
+def methods_taking(name: str) -> list[str]:
     return [m for m, cls in SETTINGS.items() if name in cls.argument_names() or name in _ALIASES.get(m, {})]
 
 
@@ -247,7 +247,7 @@ def settings_for(method: str, **kwargs) -> Settings:
     own = set(cls.argument_names()) | set(aliases)
     for name in kwargs:
         if name not in own:
-            owners = _owners(name)
+            owners = methods_taking(name)
             where = " or ".join(repr(m) for m in owners) if owners else "no method"
             takes = ", ".join(sorted(own))
             raise ValueError(f"{name}= applies to method={where}, not to method={method!r} "
