@@ -73,7 +73,7 @@ def check_bool(name: str, value) -> bool:
 
 def check_choice(name: str, value, choices) -> str:
     if not isinstance(value, str):
-        raise ArgumentTypeError(f"{name} must be a string, one of {tuple(choices)}, got {value!r}")
+        raise ArgumentTypeError(f"{name} must be one of {tuple(choices)} (a string), got {value!r}")
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value

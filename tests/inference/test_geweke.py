@@ -275,6 +275,9 @@ class DoubledD:
     def sample_conditional(self, key, S, d):
         return self.base.sample_conditional(key, S, 2 * d)
 
+    def row_prior(self, gamma):
+        return self.base.row_prior(gamma)
+
 
 @dataclasses.dataclass(frozen=True)
 class PaperGammaConditional:
@@ -282,6 +285,9 @@ class PaperGammaConditional:
     ``gamma_h`` itself (``gamma_h ~ IG(beta / sqrt(S_h), beta^2)``) instead of ``1/gamma_h``."""
 
     beta: float
+
+    def row_prior(self, gamma):
+        return 1.0 / gamma
 
     def sample_conditional(self, key, S, d):
         lam = self.beta**2

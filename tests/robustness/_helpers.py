@@ -9,7 +9,7 @@ import numpy as np
 
 import bmczoo as bmc
 
-FAST = dict(progress_bar=False, track=0)
+FAST = dict(progress_bar=False)
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,7 +33,7 @@ def fit_checked(train, K, prior, method, dtype=jnp.float32, **kw):
     rows, cols = all_entries(train.shape)
     if method == "gibbs":
         kw = {"num_warmup": 10, "num_samples": 10, "thinning": 2, **kw}
-        fit = bmc.fit(train, K, prior, "gibbs", predict=(rows, cols), dtype=dtype, **FAST, **kw)
+        fit = bmc.fit(train, K, prior, "gibbs", predict=(rows, cols), dtype=dtype, track=0, **FAST, **kw)
         gamma = fit.samples["gamma"]
         assert gamma.dtype == jnp.dtype(dtype)
         assert np.all(np.isfinite(gamma)) and np.all(gamma > 0), f"gamma draws {gamma.min()}..{gamma.max()}"
