@@ -46,7 +46,9 @@ def run_nuts(data, K, prior, likelihood, *, seed, num_warmup, num_samples, thinn
             chain_method=chain_method,
             progress_bar=progress_bar,
         )
-        mcmc.run(jax.random.key(seed), data, K, prior, likelihood=likelihood)
+        from .drivers import run_mcmc_detached
+
+        mcmc = run_mcmc_detached(mcmc, jax.random.key(seed), data, K, prior, likelihood=likelihood)
         samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     return samples, mcmc
 

@@ -6,6 +6,7 @@ the settings object, prepares the data (:class:`Prepared`) and calls ``DRIVERS[t
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import jax
@@ -93,6 +94,43 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
     )
 
 
+def _empty(obj) -> None:
+    """Drop every attribute of ``obj`` (instance dict and slots)."""
+    for cls in type(obj).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                delattr(obj, name)
+    if hasattr(obj, "__dict__"):
+        vars(obj).clear()
+
+
+def run_mcmc_detached(mcmc: MCMC, rng_key, data: RatingData, *args, **kwargs) -> MCMC:
+    """``mcmc.run(rng_key, data, *args, **kwargs)``; returns a copy of ``mcmc`` holding the
+    run (samples, last state, kernel, model arguments) and empties ``mcmc``, its kernel and
+    the alias of ``data`` that the run saw.
+
+    NumPyro keeps the functions built by a run in process-wide caches that outlive the run
+    and the MCMC object (``numpyro.util.cached_by`` on ``fori_collect`` and
+    ``_collect_and_postprocess``, and JAX's jit caches, where ``fori_collect``'s loop body
+    is a static argument).  Those functions close over the MCMC object (whose last state
+    carries the problem's device arrays), its kernel and the model arguments (the
+    ratings): every fit left its data and state alive.  Emptied, they keep empty shells.
+    """
+    alias = copy.copy(data)  # shares the arrays
+    try:
+        mcmc.run(rng_key, alias, *args, **kwargs)
+        out = copy.copy(mcmc)  # MCMC.__getstate__ leaves out its function cache
+        out.sampler = copy.copy(mcmc.sampler)
+        out._args = (data, *mcmc._args[1:])
+        # what the run cached on the data (its index views) stays on data, as without the alias
+        for name, value in vars(alias).items():
+            vars(data).setdefault(name, value)
+        return out
+    finally:
+        for obj in (mcmc.sampler, mcmc, alias):
+            _empty(obj)
+
+
 def _gibbs_with_numpyro(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
     """NumPyro's ``MCMC`` drives the conjugate kernel."""
     from .numpyro_kernel import ConjugateGibbs
@@ -108,8 +146,8 @@ def _gibbs_with_numpyro(prep, info, s: st.Gibbs, track, store, gamma0, progress_
     init = None
     if gamma0 is not None:
         init = {"gamma": gamma0 if s.num_chains > 1 else gamma0[0]}
-    mcmc.run(jax.random.key(info.seed), prep.fit_data, info.K, info.prior, likelihood=info.likelihood,
-             init_params=init)
+    mcmc = run_mcmc_detached(mcmc, jax.random.key(info.seed), prep.fit_data, info.K, info.prior,
+                             likelihood=info.likelihood, init_params=init)
     samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     return mcmc.last_state.core, samples, mcmc
 
