@@ -20,7 +20,7 @@ from .priors import Prior
 
 __all__ = [
     "ArgumentTypeError", "check_ratings", "check_K", "check_prior", "check_int", "check_positive_int",
-    "check_real", "check_bool", "check_choice", "check_path", "likelihood_precision",
+    "check_real", "check_bool", "check_choice", "check_path",
 ]
 
 
@@ -105,11 +105,3 @@ def check_prior(prior) -> Prior:
         names = ", ".join(cls.__name__ for cls in registry().values())
         raise ArgumentTypeError(f"prior must be one of bmczoo.priors ({names}), got {prior!r}")
     return prior
-
-
-def likelihood_precision(n: int, lam: float | None, noise_sd: float) -> float:
-    """``tau = 2 lam / n``; with ``lam=None`` the ordinary posterior ``tau = 1 / noise_sd^2``."""
-    s = check_real("noise_sd", noise_sd, low=0.0, low_open=True)
-    if lam is None:
-        return 1.0 / s**2
-    return 2.0 * check_real("lam", lam, low=0.0, low_open=True) / n

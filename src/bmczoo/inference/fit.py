@@ -9,8 +9,6 @@ hands over to the driver of that settings type (:data:`bmczoo.inference.drivers.
 
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +19,7 @@ from ..likelihoods import Likelihood
 from ..models.matrix_completion import model_likelihood
 from ..offsets import GlobalMean, looks_like_ratings
 from ..priors import Discrete, Prior
+from .baselines import _x64_context
 from .drivers import DRIVERS, Prepared
 from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVIFit, VBFit
 from .settings import Settings, settings_for
@@ -28,11 +27,6 @@ from .settings import Settings, settings_for
 __all__ = ["fit", "GibbsFit", "NUTSFit", "MCMCFit", "VBFit", "SVIFit", "MAPFit", "FitResult", "looks_like_ratings"]
 
 METHODS = ("gibbs", "vb", "svi", "nuts", "map")
-
-
-def _x64_context(dtype):
-    """float64 runs under ``jax.enable_x64`` (NumPyro samples in the default float dtype)."""
-    return jax.enable_x64(True) if jnp.dtype(dtype) == jnp.float64 else contextlib.nullcontext()
 
 
 def _check_dtype(dtype):

@@ -94,8 +94,7 @@ def _body(rows: CSR, cols: CSR, n, W, inv_gamma, tau, comm: "_Comm"):
     (identity on one device; all-gathers and a psum inside ``shard_map``)."""
     m, V = _update_factor(rows, comm.gather(n), comm.gather(W), inv_gamma, tau)
     n, W = _update_factor(cols, comm.gather(m), comm.gather(V), inv_gamma, tau)
-    vm, vn = comm.valid(rows.shape[0], 0, m.dtype), comm.valid(cols.shape[0], 1, n.dtype)
-    ES = comm.psum(_expected_S(m, V * vm[None, :, None, None], n, W * vn[None, :, None, None]))
+    ES = comm.psum(_expected_S(m, comm.mask(V, 0), n, comm.mask(W, 1)))
     return m, V, n, W, ES
 
 
@@ -111,21 +110,22 @@ def _sq_error_body(rows: CSR, m, V, n, W, comm: "_Comm"):
     G = row_precision(rows, W_all + outer(n_all), jnp.zeros((C, K), m.dtype), 1.0)
     yn = row_rhs(rows, n_all, 1.0)
     sq = jnp.sum(rows.values**2) - 2.0 * jnp.sum(m * yn, axis=(1, 2)) + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3))
-    vm, vn = comm.valid(m.shape[1], 0, m.dtype), comm.valid(n.shape[1], 1, n.dtype)
-    logdet = (jnp.sum(jnp.linalg.slogdet(V)[1] * vm, axis=1) + jnp.sum(jnp.linalg.slogdet(W)[1] * vn, axis=1))
+    logdet = (jnp.sum(comm.mask(jnp.linalg.slogdet(V)[1], 0), axis=1)
+              + jnp.sum(comm.mask(jnp.linalg.slogdet(W)[1], 1), axis=1))
     return comm.psum(sq), comm.psum(logdet)
 
 
 class _Comm(NamedTuple):
     """How the body sees the other rows: ``gather`` all rows of a factor, ``psum`` over
-    devices, ``valid(rows, which, dtype)`` the mask of real (not padding) rows."""
+    devices, ``mask(x, which)`` zeroes the padding rows (axis 1) of factor ``which`` (0: M,
+    1: N); on one device there is no padding and the three are the identity."""
 
     gather: Callable
     psum: Callable
-    valid: Callable
+    mask: Callable
 
 
-_LOCAL = _Comm(gather=lambda x: x, psum=lambda x: x, valid=lambda b, which, dtype: jnp.ones((b,), dtype))
+_LOCAL = _Comm(gather=lambda x: x, psum=lambda x: x, mask=lambda x, which: x)
 
 
 def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, mesh=None, dims=None) -> VBState:
@@ -225,10 +225,12 @@ def unshard_state(state: VBState, dims: tuple[int, int]) -> VBState:
 
 def _sharded_comm(dims) -> _Comm:
     """Inside ``shard_map``: all-gather the rows of a factor, psum over the devices, and
-    mask the padding rows (1 for this device's real rows of factor ``which``)."""
-    def valid(block_rows, which, dtype):
-        start = jax.lax.axis_index(sh.AXIS) * block_rows
-        return ((start + jnp.arange(block_rows)) < dims[which]).astype(dtype)
+    zero the padding rows of this device's block of factor ``which``."""
+    def mask(x, which):
+        b = x.shape[1]
+        start = jax.lax.axis_index(sh.AXIS) * b
+        valid = ((start + jnp.arange(b)) < dims[which]).astype(x.dtype)
+        return x * valid.reshape((1, b) + (1,) * (x.ndim - 2))
 
     return _Comm(gather=lambda x: jax.lax.all_gather(x, sh.AXIS, axis=1, tiled=True),
-                 psum=lambda x: jax.lax.psum(x, sh.AXIS), valid=valid)
+                 psum=lambda x: jax.lax.psum(x, sh.AXIS), mask=mask)
