@@ -9,13 +9,12 @@ under permuting the columns together with gamma), so ESS and R-hat are computed 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import math
 
 import numpy as np
 
-from ..priors import Prior
+from .._checks import check_real
+from ..priors.base import indicator_above
 from .convert import INVARIANT_VARS, _prior_of, _vb_q_gamma, fit_kind, to_arviz
 
 __all__ = ["summary", "rank_posterior", "autocorrelation", "gamma_threshold", "prob_gamma_above"]
@@ -128,12 +127,7 @@ def _poisson_binomial(p) -> np.ndarray:
 
 
 def _check_threshold(threshold) -> float:
-    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
-        raise ValueError(f"threshold must be a real number, got {threshold!r}")
-    threshold = float(threshold)
-    if not math.isfinite(threshold):
-        raise ValueError(f"threshold must be finite, got {threshold!r}")
-    return threshold
+    return check_real("threshold", threshold)
 
 
 def _vb_prob_above(fit, threshold: float) -> np.ndarray:
@@ -153,7 +147,7 @@ def _draws_prob_above(fit, threshold: float) -> np.ndarray:
     kind = fit_kind(fit)
     draws = fit.samples if kind == "mcmc" else fit.draws
     prior = _prior_of(fit)
-    prob_above = prior.prob_above if prior is not None else functools.partial(Prior.prob_above, None)
+    prob_above = prior.prob_above if prior is not None else indicator_above
     try:
         p = np.asarray(prob_above(draws, threshold), np.float64)
     except ValueError as e:

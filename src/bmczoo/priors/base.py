@@ -90,6 +90,14 @@ class VBGamma(NamedTuple):
     params: dict
 
 
+def indicator_above(draws: dict, threshold: float) -> np.ndarray:
+    """``1{gamma_h > threshold}`` for each draw of gamma (..., K): the probability that
+    ``gamma_h > threshold`` given a draw that includes gamma."""
+    if "gamma" not in draws:
+        raise ValueError("the fit has no draws of gamma")
+    return (np.asarray(draws["gamma"]) > threshold).astype(np.float64)
+
+
 @dataclasses.dataclass(frozen=True)
 class Prior(abc.ABC):
     """Base class of the zoo's priors on ``gamma_h`` (iid over ``h = 1..K``).
@@ -157,9 +165,7 @@ class Prior(abc.ABC):
         ``draws`` holds the sampled sites (``gamma`` (..., K) at least).  The default is the
         indicator of the drawn ``gamma_h``; a prior whose NumPyro model integrates gamma
         out overrides it with the exact conditional probability."""
-        if "gamma" not in draws:
-            raise ValueError("the fit has no draws of gamma")
-        return (np.asarray(draws["gamma"]) > threshold).astype(np.float64)
+        return indicator_above(draws, threshold)
 
     def active_threshold(self) -> float | None:
         """A natural threshold on ``gamma_h`` for counting active columns, or None (then
