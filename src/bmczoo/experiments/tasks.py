@@ -15,7 +15,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple, Union
 
-import numpy as np
 
 from ..priors import Prior, registry
 
@@ -95,12 +94,10 @@ class SimulationData:
         from ..datasets import simulate_paper
 
         sim = simulate_paper(self.m, factor_scale=self.factor_scale, seed=self.seed)
-        rows, cols = np.divmod(np.arange(self.m * self.m), self.m)
-        truth = sim.theta.ravel()
 
         def evaluate(f) -> float:
             """RMSE of the fit's posterior mean against the truth over all entries."""
-            return float(np.sqrt(np.mean((f.predict(rows, cols) - truth) ** 2)))
+            return f.rmse_theta(sim.theta)
 
         inner, valid = sim.train.split(0.1, seed=self.seed + 1000)
         return Prepared(inner, valid, sim.train, evaluate)
