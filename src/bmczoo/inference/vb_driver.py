@@ -150,7 +150,9 @@ def fit_vb(prep, info, progress_bar: bool) -> VBFit:
     run.resume()
     run.loop(progress_bar)
     best = int(np.argmax(run.elbos[-1]))  # the run with the highest final ELBO
-    state = jax.tree.map(jnp.asarray, jax.device_get(run.unshard(run.state)))
+    state = run.state
+    if run.mesh is not None:  # gathered to one device, without the padding rows
+        state = jax.tree.map(jnp.asarray, jax.device_get(run.unshard(state)))
     state = jax.tree.map(lambda x: x[best : best + 1], state)
     q = info.prior.vb_update(state.ES[0], info.shape[0] + info.shape[1])
     return VBFit(
