@@ -125,14 +125,8 @@ def _save(checkpoint, settings: dict, state, problem, draws: list[dict]) -> None
     save_npz(checkpoint, settings, arrays)
 
 
-# module-level jitted functions: the problem is an argument (not a closed-over constant
-# that the compiled program and JAX's cache would keep alive after the fit)
-@functools.partial(jax.jit, static_argnums=(2,))
-def _advance(state, problem, prior, n):
+def _advance(state, problem, n, *, prior):
     return jax.lax.fori_loop(0, n, lambda _, s: gibbs.step(s, problem, prior), state)
-
-
-_collect = jax.jit(gibbs.draws, static_argnums=(2,))
 
 
 def run_gibbs(
@@ -165,19 +159,24 @@ def run_gibbs(
     if checkpoint is not None and Path(checkpoint).exists():
         state, draws = _resume(checkpoint, settings, problem)
 
+    # jitted per run with the problem as an argument: no array is baked into the compiled
+    # programs, and they are dropped with the run
+    advance = jax.jit(functools.partial(_advance, prior=prior))
+    collect = jax.jit(functools.partial(gibbs.draws, store_factors=store_factors))
+
     def save(state):
         # an interrupt can fall between a segment and its collection
         if len(draws) < num_kept(int(state.iteration), num_warmup, num_samples, thinning):
-            draws.append(_collect(state, problem, store_factors))
+            draws.append(collect(state, problem))
         _save(checkpoint, settings, state, problem, draws)
 
     every = checkpoint_every if checkpoint is not None else total
     with tqdm(total=total, initial=int(state.iteration), disable=not progress_bar, desc="gibbs") as bar:
         try:
             for it, nxt in _segments(int(state.iteration), total, every, keep):
-                state = _advance(state, problem, prior, nxt - it)
+                state = advance(state, problem, nxt - it)
                 if keep(nxt):
-                    draws.append(_collect(state, problem, store_factors))
+                    draws.append(collect(state, problem))
                 bar.update(nxt - it)
                 if checkpoint is not None and (nxt % every == 0 or nxt == total):
                     gibbs.check_failure(state)

@@ -25,9 +25,10 @@ from .results import VBFit
 __all__ = ["fit_vb"]
 
 
-@functools.partial(jax.jit, static_argnames=("prior", "likelihood", "mesh", "dims"))
 def _iterate(state, rows, cols, tau, test_rows, test_cols, *, prior, likelihood, mesh, dims):
-    # module level, the problem as arguments: nothing of a fit stays in JAX's caches
+    # jitted once per fit (_Run.iterate) with the problem as arguments: no array is baked
+    # into the compiled program, and the program is dropped with the fit (a module-level
+    # jit would keep one compiled program per prior and shape for the life of the process)
     state = vb.update(state, rows, cols, prior, tau, mesh=mesh, dims=dims)
     pred = jnp.sum(state.m[:, test_rows] * state.n[:, test_cols], axis=-1)
     return state, vb.elbo(state, rows, prior, tau, likelihood=likelihood, mesh=mesh, dims=dims), pred
@@ -67,6 +68,8 @@ class _Run:
         if self.mesh is not None:
             rep = NamedSharding(self.mesh, PartitionSpec())
             self.test_rc = [jax.device_put(x, rep) for x in self.test_rc]
+        self.iterate = jax.jit(functools.partial(_iterate, prior=info.prior, likelihood=info.likelihood,
+                                                 mesh=self.mesh, dims=self.dims))
         self.elbos, self.rmses, self.seconds, self.converged = [], [], [], False
         # VB is deterministic after its start: a checkpoint can be continued with another
         # max_iter or tol, so those are not part of the settings
@@ -106,8 +109,7 @@ class _Run:
     def one_iteration(self):
         t0 = time.perf_counter()
         p = self.problem
-        new_state, e, pred = _iterate(self.state, p.rows, p.cols, p.tau, *self.test_rc, prior=self.info.prior,
-                                      likelihood=self.info.likelihood, mesh=self.mesh, dims=self.dims)
+        new_state, e, pred = self.iterate(self.state, p.rows, p.cols, p.tau, *self.test_rc)
         e = np.asarray(e, np.float64)
         self.seconds.append(time.perf_counter() - t0)
         if not np.all(np.isfinite(e)):
