@@ -1,8 +1,10 @@
 """Offset components: what is added to ``theta = M N^T`` to predict a rating.
 
-Today one component, :class:`GlobalMean`: the model is fitted to the ratings minus their
-mean, which is added back to every prediction, and predictions may be clipped to the
-observed range (star ratings).  :class:`Shift` is the resulting map from ``theta`` to a
+:class:`GlobalMean`: the model is fitted to the ratings minus their mean, which is added
+back to every prediction, and predictions may be clipped to the observed range (star
+ratings).  :class:`Biases` (``bmc.fit(..., biases=True)``): row and column biases
+``theta_ij = (M N^T)_ij + b_i + c_j`` with inverse-gamma variances, sampled/fitted with
+the factors.  :class:`Shift` is the resulting map from ``theta`` to a
 prediction; its :meth:`Shift.apply` is the one place where the offset and the clipping
 are applied (results, VB's RMSE trace, and the Gibbs kernel's jitted RMSE all call it).
 """
@@ -16,7 +18,7 @@ import numpy as np
 
 from .data import RatingData
 
-__all__ = ["GlobalMean", "Shift", "looks_like_ratings"]
+__all__ = ["GlobalMean", "Biases", "Shift", "looks_like_ratings", "get_biases"]
 
 
 def looks_like_ratings(values: np.ndarray) -> bool:
@@ -95,3 +97,54 @@ class GlobalMean:
         else:
             lo, hi = c
         return fit_data, Shift(float(offset), float(lo), float(hi))
+
+
+@dataclasses.dataclass(frozen=True)
+class Biases:
+    """Row and column biases: ``theta_ij = (M N^T)_ij + b_i + c_j`` (DESIGN.md section 8),
+    ``b_i ~ N(0, s_b^2)``, ``c_j ~ N(0, s_c^2)``, ``s_b^2, s_c^2 ~ InvGamma(a, b)``
+    (on the centred scale).  NumPyro sites ``row_bias``, ``col_bias``, ``row_bias_var``,
+    ``col_bias_var``.
+
+    Gibbs: each bias is a univariate Gaussian given the rest (precision
+    ``1/s^2 + tau n_i``), each variance ``InvGamma(a + m/2, b + sum b_i^2 / 2)``.
+    """
+
+    a: float = 1.0
+    b: float = 1.0
+    name = "biases"
+
+    def __post_init__(self):
+        from ._checks import check_real
+
+        object.__setattr__(self, "a", check_real("a", self.a, low=0.0, low_open=True))
+        object.__setattr__(self, "b", check_real("b", self.b, low=0.0, low_open=True))
+
+    def init_variance(self) -> float:
+        """Starting value of ``s_b^2`` and ``s_c^2`` for the samplers and VB."""
+        return 1.0
+
+    def sample_variance(self, key, sumsq, m: int):
+        """``s^2 | b ~ InvGamma(a + m/2, b + sumsq/2)`` (``sumsq = sum_i b_i^2``)."""
+        import jax
+        import jax.numpy as jnp
+
+        g = jax.random.gamma(key, jnp.asarray(self.a + 0.5 * m, sumsq.dtype), jnp.shape(sumsq), dtype=sumsq.dtype)
+        return (self.b + 0.5 * sumsq) / g
+
+    def describe(self) -> dict:
+        return {"name": self.name, "a": self.a, "b": self.b}
+
+
+def get_biases(biases) -> Biases | None:
+    """``bmc.fit``'s ``biases=`` argument as a component: False/None -> None, True -> the
+    default :class:`Biases`, a :class:`Biases` as given."""
+    from ._errors import ArgumentTypeError
+
+    if biases is None or biases is False or biases is np.False_:
+        return None
+    if biases is True or biases is np.True_:
+        return Biases()
+    if isinstance(biases, Biases):
+        return biases
+    raise ArgumentTypeError(f"biases must be True, False or a bmczoo.offsets.Biases, got {biases!r}")

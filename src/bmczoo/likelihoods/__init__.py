@@ -2,16 +2,17 @@
 
 Each likelihood lives in its own module with one :class:`~bmczoo.likelihoods.base.Likelihood`
 subclass; :func:`get_likelihood` and :func:`registry` find them by ``name``.
-Today: :class:`Tempered` (the paper's, the default).
+Today: :class:`Tempered` (the paper's, the default) and :class:`LearnedNoise`.
 """
 
 import dataclasses
 
 from .._errors import ArgumentTypeError
 from .base import Likelihood
+from .learned_noise import LearnedNoise
 from .tempered import Tempered
 
-__all__ = ["Likelihood", "Tempered", "get_likelihood", "registry"]
+__all__ = ["Likelihood", "Tempered", "LearnedNoise", "get_likelihood", "registry"]
 
 
 def _all_subclasses(cls):

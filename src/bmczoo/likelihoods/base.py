@@ -28,9 +28,23 @@ class Likelihood(abc.ABC):
 
     name: ClassVar[str] = ""
 
+    #: whether ``tau`` is a model variable with its own Gibbs block / VB factor
+    learned: ClassVar[bool] = False
+
     @abc.abstractmethod
     def precision(self, n: int) -> float:
-        """The likelihood precision ``tau`` of the Gaussian factor blocks, for ``n`` ratings."""
+        """The likelihood precision ``tau`` for ``n`` ratings (the starting value when it is
+        learned)."""
+
+    def block_precision(self, tau):
+        """The precision the Gaussian factor and bias blocks see for a noise precision
+        ``tau`` (``temper * tau`` for a tempered learned noise; ``tau`` itself here)."""
+        return tau
+
+    def sample_tau(self, key: jax.Array, sse: jax.Array, n: int) -> jax.Array:
+        """Gibbs block of a learned ``tau`` given ``SSE = sum_k (R_k - theta_k)^2`` (only
+        called when :attr:`learned`)."""
+        raise NotImplementedError(f"{type(self).__name__} has a fixed tau")
 
     @abc.abstractmethod
     def sample_obs(self, mean: jax.Array, n: int, obs: jax.Array | None) -> jax.Array:

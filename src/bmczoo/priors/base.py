@@ -131,7 +131,38 @@ class Prior(abc.ABC):
         N = numpyro.sample("N", dist.Normal(0.0, scale).expand([m2, K]).to_event(2))
         return gamma, M, N
 
-    # ------------------------------------------------------------------ Gibbs
+    # ------------------------------------------------------------------ Gibbs (generic)
+    # The Gibbs engine (:mod:`bmczoo.inference.gibbs`) only calls these four hooks; the
+    # defaults implement the column-scale family (state ``{"gamma": (K,)}``).  A prior of
+    # another family (e.g. :class:`~bmczoo.priors.NormalWishart`) overrides them.
+
+    #: whether the prior has column scales ``gamma_h`` (rank diagnostics need them)
+    has_column_scales: ClassVar[bool] = True
+
+    def gibbs_state(self, K: int, m1: int, m2: int, dtype=jnp.float32) -> dict[str, jax.Array]:
+        """The prior's starting Gibbs state for one chain (a dict of arrays; its keys are
+        the draws' variable names): ``{"gamma": init_gamma}`` here."""
+        return {"gamma": self.init_gamma(K, m1 + m2, dtype)}
+
+    def row_priors(self, state: dict) -> tuple[tuple, tuple]:
+        """The row priors of ``M`` and of ``N`` given the prior's state (leading chain axis):
+        ``((precision_M, shift_M), (precision_N, shift_N))``, each precision (C, K)
+        (diagonal) or (C, K, K), each shift the prior-mean term ``Lambda mu`` (C, K) or
+        None (zero mean)."""
+        p = self.row_prior(state["gamma"])
+        return (p, None), (p, None)
+
+    def factor_stats(self, F: jax.Array):
+        """Sums over the rows of a factor (C, m, K) that the prior's conditional needs
+        (a pytree of sums, so a sharded run adds the devices' parts): ``sum_i F_ih^2``."""
+        return jnp.sum(F * F, axis=-2)
+
+    def gibbs_update(self, key: jax.Array, stats_M, stats_N, m1: int, m2: int) -> dict[str, jax.Array]:
+        """Draw the prior's state (one chain) from its conditional given the factor
+        statistics of :meth:`factor_stats` (one chain's)."""
+        return {"gamma": self.sample_conditional(key, stats_M + stats_N, m1 + m2)}
+
+    # ------------------------------------------------------------------ Gibbs (column scales)
     def row_prior(self, gamma: jax.Array) -> jax.Array:
         """Prior precision of each row of ``M`` and of ``N`` given the prior's state:
         (..., K) for a diagonal ``diag(1/gamma)`` (this family) or (..., K, K) for a full

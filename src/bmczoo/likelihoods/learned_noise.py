@@ -1,0 +1,64 @@
+"""Gaussian likelihood with a learned noise precision ``tau ~ Gamma(a, b)``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+
+from .._checks import check_real
+from .base import Likelihood
+
+__all__ = ["LearnedNoise"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnedNoise(Likelihood):
+    """``Y_k ~ N(theta_k, 1/tau)`` with ``tau ~ Gamma(a, rate b)`` learned from the data
+    (DESIGN.md section 8), the likelihood optionally tempered: raised to the power
+    ``temper`` in (0, 1] (1: the ordinary posterior).
+
+    Gibbs: ``tau | rest ~ Gamma(a + temper n / 2, b + temper SSE / 2)`` with
+    ``SSE = sum_k (R_k - theta_k)^2``; the factor and bias blocks see the precision
+    ``temper * tau``.  NumPyro site: ``tau``.
+
+    Parameters
+    ----------
+    a, b : float > 0
+        Shape and rate of the Gamma prior on ``tau`` (on the centred scale).
+    temper : float in (0, 1]
+        Power of the likelihood.
+    """
+
+    a: float = 1.0
+    b: float = 1.0
+    temper: float = 1.0
+    name = "learned"
+    learned = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "a", check_real("a", self.a, low=0.0, low_open=True))
+        object.__setattr__(self, "b", check_real("b", self.b, low=0.0, low_open=True))
+        object.__setattr__(self, "temper", check_real("temper", self.temper, low=0.0, high=1.0, low_open=True))
+
+    def precision(self, n: int) -> float:
+        """The prior mean ``a / b`` (the Gibbs chains' starting value)."""
+        return self.a / self.b
+
+    def block_precision(self, tau):
+        return self.temper * tau
+
+    def sample_tau(self, key, sse, n):
+        shape = self.a + 0.5 * self.temper * n
+        rate = self.b + 0.5 * self.temper * sse
+        return jax.random.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype) / rate
+
+    def sample_obs(self, mean, n, obs):
+        tau = numpyro.sample("tau", dist.Gamma(self.a, self.b))
+        if self.temper == 1.0:
+            return numpyro.sample("obs", dist.Normal(mean, 1.0 / jnp.sqrt(tau)), obs=obs)
+        with numpyro.handlers.scale(scale=self.temper):
+            return numpyro.sample("obs", dist.Normal(mean, 1.0 / jnp.sqrt(tau)), obs=obs)

@@ -1,0 +1,187 @@
+"""Normal-Wishart (BPMF) row prior: ``M_i ~ N(mu_M, Lambda_M^{-1})`` with
+``(mu_M, Lambda_M) ~ NW(0, beta0, W0, nu0)``, separately for the rows of ``M`` and ``N``
+(Salakhutdinov & Mnih 2008; DESIGN.md section 8).
+
+Unlike the paper's priors it has no column scales ``gamma_h``: its state is
+``(mu_M, Lambda_M, mu_N, Lambda_N)`` and the rows get a full ``K x K`` prior precision
+and a prior mean, which the shared hot path takes as they are
+(:func:`bmczoo.inference.kernels.row_precision`, ``row_rhs(prior_shift=)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from jax import lax
+
+from .base import Prior, as_real_scalar, check_positive, set_fields
+
+__all__ = ["NormalWishart", "wishart_draw", "nw_posterior"]
+
+SIDES = ("M", "N")
+
+
+def _no_gamma(name: str):
+    raise ValueError(f"NormalWishart has no column scales gamma_h: {name} does not apply "
+                     "(its state is mu_M, Lambda_M, mu_N, Lambda_N)")
+
+
+def nw_posterior(s1: jax.Array, s2: jax.Array, m: int, beta0: float, nu0: float, W0_inv: jax.Array):
+    """Normal-Wishart conditional of ``(mu, Lambda)`` given ``m`` rows through their sums
+    ``s1 = sum_i x_i`` (K,) and ``s2 = sum_i x_i x_i^T`` (K, K), prior mean ``mu0 = 0``.
+
+    Returns ``(mu_star, beta_star, nu_star, Winv_star)`` with
+    ``Winv_star = W0^{-1} + S + (beta0 m / beta*) xbar xbar^T`` and ``S`` the scatter about
+    the mean ``xbar``; algebraically ``Winv_star = W0^{-1} + s2 - s1 s1^T / beta*`` (the
+    form used: no cancellation between ``s2`` and ``m xbar xbar^T`` beyond what the data
+    has)."""
+    beta_star = beta0 + m
+    nu_star = nu0 + m
+    mu_star = s1 / beta_star
+    Winv = W0_inv + s2 - jnp.outer(s1, s1) / beta_star
+    Winv = 0.5 * (Winv + Winv.T)
+    return mu_star, beta_star, nu_star, Winv
+
+
+def wishart_draw(key: jax.Array, Winv: jax.Array, nu, beta=None, mu=None):
+    """``Lambda ~ Wishart(W, nu)`` given the *inverse* scale ``Winv = W^{-1}`` (Bartlett
+    decomposition), and, with ``beta`` and ``mu``, ``mu' ~ N(mu, (beta Lambda)^{-1})``.
+
+    With ``Winv = U U^T`` (Cholesky) and ``A`` lower triangular (``A_ii^2 ~ chi^2(nu - i)``,
+    ``i = 0..K-1``, ``A_ij ~ N(0, 1)`` below the diagonal), ``X = U^{-T} A`` has
+    ``X X^T ~ Wishart(U^{-T} U^{-1} = W, nu)``; ``Lambda^{-1} = U A^{-T} A^{-1} U^T``,
+    so ``U A^{-T} z / sqrt(beta)`` has covariance ``(beta Lambda)^{-1}``.  Only
+    triangular solves, no inverse.  Returns ``Lambda`` or ``(mu', Lambda)``.
+    """
+    K = Winv.shape[-1]
+    dtype = Winv.dtype
+    kc, kn, kz = jax.random.split(key, 3)
+    shape = 0.5 * (nu - jnp.arange(K, dtype=dtype))
+    diag = jnp.sqrt(2.0 * jax.random.gamma(kc, shape, (K,), dtype=dtype))
+    below = jnp.tril(jax.random.normal(kn, (K, K), dtype), -1)
+    A = below + jnp.diag(diag)
+    U = lax.linalg.cholesky(Winv, symmetrize_input=False)
+    X = lax.linalg.triangular_solve(U, A, left_side=True, lower=True, transpose_a=True)
+    Lam = X @ X.T
+    Lam = 0.5 * (Lam + Lam.T)
+    if beta is None:
+        return Lam
+    z = jax.random.normal(kz, (K,), dtype)
+    v = lax.linalg.triangular_solve(A, z[:, None], left_side=True, lower=True, transpose_a=True)[:, 0]
+    return mu + (U @ v) / jnp.sqrt(beta), Lam
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalWishart(Prior):
+    """BPMF's hierarchical row prior, separately for ``M`` and ``N``.
+
+    ``M_i ~ N(mu_M, Lambda_M^{-1})``, ``Lambda_M ~ Wishart(W0, nu0)``,
+    ``mu_M | Lambda_M ~ N(0, (beta0 Lambda_M)^{-1})`` (and the same for ``N``), with
+    ``W0 = W0_scale * I``.
+
+    Parameters
+    ----------
+    beta0 : float > 0
+        Prior precision multiplier of the mean (BPMF: 2).
+    nu0 : float > K - 1, optional
+        Wishart degrees of freedom; ``None`` means ``K`` (checked against K when a fit
+        starts).
+    W0_scale : float > 0
+        Wishart scale ``W0 = W0_scale * I`` (``E[Lambda] = nu0 W0``).
+
+    Gibbs conditional (DESIGN.md section 8): with ``m`` rows, ``beta* = beta0 + m``,
+    ``nu* = nu0 + m``, ``mu* = sum_i M_i / beta*``,
+    ``W*^{-1} = W0^{-1} + S + (beta0 m / beta*) Mbar Mbar^T``;
+    ``Lambda ~ Wishart(W*, nu*)``, ``mu | Lambda ~ N(mu*, (beta* Lambda)^{-1})``.
+    """
+
+    beta0: float = 2.0
+    nu0: float | None = None
+    W0_scale: float = 1.0
+    name = "normal-wishart"
+    tuned = "W0_scale"
+    has_column_scales = False
+
+    def __post_init__(self):
+        set_fields(self, check_positive("NormalWishart", beta0=self.beta0, W0_scale=self.W0_scale))
+        if self.nu0 is not None:
+            object.__setattr__(self, "nu0", as_real_scalar("NormalWishart", "nu0", self.nu0))
+            if not self.nu0 > 0 or self.nu0 != self.nu0 or self.nu0 == float("inf"):
+                raise ValueError(f"NormalWishart: nu0 must be finite and > K - 1 (None: K), got {self.nu0!r}")
+
+    def degrees(self, K: int) -> float:
+        """``nu0`` (``K`` when None); ``ValueError`` unless ``nu0 > K - 1``."""
+        nu0 = float(K) if self.nu0 is None else self.nu0
+        if not nu0 > K - 1:
+            raise ValueError(f"NormalWishart: nu0={nu0:g} must be > K - 1 = {K - 1} for K={K}")
+        return nu0
+
+    def hyperparameters(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    # ------------------------------------------------------------------ NumPyro
+    def sample_latents(self, m1, m2, K):
+        """Sites ``mu_M``, ``Lambda_M``, ``M``, ``mu_N``, ``Lambda_N``, ``N``; returns
+        ``(None, M, N)`` (no gamma)."""
+        nu0 = self.degrees(K)
+        eye = jnp.eye(K)
+        out = []
+        for side, m in zip(SIDES, (m1, m2)):
+            Lam = numpyro.sample(f"Lambda_{side}", dist.Wishart(nu0, scale_matrix=self.W0_scale * eye))
+            mu = numpyro.sample(f"mu_{side}", dist.MultivariateNormal(jnp.zeros(K), precision_matrix=self.beta0 * Lam))
+            F = numpyro.sample(side, dist.MultivariateNormal(mu, precision_matrix=Lam).expand([m]).to_event(1))
+            out.append(F)
+        return None, out[0], out[1]
+
+    def sample_gamma(self, K, d):
+        _no_gamma("sample_gamma")
+
+    # ------------------------------------------------------------------ Gibbs
+    def gibbs_state(self, K, m1, m2, dtype=jnp.float32):
+        """``mu = 0``, ``Lambda = I`` for both factors."""
+        z, eye = jnp.zeros((K,), dtype), jnp.eye(K, dtype=dtype)
+        return {"mu_M": z, "Lambda_M": eye, "mu_N": z, "Lambda_N": eye}
+
+    def row_priors(self, state):
+        out = []
+        for side in SIDES:
+            Lam, mu = state[f"Lambda_{side}"], state[f"mu_{side}"]
+            out.append((Lam, jnp.einsum("...kl,...l->...k", Lam, mu)))
+        return tuple(out)
+
+    def factor_stats(self, F):
+        return jnp.sum(F, axis=-2), jnp.einsum("...ik,...il->...kl", F, F)
+
+    def gibbs_update(self, key, stats_M, stats_N, m1, m2):
+        K = stats_M[0].shape[-1]
+        dtype = stats_M[0].dtype
+        nu0 = self.degrees(K)
+        W0_inv = jnp.eye(K, dtype=dtype) / self.W0_scale
+        out = {}
+        for side, (s1, s2), m, k in zip(SIDES, (stats_M, stats_N), (m1, m2), jax.random.split(key)):
+            mu_star, beta_star, nu_star, Winv = nw_posterior(s1, s2, m, self.beta0, nu0, W0_inv)
+            out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(k, Winv, nu_star, beta_star, mu_star)
+        return out
+
+    def sample_conditional(self, key, S, d):
+        _no_gamma("sample_conditional")
+
+    # ------------------------------------------------------------------ VB / diagnostics
+    def vb_update(self, ES, d):
+        _no_gamma("vb_update")
+
+    def q_sample(self, params, num_draws, rng):
+        _no_gamma("q_sample")
+
+    def q_prob_above(self, params, threshold):
+        _no_gamma("q_prob_above")
+
+    def prob_above(self, draws, threshold):
+        _no_gamma("prob_above")
+
+    def init_gamma(self, K, d, dtype=jnp.float32):
+        _no_gamma("init_gamma")
