@@ -17,7 +17,7 @@ from .._checks import ArgumentTypeError, check_bool, check_int, check_K, check_p
 from ..data import RatingData
 from ..likelihoods import Likelihood
 from ..models.matrix_completion import model_likelihood
-from ..offsets import GlobalMean, looks_like_ratings
+from ..offsets import GlobalMean, get_biases, looks_like_ratings
 from ..priors import Discrete, Prior
 from .baselines import _x64_context
 from .drivers import DRIVERS, Prepared
@@ -92,6 +92,7 @@ def fit(
     clip: str | bool | tuple[float, float] = "auto",
     dtype=None,
     likelihood: Likelihood | None = None,
+    biases=False,
     **method_kwargs,
 ) -> FitResult:
     """Fit the low-rank model to ``train``.
@@ -132,7 +133,11 @@ def fit(
     dtype : {float32, float64}, optional
         Default float32 (float64 when ``jax_enable_x64`` is on).
     likelihood : bmczoo.likelihoods.Likelihood, optional
-        The observation model (default the paper's :class:`~bmczoo.likelihoods.Tempered`).
+        The observation model (default the paper's :class:`~bmczoo.likelihoods.Tempered`;
+        :class:`~bmczoo.likelihoods.LearnedNoise` learns the noise level).
+    biases : bool or bmczoo.offsets.Biases
+        Row and column biases ``b_i + c_j`` added to ``theta`` (``True``: the default
+        :class:`~bmczoo.offsets.Biases`).
     **method_kwargs :
         The method's other settings, see :mod:`bmczoo.inference.settings`: Gibbs
         (``chain_method, overrelax, init_gamma, track, store_factors, checkpoint,
@@ -152,12 +157,13 @@ def fit(
     check_bool("progress_bar", progress_bar)
     lik = model_likelihood(likelihood, lam, noise_sd)
     dt = _check_dtype(dtype)
+    bias = get_biases(biases)
     positional = dict(num_warmup=num_warmup, num_samples=num_samples, thinning=thinning, num_chains=num_chains,
                       devices=devices)
     settings = _method_settings(method, positional, method_kwargs)
     prep, shift = _prepare(train, test, predict, GlobalMean(center=center, clip=clip))
     info = FitInfo(method=settings.method, prior=prior, likelihood=lik, K=K, shape=train.shape, shift=shift,
                    center=center, seed=seed, dtype=jnp.dtype(dt).name, settings=settings,
-                   tau=lik.precision(train.n))
+                   tau=lik.precision(train.n), biases=bias)
     with _x64_context(dt):
         return DRIVERS[type(settings)](prep, info, progress_bar)

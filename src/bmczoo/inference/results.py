@@ -65,7 +65,9 @@ class FitInfo:
     shift : the map from ``theta`` to predictions (centring offset, clipping).
     center : whether the data were centred.  seed : the PRNG seed.  dtype : float dtype name.
     settings : the :mod:`~bmczoo.inference.settings` object the fit ran with.
-    tau : the likelihood precision of the factor blocks.
+    tau : the likelihood precision of the factor blocks (the starting value when the
+        likelihood learns it).
+    biases : the :class:`~bmczoo.offsets.Biases` component, or None (no biases).
     """
 
     method: str
@@ -79,6 +81,7 @@ class FitInfo:
     dtype: str
     settings: Settings
     tau: float
+    biases: Any = None
 
     def as_dict(self) -> dict[str, Any]:
         lik = self.likelihood.describe()
@@ -86,6 +89,7 @@ class FitInfo:
             "method": self.method, "prior": self.prior, "prior_name": self.prior.name,
             "hyperparameters": self.prior.hyperparameters(), "K": self.K, "lam": lik.get("lam"),
             "noise_sd": lik.get("noise_sd"), "likelihood": lik, "tau": self.tau, "center": self.center,
+            "biases": None if self.biases is None else self.biases.describe(),
             "offset": self.shift.offset, "clip": self.shift.clip, "seed": self.seed, "dtype": self.dtype,
             **self.settings.as_dict(),
         }
