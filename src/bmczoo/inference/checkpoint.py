@@ -31,7 +31,7 @@ from .thinning import is_kept, num_kept
 
 __all__ = ["fingerprint", "save_npz", "load_npz", "check_settings", "run_gibbs"]
 
-FORMAT = "bmczoo-checkpoint-1"
+FORMAT = "bmczoo-checkpoint-2"  # 2: the prior's state, tau and biases stored by name
 
 
 def fingerprint(*arrays) -> str:
@@ -67,7 +67,11 @@ def load_npz(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
             data = {k: f[k] for k in f.files}
     except (OSError, ValueError, EOFError) as err:
         raise ValueError(f"checkpoint {str(path)!r} is not a readable .npz file: {err}") from None
-    if str(data.pop("__format__", "")) != FORMAT:
+    found = str(data.pop("__format__", ""))
+    if found != FORMAT:
+        if found.startswith("bmczoo-checkpoint-"):
+            raise ValueError(f"checkpoint {str(path)!r} was written by another version of bmczoo (format {found}; "
+                             f"this version reads {FORMAT}): start the run again with another checkpoint path")
         raise ValueError(f"checkpoint {str(path)!r} is not a bmczoo checkpoint ({FORMAT})")
     settings = json.loads(str(data.pop("__settings__")))
     return settings, data
@@ -83,17 +87,26 @@ def check_settings(path, stored: dict, current: dict) -> None:
             )
 
 
+_ROWS = ("M", "N", "row_bias", "col_bias")
+
+
 def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[str, np.ndarray]:
-    M, N = gibbs.factors(state, problem)
-    out = {f"state/{f}": np.asarray(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in ("M", "N", "key")}
-    out["state/M"], out["state/N"] = np.asarray(M), np.asarray(N)
+    m1, m2 = problem.dims
+    skip = _ROWS + ("key", "prior_state")
+    out = {f"state/{f}": np.asarray(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in skip}
+    for f, m in zip(_ROWS, (m1, m2, m1, m2)):  # without the padding rows of a sharded run
+        out[f"state/{f}"] = np.asarray(getattr(state, f)[:, :m])
+    for name, x in state.prior_state.items():
+        out[f"state/prior/{name}"] = np.asarray(x)
     out["state/key"] = np.asarray(jax.random.key_data(state.key))
     out["state/key_impl"] = np.asarray(str(jax.random.key_impl(state.key)))
     return out
 
 
 def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsState:
-    fields = {f: jnp.asarray(arrays[f"state/{f}"]) for f in gibbs.GibbsState._fields if f != "key"}
+    fields = {f: jnp.asarray(arrays[f"state/{f}"]) for f in gibbs.GibbsState._fields if f not in ("key", "prior_state")}
+    prefix = "state/prior/"
+    fields["prior_state"] = {k[len(prefix):]: jnp.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}
     fields["key"] = jax.random.wrap_key_data(jnp.asarray(arrays["state/key"]), impl=str(arrays["state/key_impl"]))
     return gibbs.place(gibbs.GibbsState(**fields), problem)
 

@@ -50,6 +50,8 @@ def run_settings(prep: Prepared, info: FitInfo, **extra) -> dict:
         "hyperparameters": {k: float(v) for k, v in info.prior.hyperparameters().items()},
         "K": int(info.K),
         "tau": float(info.tau),
+        "likelihood": {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in info.likelihood.describe().items()},
+        "biases": None if info.biases is None else info.biases.describe(),
         "seed": int(info.seed),
         "dtype": info.dtype,
         "predict": fingerprint(prep.pred_rows, prep.pred_cols, prep.test_values),
@@ -90,7 +92,7 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
         prep.fit_data, info.tau, dtype=info.dtype, predict=(prep.pred_rows, prep.pred_cols),
         test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
         num_warmup=s.num_warmup, thinning=s.thinning, num_total=s.num_warmup + s.num_samples, mesh=s.devices,
-        overrelax=s.overrelax,
+        overrelax=s.overrelax, likelihood=info.likelihood, biases=info.biases,
     )
 
 
@@ -147,7 +149,8 @@ def _gibbs_with_numpyro(prep, info, s: st.Gibbs, track, store, gamma0, progress_
     if gamma0 is not None:
         init = {"gamma": gamma0 if s.num_chains > 1 else gamma0[0]}
     mcmc = run_mcmc_detached(mcmc, jax.random.key(info.seed), prep.fit_data, info.K, info.prior,
-                             likelihood=info.likelihood, init_params=init)
+                             likelihood=info.likelihood, init_params=init,
+                             **({} if info.biases is None else {"biases": info.biases}))
     samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     return mcmc.last_state.core, samples, mcmc
 

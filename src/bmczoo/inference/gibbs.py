@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,11 +35,14 @@ from ..priors import Prior
 from . import sharding as sh
 from . import thinning
 from .settings import check_overrelax
-from .kernels import CSR, cholesky_rows, csr_from_view, outer, overrelaxed_rows, row_precision, row_rhs
+from jax import lax
+
+from .kernels import (CSR, cholesky_rows, csr_from_view, csr_matmul, outer, overrelaxed_rows, pack_upper,
+                      prior_precision_term, unpack_upper)
 
 __all__ = [
-    "GibbsProblem", "GibbsState", "build_problem", "init", "step", "sweep", "theta_at", "check_failure",
-    "factors", "draws", "check_overrelax",
+    "GibbsProblem", "GibbsState", "build_problem", "init", "step", "sweep", "theta_at", "entries",
+    "check_failure", "factors", "draws", "check_overrelax",
 ]
 
 
@@ -47,9 +50,10 @@ __all__ = [
     jax.tree_util.register_dataclass,
     data_fields=[
         "rows", "cols", "tau", "pred_rows", "pred_cols", "test_values", "offset",
-        "clip_lo", "clip_hi", "track_rows", "track_cols",
+        "clip_lo", "clip_hi", "track_rows", "track_cols", "sum_sq",
     ],
-    meta_fields=["num_warmup", "thinning", "num_total", "has_test", "dims", "mesh", "overrelax"],
+    meta_fields=["num_warmup", "thinning", "num_total", "has_test", "dims", "mesh", "overrelax",
+                 "likelihood", "biases", "num_ratings"],
 )
 @dataclasses.dataclass(frozen=True)
 class GibbsProblem:
@@ -73,7 +77,11 @@ class GibbsProblem:
         blocks and the factors have their rows padded to a multiple of the device count.
     overrelax : coefficient ``rho`` in (-1, 1) of the over-relaxed row updates
         (:func:`bmczoo.inference.kernels.overrelaxed_rows`); 0 is plain Gibbs.
-        These last seven are static pytree metadata.
+    likelihood : the likelihood component (None: fixed ``tau``); a learned ``tau`` gets
+        its Gibbs block (:meth:`~bmczoo.likelihoods.Likelihood.sample_tau`).
+    biases : the :class:`~bmczoo.offsets.Biases` component or None.
+    num_ratings : ``n``.  These last ten are static pytree metadata.
+    sum_sq : ``sum_k Y_k^2`` of the fitted values (for the squared error of a learned tau).
     """
 
     rows: CSR
@@ -87,6 +95,7 @@ class GibbsProblem:
     clip_hi: jax.Array
     track_rows: jax.Array
     track_cols: jax.Array
+    sum_sq: jax.Array
     num_warmup: int
     thinning: int
     num_total: int
@@ -94,12 +103,28 @@ class GibbsProblem:
     dims: tuple[int, int] = (0, 0)
     mesh: object = None
     overrelax: float = 0.0
+    likelihood: object = None
+    biases: object = None
+    num_ratings: int = 0
+
+    @property
+    def learned_tau(self) -> bool:
+        return self.likelihood is not None and self.likelihood.learned
+
+    def block_precision(self, tau):
+        """The precision the factor and bias blocks see, per chain."""
+        return tau if self.likelihood is None else self.likelihood.block_precision(tau)
 
 
 class GibbsState(NamedTuple):
     """State of ``C`` chains.
 
-    ``M`` (C, m1, K), ``N`` (C, m2, K), ``gamma`` (C, K), ``key`` (C,) PRNG keys,
+    ``M`` (C, m1, K), ``N`` (C, m2, K), ``prior_state`` the prior's variables (a dict of
+    (C, ...) arrays: ``{"gamma": (C, K)}`` for the column-scale priors, ``mu_M``,
+    ``Lambda_M``, ``mu_N``, ``Lambda_N`` for the Normal-Wishart prior), ``tau`` (C,) the
+    noise precision (constant unless the likelihood learns it), ``row_bias`` (C, m1),
+    ``col_bias`` (C, m2) and ``bias_var`` (C, 2) (zero / unused without biases),
+    ``key`` (C,) PRNG keys,
     ``iteration`` number of sweeps done, ``pred_sum`` (C, P) sum of ``theta`` at the
     requested entries over kept draws, ``num_kept``, ``rmse_draw`` / ``rmse_mean``
     (C, num_total) test RMSE of each iteration's draw / of the running posterior mean
@@ -110,7 +135,11 @@ class GibbsState(NamedTuple):
 
     M: jax.Array
     N: jax.Array
-    gamma: jax.Array
+    prior_state: dict
+    tau: jax.Array
+    row_bias: jax.Array
+    col_bias: jax.Array
+    bias_var: jax.Array
     key: jax.Array
     iteration: jax.Array
     pred_sum: jax.Array
@@ -118,6 +147,11 @@ class GibbsState(NamedTuple):
     rmse_draw: jax.Array
     rmse_mean: jax.Array
     failure: jax.Array
+
+    @property
+    def gamma(self) -> jax.Array:
+        """The column scales (C, K) of a column-scale prior."""
+        return self.prior_state["gamma"]
 
 
 def build_problem(
@@ -135,6 +169,8 @@ def build_problem(
     num_total: int = 0,
     mesh=None,
     overrelax: float = 0.0,
+    likelihood=None,
+    biases=None,
 ) -> GibbsProblem:
     """Prepare the device arrays of a problem (once; reused by every sweep).
 
@@ -143,6 +179,9 @@ def build_problem(
     ``test_values`` their observed values on the original scale (for the RMSE traces).
     ``mesh`` (a :class:`jax.sharding.Mesh` or a list of devices) shards the sweep;
     ``overrelax`` in (-1, 1) over-relaxes the row updates (0: plain Gibbs).
+    ``likelihood`` (a learned ``tau`` gets its block; ``tau`` is then its starting value)
+    and ``biases`` (a :class:`~bmczoo.offsets.Biases` or None) are the model's other
+    components.
     """
     overrelax = check_overrelax(overrelax)
     m1, m2 = ratings.shape
@@ -184,13 +223,17 @@ def build_problem(
         dims=(int(m1), int(m2)),
         mesh=mesh,
         overrelax=overrelax,
+        likelihood=likelihood,
+        biases=biases,
+        num_ratings=int(ratings.n),
+        sum_sq=jnp.asarray(np.sum(np.square(np.asarray(ratings.values, np.float64))), dtype),
     )
     if mesh is not None:  # everything but the rating blocks is replicated
         rep = sh.replicated(mesh)
         problem = dataclasses.replace(problem, **{
             f: jax.device_put(getattr(problem, f), rep)
             for f in ("tau", "pred_rows", "pred_cols", "test_values", "offset", "clip_lo", "clip_hi",
-                      "track_rows", "track_cols")
+                      "track_rows", "track_cols", "sum_sq")
         })
     return problem
 
@@ -210,12 +253,31 @@ def factors(state: GibbsState, problem: GibbsProblem) -> tuple[jax.Array, jax.Ar
 
 
 def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False) -> dict:
-    """What is kept of a draw, per chain: ``gamma`` (C, K), ``theta`` (C, T) at the tracked
-    entries and, with ``store_factors``, ``M`` (C, m1, K) and ``N`` (C, m2, K)."""
-    out = {"gamma": state.gamma, "theta": theta_at(state.M, state.N, problem.track_rows, problem.track_cols)}
+    """What is kept of a draw, per chain: the prior's variables (``gamma`` (C, K), or
+    ``mu_M``, ``Lambda_M``, ...), ``theta`` (C, T) at the tracked entries, ``tau`` (C,)
+    when learned, ``row_bias_var`` / ``col_bias_var`` (C,) with biases and, with
+    ``store_factors``, ``M`` (C, m1, K) and ``N`` (C, m2, K) (and the biases ``row_bias``
+    (C, m1), ``col_bias`` (C, m2))."""
+    out = dict(state.prior_state)
+    out["theta"] = entries(state, problem, problem.track_rows, problem.track_cols)
+    if problem.learned_tau:
+        out["tau"] = state.tau
+    if problem.biases is not None:
+        out["row_bias_var"], out["col_bias_var"] = state.bias_var[:, 0], state.bias_var[:, 1]
     if store_factors:
         out["M"], out["N"] = factors(state, problem)
+        if problem.biases is not None:
+            m1, m2 = problem.dims
+            out["row_bias"], out["col_bias"] = state.row_bias[:, :m1], state.col_bias[:, :m2]
     return out
+
+
+def entries(state: GibbsState, problem: GibbsProblem, rows: jax.Array, cols: jax.Array) -> jax.Array:
+    """``theta[rows, cols]`` of each chain (C, P), the biases included when the model has them."""
+    t = theta_at(state.M, state.N, rows, cols)
+    if problem.biases is not None:
+        t = t + state.row_bias[:, rows] + state.col_bias[:, cols]
+    return t
 
 
 def theta_at(M: jax.Array, N: jax.Array, rows: jax.Array, cols: jax.Array) -> jax.Array:
@@ -232,22 +294,30 @@ def init(
     gamma: jax.Array | None = None,
     M: jax.Array | None = None,
     N: jax.Array | None = None,
+    prior_state: dict | None = None,
 ) -> GibbsState:
     """Initial state of ``C = len(keys)`` chains.
 
-    By default ``gamma`` is the prior's ``init_gamma`` and ``M``, ``N`` are drawn from
-    ``N(0, gamma)`` with each chain's key (the first sweep overwrites ``M`` anyway).
+    By default the prior's variables are its :meth:`~bmczoo.priors.Prior.gibbs_state`
+    (``gamma`` = the prior's ``init_gamma`` for the column-scale priors; ``gamma=`` or
+    ``prior_state=`` override them, (C, ...) arrays) and ``M``, ``N`` are drawn from
+    ``N(0, 1)`` scaled by ``sqrt(gamma)`` (or ``N(0, I)`` without column scales), with
+    each chain's key (the first sweep overwrites ``M`` anyway).  ``tau`` starts at the
+    problem's ``tau``, the biases at zero and their variances at the component's start.
     """
     C = keys.shape[0]
     m1, m2 = problem.dims
     dtype = problem.rows.values.dtype
-    d = m1 + m2
-    if gamma is None:
-        gamma = jnp.broadcast_to(prior.init_gamma(K, d, dtype), (C, K))
-    gamma = jnp.asarray(gamma, dtype)
+    state0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (C,) + x.shape), prior.gibbs_state(K, m1, m2, dtype))
+    if gamma is not None:
+        prior_state = {**(prior_state or {}), "gamma": gamma}
+    for name, value in (prior_state or {}).items():
+        if name not in state0:
+            raise ValueError(f"{prior.name} has no variable {name!r}; its variables are {', '.join(state0)}")
+        state0[name] = jnp.broadcast_to(jnp.asarray(value, dtype), state0[name].shape)
     split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
     keys, kM, kN = split[:, 0], split[:, 1], split[:, 2]
-    sd = jnp.sqrt(gamma)[:, None, :]
+    sd = jnp.sqrt(state0["gamma"])[:, None, :] if "gamma" in state0 else jnp.ones((C, 1, K), dtype)
     if M is None:
         M = jax.vmap(lambda k: jax.random.normal(k, (m1, K), dtype))(kM) * sd
     if N is None:
@@ -257,10 +327,15 @@ def init(
         raise ValueError(f"initial M, N must have shapes {(C, m1, K)}, {(C, m2, K)}, got {M.shape}, {N.shape}")
     P = problem.pred_rows.shape[0]
     T = problem.num_total if problem.has_test else 0
+    var0 = problem.biases.init_variance() if problem.biases is not None else 1.0
     state = GibbsState(
         M=M,
         N=N,
-        gamma=gamma,
+        prior_state=state0,
+        tau=jnp.broadcast_to(jnp.asarray(problem.tau, dtype), (C,)),
+        row_bias=jnp.zeros((C, m1), dtype),
+        col_bias=jnp.zeros((C, m2), dtype),
+        bias_var=jnp.full((C, 2), var0, dtype),
         key=keys,
         iteration=jnp.zeros((), jnp.int32),
         pred_sum=jnp.zeros((C, P), dtype),
@@ -272,19 +347,32 @@ def init(
     return place(state, problem)
 
 
+#: state fields whose axis 1 holds the rows of M / of N (padded and sharded on a mesh)
+_ROW_FIELDS = {"M": 0, "row_bias": 0, "N": 1, "col_bias": 1}
+
+
 def place(state: GibbsState, problem: GibbsProblem) -> GibbsState:
-    """Put a state with unpadded ``M`` (C, m1, K), ``N`` (C, m2, K) where ``problem``
-    runs: unchanged on one device; on a mesh, the factors' rows padded and sharded, the
+    """Put a state with unpadded ``M`` (C, m1, K), ``N`` (C, m2, K) (and biases) where
+    ``problem`` runs: unchanged on one device; on a mesh, the rows padded and sharded, the
     rest replicated (used by :func:`init` and to restore checkpoints)."""
     if problem.mesh is None:
         return state
-    p1, p2 = _padded_dims(problem)
-    rows, rep = sh.row_sharded(problem.mesh), sh.replicated(problem.mesh)
-    return state._replace(
-        M=jax.device_put(sh.pad_rows(state.M, p1), rows),
-        N=jax.device_put(sh.pad_rows(state.N, p2), rows),
-        **{f: jax.device_put(getattr(state, f), rep) for f in GibbsState._fields if f not in ("M", "N")},
-    )
+    padded = _padded_dims(problem)
+    rep = sh.replicated(problem.mesh)
+    out = {}
+    for f in GibbsState._fields:
+        x = getattr(state, f)
+        if f in _ROW_FIELDS:
+            x = sh.pad_rows(x, padded[_ROW_FIELDS[f]]) if x.ndim == 3 else _pad_vec(x, padded[_ROW_FIELDS[f]])
+            spec = jax.sharding.PartitionSpec(None, sh.AXIS, *([None] * (x.ndim - 2)))
+            out[f] = jax.device_put(x, jax.sharding.NamedSharding(problem.mesh, spec))
+        else:
+            out[f] = jax.tree.map(lambda a: jax.device_put(a, rep), x)
+    return GibbsState(**out)
+
+
+def _pad_vec(x: jax.Array, m_pad: int) -> jax.Array:
+    return jnp.pad(x, ((0, 0), (0, m_pad - x.shape[1])))
 
 
 def _normals(keys, m: int, K: int, dtype) -> jax.Array:
@@ -293,48 +381,138 @@ def _normals(keys, m: int, K: int, dtype) -> jax.Array:
     return jax.vmap(lambda k: jax.random.normal(k, (m, K), dtype))(keys)
 
 
-def _draw_rows(csr: CSR, other: jax.Array, prior_precision: jax.Array, tau, z: jax.Array, current: jax.Array,
-               rho: float):
-    """Rows of one factor given the other and the prior's row precision (C, K) or (C, K, K):
-    new rows (C, m, K) and a (C, m) non-finite mask.
+class _Comm(NamedTuple):
+    """How a sweep body talks to the other devices: all-gather a factor's rows, sum over
+    the devices, zero the padding rows of this device's block of factor ``which``
+    (identities on one device)."""
 
-    ``current`` is the factor being replaced (used by the over-relaxed update, ``rho != 0``).
+    gather: Callable
+    psum: Callable
+    mask: Callable
+
+
+_SERIAL = _Comm(gather=lambda x: x, psum=lambda x: x, mask=lambda x, which: x)
+
+
+def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var, *, rho: float,
+          use_bias: bool, sse: bool, cross: bool):
+    """Half a sweep: the biases of the rows being updated (with biases), then their factor
+    rows (exact Gaussian conditionals, DESIGN.md sections 2 and 8).
+
+    ``own`` (C, m, K) are the rows being replaced, ``other`` (C, m_other, K) the other
+    factor (all rows), ``bias_own`` (C, m) / ``bias_other`` (C, m_other) the biases,
+    ``prior = (precision, shift)`` the rows' prior, ``tb`` (C,) the block precision,
+    ``inv_var`` (C,) ``1/s^2`` of these biases.  One sparse product with the rating pattern
+    gives the per-row sums ``sum_j N_j N_j^T`` (packed), and with biases ``sum_j N_j``,
+    ``sum_j c_j N_j`` and ``sum_j c_j``; one with the ratings gives ``sum_j Y_ij N_j`` (and
+    ``sum_j Y_ij``).  The rows' right-hand side uses the residual ``Y_ij - b_i - c_j``.
+
+    Returns the new rows, the new biases, a (C, m) non-finite mask and, with ``sse``, this
+    side's part of ``SSE - sum Y^2`` (C,) (``cross``: the terms that need both sides' final
+    values, computed on the second side).
     """
-    P = row_precision(csr, outer(other), prior_precision, tau)
-    L = cholesky_rows(P)
-    x = overrelaxed_rows(L, row_rhs(csr, other, tau), z, current, rho)
+    C, m_other, K = other.shape
+    dtype = other.dtype
+    T = K * (K + 1) // 2
+    parts = [pack_upper(outer(other))]
+    if use_bias:
+        parts += [other, bias_other[..., None] * other, bias_other[..., None]]
+    Gall = _pattern_product(csr, csr.ones, jnp.concatenate(parts, -1) if use_bias else parts[0])
+    vparts = [other] + ([jnp.ones((C, m_other, 1), dtype)] if use_bias else [])
+    Rall = _pattern_product(csr, csr.values, jnp.concatenate(vparts, -1) if use_bias else vparts[0])
+    G = unpack_upper(Gall[..., :T], K)
+    r = Rall[..., :K]
+    part = jnp.zeros((C,), dtype)
+    if use_bias:
+        sumO, sumBO, sumB = Gall[..., T : T + K], Gall[..., T + K : T + 2 * K], Gall[..., T + 2 * K]
+        sumY = Rall[..., K]
+        count = jnp.diff(csr.indptr).astype(dtype)
+        p = inv_var[:, None] + tb[:, None] * count
+        mean = tb[:, None] * (sumY - sumB - jnp.sum(own * sumO, axis=-1)) / p
+        bias_own = mean + zb * lax.rsqrt(p)
+        r = r - bias_own[..., None] * sumO - sumBO
+        if sse:
+            part = part + jnp.sum(bias_own * (count * bias_own - 2.0 * sumY), axis=-1)
+            if cross:
+                part = part + 2.0 * jnp.sum(bias_own * sumB, axis=-1)
+    precision, shift = prior
+    P = tb[:, None, None, None] * G + prior_precision_term(precision, K, dtype)
+    rhs = tb[:, None, None] * r
+    if shift is not None:
+        rhs = rhs + shift[:, None, :]
+    x = overrelaxed_rows(cholesky_rows(P), rhs, z, own, rho)
+    if sse and cross:
+        # sum_k theta_k^2 - 2 sum_k r_k theta_k over the ratings, from this side's sums
+        part = part + jnp.einsum("cmk,cmkl,cml->c", x, G, x) - 2.0 * jnp.sum(x * r, axis=(1, 2))
     # a failed Cholesky factorisation gives NaN factors, hence NaN draws
-    return x, ~jnp.all(jnp.isfinite(x), axis=-1)
+    return x, bias_own, ~jnp.all(jnp.isfinite(x), axis=-1), part
 
 
-def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, zN):
-    rho = problem.overrelax
-    lam = prior.row_prior(state.gamma)
+def _pattern_product(csr: CSR, data, dense):
+    """``A @ dense`` per chain for the pattern ``A = (data, csr.index, csr.indptr)``:
+    dense (C, m_other, W) -> (C, m, W), the chains stacked as columns of one product."""
+    C, m_other, W = dense.shape
+    out = csr_matmul(csr.indptr, csr.index, data, csr.shape, jnp.transpose(dense, (1, 0, 2)).reshape(m_other, C * W))
+    return jnp.transpose(out.reshape(csr.shape[0], C, W), (1, 0, 2))
+
+
+def _sweep_body(rows: CSR, cols: CSR, M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var, comm: _Comm, *,
+                rho, use_bias, sse, factor_stats):
+    """Rows of M (and their biases), then rows of N (and theirs), on this device's rows;
+    returns the new local arrays, non-finite masks and the psum-ed statistics."""
+    (pM, pN) = priors
+    N_all, c_all = comm.gather(N), comm.gather(c)
+    M, b, badM, part1 = _side(rows, M, N_all, zM, zb, b, c_all, pM, tb, inv_var[:, 0], rho=rho,
+                              use_bias=use_bias, sse=sse, cross=False)
+    M, b = comm.mask(M, 0), comm.mask(b, 0)
+    M_all, b_all = comm.gather(M), comm.gather(b)
+    N, c, badN, part2 = _side(cols, N, M_all, zN, zc, c, b_all, pN, tb, inv_var[:, 1], rho=rho,
+                              use_bias=use_bias, sse=sse, cross=True)
+    N, c = comm.mask(N, 1), comm.mask(c, 1)
+    stats = comm.psum((factor_stats(M), factor_stats(N), part1 + part2,
+                       jnp.stack([jnp.sum(b * b, axis=-1), jnp.sum(c * c, axis=-1)], axis=-1)))
+    return M, N, b, c, badM, badN, stats
+
+
+def _sharded_comm(dims) -> _Comm:
+    def mask(x, which):
+        blk = x.shape[1]
+        start = jax.lax.axis_index(sh.AXIS) * blk
+        valid = ((start + jnp.arange(blk)) < dims[which]).astype(x.dtype)
+        return x * valid.reshape((1, blk) + (1,) * (x.ndim - 2))
+
+    return _Comm(gather=lambda x: jax.lax.all_gather(x, sh.AXIS, axis=1, tiled=True),
+                 psum=lambda x: jax.lax.psum(x, sh.AXIS), mask=mask)
+
+
+def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, zN, zb, zc, tb):
+    use_bias = problem.biases is not None
+    kw = dict(rho=problem.overrelax, use_bias=use_bias, sse=problem.learned_tau, factor_stats=prior.factor_stats)
+    priors = prior.row_priors(state.prior_state)
+    inv_var = 1.0 / state.bias_var
     if problem.mesh is None:
-        M, badM = _draw_rows(problem.rows, state.N, lam, problem.tau, zM, state.M, rho)
-        N, badN = _draw_rows(problem.cols, M, lam, problem.tau, zN, state.N, rho)
-        return M, N, jnp.sum(M**2, axis=1) + jnp.sum(N**2, axis=1), badM, badN
+        return _sweep_body(problem.rows, problem.cols, state.M, state.N, state.row_bias, state.col_bias,
+                           zM, zN, zb, zc, priors, tb, inv_var, _SERIAL, **kw)
     p1, p2 = _padded_dims(problem)
     zM, zN = sh.pad_rows(zM, p1), sh.pad_rows(zN, p2)
+    zb, zc = _pad_vec(zb, p1), _pad_vec(zc, p2)
     f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
-    b = jax.sharding.PartitionSpec(None, sh.AXIS)
+    v = jax.sharding.PartitionSpec(None, sh.AXIS)
+    comm = _sharded_comm(problem.dims)
 
-    def body(rows, cols, M_local, N_local, zM_local, zN_local, lam, tau):
-        N_all = jax.lax.all_gather(N_local, sh.AXIS, axis=1, tiled=True)
-        M_local, badM = _draw_rows(sh.local_csr(rows), N_all, lam, tau, zM_local, M_local, rho)
-        M_all = jax.lax.all_gather(M_local, sh.AXIS, axis=1, tiled=True)
-        N_local, badN = _draw_rows(sh.local_csr(cols), M_all, lam, tau, zN_local, N_local, rho)
-        S = jax.lax.psum(jnp.sum(M_local**2, axis=1) + jnp.sum(N_local**2, axis=1), sh.AXIS)
-        return M_local, N_local, S, badM, badN
+    def body(rows, cols, M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var):
+        return _sweep_body(sh.local_csr(rows), sh.local_csr(cols), M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var,
+                           comm, **kw)
 
     csr_spec = jax.sharding.PartitionSpec(sh.AXIS)
     return jax.shard_map(
         body,
         mesh=problem.mesh,
-        in_specs=(csr_spec, csr_spec, f, f, f, f, r, r),
-        out_specs=(f, f, r, b, b),
+        in_specs=(csr_spec, csr_spec, f, f, v, v, f, f, v, v, r, r, r),
+        out_specs=(f, f, v, v, v, v, r),
         check_vma=False,
-    )(problem.rows, problem.cols, state.M, state.N, zM, zN, lam, problem.tau)
+    )(problem.rows, problem.cols, state.M, state.N, state.row_bias, state.col_bias, zM, zN, zb, zc, priors, tb,
+      inv_var)
 
 
 def _first_failure(failure, iteration, masks):
@@ -348,19 +526,57 @@ def _first_failure(failure, iteration, masks):
     return failure
 
 
+def _variables(state: GibbsState) -> tuple[list[str], jax.Array]:
+    """The names and (C, V) values of the non-factor variables (the prior's, tau, bias
+    variances), flattened per chain, for the failure record."""
+    names, values = [], []
+    for name, x in state.prior_state.items():
+        size = int(np.prod(x.shape[1:], dtype=int))
+        names += [f"{name}_{i + 1}" for i in range(size)] if size > 1 else [name]
+        values.append(x.reshape(x.shape[0], -1))
+    names += ["tau", "row_bias_var", "col_bias_var"]
+    values += [state.tau[:, None], state.bias_var]
+    return names, jnp.concatenate(values, axis=1)
+
+
 def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
-    """One Gibbs sweep (M rows, N rows, gamma); records the first non-finite draw in
+    """One Gibbs sweep: (row biases,) rows of M, (column biases,) rows of N, then (tau,)
+    the prior's variables (and the bias variances); records the first non-finite draw in
     ``failure``, other bookkeeping untouched."""
     m1, m2 = problem.dims
-    K = state.gamma.shape[1]
+    K = state.M.shape[-1]
     dtype = state.M.dtype
     split = jax.vmap(lambda k: jax.random.split(k, 4))(state.key)
     keys, kM, kN, kg = split[:, 0], split[:, 1], split[:, 2], split[:, 3]
+    use_bias = problem.biases is not None
+    if use_bias or problem.learned_tau:
+        # the extra components' keys come from the prior's key: a model without them
+        # draws exactly as before they existed
+        more = jax.vmap(lambda k: jax.random.split(k, 5))(kg)
+        kg, kt, kb, kc, kv = (more[:, i] for i in range(5))
     zM, zN = _normals(kM, m1, K, dtype), _normals(kN, m2, K, dtype)
-    M, N, S, badM, badN = _sweep_factors(problem, state, prior, zM, zN)
-    gamma = jax.vmap(lambda k, s: prior.sample_conditional(k, s, m1 + m2))(kg, S)
-    failure = _first_failure(state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(gamma)))
-    return state._replace(M=M, N=N, gamma=gamma, key=keys, failure=failure)
+    if use_bias:
+        zb = jax.vmap(lambda k: jax.random.normal(k, (m1,), dtype))(kb)
+        zc = jax.vmap(lambda k: jax.random.normal(k, (m2,), dtype))(kc)
+    else:
+        zb, zc = jnp.zeros((zM.shape[0], m1), dtype), jnp.zeros((zM.shape[0], m2), dtype)
+    tb = problem.block_precision(state.tau)
+    M, N, b, c, badM, badN, (sM, sN, part, sumsq) = _sweep_factors(problem, state, prior, zM, zN, zb, zc, tb)
+    tau = state.tau
+    if problem.learned_tau:
+        sse = jnp.maximum(problem.sum_sq + part, 0.0)  # rounding can take a tiny SSE below zero
+        tau = jax.vmap(lambda k, e: problem.likelihood.sample_tau(k, e, problem.num_ratings))(kt, sse)
+    bias_var = state.bias_var
+    if use_bias:
+        bias_var = jax.vmap(
+            lambda k, q: jnp.stack([problem.biases.sample_variance(kk, qq, m) for kk, qq, m in
+                                    zip(jax.random.split(k), (q[0], q[1]), (m1, m2))])
+        )(kv, sumsq)
+    prior_state = jax.vmap(lambda k, a, b_: prior.gibbs_update(k, a, b_, m1, m2))(kg, sM, sN)
+    new = state._replace(M=M, N=N, prior_state=prior_state, tau=tau, row_bias=b, col_bias=c, bias_var=bias_var,
+                         key=keys)
+    failure = _first_failure(state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(_variables(new)[1])))
+    return new._replace(failure=failure)
 
 
 def check_failure(state: GibbsState, *, dtype=None) -> None:
@@ -377,7 +593,8 @@ def check_failure(state: GibbsState, *, dtype=None) -> None:
     it, block, row = (int(v) for v in failure[c])
     dt = np.dtype(dtype if dtype is not None else state.M.dtype).name
     if block == 2:
-        what = f"gamma_{row + 1} (its conditional draw was not finite)"
+        names = _variables(state)[0]
+        what = f"{names[row] if row < len(names) else 'a variable'} (its conditional draw was not finite)"
     else:
         what = (f"row {row} of {'MN'[block]} (the Cholesky factorisation of its conditional precision "
                 "failed or the draw overflowed)")
@@ -402,7 +619,7 @@ def step(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     """One sweep plus the running sums (posterior mean at requested entries, RMSE traces)."""
     state = sweep(state, problem, prior)
     it = state.iteration + 1
-    theta = theta_at(state.M, state.N, problem.pred_rows, problem.pred_cols)
+    theta = entries(state, problem, problem.pred_rows, problem.pred_cols)
     kept = is_kept(it, problem)
     pred_sum = jnp.where(kept, state.pred_sum + theta, state.pred_sum)
     num_kept = state.num_kept + kept.astype(jnp.int32)

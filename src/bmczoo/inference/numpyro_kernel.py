@@ -53,7 +53,7 @@ class ConjugateGibbs(MCMCKernel):
     model : callable
         The model whose arguments ``mcmc.run`` receives: :func:`bmczoo.models.matrix_completion`
         or a function with its arguments (``ratings, K, prior`` and optionally ``lam,
-        noise_sd, likelihood``) and semantics; the kernel binds the arguments to this
+        noise_sd, likelihood, biases``) and semantics; the kernel binds the arguments to this
         model's signature and samples its posterior with the exact conditionals (it does
         not trace the model).
     num_samples, thinning : int, optional
@@ -153,6 +153,9 @@ class ConjugateGibbs(MCMCKernel):
         self._K = check_K(a["K"], ratings.shape)
         likelihood = model_likelihood(a.get("likelihood"), a.get("lam"), a.get("noise_sd", 1.0))
         tau = likelihood.precision(ratings.n)
+        from ..offsets import get_biases
+
+        biases = get_biases(a.get("biases"))
         dtype = self._dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
         num_total = num_warmup + self._num_samples if self._num_samples is not None else 0
         problem = gibbs.build_problem(
@@ -169,6 +172,8 @@ class ConjugateGibbs(MCMCKernel):
             num_total=num_total,
             mesh=self._devices,
             overrelax=self._overrelax,
+            likelihood=likelihood,
+            biases=biases,
         )
         self._batched = not is_prng_key(rng_key)
         keys = rng_key if self._batched else rng_key[None]

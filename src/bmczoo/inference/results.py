@@ -232,7 +232,17 @@ class MCMCFit(FitResult):
                 "these entries were not requested at fit time and no factor draws were stored: "
                 "pass them as fit(..., predict=(rows, cols)) or use store_factors=True"
             )
-        return self._finish(theta_mean(self.samples["M"], self.samples["N"], r, c))
+        theta = theta_mean(self.samples["M"], self.samples["N"], r, c)
+        if "row_bias" in self.samples:
+            theta = theta + bias_mean(self.samples["row_bias"], self.samples["col_bias"], r, c)
+        return self._finish(theta)
+
+
+def bias_mean(row_bias, col_bias, rows, cols) -> np.ndarray:
+    """Posterior mean of ``b_i + c_j`` at the entries from draws (..., m1), (..., m2)."""
+    b = np.asarray(row_bias, np.float64).reshape(-1, np.shape(row_bias)[-1]).mean(axis=0)
+    c = np.asarray(col_bias, np.float64).reshape(-1, np.shape(col_bias)[-1]).mean(axis=0)
+    return b[rows] + c[cols]
 
 
 @dataclasses.dataclass

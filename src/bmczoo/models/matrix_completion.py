@@ -28,6 +28,7 @@ def matrix_completion(
     observed: bool = True,
     subsample_size: int | None = None,
     marginal: bool = False,
+    biases=None,
 ):
     """NumPyro model: ``theta = M N^T`` with a prior on the column scales and a tempered
     Gaussian likelihood ``exp(-(lam/n) sum_k (Y_k - theta[i_k, j_k])^2)``.
@@ -68,6 +69,8 @@ def matrix_completion(
         paper's MAP estimators (nuclear norm for the fixed prior, group lasso for the gamma
         prior).  There is no ``"gamma"`` site and no prior predictive in this mode.
     """
+    if biases is not None:
+        raise NotImplementedError("biases in the NumPyro model")
     ratings = check_ratings(ratings)
     prior = check_prior(prior)
     K = check_K(K, ratings.shape)
