@@ -264,8 +264,21 @@ def geweke(prior, sampler_prior=None, *, num_chains=200, num_steps=500, num_marg
 
 
 # --------------------------------------------------------------------------- deliberately wrong samplers
+class _ColumnScaleHooks:
+    """The Gibbs engine's generic hooks as a column-scale prior has them (those of
+    ``bmc.priors.Prior``), for the fakes below, which are not ``Prior`` subclasses."""
+
+    gibbs_state = bmc.priors.Prior.gibbs_state
+    row_priors = bmc.priors.Prior.row_priors
+    factor_stats = bmc.priors.Prior.factor_stats
+    gibbs_update = bmc.priors.Prior.gibbs_update
+
+    def init_gamma(self, K, d, dtype=jnp.float32):
+        return jnp.ones((K,), dtype)
+
+
 @dataclasses.dataclass(frozen=True)
-class DoubledD:
+class DoubledD(_ColumnScaleHooks):
     """Delegates to ``base`` but passes ``2d`` for ``d``: the inverse-gamma conditional
     then has shape ``a + d`` instead of ``a + d/2`` (the "d instead of d/2" bug).  Not a
     ``Prior`` subclass, so it never enters the ``get_prior`` registry."""
@@ -280,7 +293,7 @@ class DoubledD:
 
 
 @dataclasses.dataclass(frozen=True)
-class PaperGammaConditional:
+class PaperGammaConditional(_ColumnScaleHooks):
     """The paper's table of conditionals for the gamma prior: the inverse Gaussian put on
     ``gamma_h`` itself (``gamma_h ~ IG(beta / sqrt(S_h), beta^2)``) instead of ``1/gamma_h``."""
 

@@ -226,7 +226,7 @@ def build_problem(
         likelihood=likelihood,
         biases=biases,
         num_ratings=int(ratings.n),
-        sum_sq=jnp.asarray(np.sum(np.square(np.asarray(ratings.values, np.float64))), dtype),
+        sum_sq=jnp.asarray(_sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype),
     )
     if mesh is not None:  # everything but the rating blocks is replicated
         rep = sh.replicated(mesh)
@@ -236,6 +236,13 @@ def build_problem(
                       "track_rows", "track_cols", "sum_sq")
         })
     return problem
+
+
+def _sum_sq(values) -> float:
+    """``sum_k Y_k^2`` in float64 (inf when it overflows the working precision: the tau
+    draws then fail and :func:`check_failure` says so)."""
+    with np.errstate(over="ignore"):
+        return float(np.sum(np.square(np.asarray(values, np.float64))))
 
 
 def _padded_dims(problem: GibbsProblem) -> tuple[int, int]:
