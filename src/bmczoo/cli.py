@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
+import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = ["main"]
 
@@ -17,6 +20,30 @@ _MOVIELENS = {"ml-100k": "100k", "ml-1m": "1m", "ml-10m": "10m", "ml-20m": "20m"
 
 class CLIError(Exception):
     """An error reported as one line, without a traceback."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (``bmczoo: error: ...``, exit code 2)
+    like every other error of the command line, instead of argparse's usage block."""
+
+    def error(self, message):
+        raise CLIError(f"{message} (see '{self.prog} --help')")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to every option's help unless the help already states its
+    default, or the default is None / False / empty (nothing to show)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        # identity checks: a default of 0 is shown, False (a flag) is not
+        if "default" in text.lower() or default is None or default is False or default is argparse.SUPPRESS \
+                or (isinstance(default, list) and not default):
+            return text
+        if not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
 
 
 def _priors() -> dict:
@@ -77,8 +104,31 @@ def _parse_hyper(items: list[str]) -> dict[str, float]:
     return out
 
 
-def _load(spec: str, seed: int):
-    """Returns (train, test, truth) for a data spec."""
+class _Loaded(NamedTuple):
+    """What ``bmczoo fit --data SPEC`` fits: the training data, the test data (None for the
+    simulator), the simulation (None for rating files) and the dataset's own ids of the rows
+    and columns (None for the simulator): ``user_ids[i]`` is the id of row ``i``."""
+
+    train: object
+    test: object
+    sim: object
+    user_ids: object = None
+    item_ids: object = None
+
+
+# the exceptions of a failed download (urllib's URLError and HTTPError are OSErrors)
+def _is_network_error(e: BaseException) -> bool:
+    import http.client
+    import socket
+    import urllib.error
+
+    return isinstance(e, (urllib.error.URLError, http.client.HTTPException, socket.gaierror, socket.timeout,
+                          ConnectionError, TimeoutError))
+
+
+def _load(spec: str, seed: int, test_fraction: float = 0.2) -> _Loaded:
+    """The data of ``--data SPEC``: ``sim:M``, a MovieLens name, or a path to a ratings file
+    (judged by its content, whatever its name), a folder holding one, or an official .zip."""
     from . import datasets
 
     if spec.startswith("sim:"):
@@ -87,29 +137,232 @@ def _load(spec: str, seed: int):
         except ValueError:
             raise CLIError(f"--data sim:M needs an integer M, got {spec!r}") from None
         sim = datasets.simulate_paper(m, seed=seed)
-        return sim.train, None, sim
+        return _Loaded(sim.train, None, sim)
     name = _MOVIELENS.get(spec, spec if spec in datasets.DATASETS else None)
     if name is not None:
-        data = datasets.load_movielens(name)
+        data, user_ids, item_ids = _download(name)
     else:
-        path = Path(spec)
+        path = Path(spec).expanduser()
         if not path.exists():
             raise CLIError(f"--data {spec}: no such file or folder (or MovieLens name: {', '.join(_MOVIELENS)})")
-        name = {"u.data": "100k", "ratings.dat": "1m", "ratings.csv": "latest-small"}.get(path.name)
-        if name is None and path.is_file():
-            raise CLIError(f"--data {spec}: expected a MovieLens u.data, ratings.dat or ratings.csv file")
-        data = datasets.load_movielens(name or "100k", path=path) if name else _load_folder(path)
-    train, test = data.split(0.2, seed=0)
-    return train, test, None
+        if path.is_dir():
+            data, user_ids, item_ids = _load_folder(path)
+        else:
+            data, user_ids, item_ids = _load_file(path)
+    train, test = data.split(test_fraction, seed=0)
+    return _Loaded(train, test, None, user_ids, item_ids)
+
+
+def _download(name: str):
+    """``load_movielens(name)`` from the cache or a download; a failed download is one
+    ``CLIError`` saying how to give a local copy instead."""
+    from . import datasets
+
+    info = datasets.DATASETS[name]
+    try:
+        return datasets.load_movielens(name, return_ids=True)
+    except Exception as e:  # noqa: BLE001 - any failure of the download is reported the same way
+        if not (_is_network_error(e) or (isinstance(e, OSError) and not isinstance(e, FileNotFoundError))):
+            raise
+        reason = " ".join(str(getattr(e, "reason", None) or e or type(e).__name__).split())
+        local = (f"pass --data PATH to {info.archive}, to the folder it unpacks to, or to its {info.filename} "
+                 "(any ratings file is accepted)")
+        if not _is_network_error(e):  # the download worked, the cache could not be written
+            raise CLIError(f"MovieLens {name} could not be stored in the cache {datasets.cache_root()} ({reason}); "
+                           f"set BMCZOO_CACHE to a writable folder, or {local}") from e
+        raise CLIError(f"MovieLens {name} could not be downloaded from {info.url} ({reason}); without network "
+                       f"access, download {info.archive} elsewhere and {local}, or unpack it into "
+                       f"{datasets.cache_root() / 'movielens'}") from e
 
 
 def _load_folder(path: Path):
     from . import datasets
 
     for fname, name in (("u.data", "100k"), ("ratings.dat", "1m"), ("ratings.csv", "latest-small")):
-        if (path / fname).exists():
-            return datasets.load_movielens(name, path=path / fname)
-    raise CLIError(f"--data {path}: no u.data, ratings.dat or ratings.csv in this folder")
+        for cand in (path / fname, path / datasets.DATASETS[name].folder / fname):
+            if cand.is_file():
+                return _load_file(cand)
+    raise CLIError(f"--data {path}: no u.data, ratings.dat or ratings.csv in this folder; "
+                   "give the ratings file itself (any name)")
+
+
+def _load_file(path: Path):
+    """``(RatingData, user_ids, item_ids)`` of a ratings file, judged by its content: an
+    official MovieLens .zip archive, or a table of ``user item rating [timestamp]`` lines
+    separated by TAB, ',' or '::' (an optional header line), whatever the file's name."""
+    import zipfile
+
+    from . import datasets
+
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+        for info in datasets.DATASETS.values():
+            if f"{info.folder}/{info.filename}" in names or info.filename in names:
+                return datasets.load_movielens(info.name, path=path, return_ids=True)
+        raise CLIError(f"--data {path}: a zip archive without a MovieLens ratings file "
+                       "(u.data, ratings.dat or ratings.csv)")
+    return _read_ratings_table(path.read_bytes(), str(path))
+
+
+_NUMBER_START = b"0123456789+-."
+
+
+def _read_ratings_table(data: bytes, source: str):
+    """Parse ``user item rating [timestamp]`` lines (TAB, ',' or '::' between fields, an
+    optional header line) into ``(RatingData, user_ids, item_ids)``, users as rows and items
+    as columns, both in increasing order of their ids (as :func:`bmczoo.datasets.load_movielens`)."""
+    import numpy as np
+
+    from .datasets._parse import parse_numeric_table
+    from .datasets.movielens import _to_ratingdata
+
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+
+    def fields(line: bytes):
+        """The separator and number of fields of a line (None, 1 without a separator)."""
+        sep = next((s for s in (b"::", b"\t", b",") if s in line), None)
+        return sep, len(line.split(sep)) if sep else 1
+
+    def not_a_table(lineno: int, line: bytes) -> CLIError:
+        shown = line.decode("utf-8", "replace")[:80]
+        return CLIError(f"--data {source}: not a ratings table: line {lineno} is {shown!r}; expected lines of "
+                        "user item rating [timestamp] separated by TAB, ',' or '::'")
+
+    first_line = 1
+    head = data.partition(b"\n")[0].strip()
+    if head and head[:1] not in _NUMBER_START:  # a header line (userId,movieId,rating,...)?
+        if fields(head)[1] not in (3, 4):
+            raise not_a_table(1, head)
+        data, first_line = data.partition(b"\n")[2], 2
+        head = data.partition(b"\n")[0].strip()
+    if not head:
+        raise CLIError(f"--data {source}: no ratings on line {first_line}: expected lines of "
+                       "user item rating [timestamp] separated by TAB, ',' or '::'")
+    sep, ncols = fields(head)
+    if ncols not in (3, 4):
+        raise not_a_table(first_line, head)
+    try:
+        table = parse_numeric_table(data, sep, ncols, source, first_line, usecols=(0, 1, 2))
+    except ValueError as e:
+        raise CLIError(f"--data {e}") from None
+    for col, label in ((0, "user id"), (1, "item id")):
+        c = table[:, col]
+        bad = ~np.isfinite(c) | (c != np.round(c)) | (np.abs(c) > 2.0**53)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise CLIError(f"--data {source}, line {first_line + k}: {label} must be an integer, "
+                           f"got {table[k].tolist()}")
+    try:
+        return _to_ratingdata(table, source, first_line)
+    except ValueError as e:  # a duplicate rating
+        raise CLIError(f"--data {e}") from None
+
+
+# --------------------------------------------------------------------------- output paths
+# what ``fit --out DIR`` writes into DIR
+_OUT_FILES = ("posterior.nc", "predictions.csv")
+_OUT_DIRS = ("report",)
+
+
+def _probe_writable(folder: Path, option: str, target: Path) -> None:
+    """Raise ``CLIError`` unless a file can be created in ``folder`` (or, when it does not
+    exist yet, in its nearest existing ancestor, which must be a folder)."""
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise CLIError(f"{option} {target}: cannot create it, {probe} is a file, not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".bmczoo-write-test-")
+    except OSError as e:
+        raise CLIError(f"{option} {target}: cannot write in {probe} ({e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def _check_out_dir(out: Path, overwrite: bool) -> None:
+    """``fit --out DIR``, before the fit: DIR is or can become a writable folder, and holds
+    none of the files the fit writes unless ``--overwrite``."""
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"--out {out}: an existing file; --out names a folder (it is created if needed)")
+    _probe_writable(out, "--out", out)
+    if out.is_dir():
+        found = [n for n in _OUT_FILES + _OUT_DIRS if (out / n).exists()]
+        if found and not overwrite:
+            raise CLIError(f"--out {out}: already holds {', '.join(found)} of an earlier fit; "
+                           "use another folder or --overwrite to replace them")
+        for n in _OUT_FILES + _OUT_DIRS:
+            if (out / n).exists() and (out / n).is_dir() != (n in _OUT_DIRS):
+                kind = "folder" if (out / n).is_dir() else "file"
+                raise CLIError(f"--out {out}: {n} there is a {kind}; remove it or use another folder")
+
+
+def _check_checkpoint(path: Path, overwrite: bool) -> None:
+    """``--checkpoint FILE``, before the fit: a bmczoo checkpoint there is resumed (the fit
+    itself refuses one of a different run before it starts); any other existing file is
+    an error unless ``--overwrite`` (then it is removed); the folder must be writable."""
+    if path.is_dir():
+        raise CLIError(f"--checkpoint {path}: an existing folder; --checkpoint names a .npz file")
+    _probe_writable(path.parent, "--checkpoint", path)
+    if path.exists() and not _is_checkpoint(path):
+        if not overwrite:
+            raise CLIError(f"--checkpoint {path}: an existing file that is not a bmczoo checkpoint; "
+                           "use another path or --overwrite to replace it")
+        path.unlink()
+
+
+def _is_checkpoint(path: Path) -> bool:
+    import numpy as np
+
+    from .inference.checkpoint import FORMAT
+
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return "__format__" in f.files and str(f["__format__"]) == FORMAT
+    except Exception:  # noqa: BLE001 - not a readable .npz: not a checkpoint
+        return False
+
+
+def _write_outputs(fit, out: Path, test, loaded: _Loaded, metric: str) -> None:
+    """Write ``--out``: predictions.csv first (cheap), then posterior.nc, then report/, so
+    that a failure of a later one keeps the earlier ones.  A failure (a full disk, a
+    plotting error, ...) names the file and keeps the fit's result in the message."""
+    import numpy as np
+
+    from . import diagnostics
+
+    def failed(what, e):
+        return CLIError(f"could not write {what}: {' '.join(str(e).split())}; the fit itself finished ({metric})")
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except Exception as e:  # noqa: BLE001 - reported with the fit's result
+        raise failed(out, e) from e
+    pred = out / "predictions.csv"
+    try:
+        if test is not None:
+            # the dataset's own ids (rows and columns are indices among the sorted distinct ids)
+            users = np.asarray(loaded.user_ids)[test.rows] if loaded.user_ids is not None else test.rows
+            items = np.asarray(loaded.item_ids)[test.cols] if loaded.item_ids is not None else test.cols
+            np.savetxt(pred, np.column_stack([users, items, test.values, fit.predict(test.rows, test.cols)]),
+                       delimiter=",", header="user_id,item_id,rating,prediction", comments="",
+                       fmt=["%d", "%d", "%.10g", "%.6f"])
+        elif pred.is_file():  # --overwrite: no stale predictions of an earlier fit
+            pred.unlink()
+    except Exception as e:  # noqa: BLE001 - reported with the fit's result
+        raise failed(pred, e) from e
+    try:
+        fit.to_arviz().to_netcdf(out / "posterior.nc")
+    except Exception as e:  # noqa: BLE001 - reported with the fit's result
+        raise failed(out / "posterior.nc", e) from e
+    try:
+        diagnostics.report(fit, out / "report")
+    except Exception as e:  # noqa: BLE001 - reported with the fit's result
+        raise failed(out / "report", e) from e
 
 
 def _cmd_fit(args) -> int:
@@ -118,7 +371,16 @@ def _cmd_fit(args) -> int:
     import bmczoo as bmc
 
     prior = _make_prior(args.prior, _parse_hyper(args.hyper))
-    train, test, sim = _load(args.data, args.seed)
+    if not 0.0 < args.test_fraction < 1.0:
+        raise CLIError(f"--test-fraction must be in (0, 1), got {args.test_fraction:g}")
+    # every output path is checked before the data is read and the fit runs
+    out = Path(args.out).expanduser() if args.out else None
+    if out is not None:
+        _check_out_dir(out, args.overwrite)
+    if args.checkpoint:
+        _check_checkpoint(Path(args.checkpoint).expanduser(), args.overwrite)
+    loaded = _load(args.data, args.seed, args.test_fraction)
+    train, test, sim = loaded.train, loaded.test, loaded.sim
     print(f"data: {train!r} train" + (f", {test!r} test" if test is not None else ""))
     print(f"prior: {prior}, K={args.K}, method={args.method}")
     predict = None
@@ -128,22 +390,15 @@ def _cmd_fit(args) -> int:
     # only the method settings given on the command line: fit names an option of another method
     given = {name: getattr(args, dest) for name, dest in _METHOD_OPTIONS.items() if getattr(args, dest) is not None}
     fit = bmc.fit(train, K=args.K, prior=prior, method=args.method, seed=args.seed, test=test, predict=predict,
-                  progress_bar=not args.quiet, **given)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        from . import diagnostics
-
-        fit.to_arviz().to_netcdf(out / "posterior.nc")
-        diagnostics.report(fit, out / "report")
-        if test is not None:
-            np.savetxt(out / "predictions.csv", np.column_stack([test.rows, test.cols, fit.predict(test.rows, test.cols)]),
-                       delimiter=",", header="row,col,prediction", comments="", fmt=["%d", "%d", "%.6f"])
-        print(f"wrote {out}/")
+                  progress_bar=not args.quiet, dtype=args.dtype, **given)
     if sim is not None:
-        print(f"theta_rmse={fit.rmse_theta(sim.theta):.4f}")
+        metric = f"theta_rmse={fit.rmse_theta(sim.theta):.4f}"
     else:
-        print(f"test_rmse={fit.rmse(test):.4f}")
+        metric = f"test_rmse={fit.rmse(test):.4f}"
+    if out is not None:
+        _write_outputs(fit, out, test, loaded, metric)
+        print(f"wrote {out}/")
+    print(metric)
     return 0
 
 
@@ -160,7 +415,11 @@ def _cmd_reproduce(args) -> int:
 
     if args.jobs < 1:
         raise CLIError(f"--jobs must be at least 1, got {args.jobs}")
-    out = Path(args.out) if args.out else None
+    out = Path(args.out).expanduser() if args.out else None
+    if out is not None:  # a cache folder: its finished fits are reused, never overwritten
+        if out.exists() and not out.is_dir():
+            raise CLIError(f"--out {out}: an existing file; --out names the cache folder")
+        _probe_writable(out, "--out", out)
     print(f"reproducing {args.experiment}" + (" (quick)" if args.quick else "") + "; each finished fit is cached, "
           "a rerun resumes", flush=True)
     rows = run_experiment(args.experiment, quick=args.quick, out=out, progress=not args.quiet,
@@ -171,7 +430,7 @@ def _cmd_reproduce(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="bmczoo",
         description="Bayesian low-rank matrix completion (Alquier, Cottet, Chopin, Rousseau priors) "
         "with conjugate Gibbs sampling on JAX.",
@@ -180,13 +439,18 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser(
         "fit",
         help="fit a model and print the RMSE",
-        description="Fit the low-rank model. With MovieLens data the ratings are split 80/20 "
-        "(numpy default_rng(0)) and the last line is test_rmse=<float>; with the simulator "
-        "(sim:M) the last line is theta_rmse=<float> over all M^2 entries.",
+        description="Fit the low-rank model. With MovieLens data or a ratings file the ratings are split "
+        "into train and test (--test-fraction, numpy default_rng(0)) and the last line is test_rmse=<float>; "
+        "with the simulator (sim:M) the last line is theta_rmse=<float> over all M^2 entries. Every output "
+        "path is checked before the fit starts; an error is one line on stderr and exit code 2.",
+        formatter_class=_HelpFormatter,
     )
     f.add_argument("--data", default="sim:100",
-                   help="ml-100k | ml-1m | ... | PATH to u.data / ratings.dat / ratings.csv | sim:M "
-                   "(the paper's simulation with an M x M matrix; default sim:100)")
+                   help="ml-100k | ml-1m | ... (downloaded once into the cache) | PATH to a ratings file of any "
+                   "name whose lines are user item rating [timestamp] separated by TAB, ',' or '::' (u.data, "
+                   "u1.base, ratings.dat, ratings.csv, ...; an optional header line), a folder holding u.data / "
+                   "ratings.dat / ratings.csv, or an official MovieLens .zip | sim:M (the paper's simulation "
+                   "with an M x M matrix) (default: sim:100)")
     f.add_argument("--prior", default=_DEFAULT_PRIOR, choices=sorted(_priors()), help=_prior_help())
     f.add_argument("--hyper", action="append", default=[], metavar="NAME=VALUE",
                    help="a hyper-parameter of the prior, repeatable; the others keep the prior's defaults "
@@ -203,18 +467,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gibbs/nuts: chains; vb: random starts, the best ELBO kept (default 1)")
     f.add_argument("--max-iter", type=int, default=None, help="vb: maximum iterations (default 200)")
     f.add_argument("--num-steps", type=int, default=None, help="svi/map: optimisation steps (default 2000)")
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--seed", type=int, default=0, help="seed of the simulation and of the fit")
     f.add_argument("--overrelax", type=float, default=None, metavar="RHO",
                    help="gibbs: over-relaxed row updates, RHO in (-1, 1) (default 0: plain Gibbs; -0.7 mixes "
                    "faster)")
     f.add_argument("--checkpoint", default=None, metavar="FILE.npz",
                    help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
-                        "rerun the same command to resume")
+                        "rerun the same command to resume (an existing file that is not a bmczoo checkpoint is an "
+                        "error unless --overwrite) (default: none)")
     f.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="gibbs/vb: iterations between checkpoints (default 100)")
-    f.add_argument("--out", default=None, help="folder for posterior.nc (ArviZ), predictions.csv "
-                   "(MovieLens data) and report/ (diagnostics figures and summary tables)")
+    f.add_argument("--out", default=None, metavar="DIR",
+                   help="folder for posterior.nc (ArviZ), predictions.csv (ratings data: the test ratings as "
+                   "user_id,item_id,rating,prediction with the dataset's own ids) and report/ (diagnostics "
+                   "figures and summary tables); checked before the fit (default: none, nothing written)")
+    f.add_argument("--overwrite", action="store_true",
+                   help="replace the outputs of an earlier fit in --out, and a --checkpoint file that is not a "
+                   "bmczoo checkpoint (a checkpoint is always resumed)")
+    f.add_argument("--test-fraction", type=float, default=0.2, metavar="F",
+                   help="ratings data: fraction of the ratings held out as the test set, in (0, 1)")
+    f.add_argument("--dtype", choices=["float32", "float64"], default=None,
+                   help="floating-point precision of the fit (default: float32, or float64 when JAX_ENABLE_X64 "
+                   "is set); float64 is slower but avoids the failed Cholesky factorisations float32 can hit")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
+    f.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
     f.set_defaults(func=_cmd_fit)
 
     r = sub.add_parser(
@@ -224,30 +500,58 @@ def build_parser() -> argparse.ArgumentParser:
         "or movielens (Table 6). Hyper-parameters are chosen on a validation split of the training data "
         "(grid x1/2, x1, x2 around the paper's value; for the discrete prior also the Gibbs start, slab or "
         "spike); the paper's own values are run too. Results are cached per fit, so an interrupted run resumes.",
+        formatter_class=_HelpFormatter,
     )
     r.add_argument("experiment", choices=["simulation-m", "simulation-K", "movielens"])
     r.add_argument("--quick", action="store_true", help="small version: one dataset, short chains (minutes)")
     r.add_argument("--out", default=None, help="cache folder (default ~/.cache/bmczoo/experiments)")
     r.add_argument("--data-dir", default=None,
-                   help="movielens: folder with the extracted archives (ml-100k/u.data, ml-1m/ratings.dat, ...)")
+                   help="movielens: folder with the extracted archives (ml-100k/u.data, ml-1m/ratings.dat, ...) "
+                   "(default: none, the archives are downloaded once into the cache)")
     r.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run N fits at a time in separate processes (default 1; same results for any N)")
     r.add_argument("--quiet", action="store_true", help="print only the final table")
+    r.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
     r.set_defaults(func=_cmd_reproduce)
     return p
 
 
+def _error_line(e: BaseException) -> str:
+    """The one line printed for an error: the message of an expected error, the first line
+    of an unexpected one with its type."""
+    if _is_network_error(e):
+        reason = " ".join(str(getattr(e, "reason", None) or e).split())
+        return (f"a download failed ({reason}); without network access give local files "
+                "(fit: --data PATH; reproduce movielens: --data-dir FOLDER)")
+    text = str(e)
+    if isinstance(e, FloatingPointError):  # the library's hint, in command-line terms
+        text = text.replace("dtype=jnp.float64", "--dtype float64")
+    if isinstance(e, (CLIError, ValueError, OSError, FloatingPointError)):
+        return " ".join(text.split()) or type(e).__name__
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(e).__name__}: {first} (rerun with --debug for the traceback)" if first else \
+        f"{type(e).__name__} (rerun with --debug for the traceback)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit code (0, 2 on any error, 130 on Ctrl-C).
+
+    Every error is one line on stderr, ``bmczoo: error: ...``, without a traceback, unless
+    ``--debug`` is given or ``BMCZOO_DEBUG`` is set to a non-empty value other than 0."""
+    debug = os.environ.get("BMCZOO_DEBUG", "") not in ("", "0")
     try:
+        args = build_parser().parse_args(argv)
+        debug = debug or getattr(args, "debug", False)
         return args.func(args)
-    except (CLIError, ValueError, FileNotFoundError, FloatingPointError) as e:
-        print(f"bmczoo: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt as e:
         # with --checkpoint the message says where the work was saved
         print(f"bmczoo: interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - the command line never ends in a traceback
+        if debug:
+            raise
+        print(f"bmczoo: error: {_error_line(e)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,300 @@
+"""``bmczoo fit`` never loses a fit and never ends in a traceback (issue 13, item 7).
+
+Each failure a new user met on a fresh clone: an offline MovieLens download, an existing
+or unwritable output path (checked *before* the fit), a valid ratings file refused for
+its name, hidden defaults in ``--help``, no ``--dtype`` / ``--test-fraction``, and
+0-based indices instead of the dataset's ids in ``predictions.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bmczoo
+from bmczoo.cli import build_parser, main
+
+FAST = ["-K", "2", "--method", "vb", "--max-iter", "3", "--quiet"]
+
+
+def one_line_error(capsys, *needles: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("bmczoo: error: "), err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.fixture
+def no_fit(monkeypatch):
+    """Records calls of ``bmczoo.fit``: an error must come before the fit runs."""
+    calls = []
+    monkeypatch.setattr(bmczoo, "fit", lambda *a, **k: calls.append((a, k)))
+    return calls
+
+
+def write_ratings(path: Path, sep: str = "\t", timestamp: bool = True, header: str | None = None,
+                  n_users: int = 30, n_items: int = 20, n: int = 200, seed: int = 0) -> np.ndarray:
+    """A small ratings table with ids that are not 0-based indices (user 1000 + 7u, item 50 + 3i)."""
+    rng = np.random.default_rng(seed)
+    keys = rng.choice(n_users * n_items, size=n, replace=False)
+    users, items = 1000 + 7 * (keys // n_items), 50 + 3 * (keys % n_items)
+    ratings = rng.integers(1, 6, size=n)
+    lines = [header] if header else []
+    for u, i, r in zip(users, items, ratings):
+        fields = [str(u), str(i), str(r)] + ([str(881250949 + u)] if timestamp else [])
+        lines.append(sep.join(fields))
+    path.write_text("\n".join(lines) + "\n")
+    return np.column_stack([users, items, ratings])
+
+
+# --------------------------------------------------------------------------- offline download
+def test_offline_download_is_one_line_error(tmp_path, monkeypatch, capsys, no_fit):
+    """No network: a MovieLens name ends in one line saying the data could not be downloaded
+    and how to give a local file, not in a urllib traceback."""
+    monkeypatch.setenv("BMCZOO_CACHE", str(tmp_path / "cache"))
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError(socket.gaierror(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    assert main(["fit", "--data", "ml-100k", "--quiet"]) == 2
+    one_line_error(capsys, "could not be downloaded", "ml-100k.zip", "--data PATH", "Temporary failure")
+    assert not no_fit
+
+
+# --------------------------------------------------------------------------- output paths
+@pytest.mark.parametrize("case", ["out-is-a-file", "out-holds-a-fit", "checkpoint-not-a-checkpoint",
+                                  "checkpoint-is-a-folder"])
+def test_existing_output_refused_before_the_fit(case, tmp_path, capsys, no_fit):
+    """An existing output is refused before the fit runs (bmczoo.fit is never called)."""
+    existing = tmp_path / "existing"
+    if case == "out-is-a-file":
+        existing.write_text("not a folder")
+        argv, needles = ["--out", str(existing)], ("--out", "an existing file")
+    elif case == "out-holds-a-fit":
+        existing.mkdir()
+        (existing / "posterior.nc").write_bytes(b"an earlier fit")
+        argv, needles = ["--out", str(existing)], ("posterior.nc", "--overwrite")
+    elif case == "checkpoint-not-a-checkpoint":
+        existing.write_text("some other file")
+        argv, needles = ["--checkpoint", str(existing)], ("not a bmczoo checkpoint", "--overwrite")
+    else:
+        existing.mkdir()
+        argv, needles = ["--checkpoint", str(existing)], ("--checkpoint", "folder")
+    assert main(["fit", "--data", "sim:20", *FAST, *argv]) == 2
+    one_line_error(capsys, *needles)
+    assert not no_fit
+    assert existing.exists()  # nothing was removed
+
+
+def _read_only_dir(tmp_path: Path) -> Path:
+    """A folder where no file can be created: chmod 555, or /sys for root (who ignores modes)."""
+    if os.geteuid() != 0:
+        d = tmp_path / "read-only"
+        d.mkdir()
+        d.chmod(0o555)
+        return d
+    sys_dir = Path("/sys")
+    if sys_dir.is_dir() and not os.access(sys_dir, os.W_OK):
+        return sys_dir
+    try:
+        os.close(os.open(sys_dir / ".bmczoo-probe", os.O_CREAT | os.O_WRONLY))
+    except OSError:
+        return sys_dir
+    os.unlink(sys_dir / ".bmczoo-probe")
+    pytest.skip("no read-only folder available (running as root)")
+
+
+@pytest.mark.parametrize("option", ["--out", "--checkpoint"])
+@pytest.mark.parametrize("where", ["read-only-folder", "under-a-file"])
+def test_unwritable_output_refused_before_the_fit(option, where, tmp_path, capsys, no_fit):
+    if where == "read-only-folder":
+        target = _read_only_dir(tmp_path) / "bmczoo-test" / "run.npz"
+        needles = ("cannot write in",)
+    else:
+        (tmp_path / "a-file").write_text("x")
+        target = tmp_path / "a-file" / "sub" / "run.npz"
+        needles = ("is a file, not a folder",)
+    try:
+        assert main(["fit", "--data", "sim:20", *FAST, option, str(target)]) == 2
+    finally:
+        if where == "read-only-folder" and os.geteuid() != 0:
+            (tmp_path / "read-only").chmod(0o755)
+    one_line_error(capsys, option, *needles)
+    assert not no_fit
+
+
+def test_overwrite_replaces_an_earlier_fit(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "posterior.nc").write_bytes(b"an earlier fit")
+    (out / "predictions.csv").write_text("stale")  # a sim fit writes none: removed
+    assert main(["fit", "--data", "sim:20", *FAST, "--out", str(out), "--overwrite"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("theta_rmse=")
+    assert (out / "posterior.nc").stat().st_size > 100 and not (out / "predictions.csv").exists()
+
+
+def test_overwrite_replaces_a_file_that_is_not_a_checkpoint(tmp_path, capsys):
+    ck = tmp_path / "run.npz"
+    ck.write_text("some other file")
+    assert main(["fit", "--data", "sim:20", *FAST, "--checkpoint", str(ck), "--overwrite"]) == 0
+    from bmczoo.cli import _is_checkpoint
+
+    assert _is_checkpoint(ck)
+
+
+# --------------------------------------------------------------------------- data files by content
+@pytest.mark.parametrize(
+    "name, sep, timestamp, header",
+    [
+        ("u1.base", "\t", True, None),
+        ("small.data", "\t", True, None),
+        ("ratings-excerpt.dat", "::", True, None),
+        ("my ratings.txt", ",", False, "user,item,rating"),
+        ("ratings.csv", ",", True, "userId,movieId,rating,timestamp"),
+    ],
+)
+def test_ratings_file_accepted_whatever_its_name(name, sep, timestamp, header, tmp_path, capsys):
+    path = tmp_path / name
+    write_ratings(path, sep=sep, timestamp=timestamp, header=header)
+    assert main(["fit", "--data", str(path), *FAST]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("data: RatingData(n=160, shape=(30, 20)") and out[-1].startswith("test_rmse=")
+
+
+def test_predictions_have_the_dataset_ids(tmp_path, capsys):
+    path = tmp_path / "u1.base"
+    table = write_ratings(path)
+    out = tmp_path / "out"
+    assert main(["fit", "--data", str(path), *FAST, "--test-fraction", "0.25", "--out", str(out)]) == 0
+    with open(out / "predictions.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["user_id", "item_id", "rating", "prediction"]
+    assert len(rows) - 1 == 50  # --test-fraction 0.25 of 200 ratings
+    observed = {(int(u), int(i)): float(r) for u, i, r in table}
+    for u, i, r, pred in rows[1:]:
+        assert observed[int(u), int(i)] == float(r)  # ids of the file, not 0-based indices
+        assert 0.5 <= float(pred) <= 5.5
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("hello\n", "not a ratings table: line 1 is 'hello'"),
+        ("1|2|3\n", "not a ratings table"),
+        ("1,2\n", "not a ratings table"),
+        ("1,2,3\n1,2\n", "line 2"),
+        ("1,2,3\n1,2,4\n", "duplicate rating"),
+        ("1.5,2,3\n", "user id must be an integer"),
+        ("", "no ratings"),
+    ],
+)
+def test_bad_ratings_file_is_one_line_error(content, needle, tmp_path, capsys, no_fit):
+    path = tmp_path / "data.txt"
+    path.write_text(content)
+    assert main(["fit", "--data", str(path), *FAST]) == 2
+    one_line_error(capsys, "--data", needle)
+    assert not no_fit
+
+
+# --------------------------------------------------------------------------- options
+def test_help_of_every_subcommand_shows_defaults():
+    parser = build_parser()
+    for name, sub in parser._subparsers._group_actions[0].choices.items():
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            if not action.option_strings or action.nargs == 0:  # positionals, --help, flags
+                continue
+            text = formatter._get_help_string(action)
+            assert "default" in text.lower(), f"{name} {action.option_strings[0]}: {text!r}"
+    fit_help = " ".join(parser._subparsers._group_actions[0].choices["fit"].format_help().split())
+    assert "--test-fraction F ratings data: fraction of the ratings held out as the test set, in (0, 1) " \
+           "(default: 0.2)" in fit_help
+    assert "--seed SEED seed of the simulation and of the fit (default: 0)" in fit_help
+
+
+def test_dtype_and_test_fraction_reach_the_fit(tmp_path, monkeypatch, capsys):
+    seen = {}
+    real_fit = bmczoo.fit
+
+    def recording_fit(train, **kwargs):
+        seen.update(kwargs, n=train.n, n_test=kwargs["test"].n)
+        return real_fit(train, **kwargs)
+
+    monkeypatch.setattr(bmczoo, "fit", recording_fit)
+    path = tmp_path / "small.data"
+    write_ratings(path)
+    assert main(["fit", "--data", str(path), *FAST, "--dtype", "float64", "--test-fraction", "0.1"]) == 0
+    assert seen["dtype"] == "float64" and (seen["n"], seen["n_test"]) == (180, 20)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--dtype", "float16"], "invalid choice: 'float16'"),
+    (["--test-fraction", "1"], "--test-fraction must be in (0, 1)"),
+    (["--test-fraction", "x"], "--test-fraction"),
+    (["--no-such-option"], "unrecognized arguments"),
+])
+def test_usage_errors_are_one_line(argv, needle, capsys, no_fit):
+    assert main(["fit", "--data", "sim:20", *FAST, *argv]) == 2
+    one_line_error(capsys, needle)
+    assert not no_fit
+
+
+def test_float32_failure_points_to_the_dtype_option(monkeypatch, capsys):
+    def failing_fit(*args, **kwargs):
+        raise FloatingPointError("Gibbs sweep 3, chain 0: non-finite draw of row 2 of M (...) in float32; "
+                                 "rerun with dtype=jnp.float64")
+
+    monkeypatch.setattr(bmczoo, "fit", failing_fit)
+    assert main(["fit", "--data", "sim:20", *FAST]) == 2
+    one_line_error(capsys, "rerun with --dtype float64")
+
+
+def test_unexpected_error_is_one_line_unless_debug(monkeypatch, capsys):
+    def broken_fit(*args, **kwargs):
+        raise RuntimeError("something broke\nwith a second line")
+
+    monkeypatch.setattr(bmczoo, "fit", broken_fit)
+    assert main(["fit", "--data", "sim:20", *FAST]) == 2
+    one_line_error(capsys, "RuntimeError: something broke", "--debug")
+    with pytest.raises(RuntimeError, match="something broke"):
+        main(["fit", "--data", "sim:20", *FAST, "--debug"])
+    monkeypatch.setenv("BMCZOO_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        main(["fit", "--data", "sim:20", *FAST])
+
+
+def test_a_failed_output_keeps_the_fit_result(tmp_path, monkeypatch, capsys):
+    """A failure while writing --out after the fit (here: the report) is one line that
+    still gives the fit's result, and the outputs written before it are kept."""
+    from bmczoo import diagnostics
+
+    def broken_report(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(diagnostics, "report", broken_report)
+    out = tmp_path / "out"
+    assert main(["fit", "--data", "sim:20", *FAST, "--out", str(out)]) == 2
+    one_line_error(capsys, "could not write", "report", "No space left on device", "theta_rmse=")
+    assert (out / "posterior.nc").stat().st_size > 100
+
+
+def test_movielens_zip_accepted_whatever_its_name(tmp_path, capsys):
+    import zipfile
+
+    write_ratings(tmp_path / "u.data")
+    archive = tmp_path / "downloaded-archive.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.write(tmp_path / "u.data", "ml-100k/u.data")
+    assert main(["fit", "--data", str(archive), *FAST]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("data: RatingData(n=160, shape=(30, 20)") and out[-1].startswith("test_rmse=")
