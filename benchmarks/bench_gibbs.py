@@ -60,13 +60,25 @@ def _data(name: str, seed: int):
 
 
 # --------------------------------------------------------------------------- workers
-def worker_bmczoo(name: str, K: int, chains: int, repeats: int, sweeps: int, seed: int) -> dict:
+#: models a run can time: the paper's (inverse-gamma prior, fixed tau) and the model with
+#: all three components of DESIGN.md section 8 (Normal-Wishart rows, learned tau, biases)
+MODELS = ("plain", "full")
+
+
+def _model(model: str):
+    import bmczoo as bmc
+
+    if model == "full":
+        return bmc.priors.NormalWishart(), bmc.likelihoods.LearnedNoise(), bmc.offsets.Biases()
+    return bmc.priors.InverseGamma(), None, None
+
+
+def worker_bmczoo(name: str, K: int, chains: int, repeats: int, sweeps: int, seed: int, model: str = "plain") -> dict:
     import jax
     import jax.numpy as jnp
 
     import bmczoo as bmc
     from bmczoo.inference import gibbs
-    from bmczoo.priors import InverseGamma
 
     t0 = time.perf_counter()
     rows, cols, vals, shape = _data(name, seed)
@@ -75,10 +87,10 @@ def worker_bmczoo(name: str, K: int, chains: int, repeats: int, sweeps: int, see
     data = bmc.RatingData(rows, cols, vals, shape)
     del rows, cols, vals
     data, _ = data.centered()
-    problem = gibbs.build_problem(data, tau=1.0, dtype=jnp.float32)
+    prior, likelihood, biases = _model(model)
+    problem = gibbs.build_problem(data, tau=1.0, dtype=jnp.float32, likelihood=likelihood, biases=biases)
     n = data.n
     del data
-    prior = InverseGamma()
     keys = jax.random.split(jax.random.key(seed), chains)
     state = gibbs.init(keys, problem, prior, K)
     jax.block_until_ready(state)
@@ -106,7 +118,7 @@ def worker_bmczoo(name: str, K: int, chains: int, repeats: int, sweeps: int, see
         cpu_sweep.append((_cpu_s() - c0) / sweeps)
     ok = bool(np.all(np.isfinite(np.asarray(state.M)))) and bool(np.all(np.isfinite(np.asarray(state.N))))
     return {
-        "name": name, "engine": "bmczoo", "shape": list(problem.rows.shape), "n": n, "K": K,
+        "name": name, "engine": "bmczoo" if model == "plain" else f"bmczoo-{model}", "shape": list(problem.rows.shape), "n": n, "K": K,
         "chains": chains, "sweeps_per_repeat": sweeps, "per_sweep": per_sweep,
         "median": float(np.median(per_sweep)), "best": float(np.min(per_sweep)),
         "cpu_median": float(np.median(cpu_sweep)),
@@ -213,6 +225,10 @@ def main(argv=None) -> int:
     ap.add_argument("--myfm-iters", type=int, default=20, help="myFM iterations per timed repeat")
     ap.add_argument("--no-myfm", action="store_true", help="skip the myFM comparison")
     ap.add_argument("--no-real", action="store_true", help="skip the real MovieLens 100K file")
+    ap.add_argument("--models", default="plain",
+                    help="comma-separated subset of plain,full: 'full' also times the sweep with Normal-Wishart "
+                    "rows, learned tau and biases, and prints its ratio to the plain sweep")
+    ap.add_argument("--model", default="plain", help=argparse.SUPPRESS)
     ap.add_argument("--json", type=str, default="", help="also write the results to this JSON file")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess")
     ap.add_argument("--worker", type=str, default="", help=argparse.SUPPRESS)
@@ -221,7 +237,7 @@ def main(argv=None) -> int:
     if args.worker:  # internal: one measurement in this (fresh) process
         engine, name = args.worker.split(":", 1)
         if engine == "bmczoo":
-            res = worker_bmczoo(name, args.K, args.chains, args.repeats, args.sweeps, args.seed)
+            res = worker_bmczoo(name, args.K, args.chains, args.repeats, args.sweeps, args.seed, args.model)
         else:
             res = worker_myfm(name, args.K, args.repeats, args.myfm_iters, args.seed)
         print("RESULT " + json.dumps(res), flush=True)
@@ -232,22 +248,25 @@ def main(argv=None) -> int:
               "--sweeps", str(args.sweeps), "--seed", str(args.seed), "--myfm-iters", str(args.myfm_iters)]
     print(f"bmczoo Gibbs sweep benchmark: K={args.K}, chains={args.chains}, float32, "
           f"{os.cpu_count()} CPUs, load average before: {', '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
-    jobs = [("bmczoo", s) for s in sizes]
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models or any(m not in MODELS for m in models):
+        ap.error(f"--models must be a subset of {','.join(MODELS)}")
+    jobs = [("bmczoo", s, m) for s in sizes for m in models]
     if not args.no_real:
         if REAL_100K.exists():
-            jobs.append(("bmczoo", "real-100k"))
+            jobs.append(("bmczoo", "real-100k", "plain"))
         else:
             print(f"real MovieLens 100K: skipped ({REAL_100K} not found)")
     want_myfm = not args.no_myfm and "100k" in sizes
     if want_myfm:
         if _myfm_available():
-            jobs.append(("myfm", "100k"))
+            jobs.append(("myfm", "100k", "plain"))
         else:
             print("myFM: skipped (myfm is not importable)")
     results = []
-    for engine, name in jobs:
-        print(f"  running {engine} on {name} ...", flush=True)
-        r = _spawn(["--worker", f"{engine}:{name}", *common], args.timeout)
+    for engine, name, model in jobs:
+        print(f"  running {engine} ({model}) on {name} ...", flush=True)
+        r = _spawn(["--worker", f"{engine}:{name}", "--model", model, *common], args.timeout)
         if r is not None:
             results.append(r)
     print()
@@ -262,6 +281,12 @@ def main(argv=None) -> int:
             f"per-iteration time ratio bmczoo/myFM on synthetic 100K (K={args.K}, {args.chains} chain(s)): "
             f"median {ours['median'] / theirs['median']:.2f}, best {ours['best'] / theirs['best']:.2f}"
         )
+    for r in results:
+        if r["engine"] == "bmczoo-full":
+            plain = next((p for p in results if p["engine"] == "bmczoo" and p["name"] == r["name"]), None)
+            if plain:
+                print(f"{r['name']}: sweep with Normal-Wishart rows + learned tau + biases / plain sweep: "
+                      f"median {r['median'] / plain['median']:.2f}, best {r['best'] / plain['best']:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -53,6 +53,13 @@ def _priors() -> dict:
     return registry()
 
 
+def _likelihoods() -> dict:
+    """The likelihoods by command-line name (:func:`bmczoo.likelihoods.registry`)."""
+    from .likelihoods import registry
+
+    return registry()
+
+
 def _prior_defaults(cls) -> dict:
     """The hyper-parameters ``bmczoo fit --prior NAME`` uses when no ``--hyper`` is given:
     the class's ``cli_defaults`` over its dataclass defaults (None: no default)."""
@@ -91,16 +98,26 @@ def _make_prior(name: str, hyper: dict[str, float]):
     return cls.from_cli(**hyper)
 
 
-def _parse_hyper(items: list[str]) -> dict[str, float]:
+def _make_likelihood(name: str, settings: dict[str, float]):
+    """The likelihood ``name`` of :func:`bmczoo.likelihoods.registry` with ``settings``."""
+    from .likelihoods import get_likelihood
+
+    try:
+        return get_likelihood(name, **settings)
+    except (TypeError, ValueError) as e:
+        raise CLIError(f"--likelihood-opt: {e}") from None
+
+
+def _parse_hyper(items: list[str], option: str = "--hyper") -> dict[str, float]:
     out = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
-            raise CLIError(f"--hyper expects NAME=VALUE, got {item!r}")
+            raise CLIError(f"{option} expects NAME=VALUE, got {item!r}")
         try:
             out[name.strip()] = float(value)
         except ValueError:
-            raise CLIError(f"--hyper {name}: {value!r} is not a number") from None
+            raise CLIError(f"{option} {name}: {value!r} is not a number") from None
     return out
 
 
@@ -371,6 +388,7 @@ def _cmd_fit(args) -> int:
     import bmczoo as bmc
 
     prior = _make_prior(args.prior, _parse_hyper(args.hyper))
+    likelihood = _make_likelihood(args.likelihood, _parse_hyper(args.likelihood_opt, option="--likelihood-opt"))
     if not 0.0 < args.test_fraction < 1.0:
         raise CLIError(f"--test-fraction must be in (0, 1), got {args.test_fraction:g}")
     # every output path is checked before the data is read and the fit runs
@@ -382,7 +400,8 @@ def _cmd_fit(args) -> int:
     loaded = _load(args.data, args.seed, args.test_fraction)
     train, test, sim = loaded.train, loaded.test, loaded.sim
     print(f"data: {train!r} train" + (f", {test!r} test" if test is not None else ""))
-    print(f"prior: {prior}, K={args.K}, method={args.method}")
+    print(f"prior: {prior}, likelihood: {likelihood.name}, biases: {'yes' if args.biases else 'no'}, K={args.K}, "
+          f"method={args.method}")
     predict = None
     if sim is not None:
         m = sim.theta.shape[0]
@@ -390,7 +409,7 @@ def _cmd_fit(args) -> int:
     # only the method settings given on the command line: fit names an option of another method
     given = {name: getattr(args, dest) for name, dest in _METHOD_OPTIONS.items() if getattr(args, dest) is not None}
     fit = bmc.fit(train, K=args.K, prior=prior, method=args.method, seed=args.seed, test=test, predict=predict,
-                  progress_bar=not args.quiet, dtype=args.dtype, **given)
+                  progress_bar=not args.quiet, dtype=args.dtype, likelihood=likelihood, biases=args.biases, **given)
     if sim is not None:
         metric = f"theta_rmse={fit.rmse_theta(sim.theta):.4f}"
     else:
@@ -455,6 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--hyper", action="append", default=[], metavar="NAME=VALUE",
                    help="a hyper-parameter of the prior, repeatable; the others keep the prior's defaults "
                    "(listed under --prior: the paper's values)")
+    f.add_argument("--likelihood", default="tempered", choices=sorted(_likelihoods()),
+                   help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd via "
+                   "--likelihood-opt) or learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper)")
+    f.add_argument("--likelihood-opt", action="append", default=[], metavar="NAME=VALUE",
+                   help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, or a=2 for learned)")
+    f.add_argument("--biases", action="store_true",
+                   help="add row and column biases b_i + c_j with inverse-gamma variances")
     f.add_argument("--method", default="gibbs", choices=["gibbs", "vb", "svi", "map", "nuts"],
                    help="gibbs (default), vb (closed-form variational Bayes), svi (NumPyro AutoNormal), "
                    "map (AutoDelta), nuts (NumPyro NUTS: small problems only)")
