@@ -12,7 +12,11 @@ a prior's name):
   (:meth:`Prior.row_prior`, a per-column precision here) and the exact conditional of
   ``gamma`` given ``S_h = ||M_h||^2 + ||N_h||^2`` (:meth:`Prior.sample_conditional`);
 * its mean-field VB update (:meth:`Prior.vb_update`): ``E_q[1/gamma_h]``, the
-  log-normaliser that enters the ELBO and the parameters of ``q(gamma_h)``;
+  log-normaliser that enters the ELBO and the parameters of ``q(gamma_h)``; the VB
+  engine reaches it through the generic VB hooks (:meth:`Prior.vb_state`,
+  :meth:`Prior.vb_row_priors`, :meth:`Prior.vb_factor_stats`, :meth:`Prior.vb_step`,
+  :meth:`Prior.vb_elbo_term`, :meth:`Prior.vb_params`), whose defaults are the
+  column-scale family's and which a prior of another family overrides;
 * what diagnostics need of ``q(gamma)`` and of draws (:meth:`Prior.q_sample`,
   :meth:`Prior.q_prob_above`, :meth:`Prior.prob_above`, :meth:`Prior.active_threshold`);
 * its command-line name and defaults (``name``, ``cli_defaults``), the hyper-parameter
