@@ -132,6 +132,66 @@ class Biases:
         g = jax.random.gamma(key, jnp.asarray(self.a + 0.5 * m, sumsq.dtype), jnp.shape(sumsq), dtype=sumsq.dtype)
         return (self.b + 0.5 * sumsq) / g
 
+    # ------------------------------------------------------------------ VB
+    # q(b_i) = N(b_mean_i, b_var_i), q(c_j) = N(c_mean_j, c_var_j), q(s_b^2) =
+    # InvGamma(sb_shape, sb_rate), q(s_c^2) = InvGamma(sc_shape, sc_rate); state arrays
+    # (C, m1) / (C, m2) (row-sharded on a mesh) and (C,) (replicated).  The sums over the
+    # ratings (residual sums, counts) come from the VB engine (sparse products).
+
+    #: q-state keys with a row axis: (C, m1) for ``b_*``, (C, m2) for ``c_*``
+    VB_ROW_KEYS = {"b_mean": 0, "b_var": 0, "c_mean": 1, "c_var": 1}
+
+    def vb_state(self, m1: int, m2: int, C: int, dtype) -> dict:
+        """Zero means and variances; ``q(s^2) = InvGamma(a, a s0^2)`` with ``s0^2`` the
+        :meth:`init_variance` (so ``E[1/s^2] = 1/s0^2`` at the first bias update)."""
+        import jax.numpy as jnp
+
+        s0 = self.init_variance()
+        z1, z2 = jnp.zeros((C, m1), dtype), jnp.zeros((C, m2), dtype)
+        sh, rt = jnp.full((C,), self.a, dtype), jnp.full((C,), self.a * s0, dtype)
+        return {"b_mean": z1, "b_var": z1, "c_mean": z2, "c_var": z2,
+                "sb_shape": sh, "sb_rate": rt, "sc_shape": sh, "sc_rate": rt}
+
+    @staticmethod
+    def vb_bias_update(resid_sum, counts, tau, shape, rate):
+        """Optimal ``q`` of one side's biases: ``p_i = E[1/s^2] + tau n_i``, mean ``tau *
+        resid_sum_i / p_i``, variance ``1/p_i``, with ``resid_sum_i = sum_k E[R_k - (other
+        bias) - M_i . N_j]`` over row i's ratings; ``tau`` (scalar or (C,)) the block
+        precision, ``shape``/``rate`` (C,) the parameters of ``q(s^2)``."""
+        tau = tau if getattr(tau, "ndim", 0) == 0 else tau[:, None]
+        p = (shape / rate)[:, None] + tau * counts
+        return tau * resid_sum / p, 1.0 / p
+
+    def vb_variance_update(self, sumsq, m: int):
+        """``q(s^2) = InvGamma(a + m/2, b + sumsq/2)`` with ``sumsq = sum_i E[b_i^2]`` (C,):
+        returns ``(shape, rate)``."""
+        import jax.numpy as jnp
+
+        return jnp.broadcast_to(jnp.asarray(self.a + 0.5 * m, sumsq.dtype), sumsq.shape), self.b + 0.5 * sumsq
+
+    def vb_elbo_term(self, q: dict, m1: int, m2: int, sums: dict):
+        """``E[log p(b, c | s^2)] + E[log p(s^2)] - E[log q(s^2)] + H[q(b)] + H[q(c)]`` (C,)
+        at the stored q, given ``sums = {"b_sq", "b_logvar", "c_sq", "c_logvar"}``:
+        ``sum_i E[b_i^2] = sum_i (mean^2 + var)`` and ``sum_i log var_i`` per side.
+
+        Per side (``m`` biases, ``q(s^2) = InvGamma(alpha, beta)``, ``E[1/s^2] = alpha/beta``,
+        ``E[log s^2] = log beta - digamma(alpha)``): the Gaussian terms and entropies give
+        ``m/2 - (m/2) E[log s^2] - E[1/s^2] sum E[b^2] / 2 + (1/2) sum log var`` (the
+        ``log 2 pi`` cancel); the inverse-gamma terms ``a log b - lgamma(a) - (a + 1)
+        E[log s^2] - b E[1/s^2]`` minus the same with ``(alpha, beta)``."""
+        import jax.numpy as jnp
+        from jax.scipy.special import digamma, gammaln
+
+        total = 0.0
+        for side, m in (("b", m1), ("c", m2)):
+            al, be = q[f"s{side}_shape"], q[f"s{side}_rate"]
+            Einv, Elog = al / be, jnp.log(be) - digamma(al)
+            gauss = 0.5 * m - 0.5 * m * Elog - 0.5 * Einv * sums[f"{side}_sq"] + 0.5 * sums[f"{side}_logvar"]
+            log_p = self.a * math.log(self.b) - math.lgamma(self.a) - (self.a + 1.0) * Elog - self.b * Einv
+            log_q = al * jnp.log(be) - gammaln(al) - (al + 1.0) * Elog - be * Einv
+            total = total + gauss + log_p - log_q
+        return total
+
     def describe(self) -> dict:
         return {"name": self.name, "a": self.a, "b": self.b}
 

@@ -263,7 +263,16 @@ class VBFit(FitResult):
     ----------
     m, n : (m1, K), (m2, K) means of ``q(M_i)`` and ``q(N_j)``.
     V_diag, W_diag : (m1, K), (m2, K) diagonals of their covariances.
-    q_gamma : parameters of ``q(gamma_h)`` (the prior's ``vb_update`` params) and ``inv_mean``.
+    q_gamma : parameters of ``q(gamma_h)`` (the prior's ``vb_update`` params) and ``inv_mean``;
+        for a prior without column scales (Normal-Wishart) an empty mapping whose items
+        raise ``ValueError`` saying so.
+    q_prior : parameters of the q of the prior's variables (:meth:`Prior.vb_params`):
+        ``q_gamma`` for the column-scale priors; Normal-Wishart: ``mu_F, beta_F, nu_F,
+        W_F, E_Lambda_F`` of ``q(mu_F, Lambda_F) = NW(mu, beta, W, nu)``, F = M, N.
+    q_noise : ``q(tau)`` of a learned likelihood (``shape, rate, mean, inv_mean``), else {}.
+    q_biases, row_bias, col_bias : the biases' q (``b_mean, b_var, c_mean, c_var`` and
+        the inverse-gamma ``sb_shape, sb_rate, sc_shape, sc_rate``) and the means
+        ``E[b_i]``, ``E[c_j]`` ({} and None without biases).
     elbo, rmse_trace : per-iteration ELBO and test RMSE (empty without test data).
     converged : whether the relative-ELBO tolerance was reached before ``max_iter``.
     state : the full :class:`~bmczoo.inference.vb.VBState` of the kept run (covariances).
@@ -275,6 +284,11 @@ class VBFit(FitResult):
     V_diag: np.ndarray = None
     W_diag: np.ndarray = None
     q_gamma: dict = dataclasses.field(default_factory=dict)
+    q_prior: dict = dataclasses.field(default_factory=dict)
+    q_noise: dict = dataclasses.field(default_factory=dict)
+    q_biases: dict = dataclasses.field(default_factory=dict)
+    row_bias: np.ndarray | None = None
+    col_bias: np.ndarray | None = None
     elbo: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     rmse_trace: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     converged: bool = False
@@ -291,9 +305,31 @@ class VBFit(FitResult):
                 "final_elbo_per_run": list(self.final_elbo_per_run)}
 
     def predict(self, rows, cols) -> np.ndarray:
-        """``m_i . n_j`` (plus the centring offset, clipped) at the given entries."""
+        """``m_i . n_j`` (plus ``E[b_i] + E[c_j]`` with biases, plus the centring offset,
+        clipped) at the given entries."""
         r, c = self._check_entries(rows, cols)
-        return self._finish(theta_mean(self.m, self.n, r, c))
+        theta = theta_mean(self.m, self.n, r, c)
+        if self.row_bias is not None:
+            theta = theta + np.asarray(self.row_bias, np.float64)[r] + np.asarray(self.col_bias, np.float64)[c]
+        return self._finish(theta)
+
+
+class _NoGamma(dict):
+    """``VBFit.q_gamma`` of a prior without column scales: empty, and any item access
+    raises ``ValueError`` naming the prior and where its q parameters are."""
+
+    def __init__(self, prior_name: str):
+        super().__init__()
+        self.prior_name = prior_name
+
+    def __missing__(self, key):
+        raise ValueError(f"the {self.prior_name} prior has no column scales gamma_h, so q(gamma) has no "
+                         f"{key!r}; its variational parameters are in VBFit.q_prior")
+
+
+def no_gamma(prior) -> dict:
+    """The ``q_gamma`` of a VB fit whose prior has no column scales."""
+    return _NoGamma(prior.name)
 
 
 @dataclasses.dataclass

@@ -1,10 +1,15 @@
-"""Closed-form mean-field variational Bayes (CAVI) for every prior of the zoo.
+"""Closed-form mean-field variational Bayes (CAVI) for every model of the zoo.
 
-``q(M, N, gamma) = prod_i N(m_i, V_i) prod_j N(n_j, W_j) prod_h q(gamma_h)``
-(DESIGN.md section 3).  One iteration updates all ``q(M_i)`` (one batched Cholesky, the
-same sparse products as the Gibbs sweep, see :mod:`bmczoo.inference.kernels`), then all
-``q(N_j)``, then ``q(gamma)`` from the prior's :meth:`~bmczoo.priors.Prior.vb_update`.
-The ELBO is computed after every iteration; coordinate ascent never decreases it.
+``q = prod_i N(m_i, V_i) prod_j N(n_j, W_j) q(prior variables) [q(tau)] [q(biases)]``
+(DESIGN.md sections 3 and 8).  One iteration updates all ``q(M_i)`` (one batched
+Cholesky, the same sparse products as the Gibbs sweep, see
+:mod:`bmczoo.inference.kernels`), then all ``q(N_j)``, then the biases' q (row biases,
+column biases, their variances) when the model has biases, then the prior's q through
+its VB hooks (:meth:`~bmczoo.priors.Prior.vb_state`, ``vb_row_priors``,
+``vb_factor_stats``, ``vb_step``, ``vb_elbo_term``; column scales ``q(gamma)`` from
+:meth:`~bmczoo.priors.Prior.vb_update` by default, Normal-Wishart ``q(mu, Lambda)``),
+then ``q(tau)`` when the likelihood learns it (its ``vb_*`` methods).  The ELBO is
+computed after every iteration; coordinate ascent never decreases it.
 
 Like the Gibbs core, the functions carry a leading axis ``C`` (independent runs, e.g.
 several initialisations) on the factor arrays.
@@ -22,9 +27,9 @@ from jax import lax
 from ..likelihoods import Tempered
 from ..priors import Prior
 from . import sharding as sh
-from .kernels import CSR, cholesky_rows, outer, row_precision, row_rhs, solve_rows
+from .kernels import CSR, cholesky_rows, csr_matmul, outer, row_precision, row_rhs, solve_rows
 
-__all__ = ["VBState", "init", "update", "elbo", "expected_sq_error", "shard_state", "unshard_state"]
+__all__ = ["VBState", "init", "update", "elbo", "expected_sq_error", "prior_q", "shard_state", "unshard_state"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -33,15 +38,37 @@ class VBState(NamedTuple):
     """Variational parameters of ``C`` independent runs.
 
     ``m`` (C, m1, K), ``V`` (C, m1, K, K), ``n`` (C, m2, K), ``W`` (C, m2, K, K),
-    ``inv_gamma`` (C, K) ``E_q[1/gamma_h]``, ``ES`` (C, K) ``E_q[S_h]``.
+    ``inv_gamma`` (C, K) ``E_q[1/gamma_h]`` (the column-scale priors' q-state; None for a
+    prior of another family), ``ES`` (C, K) ``E_q[S_h]`` (every prior).
+
+    ``prior``: the q-state of a prior outside the column-scale family (its
+    :meth:`~bmczoo.priors.Prior.vb_state`, e.g. Normal-Wishart's ``mu_M, beta_M, ...``),
+    ``noise``: ``q(tau)`` of a learned likelihood, ``bias``: the q of the biases
+    (:meth:`bmczoo.offsets.Biases.vb_state`); empty dicts when absent.
     """
 
     m: jax.Array
     V: jax.Array
     n: jax.Array
     W: jax.Array
-    inv_gamma: jax.Array
+    inv_gamma: jax.Array | None
     ES: jax.Array
+    prior: dict = {}
+    noise: dict = {}
+    bias: dict = {}
+
+
+def prior_q(state: VBState) -> dict:
+    """The prior's q-state (the dict its VB hooks take) held by ``state``."""
+    q = dict(state.prior)
+    if state.inv_gamma is not None:
+        q["inv_gamma"] = state.inv_gamma
+    return q
+
+
+def _split_prior_q(q: dict):
+    q = dict(q)
+    return q.pop("inv_gamma", None), q
 
 
 def _inverse_from_cholesky(L: jax.Array) -> jax.Array:
@@ -52,10 +79,13 @@ def _inverse_from_cholesky(L: jax.Array) -> jax.Array:
 
 
 def init(keys: jax.Array, shape: tuple[int, int], prior: Prior, K: int, dtype=jnp.float32, scale: float = 1.0,
-         gamma: float | None = 1.0) -> VBState:
-    """Random means ``N(0, scale^2)`` (one key per run), zero covariances and
-    ``E[1/gamma_h] = 1/gamma`` (``gamma=None``: the prior's ``init_gamma``); the first
-    update of ``q(M)`` only uses ``n``, ``W`` and ``inv_gamma``.
+         gamma: float | None = 1.0, *, likelihood=None, biases=None) -> VBState:
+    """Random means ``N(0, scale^2)`` (one key per run), zero covariances and the prior's
+    starting q-state (:meth:`~bmczoo.priors.Prior.vb_state`; column scales:
+    ``E[1/gamma_h] = 1/gamma``, ``gamma=None``: the prior's ``init_gamma``); the first
+    update of ``q(M)`` only uses ``n``, ``W`` and the prior's, likelihood's and biases'
+    q-states.  ``likelihood`` (learned: ``q(tau)`` starts at its prior) and ``biases``
+    (zero means) add their q-states.
 
     A unit ``gamma`` rather than e.g. the inverse-gamma prior's mode ``b/(a+1)`` matters:
     starting from strong shrinkage, CAVI can settle on the all-zero fixed point."""
@@ -64,21 +94,69 @@ def init(keys: jax.Array, shape: tuple[int, int], prior: Prior, K: int, dtype=jn
     split = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
     m = jax.vmap(lambda k: jax.random.normal(k, (m1, K), dtype))(split[:, 0]) * scale
     n = jax.vmap(lambda k: jax.random.normal(k, (m2, K), dtype))(split[:, 1]) * scale
-    g = prior.init_gamma(K, m1 + m2, dtype) if gamma is None else jnp.full((K,), gamma, dtype)
+    inv_gamma, qp = _split_prior_q(prior.vb_state(K, m1, m2, C, dtype, gamma))
     return VBState(
         m=m,
         V=jnp.zeros((C, m1, K, K), dtype),
         n=n,
         W=jnp.zeros((C, m2, K, K), dtype),
-        inv_gamma=jnp.broadcast_to(1.0 / g, (C, K)),
+        inv_gamma=inv_gamma,
         ES=jnp.zeros((C, K), dtype),
+        prior=qp,
+        noise={} if likelihood is None or not likelihood.learned else likelihood.vb_state(C, dtype),
+        bias={} if biases is None else biases.vb_state(m1, m2, C, dtype),
     )
 
 
-def _update_factor(csr: CSR, mean_other, cov_other, prior_precision, tau):
-    P = row_precision(csr, cov_other + outer(mean_other), prior_precision, tau)
+def _bcast(tau, ndim: int):
+    """A per-run precision (C,) as (C, 1, ...) of ``ndim`` axes; a scalar as it is."""
+    if jnp.ndim(tau) == 0:
+        return tau
+    return jnp.reshape(tau, jnp.shape(tau) + (1,) * (ndim - 1))
+
+
+def _product(csr: CSR, data, dense: jax.Array) -> jax.Array:
+    """``A @ dense`` run by run for the pattern of ``csr`` with entries ``data``
+    (``csr.values`` or ``csr.ones``): dense (C, m_other, P) -> (C, m, P), one sparse
+    product with the runs stacked as columns."""
+    C, mo, P = dense.shape
+    d = jnp.transpose(dense, (1, 0, 2)).reshape(mo, C * P)
+    r = csr_matmul(csr.indptr, csr.index, data, csr.shape, d)
+    return jnp.transpose(r.reshape(csr.shape[0], C, P), (1, 0, 2))
+
+
+def _resid_rhs(csr: CSR, mean_other, self_bias, other_bias):
+    """``sum_{k in row i} (Y_k - E[b_i] - E[c_j]) E[N_j]`` (C, m, K) without building the
+    residuals: ``A_Y n - E[b_i] A_1 n - A_1 (E[c] * n)``."""
+    K = mean_other.shape[-1]
+    yn = row_rhs(csr, mean_other, 1.0)
+    P = _product(csr, csr.ones, jnp.concatenate([mean_other, other_bias[..., None] * mean_other], axis=-1))
+    return yn - self_bias[..., None] * P[..., :K] - P[..., K:]
+
+
+def _counts(csr: CSR, dtype):
+    return jnp.diff(csr.indptr).astype(dtype)
+
+
+def _bias_resid_sum(csr: CSR, mean_other, mean_self, other_bias):
+    """``sum_{k in row i} (Y_k - E[c_j] - m_i . n_j)`` (C, m) for the bias of row i."""
+    K = mean_other.shape[-1]
+    C, mo = other_bias.shape
+    sumY = csr_matmul(csr.indptr, csr.index, csr.values, csr.shape, jnp.ones((mo, 1), csr.values.dtype))[:, 0]
+    P = _product(csr, csr.ones, jnp.concatenate([mean_other, other_bias[..., None]], axis=-1))
+    return sumY[None] - P[..., K] - jnp.sum(mean_self * P[..., :K], axis=-1)
+
+
+def _update_factor(csr: CSR, mean_other, cov_other, prior_precision, tau, prior_shift=None, self_bias=None,
+                   other_bias=None):
+    P = row_precision(csr, cov_other + outer(mean_other), prior_precision, _bcast(tau, 4))
     L = cholesky_rows(P)
-    rhs = row_rhs(csr, mean_other, tau)
+    if self_bias is None:
+        rhs = row_rhs(csr, mean_other, _bcast(tau, 3), prior_shift)
+    else:
+        rhs = _bcast(tau, 3) * _resid_rhs(csr, mean_other, self_bias, other_bias)
+        if prior_shift is not None:
+            rhs = rhs + prior_shift[:, None, :]
     return solve_rows(L, rhs), _inverse_from_cholesky(L)
 
 
@@ -89,30 +167,94 @@ def _expected_S(m, V, n, W):
     )
 
 
-def _body(rows: CSR, cols: CSR, n, W, inv_gamma, tau, comm: "_Comm"):
-    """The CAVI updates of q(M) and q(N) and ``E[S]``; ``comm`` says how rows are spread
-    (identity on one device; all-gathers and a psum inside ``shard_map``)."""
-    m, V = _update_factor(rows, comm.gather(n), comm.gather(W), inv_gamma, tau)
-    n, W = _update_factor(cols, comm.gather(m), comm.gather(V), inv_gamma, tau)
-    ES = comm.psum(_expected_S(m, comm.mask(V, 0), n, comm.mask(W, 1)))
-    return m, V, n, W, ES
+def _factor_stats(prior: Prior, m, V, n, W, comm: "_Comm"):
+    """The prior's statistics of ``q(M)`` and ``q(N)``, padding rows zeroed, psummed."""
+    return (comm.psum(prior.vb_factor_stats(comm.mask(m, 0), comm.mask(V, 0))),
+            comm.psum(prior.vb_factor_stats(comm.mask(n, 1), comm.mask(W, 1))))
 
 
-def _sq_error_body(rows: CSR, m, V, n, W, comm: "_Comm"):
-    """``sum_k E_q[(Y_k - M_i . N_j)^2]`` and ``sum log det`` of the covariances (C,) each.
+def _bias_sums(bias: dict, comm: "_Comm") -> dict:
+    """``sum_i E[b_i^2]``, ``sum_i log Var b_i`` and the same for ``c`` (C,) each, psummed."""
+    out = {}
+    for side, which in (("b", 0), ("c", 1)):
+        mean, var = bias[f"{side}_mean"], bias[f"{side}_var"]
+        out[f"{side}_sq"] = jnp.sum(comm.mask(mean**2 + var, which), axis=1)
+        out[f"{side}_logvar"] = jnp.sum(comm.mask(jnp.log(var), which), axis=1)
+    return comm.psum(out)
+
+
+def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: "_Comm", *, prior: Prior, biases,
+          dims):
+    """The CAVI updates of q(M), q(N), the biases' q (when ``bias``) and the prior's
+    statistics; ``comm`` says how rows are spread (identity on one device; all-gathers
+    and a psum inside ``shard_map``).  ``tau`` is the block precision (scalar or (C,))."""
+    (PM, sM), (PN, sN) = prior.vb_row_priors(qp)
+    if not bias:
+        m, V = _update_factor(rows, comm.gather(n), comm.gather(W), PM, tau, sM)
+        n, W = _update_factor(cols, comm.gather(m), comm.gather(V), PN, tau, sN)
+    else:
+        Ec = comm.gather(bias["c_mean"])
+        m, V = _update_factor(rows, comm.gather(n), comm.gather(W), PM, tau, sM, bias["b_mean"], Ec)
+        m_all = comm.gather(m)
+        n, W = _update_factor(cols, m_all, comm.gather(V), PN, tau, sN, bias["c_mean"], comm.gather(bias["b_mean"]))
+        # q(b_i) given q(M), q(N), q(c), then q(c_j) given the new q(b); then q(s_b^2), q(s_c^2)
+        dt = m.dtype
+        b_mean, b_var = biases.vb_bias_update(_bias_resid_sum(rows, comm.gather(n), m, Ec), _counts(rows, dt)[None],
+                                              tau, bias["sb_shape"], bias["sb_rate"])
+        c_mean, c_var = biases.vb_bias_update(_bias_resid_sum(cols, m_all, n, comm.gather(b_mean)),
+                                              _counts(cols, dt)[None], tau, bias["sc_shape"], bias["sc_rate"])
+        bias = {**bias, "b_mean": b_mean, "b_var": b_var, "c_mean": c_mean, "c_var": c_var}
+        sums = _bias_sums(bias, comm)
+        bias["sb_shape"], bias["sb_rate"] = biases.vb_variance_update(sums["b_sq"], dims[0])
+        bias["sc_shape"], bias["sc_rate"] = biases.vb_variance_update(sums["c_sq"], dims[1])
+    ES = comm.psum(_expected_S(comm.mask(m, 0), comm.mask(V, 0), comm.mask(n, 1), comm.mask(W, 1)))
+    stats = _factor_stats(prior, m, V, n, W, comm)
+    return m, V, n, W, ES, bias, stats
+
+
+def _parts_body(rows: CSR, m, V, n, W, bias: dict, comm: "_Comm", *, prior: Prior | None = None):
+    """What the ELBO needs of the factors and biases, psummed over devices:
+    ``sq = sum_k E_q[(Y_k - theta_k)^2]`` (C,), ``logdet`` the sum of the covariances'
+    log-determinants (C,), the biases' sums (with biases) and the prior's factor
+    statistics (with ``prior``).
 
     ``sum_k E[(Y - M_i.N_j)^2] = sum_k Y^2 - 2 sum_i m_i . (sum_j Y n_j)
     + sum_i <V_i + m_i m_i^T, sum_j (W_j + n_j n_j^T)>``: the last sum is the sparse
-    product of the precision computation, so no ``n x K x K`` array is built.
+    product of the precision computation, so no ``n x K x K`` array is built.  With biases
+    ``Y_k`` becomes the residual ``R_k = Y_k - E[b_i] - E[c_j]`` (per-entry gathers of the
+    bias vectors for ``sum_k R_k^2``, sparse products for ``sum_k R_k n_j``) and each
+    rating adds ``Var b_i + Var c_j``.
     """
     C, _, K = m.shape
     n_all, W_all = comm.gather(n), comm.gather(W)
     G = row_precision(rows, W_all + outer(n_all), jnp.zeros((C, K), m.dtype), 1.0)
-    yn = row_rhs(rows, n_all, 1.0)
-    sq = jnp.sum(rows.values**2) - 2.0 * jnp.sum(m * yn, axis=(1, 2)) + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3))
+    if not bias:
+        yn = row_rhs(rows, n_all, 1.0)
+        sq = jnp.sum(rows.values**2) - 2.0 * jnp.sum(m * yn, axis=(1, 2)) + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3))
+    else:
+        Ec, Vc = comm.gather(bias["c_mean"]), comm.gather(bias["c_var"])
+        nnz = rows.index.shape[0]
+        counts = jnp.diff(rows.indptr)
+        row_id = jnp.repeat(jnp.arange(counts.shape[0]), counts, total_repeat_length=nnz)
+        R = rows.values[None] - bias["b_mean"][:, row_id] - Ec[:, rows.index]
+        var = bias["b_var"][:, row_id] + Vc[:, rows.index]
+        rn = _resid_rhs(rows, n_all, bias["b_mean"], Ec)
+        sq = (jnp.sum(rows.ones[None] * (R**2 + var), axis=1) - 2.0 * jnp.sum(m * rn, axis=(1, 2))
+              + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3)))
     logdet = (jnp.sum(comm.mask(jnp.linalg.slogdet(V)[1], 0), axis=1)
               + jnp.sum(comm.mask(jnp.linalg.slogdet(W)[1], 1), axis=1))
-    return comm.psum(sq), comm.psum(logdet)
+    out = {"sq": comm.psum(sq), "logdet": comm.psum(logdet)}
+    if bias:
+        out["bias"] = _bias_sums(bias, comm)
+    if prior is not None:
+        out["stats"] = _factor_stats(prior, m, V, n, W, comm)
+    return out
+
+
+def _sq_error_body(rows: CSR, m, V, n, W, comm: "_Comm"):
+    """``sum_k E_q[(Y_k - M_i . N_j)^2]`` and ``sum log det`` of the covariances (C,) each."""
+    out = _parts_body(rows, m, V, n, W, {}, comm)
+    return out["sq"], out["logdet"]
 
 
 class _Comm(NamedTuple):
@@ -128,65 +270,93 @@ class _Comm(NamedTuple):
 _LOCAL = _Comm(gather=lambda x: x, psum=lambda x: x, mask=lambda x, which: x)
 
 
-def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, mesh=None, dims=None) -> VBState:
-    """One CAVI iteration: ``q(M)``, then ``q(N)``, then ``q(gamma)``.
+def _parts(state: VBState, rows: CSR, prior, mesh, dims):
+    """:func:`_parts_body` on one device or on the mesh, and ``n_obs``."""
+    if mesh is None:
+        return _parts_body(rows, state.m, state.V, state.n, state.W, state.bias, _LOCAL, prior=prior), \
+            rows.values.shape[0]
 
-    With ``mesh`` (see :func:`shard_state`), ``rows``/``cols`` are the per-device blocks of
+    def body(rows, m_l, V_l, n_l, W_l, bias):
+        return _parts_body(sh.local_csr(rows), m_l, V_l, n_l, W_l, bias, _sharded_comm(dims), prior=prior)
+
+    parts = jax.shard_map(
+        body, mesh=mesh, in_specs=(_CSR, _F, _F4, _F, _F4, _bias_specs(state.bias)), out_specs=_R, check_vma=False,
+    )(rows, state.m, state.V, state.n, state.W, state.bias)
+    return parts, jnp.sum(rows.ones)  # the padding entries of the blocks are zeros
+
+
+def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihood=None, biases=None, mesh=None,
+           dims=None) -> VBState:
+    """One CAVI iteration: ``q(M)``, then ``q(N)``, then (with biases) ``q(b)``, ``q(c)``,
+    ``q(s_b^2)``, ``q(s_c^2)``, then the prior's q (:meth:`~bmczoo.priors.Prior.vb_step`),
+    then (learned likelihood) ``q(tau)``.  Each step is the exact optimum of its factor
+    given the others, so the ELBO never decreases.
+
+    ``tau`` is the fixed likelihood precision (the block precision of a learned
+    likelihood comes from ``state.noise``).  With ``mesh`` (see :func:`shard_state`),
+    ``rows``/``cols`` are the per-device blocks of
     :func:`bmczoo.inference.sharding.shard_csr` and ``dims`` the true ``(m1, m2)``; the
     same body runs on each device.
     """
+    lik = Tempered() if likelihood is None else likelihood
+    if bool(state.bias) != (biases is not None):
+        raise ValueError("the VB state and the biases argument disagree (biases on in one, off in the other)")
+    qp = prior_q(state)
+    t = lik.vb_block_precision(state.noise, tau)
+    kw = dict(prior=prior, biases=biases)
     if mesh is None:
-        m, V, n, W, ES = _body(rows, cols, state.n, state.W, state.inv_gamma, tau, _LOCAL)
-        d = rows.shape[0] + rows.shape[1]
+        dims = rows.shape
+        m, V, n, W, ES, bias, stats = _body(rows, cols, state.n, state.W, qp, t, state.bias, _LOCAL, dims=dims, **kw)
     else:
-        def body(rows, cols, n_l, W_l, inv_gamma, tau):
-            return _body(sh.local_csr(rows), sh.local_csr(cols), n_l, W_l, inv_gamma, tau, _sharded_comm(dims))
+        def body(rows, cols, n_l, W_l, qp, t, bias):
+            return _body(sh.local_csr(rows), sh.local_csr(cols), n_l, W_l, qp, t, bias, _sharded_comm(dims),
+                         dims=dims, **kw)
 
-        m, V, n, W, ES = jax.shard_map(
-            body, mesh=mesh, in_specs=(_CSR, _CSR, _F, _F4, _R, _R), out_specs=(_F, _F4, _F, _F4, _R),
-            check_vma=False,
-        )(rows, cols, state.n, state.W, state.inv_gamma, tau)
-        d = dims[0] + dims[1]
-    q = prior.vb_update(ES, d)
-    return VBState(m=m, V=V, n=n, W=W, inv_gamma=q.inv_mean.astype(m.dtype), ES=ES)
+        bspec = _bias_specs(state.bias)
+        m, V, n, W, ES, bias, stats = jax.shard_map(
+            body, mesh=mesh, in_specs=(_CSR, _CSR, _F, _F4, _R, _R, bspec),
+            out_specs=(_F, _F4, _F, _F4, _R, bspec, _R), check_vma=False,
+        )(rows, cols, state.n, state.W, qp, t, state.bias)
+    inv_gamma, rest = _split_prior_q(prior.vb_step(stats[0], stats[1], dims[0], dims[1], m.dtype))
+    new = VBState(m=m, V=V, n=n, W=W, inv_gamma=inv_gamma, ES=ES, prior=rest, noise=state.noise, bias=bias)
+    if lik.learned:
+        parts, n_obs = _parts(new, rows, None, mesh, dims)
+        new = new._replace(noise=lik.vb_step(state.noise, parts["sq"], n_obs))
+    return new
 
 
 def expected_sq_error(state: VBState, rows: CSR) -> jax.Array:
-    """``sum_k E_q[(Y_k - M_i . N_j)^2]`` for each run (one device)."""
-    return _sq_error_body(rows, state.m, state.V, state.n, state.W, _LOCAL)[0]
+    """``sum_k E_q[(Y_k - theta_k)^2]`` for each run (one device; biases included)."""
+    return _parts_body(rows, state.m, state.V, state.n, state.W, state.bias, _LOCAL)["sq"]
 
 
-def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, mesh=None, dims=None) -> jax.Array:
-    """The evidence lower bound of each run, exact when ``q(gamma)`` is the optimum for
-    the current ``E[S]`` (true right after :func:`update`).
+def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, biases=None, mesh=None,
+         dims=None) -> jax.Array:
+    """The evidence lower bound of each run (C,).
 
-    The likelihood term is the likelihood component's :meth:`vb_loglik` (default: the
-    Gaussian ``N(Y | theta, 1/tau)``, normalising constant included, so that the ELBO is
-    a bound on the log evidence of that Gaussian model).  ``mesh``/``dims`` as in
-    :func:`update`.
+    Exact for any q-state of the parts that store all their parameters (factors,
+    Normal-Wishart, ``q(tau)``, biases); a column-scale prior's ``q(gamma)`` is taken at
+    its optimum for the current ``E[S]`` (true right after :func:`update`).
+
+    The likelihood term is the likelihood component's
+    :meth:`~bmczoo.likelihoods.base.Likelihood.vb_elbo_term` (default: the Gaussian
+    ``N(Y | theta, 1/tau)``, normalising constant included, so that the ELBO is a bound
+    on the log evidence of that Gaussian model; learned noise: tempered log-likelihood
+    plus ``E[log p(tau)] - E[log q(tau)]``).  ``mesh``/``dims`` as in :func:`update`.
     """
     K = state.m.shape[-1]
-    if mesh is None:
-        sq, logdet = _sq_error_body(rows, state.m, state.V, state.n, state.W, _LOCAL)
-        m1, m2 = rows.shape
-        n_obs = rows.values.shape[0]
-    else:
-        def body(rows, m_l, V_l, n_l, W_l):
-            rows = sh.local_csr(rows)
-            return _sq_error_body(rows, m_l, V_l, n_l, W_l, _sharded_comm(dims))
-
-        sq, logdet = jax.shard_map(
-            body, mesh=mesh, in_specs=(_CSR, _F, _F4, _F, _F4), out_specs=(_R, _R), check_vma=False,
-        )(rows, state.m, state.V, state.n, state.W)
-        m1, m2 = dims
-        n_obs = jnp.sum(rows.ones)  # the padding entries of the blocks are zeros
+    parts, n_obs = _parts(state, rows, prior, mesh, dims)
+    m1, m2 = rows.shape if mesh is None else dims
     d = m1 + m2
     lik = Tempered() if likelihood is None else likelihood
-    loglik = lik.vb_loglik(n_obs, sq, tau)
-    q = prior.vb_update(state.ES, d)
-    gamma_part = jnp.sum(q.log_normalizer, axis=-1) - 0.5 * d * K * _LOG_2PI
-    # entropies of the Gaussian factors: (K/2) log(2 pi e) + (1/2) log det V
-    return loglik + gamma_part + 0.5 * d * K * (1.0 + _LOG_2PI) + 0.5 * logdet
+    loglik = lik.vb_elbo_term(state.noise, n_obs, parts["sq"], tau)
+    prior_part = prior.vb_elbo_term(prior_q(state), parts["stats"][0], parts["stats"][1], m1, m2)
+    out = loglik + prior_part + 0.5 * d * K * (1.0 + _LOG_2PI) + 0.5 * parts["logdet"]
+    if state.bias:
+        if biases is None:
+            raise ValueError("the VB state has biases: pass biases= to elbo")
+        out = out + biases.vb_elbo_term(state.bias, m1, m2, parts["bias"])
+    return out
 
 
 # ---------------------------------------------------------------- several devices
@@ -201,6 +371,16 @@ _R = jax.sharding.PartitionSpec()
 _CSR = jax.sharding.PartitionSpec(sh.AXIS)
 
 
+_B = jax.sharding.PartitionSpec(None, sh.AXIS)
+
+#: keys of the biases' q-state with a row axis (0: rows of M, 1: rows of N)
+_BIAS_ROWS = {"b_mean": 0, "b_var": 0, "c_mean": 1, "c_var": 1}
+
+
+def _bias_specs(bias: dict) -> dict:
+    return {k: (_B if k in _BIAS_ROWS else _R) for k in bias}
+
+
 def shard_state(state: VBState, mesh) -> VBState:
     """Pad the rows of ``state`` to a multiple of the device count and shard them."""
     D = mesh.devices.size
@@ -210,17 +390,21 @@ def shard_state(state: VBState, mesh) -> VBState:
             return jax.device_put(x, sh.replicated(mesh))
         pad = sh.padded_size(x.shape[1], D) - x.shape[1]
         x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
-        spec = _F if x.ndim == 3 else _F4
+        spec = {2: _B, 3: _F, 4: _F4}[x.ndim]
         return jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
 
+    rep = lambda d: {k: put(v, False) for k, v in d.items()}  # noqa: E731
     return VBState(m=put(state.m), V=put(state.V), n=put(state.n), W=put(state.W),
-                   inv_gamma=put(state.inv_gamma, False), ES=put(state.ES, False))
+                   inv_gamma=None if state.inv_gamma is None else put(state.inv_gamma, False),
+                   ES=put(state.ES, False), prior=rep(state.prior), noise=rep(state.noise),
+                   bias={k: put(v, k in _BIAS_ROWS) for k, v in state.bias.items()})
 
 
 def unshard_state(state: VBState, dims: tuple[int, int]) -> VBState:
     """Drop the padding rows of a sharded state."""
     m1, m2 = dims
-    return state._replace(m=state.m[:, :m1], V=state.V[:, :m1], n=state.n[:, :m2], W=state.W[:, :m2])
+    bias = {k: (v[:, : dims[_BIAS_ROWS[k]]] if k in _BIAS_ROWS else v) for k, v in state.bias.items()}
+    return state._replace(m=state.m[:, :m1], V=state.V[:, :m1], n=state.n[:, :m2], W=state.W[:, :m2], bias=bias)
 
 
 def _sharded_comm(dims) -> _Comm:

@@ -20,18 +20,51 @@ from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from . import vb
-from .results import VBFit
+from .results import VBFit, no_gamma
 
 __all__ = ["fit_vb"]
 
 
-def _iterate(state, rows, cols, tau, test_rows, test_cols, *, prior, likelihood, mesh, dims):
+def _iterate(state, rows, cols, tau, test_rows, test_cols, *, prior, likelihood, biases, mesh, dims):
     # jitted once per fit (_Run.iterate) with the problem as arguments: no array is baked
     # into the compiled program, and the program is dropped with the fit (a module-level
     # jit would keep one compiled program per prior and shape for the life of the process)
-    state = vb.update(state, rows, cols, prior, tau, mesh=mesh, dims=dims)
+    kw = dict(likelihood=likelihood, biases=biases, mesh=mesh, dims=dims)
+    state = vb.update(state, rows, cols, prior, tau, **kw)
     pred = jnp.sum(state.m[:, test_rows] * state.n[:, test_cols], axis=-1)
-    return state, vb.elbo(state, rows, prior, tau, likelihood=likelihood, mesh=mesh, dims=dims), pred
+    if state.bias:  # E[theta_ij] = m_i . n_j + E[b_i] + E[c_j]
+        pred = pred + state.bias["b_mean"][:, test_rows] + state.bias["c_mean"][:, test_cols]
+    return state, vb.elbo(state, rows, prior, tau, **kw), pred
+
+
+def _state_arrays(state) -> dict:
+    """The arrays of a (one-device) VB state by checkpoint name: ``state/m``, ...,
+    ``state/prior/mu_M``, ``state/noise/shape``, ``state/bias/b_mean`` (absent parts
+    are not written)."""
+    out = {}
+    for f in vb.VBState._fields:
+        v = getattr(state, f)
+        if isinstance(v, dict):
+            out.update({f"state/{f}/{k}": np.asarray(x) for k, x in v.items()})
+        elif v is not None:
+            out[f"state/{f}"] = np.asarray(v)
+    return out
+
+
+def _state_from_arrays(arrays: dict, template) -> "vb.VBState":
+    """Inverse of :func:`_state_arrays`, with the parts (and keys) of ``template`` (the
+    fit's starting state); ``ValueError`` when the checkpoint lacks one of them."""
+    fields = {}
+    for f in vb.VBState._fields:
+        t = getattr(template, f)
+        try:
+            if isinstance(t, dict):
+                fields[f] = {k: jnp.asarray(arrays[f"state/{f}/{k}"]) for k in t}
+            else:
+                fields[f] = None if t is None else jnp.asarray(arrays[f"state/{f}"])
+        except KeyError as err:
+            raise ValueError(f"the checkpoint has no VB state array {err.args[0]!r} for this model") from None
+    return vb.VBState(**fields)
 
 
 def _vb_failure(state, iteration: int, dtype) -> str:
@@ -62,18 +95,28 @@ class _Run:
         # run r starts from key split(key(seed), C)[r]; with C = 1 the key itself
         key = jax.random.key(info.seed)
         keys = key[None] if s.restarts == 1 else jax.random.split(key, s.restarts)
-        self.state = self.shard(vb.init(keys, info.shape, info.prior, info.K, info.dtype))
+        self.state = self.shard(vb.init(keys, info.shape, info.prior, info.K, info.dtype,
+                                        likelihood=info.likelihood, biases=info.biases))
         n_test = prep.test_values.shape[0]
         self.test_rc = [jnp.asarray(x[:n_test]) for x in (prep.pred_rows, prep.pred_cols)]
         if self.mesh is not None:
             rep = NamedSharding(self.mesh, PartitionSpec())
             self.test_rc = [jax.device_put(x, rep) for x in self.test_rc]
         self.iterate = jax.jit(functools.partial(_iterate, prior=info.prior, likelihood=info.likelihood,
-                                                 mesh=self.mesh, dims=self.dims))
+                                                 biases=info.biases, mesh=self.mesh, dims=self.dims))
         self.elbos, self.rmses, self.seconds, self.converged = [], [], [], False
         # VB is deterministic after its start: a checkpoint can be continued with another
         # max_iter or tol, so those are not part of the settings
-        self.settings = run_settings(prep, info, num_runs=s.restarts)
+        # the model's other components only when present: checkpoints of the paper's
+        # model keep their settings
+        extra = {}
+        if info.likelihood.learned:
+            extra["likelihood"] = {k: (float(v) if isinstance(v, (int, float)) else v)
+                                   for k, v in info.likelihood.describe().items()}
+        if info.biases is not None:
+            extra["biases"] = {k: (float(v) if isinstance(v, (int, float)) else v)
+                               for k, v in info.biases.describe().items()}
+        self.settings = run_settings(prep, info, num_runs=s.restarts, **extra)
 
     def shard(self, state):
         return state if self.mesh is None else vb.shard_state(state, self.mesh)
@@ -93,7 +136,7 @@ class _Run:
             return
         stored, arrays = load_npz(ckpt)
         check_settings(ckpt, stored, self.settings)
-        self.state = self.shard(vb.VBState(**{f: jnp.asarray(arrays[f"state/{f}"]) for f in vb.VBState._fields}))
+        self.state = self.shard(_state_from_arrays(arrays, self.unshard(self.state)))
         self.elbos, self.rmses = list(arrays["elbo"]), list(arrays["rmse"])
         self.converged = self.is_converged()
 
@@ -101,7 +144,7 @@ class _Run:
         from .checkpoint import save_npz
 
         R = self.s.restarts
-        arrays = {f"state/{f}": np.asarray(getattr(self.unshard(self.state), f)) for f in vb.VBState._fields}
+        arrays = _state_arrays(self.unshard(self.state))
         arrays["elbo"] = np.asarray(self.elbos, np.float64).reshape(len(self.elbos), R)
         arrays["rmse"] = np.asarray(self.rmses, np.float64).reshape(len(self.rmses), R)
         save_npz(self.s.checkpoint, self.settings, arrays)
@@ -156,12 +199,20 @@ def fit_vb(prep, info, progress_bar: bool) -> VBFit:
     if run.mesh is not None:  # gathered to one device, without the padding rows
         state = jax.tree.map(jnp.asarray, jax.device_get(run.unshard(state)))
     state = jax.tree.map(lambda x: x[best : best + 1], state)
-    q = info.prior.vb_update(state.ES[0], info.shape[0] + info.shape[1])
+    prior, (m1, m2) = info.prior, info.shape
+    qp = vb.prior_q(state)
+    stats_M, stats_N = prior.vb_factor_stats(state.m, state.V), prior.vb_factor_stats(state.n, state.W)
+    one = lambda d: {k: np.asarray(v)[0] for k, v in d.items()}  # noqa: E731
+    q_prior = one(prior.vb_params(qp, stats_M, stats_N, m1, m2))
+    q_noise = one(info.likelihood.vb_params(state.noise)) if state.noise else {}
+    bias = one(state.bias) if state.bias else {}
     return VBFit(
         info=info, m=np.asarray(state.m[0]), n=np.asarray(state.n[0]),
         V_diag=np.asarray(jnp.diagonal(state.V[0], axis1=-2, axis2=-1)),
         W_diag=np.asarray(jnp.diagonal(state.W[0], axis1=-2, axis2=-1)),
-        q_gamma={"inv_mean": np.asarray(q.inv_mean), **{k: np.asarray(v) for k, v in q.params.items()}},
+        q_gamma=q_prior if prior.has_column_scales else no_gamma(prior),
+        q_prior=q_prior, q_noise=q_noise, q_biases=bias,
+        row_bias=bias.get("b_mean"), col_bias=bias.get("c_mean"),
         elbo=np.asarray([e[best] for e in run.elbos]), rmse_trace=np.asarray([r[best] for r in run.rmses]),
         converged=run.converged, state=state, num_iter=len(run.elbos), best_run=best,
         # wall seconds of each iteration run by this call (the first includes compilation)

@@ -56,6 +56,34 @@ class Likelihood(abc.ABC):
         precision ``tau``, normalising constant included)."""
         return 0.5 * n * (jnp.log(tau) - LOG_2PI) - 0.5 * tau * expected_sse
 
+    # ------------------------------------------------------------------ VB hooks
+    # The VB engine (:mod:`bmczoo.inference.vb`) calls these; the defaults are a fixed
+    # ``tau`` (no q-factor).  A learned likelihood keeps ``q(tau)`` in its q-state (a dict
+    # of (C,) arrays, replicated over devices).
+
+    def vb_state(self, C: int, dtype) -> dict:
+        """The starting q-state of the likelihood's own variables (empty: fixed ``tau``)."""
+        return {}
+
+    def vb_block_precision(self, q: dict, tau):
+        """The precision the factor and bias blocks see under ``q``: ``tau`` here (scalar),
+        ``temper * E_q[tau]`` (C,) for a learned noise."""
+        return tau
+
+    def vb_step(self, q: dict, expected_sse: jax.Array, n) -> dict:
+        """The optimal q-state given ``E_q[SSE]`` (C,) and the number of ratings ``n``
+        (only called when :attr:`learned`)."""
+        return q
+
+    def vb_elbo_term(self, q: dict, n, expected_sse: jax.Array, tau) -> jax.Array:
+        """The likelihood's part of the ELBO (C,): :meth:`vb_loglik` for a fixed ``tau``;
+        a learned likelihood adds ``E[log p(tau)] - E[log q(tau)]``."""
+        return self.vb_loglik(n, expected_sse, tau)
+
+    def vb_params(self, q: dict) -> dict:
+        """Parameters of the likelihood's q-factors for a fit's results (empty here)."""
+        return {}
+
     def describe(self) -> dict:
         """Name and settings, for metadata, reports and checkpoints."""
         return {"name": self.name, **dataclasses.asdict(self)}

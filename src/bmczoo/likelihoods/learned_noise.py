@@ -10,7 +10,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from .._checks import check_real
-from .base import Likelihood
+from .base import LOG_2PI, Likelihood
 
 __all__ = ["LearnedNoise"]
 
@@ -55,6 +55,42 @@ class LearnedNoise(Likelihood):
         shape = self.a + 0.5 * self.temper * n
         rate = self.b + 0.5 * self.temper * sse
         return jax.random.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype) / rate
+
+    # ------------------------------------------------------------------ VB
+    # q(tau) = Gamma(shape, rate), state {"shape": (C,), "rate": (C,)}
+
+    def vb_state(self, C, dtype):
+        """``q(tau)`` starts at the prior ``Gamma(a, b)`` (``E[tau] = a / b``, the Gibbs start)."""
+        return {"shape": jnp.full((C,), self.a, dtype), "rate": jnp.full((C,), self.b, dtype)}
+
+    def vb_block_precision(self, q, tau):
+        """``temper * E_q[tau]`` (C,)."""
+        return self.temper * q["shape"] / q["rate"]
+
+    def vb_step(self, q, expected_sse, n):
+        """``q(tau) = Gamma(a + temper n / 2, b + temper E[SSE] / 2)``."""
+        dt = expected_sse.dtype
+        shape = jnp.broadcast_to(jnp.asarray(self.a + 0.5 * self.temper * n, dt), expected_sse.shape)
+        return {"shape": shape, "rate": self.b + 0.5 * self.temper * expected_sse}
+
+    def vb_elbo_term(self, q, n, expected_sse, tau):
+        """``temper E[log N(Y | theta, 1/tau)] + E[log Gamma(tau | a, b)] - E[log q(tau)]``
+        at the stored ``q(tau) = Gamma(shape, rate)``, with ``E[tau] = shape / rate`` and
+        ``E[log tau] = digamma(shape) - log(rate)``."""
+        from jax.scipy.special import digamma, gammaln
+
+        s, r = q["shape"], q["rate"]
+        Et, Elog = s / r, digamma(s) - jnp.log(r)
+        loglik = 0.5 * n * (Elog - LOG_2PI) - 0.5 * Et * expected_sse
+        log_prior = self.a * jnp.log(self.b) - gammaln(self.a) + (self.a - 1.0) * Elog - self.b * Et
+        log_q = s * jnp.log(r) - gammaln(s) + (s - 1.0) * Elog - r * Et
+        return self.temper * loglik + log_prior - log_q
+
+    def vb_params(self, q):
+        """``shape``, ``rate``, ``mean`` (E[tau]) and ``inv_mean`` (E[1/tau], the predictive
+        noise variance; needs shape > 1) of ``q(tau)``."""
+        s, r = q["shape"], q["rate"]
+        return {"shape": s, "rate": r, "mean": s / r, "inv_mean": r / (s - 1.0)}
 
     def sample_obs(self, mean, n, obs):
         tau = numpyro.sample("tau", dist.Gamma(self.a, self.b))

@@ -12,7 +12,11 @@ a prior's name):
   (:meth:`Prior.row_prior`, a per-column precision here) and the exact conditional of
   ``gamma`` given ``S_h = ||M_h||^2 + ||N_h||^2`` (:meth:`Prior.sample_conditional`);
 * its mean-field VB update (:meth:`Prior.vb_update`): ``E_q[1/gamma_h]``, the
-  log-normaliser that enters the ELBO and the parameters of ``q(gamma_h)``;
+  log-normaliser that enters the ELBO and the parameters of ``q(gamma_h)``; the VB
+  engine reaches it through the generic VB hooks (:meth:`Prior.vb_state`,
+  :meth:`Prior.vb_row_priors`, :meth:`Prior.vb_factor_stats`, :meth:`Prior.vb_step`,
+  :meth:`Prior.vb_elbo_term`, :meth:`Prior.vb_params`), whose defaults are the
+  column-scale family's and which a prior of another family overrides;
 * what diagnostics need of ``q(gamma)`` and of draws (:meth:`Prior.q_sample`,
   :meth:`Prior.q_prob_above`, :meth:`Prior.prob_above`, :meth:`Prior.active_threshold`);
 * its command-line name and defaults (``name``, ``cli_defaults``), the hyper-parameter
@@ -177,6 +181,54 @@ class Prior(abc.ABC):
     @abc.abstractmethod
     def vb_update(self, ES: jax.Array, d: int) -> VBGamma:
         """Optimal ``q(gamma_h)`` given ``E_q[S_h]`` (shape (..., K))."""
+
+    # ------------------------------------------------------------------ VB (generic)
+    # The VB engine (:mod:`bmczoo.inference.vb`) only calls these five hooks; the
+    # defaults implement the column-scale family (q-state ``{"inv_gamma": (C, K)}``, its
+    # optimum a function of ``E_q[S_h]`` through :meth:`vb_update`).  A prior of another
+    # family (e.g. :class:`~bmczoo.priors.NormalWishart`) overrides them.  Every array
+    # carries the leading run axis ``C``.
+
+    def vb_state(self, K: int, m1: int, m2: int, C: int, dtype=jnp.float32, gamma: float | None = 1.0) -> dict:
+        """The starting q-state (a dict of (C, ...) arrays, replicated over devices):
+        ``{"inv_gamma": 1/gamma}`` here (``gamma=None``: the prior's :meth:`init_gamma`)."""
+        g = self.init_gamma(K, m1 + m2, dtype) if gamma is None else jnp.full((K,), gamma, dtype)
+        return {"inv_gamma": jnp.broadcast_to(1.0 / g, (C, K))}
+
+    def vb_row_priors(self, q: dict) -> tuple[tuple, tuple]:
+        """The rows' expected prior terms under ``q``: ``((E[Lambda_M], E[Lambda_M mu_M]),
+        (E[Lambda_N], E[Lambda_N mu_N]))`` as in :meth:`row_priors` (precision (C, K)
+        diagonal or (C, K, K); shift (C, K) or None): ``diag(E[1/gamma])``, no shift here."""
+        return (q["inv_gamma"], None), (q["inv_gamma"], None)
+
+    def vb_factor_stats(self, m: jax.Array, V: jax.Array):
+        """Sums over the rows of ``q(F) = prod_i N(m_i, V_i)`` ((C, rows, K), (C, rows, K, K))
+        that the prior's q-update needs (a pytree of sums: a sharded run adds the devices'
+        parts; padding rows are zeroed by the caller): ``sum_i m_ih^2 + V_i[h, h]``."""
+        return jnp.sum(m**2, axis=1) + jnp.sum(jnp.diagonal(V, axis1=-2, axis2=-1), axis=1)
+
+    def vb_step(self, stats_M, stats_N, m1: int, m2: int, dtype=None) -> dict:
+        """The optimal q-state given the factor statistics of :meth:`vb_factor_stats`:
+        ``{"inv_gamma": E_q[1/gamma_h]}`` from :meth:`vb_update` at ``E[S] = stats_M + stats_N``."""
+        ES = stats_M + stats_N
+        return {"inv_gamma": self.vb_update(ES, m1 + m2).inv_mean.astype(ES.dtype if dtype is None else dtype)}
+
+    def vb_elbo_term(self, q: dict, stats_M, stats_N, m1: int, m2: int) -> jax.Array:
+        """``E_q[log p(M, N | prior variables)] + E_q[log p(prior variables)] - E_q[log q]``
+        (C,), the prior's part of the ELBO.  The column-scale family evaluates it at the
+        optimal ``q(gamma)`` for the statistics (``q`` is not read): ``sum_h log Z_h -
+        (d/2) K log(2 pi)`` (see :class:`VBGamma`); a prior whose q-state holds all its
+        parameters evaluates it at ``q`` itself."""
+        d = m1 + m2
+        ES = stats_M + stats_N
+        qg = self.vb_update(ES, d)
+        return jnp.sum(qg.log_normalizer, axis=-1) - 0.5 * d * ES.shape[-1] * LOG_2PI
+
+    def vb_params(self, q: dict, stats_M, stats_N, m1: int, m2: int) -> dict:
+        """The parameters of the optimal q of the prior's variables, for a fit's results
+        (one run: no leading axis): ``inv_mean`` and the params of :meth:`vb_update`."""
+        qg = self.vb_update(stats_M + stats_N, m1 + m2)
+        return {"inv_mean": qg.inv_mean, **qg.params}
 
     # ------------------------------------------------------------------ diagnostics
     @abc.abstractmethod

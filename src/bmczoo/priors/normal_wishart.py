@@ -20,7 +20,7 @@ from jax import lax
 
 from .base import Prior, as_real_scalar, check_positive, set_fields
 
-__all__ = ["NormalWishart", "wishart_draw", "nw_posterior"]
+__all__ = ["NormalWishart", "wishart_draw", "nw_posterior", "nw_vb_term"]
 
 SIDES = ("M", "N")
 
@@ -73,6 +73,76 @@ def wishart_draw(key: jax.Array, Winv: jax.Array, nu, beta=None, mu=None):
     z = jax.random.normal(kz, (K,), dtype)
     v = lax.linalg.triangular_solve(A, z[:, None], left_side=True, lower=True, transpose_a=True)[:, 0]
     return mu + (U @ v) / jnp.sqrt(beta), Lam
+
+
+def _chol_inverse(Winv):
+    """``(W, log|W|)`` from the inverse scale ``Winv`` (..., K, K) by its Cholesky factor."""
+    K = Winv.shape[-1]
+    L = lax.linalg.cholesky(Winv, symmetrize_input=False)
+    eye = jnp.broadcast_to(jnp.eye(K, dtype=Winv.dtype), Winv.shape)
+    Linv = lax.linalg.triangular_solve(L, eye, left_side=True, lower=True)
+    W = jnp.swapaxes(Linv, -1, -2) @ Linv
+    logdet_W = -2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    return W, logdet_W
+
+
+def _expected_lambda(Winv, nu):
+    """``E[Lambda] = nu W`` of ``Wishart(W, nu)`` given ``Winv`` (C, K, K), ``nu`` (C,)."""
+    W, _ = _chol_inverse(Winv)
+    return nu[..., None, None] * W
+
+
+def _multigammaln(a, K: int):
+    """``log Gamma_K(a)`` (multivariate gamma function)."""
+    j = jnp.arange(K, dtype=jnp.result_type(a))
+    return 0.25 * K * (K - 1) * jnp.log(jnp.pi) + jnp.sum(jax.scipy.special.gammaln(a[..., None] - 0.5 * j), -1)
+
+
+def _multidigamma(a, K: int):
+    """``sum_{j=0}^{K-1} digamma(a - j/2)``."""
+    j = jnp.arange(K, dtype=jnp.result_type(a))
+    return jnp.sum(jax.scipy.special.digamma(a[..., None] - 0.5 * j), -1)
+
+
+def nw_vb_term(mu, beta, nu, Winv, s1, s2, m: int, beta0: float, nu0: float, W0_scale: float):
+    """The Normal-Wishart prior's ELBO part for one factor with ``m`` rows, (C,):
+    ``sum_i E[log N(F_i | mu, Lambda^{-1})] + E[log NW(mu, Lambda | 0, beta0, W0, nu0)]
+    - E[log q(mu, Lambda)]`` for ``q = NW(mu, beta, W, nu)`` (``Winv = W^{-1}``), given
+    the expected row moments ``s1 = sum_i E[F_i]``, ``s2 = sum_i E[F_i F_i^T]``.
+
+    With ``E[log|Lambda|] = psi_K(nu/2) + K log 2 + log|W|``, ``E[Lambda] = nu W`` and
+    ``E[(x - mu)^T Lambda (x - mu)] = K / beta + nu (x - mu*)^T W (x - mu*)``:
+
+    * rows: ``(m/2) E log|Lambda| - (mK/2) log(2 pi) - (1/2) [mK/beta + nu tr(W Q)]``,
+      ``Q = s2 - s1 mu^T - mu s1^T + m mu mu^T``;
+    * prior: ``(K/2) log(beta0 / 2 pi) + (1/2) E log|Lambda| - (beta0/2) (K/beta +
+      nu mu^T W mu) + log B(W0, nu0) + ((nu0 - K - 1)/2) E log|Lambda| - (1/2) tr(W0^{-1}
+      nu W)``;
+    * minus q: ``(K/2) log(beta / 2 pi) + (1/2) E log|Lambda| - K/2 + log B(W, nu) +
+      ((nu - K - 1)/2) E log|Lambda| - nu K / 2``,
+
+    where ``log B(W, nu) = -(nu/2) log|W| - (nu K/2) log 2 - log Gamma_K(nu/2)``.
+    """
+    K = mu.shape[-1]
+    dt = mu.dtype
+    W, logdet_W = _chol_inverse(Winv)
+    ElogL = _multidigamma(0.5 * nu, K) + K * jnp.log(2.0) + logdet_W
+    Q = s2 - s1[..., :, None] * mu[..., None, :] - mu[..., :, None] * s1[..., None, :] + m * mu[..., :, None] * mu[..., None, :]
+    trWQ = jnp.sum(W * Q, axis=(-2, -1))
+    log2pi = jnp.log(2.0 * jnp.pi).astype(dt)
+    rows = 0.5 * m * ElogL - 0.5 * m * K * log2pi - 0.5 * (m * K / beta + nu * trWQ)
+
+    def log_B(logdet, n):
+        return -0.5 * n * logdet - 0.5 * n * K * jnp.log(2.0) - _multigammaln(0.5 * n, K)
+
+    muWmu = jnp.einsum("...k,...kl,...l->...", mu, W, mu)
+    trW = jnp.trace(W, axis1=-2, axis2=-1)
+    nu0_ = jnp.asarray(nu0, dt)
+    prior = (0.5 * K * jnp.log(beta0 / (2.0 * jnp.pi)) + 0.5 * ElogL - 0.5 * beta0 * (K / beta + nu * muWmu)
+             + log_B(K * jnp.log(W0_scale), nu0_) + 0.5 * (nu0 - K - 1) * ElogL - 0.5 * nu * trW / W0_scale)
+    neg_entropy = (0.5 * K * (jnp.log(beta) - log2pi) + 0.5 * ElogL - 0.5 * K + log_B(logdet_W, nu)
+                   + 0.5 * (nu - K - 1) * ElogL - 0.5 * nu * K)
+    return rows + prior - neg_entropy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +240,80 @@ class NormalWishart(Prior):
     def sample_conditional(self, key, S, d):
         _no_gamma("sample_conditional")
 
-    # ------------------------------------------------------------------ VB / diagnostics
+    # ------------------------------------------------------------------ VB
+    # q(mu_F, Lambda_F) = NW(mu*, beta*, W*, nu*) for F = M, N, stored as
+    # {"mu_F": (C, K), "beta_F": (C,), "nu_F": (C,), "Winv_F": (C, K, K)}.
+
+    def vb_state(self, K, m1, m2, C, dtype=jnp.float32, gamma=1.0):
+        """``mu* = 0``, ``beta* = beta0``, ``nu* = nu0``, ``W* = I / nu0`` (so
+        ``E[Lambda] = I``, the Gibbs start) for both factors; ``gamma`` is not used."""
+        nu0 = self.degrees(K)
+        q = {}
+        for side in SIDES:
+            q[f"mu_{side}"] = jnp.zeros((C, K), dtype)
+            q[f"beta_{side}"] = jnp.full((C,), self.beta0, dtype)
+            q[f"nu_{side}"] = jnp.full((C,), nu0, dtype)
+            q[f"Winv_{side}"] = jnp.broadcast_to(nu0 * jnp.eye(K, dtype=dtype), (C, K, K))
+        return q
+
+    def vb_row_priors(self, q):
+        """``(E[Lambda], E[Lambda mu]) = (nu* W*, nu* W* mu*)`` for each factor."""
+        out = []
+        for side in SIDES:
+            EL = _expected_lambda(q[f"Winv_{side}"], q[f"nu_{side}"])
+            out.append((EL, jnp.einsum("...kl,...l->...k", EL, q[f"mu_{side}"])))
+        return tuple(out)
+
+    def vb_factor_stats(self, m, V):
+        """``(sum_i m_i, sum_i V_i + m_i m_i^T)``: (C, K), (C, K, K)."""
+        return jnp.sum(m, axis=1), jnp.einsum("cik,cil->ckl", m, m) + jnp.sum(V, axis=1)
+
+    def vb_step(self, stats_M, stats_N, m1, m2, dtype=None):
+        """The conjugate NW update with the expected moments (``nw_posterior``, run by run)."""
+        K = stats_M[0].shape[-1]
+        dt = stats_M[0].dtype if dtype is None else dtype
+        nu0 = self.degrees(K)
+        W0_inv = jnp.eye(K, dtype=stats_M[0].dtype) / self.W0_scale
+        q = {}
+        for side, (s1, s2), m in zip(SIDES, (stats_M, stats_N), (m1, m2)):
+            # nw_posterior run by run (leading axis C)
+            beta, nu = self.beta0 + m, nu0 + m
+            mu = s1 / beta
+            Winv = W0_inv + s2 - s1[:, :, None] * s1[:, None, :] / beta
+            Winv = 0.5 * (Winv + jnp.swapaxes(Winv, -1, -2))
+            C = s1.shape[0]
+            q[f"mu_{side}"] = mu.astype(dt)
+            q[f"beta_{side}"] = jnp.full((C,), beta, dt)
+            q[f"nu_{side}"] = jnp.full((C,), nu, dt)
+            q[f"Winv_{side}"] = Winv.astype(dt)
+        return q
+
+    def vb_elbo_term(self, q, stats_M, stats_N, m1, m2):
+        """``sum_F E_q[log p(F | mu_F, Lambda_F)] + E_q[log NW(mu_F, Lambda_F)] -
+        E_q[log q(mu_F, Lambda_F)]`` at the stored ``q`` (any NW parameters).  At the
+        optimum of :meth:`vb_step` it equals the log NW evidence of Murphy (2007) with
+        ``sum x x^T`` replaced by ``sum_i (m_i m_i^T + V_i)`` (tested)."""
+        K = stats_M[0].shape[-1]
+        nu0 = self.degrees(K)
+        total = 0.0
+        for side, (s1, s2), m in zip(SIDES, (stats_M, stats_N), (m1, m2)):
+            total = total + nw_vb_term(q[f"mu_{side}"], q[f"beta_{side}"], q[f"nu_{side}"], q[f"Winv_{side}"],
+                                       s1, s2, m, self.beta0, nu0, self.W0_scale)
+        return total
+
+    def vb_params(self, q, stats_M, stats_N, m1, m2):
+        """``mu_F, beta_F, nu_F, W_F`` (the scale ``W*``, not its inverse) and
+        ``E_Lambda_F = nu* W*`` of ``q(mu_F, Lambda_F)`` for F = M, N (one run)."""
+        out = {}
+        for side in SIDES:
+            Winv = q[f"Winv_{side}"]
+            W = jnp.linalg.inv(Winv)
+            out[f"mu_{side}"], out[f"beta_{side}"], out[f"nu_{side}"] = q[f"mu_{side}"], q[f"beta_{side}"], q[f"nu_{side}"]
+            out[f"W_{side}"] = 0.5 * (W + jnp.swapaxes(W, -1, -2))
+            out[f"E_Lambda_{side}"] = q[f"nu_{side}"][..., None, None] * out[f"W_{side}"]
+        return out
+
+    # ------------------------------------------------------------------ no gamma
     def vb_update(self, ES, d):
         _no_gamma("vb_update")
 
