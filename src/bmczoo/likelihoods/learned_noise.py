@@ -56,9 +56,23 @@ class LearnedNoise(Likelihood):
         rate = self.b + 0.5 * self.temper * sse
         return jax.random.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype) / rate
 
-    def sample_obs(self, mean, n, obs):
-        tau = numpyro.sample("tau", dist.Gamma(self.a, self.b))
+    def sample_params(self):
+        """NumPyro sample statement of the global site ``tau ~ Gamma(a, rate b)``; the model
+        calls it once, outside (before) its ``ratings`` plate, and passes the result to
+        :meth:`sample_obs` as keywords."""
+        return {"tau": numpyro.sample("tau", dist.Gamma(self.a, self.b))}
+
+    def sample_obs(self, mean, n, obs, tau=None):
+        """``obs ~ Normal(mean, 1/sqrt(tau))`` with its log density multiplied by ``temper``
+        (inside the ``ratings`` plate, whose subsampling factor ``n / b`` multiplies it
+        too).  Only the obs term is tempered, never the prior of ``tau``, so the model's
+        conditional of ``tau`` is ``Gamma(a + temper n / 2, b + temper SSE / 2)``, the Gibbs
+        block's."""
+        if tau is None:
+            raise ValueError("LearnedNoise.sample_obs needs tau: sample it with sample_params() "
+                             "outside the ratings plate and pass it as tau=")
+        fn = dist.Normal(mean, 1.0 / jnp.sqrt(tau))
         if self.temper == 1.0:
-            return numpyro.sample("obs", dist.Normal(mean, 1.0 / jnp.sqrt(tau)), obs=obs)
+            return numpyro.sample("obs", fn, obs=obs)
         with numpyro.handlers.scale(scale=self.temper):
-            return numpyro.sample("obs", dist.Normal(mean, 1.0 / jnp.sqrt(tau)), obs=obs)
+            return numpyro.sample("obs", fn, obs=obs)
