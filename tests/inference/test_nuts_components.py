@@ -6,7 +6,8 @@ NumPyro: NUTS, SVI and MAP.
   ``M_i . N_j + row_bias_i + col_bias_j`` plus the centring offset.  The default suite
   runs NUTS for each component and all three together, SVI and MAP for all three together
   and MAP for the Normal-Wishart prior alone (each fit costs ~5-15 s of compilation); the
-  rest of the grid is ``slow``.
+  rest of the grid (also the discrete prior with both other components, the low-rank guide
+  and minibatch SVI) is ``slow``.
 * **Exact posteriors** (NUTS, float64).  With ``Fixed(gamma=1e-6)`` the factor term
   ``M_i . N_j`` is ~1e-6 (posterior and prior alike), negligible against the Monte Carlo
   error, so the model reduces to one whose posterior is known in closed form:
@@ -72,11 +73,15 @@ METHODS = {
     "nuts": dict(method="nuts", num_warmup=60, num_samples=40, thinning=1, num_chains=1),
     "svi": dict(method="svi", num_steps=300, num_draws=20),
     "map": dict(method="map", num_steps=300),
+    "svi-lowrank": dict(method="svi", guide="lowrank", num_steps=300, num_draws=20),
+    "svi-minibatch": dict(method="svi", num_steps=300, num_draws=20, subsample_size=12),
 }
 DEFAULT = {(c, "nuts") for c in ("normal-wishart", "learned", "biases", "all-three")} | {
     ("all-three", "svi"), ("all-three", "map"), ("normal-wishart", "map")}
+# the low-rank guide (predictions from its draws) and minibatches (tau's prior not rescaled,
+# the tempered obs term rescaled by n / b) only with the components all together
 GRID = [pytest.param(c, m, id=f"{c}-{m}", marks=() if (c, m) in DEFAULT else pytest.mark.slow)
-        for c in COMPONENTS for m in METHODS]
+        for c in COMPONENTS for m in METHODS if not m.startswith("svi-") or c in ("all-three", "discrete-all")]
 
 
 def _theta(src, rows, cols):
