@@ -34,8 +34,9 @@ def _x64_context(dtype):
 
 
 def run_nuts(data, K, prior, likelihood, *, seed, num_warmup, num_samples, thinning, num_chains,
-             progress_bar, dtype, chain_method="sequential", target_accept_prob=0.8):
-    """NUTS on the NumPyro model; returns the grouped samples (chain, draw, ...) and the MCMC."""
+             progress_bar, dtype, chain_method="sequential", target_accept_prob=0.8, biases=None):
+    """NUTS on the NumPyro model; returns the grouped samples (chain, draw, ...) and the MCMC.
+    ``biases``: the model's :class:`~bmczoo.offsets.Biases` component or None."""
     with _x64_context(dtype):
         mcmc = MCMC(
             NUTS(matrix_completion, target_accept_prob=target_accept_prob),
@@ -48,13 +49,15 @@ def run_nuts(data, K, prior, likelihood, *, seed, num_warmup, num_samples, thinn
         )
         from .drivers import run_mcmc_detached
 
-        mcmc = run_mcmc_detached(mcmc, jax.random.key(seed), data, K, prior, likelihood=likelihood)
+        mcmc = run_mcmc_detached(mcmc, jax.random.key(seed), data, K, prior, likelihood=likelihood,
+                                 biases=biases)
         samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     return samples, mcmc
 
 
 def run_svi(data, K, prior, likelihood, *, seed, guide="normal", num_steps=2000, learning_rate=0.05,
-            decay=0.1, subsample_size=None, num_draws=100, progress_bar=True, dtype=jnp.float32):
+            decay=0.1, subsample_size=None, num_draws=100, progress_bar=True, dtype=jnp.float32,
+            biases=None):
     """SVI with a NumPyro autoguide and Adam on an exponentially decaying step size
     (``learning_rate`` decays to ``decay * learning_rate`` over ``num_steps``).
 
@@ -62,7 +65,9 @@ def run_svi(data, K, prior, likelihood, *, seed, guide="normal", num_steps=2000,
     latent sites from the fitted guide (one for ``AutoDelta``); ``point`` holds the
     factors to predict with: for the mean-field ``AutoNormal`` and for ``AutoDelta`` the
     guide's medians, with which ``E_q[M_i . N_j] = E_q[M_i] . E_q[N_j]`` exactly, else
-    ``None`` (predict by averaging over ``draws``).
+    ``None`` (predict by averaging over ``draws``).  ``biases``: the model's
+    :class:`~bmczoo.offsets.Biases` component or None (its ``row_bias``/``col_bias`` are
+    among the draws and the point).
     """
     if guide not in GUIDES:
         raise ValueError(f"guide must be one of {sorted(GUIDES)}, got {guide!r}")
@@ -72,7 +77,7 @@ def run_svi(data, K, prior, likelihood, *, seed, guide="normal", num_steps=2000,
         if subsample_size > data.n:
             raise ValueError(f"subsample_size={subsample_size} exceeds the number of ratings {data.n}")
     # MAP is the paper's: gamma integrated out (joint MAP over gamma degenerates at gamma -> 0)
-    model = partial(matrix_completion, likelihood=likelihood, subsample_size=subsample_size,
+    model = partial(matrix_completion, likelihood=likelihood, biases=biases, subsample_size=subsample_size,
                     marginal=guide == "delta")
     with _x64_context(dtype):
         g = GUIDES[guide](model)

@@ -203,19 +203,21 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
 def fit_nuts(prep: Prepared, info: FitInfo, progress_bar: bool) -> NUTSFit:
     """NumPyro NUTS (:class:`~bmczoo.inference.settings.NUTS`)."""
     from .baselines import run_nuts
+    from .results import bias_draws, draws_theta_mean
 
     s: st.NUTS = info.settings
     track = _track_entries(prep.train, s.track, info.seed)
     samples, mcmc = run_nuts(
         prep.fit_data, info.K, info.prior, info.likelihood, seed=info.seed, num_warmup=s.num_warmup,
         num_samples=s.num_samples, thinning=s.thinning, num_chains=s.num_chains, progress_bar=progress_bar,
-        dtype=info.dtype, target_accept_prob=s.target_accept_prob,
+        dtype=info.dtype, target_accept_prob=s.target_accept_prob, biases=info.biases,
     )
     M, N = samples["M"], samples["N"]
-    samples["theta"] = np.sum(M[:, :, track[0]] * N[:, :, track[1]], axis=-1)
+    # theta = M_i . N_j (+ row_bias_i + col_bias_j with biases), per draw
+    samples["theta"] = np.sum(M[:, :, track[0]] * N[:, :, track[1]], axis=-1) + bias_draws(samples, *track)
     return NUTSFit(
         info=info, samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols,
-        pred_mean=info.shift.apply(theta_mean(M, N, prep.pred_rows, prep.pred_cols)),
+        pred_mean=info.shift.apply(draws_theta_mean(samples, prep.pred_rows, prep.pred_cols)),
         rmse_draw=np.zeros((s.num_chains, 0)), rmse_mean=np.zeros((s.num_chains, 0)),
         track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=M.shape[1], mcmc=mcmc,
     )
@@ -231,6 +233,7 @@ def fit_svi(prep: Prepared, info: FitInfo, progress_bar: bool) -> SVIFit:
         prep.fit_data, info.K, info.prior, info.likelihood, seed=info.seed, guide="delta" if is_map else s.guide,
         num_steps=s.num_steps, learning_rate=s.learning_rate, subsample_size=s.subsample_size,
         num_draws=1 if is_map else s.num_draws, progress_bar=progress_bar, dtype=info.dtype,
+        biases=info.biases,
     )
     cls = MAPFit if is_map else SVIFit
     return cls(info=info, draws=draws, point=point, losses=losses, guide=guide)

@@ -30,7 +30,8 @@ from ..offsets import Shift
 from ..priors import Prior
 from .settings import Settings
 
-__all__ = ["FitInfo", "FitResult", "MCMCFit", "GibbsFit", "NUTSFit", "VBFit", "SVIFit", "MAPFit", "theta_mean"]
+__all__ = ["FitInfo", "FitResult", "MCMCFit", "GibbsFit", "NUTSFit", "VBFit", "SVIFit", "MAPFit", "theta_mean",
+           "bias_draws", "draws_theta_mean"]
 
 
 def theta_mean(M, N, rows, cols, budget: int = 2**24) -> np.ndarray:
@@ -51,6 +52,27 @@ def theta_mean(M, N, rows, cols, budget: int = 2**24) -> np.ndarray:
             r, c = rows[p0 : p0 + chunk], cols[p0 : p0 + chunk]
             out[p0 : p0 + chunk] += np.einsum("spk,spk->p", Ms[:, r], Ns[:, c], dtype=np.float64)
     return out / S
+
+
+def bias_draws(src: dict, rows, cols):
+    """``row_bias_i + col_bias_j`` at the entries for each draw (..., P) when ``src`` (draws
+    or a point) has the biases' sites, else ``0.0``."""
+    if "row_bias" not in src:
+        return 0.0
+    rows, cols = np.asarray(rows), np.asarray(cols)
+    return np.asarray(src["row_bias"], np.float64)[..., rows] + np.asarray(src["col_bias"], np.float64)[..., cols]
+
+
+def draws_theta_mean(src: dict, rows, cols) -> np.ndarray:
+    """Mean over the draws (or the point) in ``src`` of ``theta_ij = M_i . N_j`` plus, when
+    ``src`` has them, ``row_bias_i + col_bias_j`` (P,)."""
+    out = theta_mean(src["M"], src["N"], rows, cols)
+    if "row_bias" in src:
+        rb = np.asarray(src["row_bias"], np.float64)
+        cb = np.asarray(src["col_bias"], np.float64)
+        out = out + rb.reshape(-1, rb.shape[-1]).mean(0)[np.asarray(rows)] \
+            + cb.reshape(-1, cb.shape[-1]).mean(0)[np.asarray(cols)]
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,17 +254,7 @@ class MCMCFit(FitResult):
                 "these entries were not requested at fit time and no factor draws were stored: "
                 "pass them as fit(..., predict=(rows, cols)) or use store_factors=True"
             )
-        theta = theta_mean(self.samples["M"], self.samples["N"], r, c)
-        if "row_bias" in self.samples:
-            theta = theta + bias_mean(self.samples["row_bias"], self.samples["col_bias"], r, c)
-        return self._finish(theta)
-
-
-def bias_mean(row_bias, col_bias, rows, cols) -> np.ndarray:
-    """Posterior mean of ``b_i + c_j`` at the entries from draws (..., m1), (..., m2)."""
-    b = np.asarray(row_bias, np.float64).reshape(-1, np.shape(row_bias)[-1]).mean(axis=0)
-    c = np.asarray(col_bias, np.float64).reshape(-1, np.shape(col_bias)[-1]).mean(axis=0)
-    return b[rows] + c[cols]
+        return self._finish(draws_theta_mean(self.samples, r, c))
 
 
 @dataclasses.dataclass
@@ -352,10 +364,11 @@ class SVIFit(FitResult):
     family: ClassVar[str] = "svi"
 
     def predict(self, rows, cols) -> np.ndarray:
-        """``E_q[M_i . N_j]`` (plus the centring offset, clipped) at the given entries."""
+        """``E_q[M_i . N_j]`` (plus ``E_q[row_bias_i + col_bias_j]`` with biases, plus the
+        centring offset, clipped) at the given entries."""
         r, c = self._check_entries(rows, cols)
         src = self.point if self.point is not None else self.draws
-        return self._finish(theta_mean(src["M"], src["N"], r, c))
+        return self._finish(draws_theta_mean(src, r, c))
 
 
 @dataclasses.dataclass

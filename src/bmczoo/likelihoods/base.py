@@ -46,6 +46,12 @@ class Likelihood(abc.ABC):
         called when :attr:`learned`)."""
         raise NotImplementedError(f"{type(self).__name__} has a fixed tau")
 
+    def sample_params(self) -> dict:
+        """NumPyro sample statements of the likelihood's global variables (e.g. a learned
+        ``tau``), called once by the model outside its ``ratings`` plate; the result is
+        passed to :meth:`sample_obs` as keywords.  None here."""
+        return {}
+
     @abc.abstractmethod
     def sample_obs(self, mean: jax.Array, n: int, obs: jax.Array | None) -> jax.Array:
         """NumPyro sample statement of the site ``"obs"`` given ``theta`` at the rated

@@ -92,9 +92,24 @@ class LearnedNoise(Likelihood):
         s, r = q["shape"], q["rate"]
         return {"shape": s, "rate": r, "mean": s / r, "inv_mean": r / (s - 1.0)}
 
-    def sample_obs(self, mean, n, obs):
-        tau = numpyro.sample("tau", dist.Gamma(self.a, self.b))
+    # ------------------------------------------------------------------ NumPyro
+    def sample_params(self):
+        """NumPyro sample statement of the global site ``tau ~ Gamma(a, rate b)``; the model
+        calls it once, outside (before) its ``ratings`` plate, and passes the result to
+        :meth:`sample_obs` as keywords."""
+        return {"tau": numpyro.sample("tau", dist.Gamma(self.a, self.b))}
+
+    def sample_obs(self, mean, n, obs, tau=None):
+        """``obs ~ Normal(mean, 1/sqrt(tau))`` with its log density multiplied by ``temper``
+        (inside the ``ratings`` plate, whose subsampling factor ``n / b`` multiplies it
+        too).  Only the obs term is tempered, never the prior of ``tau``, so the model's
+        conditional of ``tau`` is ``Gamma(a + temper n / 2, b + temper SSE / 2)``, the Gibbs
+        block's."""
+        if tau is None:
+            raise ValueError("LearnedNoise.sample_obs needs tau: sample it with sample_params() "
+                             "outside the ratings plate and pass it as tau=")
+        fn = dist.Normal(mean, 1.0 / jnp.sqrt(tau))
         if self.temper == 1.0:
-            return numpyro.sample("obs", dist.Normal(mean, 1.0 / jnp.sqrt(tau)), obs=obs)
+            return numpyro.sample("obs", fn, obs=obs)
         with numpyro.handlers.scale(scale=self.temper):
-            return numpyro.sample("obs", dist.Normal(mean, 1.0 / jnp.sqrt(tau)), obs=obs)
+            return numpyro.sample("obs", fn, obs=obs)

@@ -12,9 +12,10 @@ import numpyro.distributions as dist
 from .._checks import ArgumentTypeError, check_bool, check_K, check_positive_int, check_prior, check_ratings
 from ..likelihoods import Likelihood, Tempered
 from ..data import RatingData
+from ..offsets import Biases, get_biases
 from ..priors import Prior
 
-__all__ = ["matrix_completion", "model_likelihood"]
+__all__ = ["matrix_completion", "model_likelihood", "sample_biases"]
 
 
 def matrix_completion(
@@ -25,10 +26,10 @@ def matrix_completion(
     noise_sd: float = 1.0,
     *,
     likelihood=None,
+    biases: Biases | None = None,
     observed: bool = True,
     subsample_size: int | None = None,
     marginal: bool = False,
-    biases=None,
 ):
     """NumPyro model: ``theta = M N^T`` with a prior on the column scales and a tempered
     Gaussian likelihood ``exp(-(lam/n) sum_k (Y_k - theta[i_k, j_k])^2)``.
@@ -38,6 +39,13 @@ def matrix_completion(
     deterministic functions of ``M`` and ``N`` recorded after them (gamma is integrated out).
     The likelihood is written as ``Normal(theta, 1/sqrt(tau))`` with ``tau = 2 lam / n``;
     it differs from the tempered likelihood by a constant only.
+
+    The components add sites: the prior's own (the Normal-Wishart prior:
+    ``Lambda_M, mu_M, M, Lambda_N, mu_N, N`` and no gamma), the biases (``row_bias_var``,
+    ``row_bias`` (m1,), ``col_bias_var``, ``col_bias`` (m2,), after ``N``; the mean of
+    ``obs`` becomes ``M_i . N_j + row_bias_i + col_bias_j``) and a learned likelihood's
+    global sites (:class:`~bmczoo.likelihoods.LearnedNoise`: ``tau``, sampled outside the
+    ``ratings`` plate, just before ``obs``).
 
     Parameters
     ----------
@@ -56,6 +64,8 @@ def matrix_completion(
     likelihood : bmczoo.likelihoods.Likelihood, keyword-only, optional
         The observation component; default ``Tempered(lam, noise_sd)`` (then ``lam`` and
         ``noise_sd`` must be left at their defaults when it is given).
+    biases : bmczoo.offsets.Biases, keyword-only, optional
+        Row and column biases (None: none; ``True`` means the default ``Biases()``).
     observed : bool, keyword-only
         If False, ``"obs"`` is sampled (prior predictive; used by the Geweke tests).
     subsample_size : int, keyword-only, optional
@@ -67,22 +77,26 @@ def matrix_completion(
         ``S_h`` only: the prior's ``vb_update(S, d).log_normalizer - (d/2) log 2 pi``) as a
         ``numpyro.factor`` over improper flat sites.  ``AutoDelta`` on this model gives the
         paper's MAP estimators (nuclear norm for the fixed prior, group lasso for the gamma
-        prior).  There is no ``"gamma"`` site and no prior predictive in this mode.
+        prior).  There is no ``"gamma"`` site and no prior predictive in this mode.  Only
+        gamma is integrated out: the biases' variances and a learned ``tau`` stay sites
+        (their joint MAP is proper: the inverse-gamma and gamma rates ``b > 0`` bound the
+        density).  A prior without column scales (Normal-Wishart) is left as it is: its
+        full model (``Lambda``, ``mu`` sites) has a bounded density, so ``AutoDelta`` on
+        it is the joint MAP.
     """
-    if biases is not None:
-        raise NotImplementedError("biases in the NumPyro model")
     ratings = check_ratings(ratings)
     prior = check_prior(prior)
     K = check_K(K, ratings.shape)
     likelihood = model_likelihood(likelihood, lam, noise_sd)
     check_bool("observed", observed)
     check_bool("marginal", marginal)
+    biases = get_biases(biases)
     if subsample_size is not None:
         subsample_size = check_positive_int("subsample_size", subsample_size)
         if subsample_size > ratings.n:
             raise ValueError(f"subsample_size={subsample_size} exceeds the number of ratings {ratings.n}")
     m1, m2 = ratings.shape
-    if marginal:
+    if marginal and prior.has_column_scales:
         flat = dist.ImproperUniform(dist.constraints.real_matrix, (), (m1, K))
         M = numpyro.sample("M", flat)
         N = numpyro.sample("N", dist.ImproperUniform(dist.constraints.real_matrix, (), (m2, K)))
@@ -92,12 +106,30 @@ def matrix_completion(
         numpyro.factor("gamma_marginal", jnp.sum(log_marginal))
     else:
         _, M, N = prior.sample_latents(m1, m2, K)
+    bias = None if biases is None else sample_biases(biases, m1, m2)
     rows = jnp.asarray(ratings.rows)
     cols = jnp.asarray(ratings.cols)
     y = jnp.asarray(ratings.values) if observed else None
+    # a learned likelihood's global sites (tau) come before, and outside, the ratings plate:
+    # inside it they would be one per rating (and rescaled by n / b under subsampling)
+    lik_params = likelihood.sample_params()
     with numpyro.plate("ratings", ratings.n, subsample_size=subsample_size) as idx:
-        mean = jnp.sum(M[rows[idx]] * N[cols[idx]], axis=-1)
-        likelihood.sample_obs(mean, ratings.n, None if y is None else y[idx])
+        r, c = rows[idx], cols[idx]
+        mean = jnp.sum(M[r] * N[c], axis=-1)
+        if bias is not None:
+            mean = mean + bias[0][r] + bias[1][c]
+        likelihood.sample_obs(mean, ratings.n, None if y is None else y[idx], **lik_params)
+
+
+def sample_biases(biases: Biases, m1: int, m2: int):
+    """Sample statements of the bias component: ``row_bias_var ~ InvGamma(a, b)`` (shape
+    ``a``, scale ``b``), ``row_bias ~ N(0, row_bias_var I_m1)``, then ``col_bias_var`` and
+    ``col_bias`` (m2,) the same way.  Returns ``(row_bias, col_bias)``."""
+    out = []
+    for side, m in (("row", m1), ("col", m2)):
+        var = numpyro.sample(f"{side}_bias_var", dist.InverseGamma(biases.a, biases.b))
+        out.append(numpyro.sample(f"{side}_bias", dist.Normal(0.0, jnp.sqrt(var)).expand([m]).to_event(1)))
+    return tuple(out)
 
 
 def model_likelihood(likelihood, lam, noise_sd):

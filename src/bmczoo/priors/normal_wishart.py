@@ -195,8 +195,13 @@ class NormalWishart(Prior):
 
     # ------------------------------------------------------------------ NumPyro
     def sample_latents(self, m1, m2, K):
-        """Sites ``mu_M``, ``Lambda_M``, ``M``, ``mu_N``, ``Lambda_N``, ``N``; returns
-        ``(None, M, N)`` (no gamma)."""
+        """Sites ``Lambda_M ~ Wishart(nu0, W0)``, ``mu_M ~ N(0, (beta0 Lambda_M)^{-1})``,
+        ``M`` (m1, K) with rows iid ``N(mu_M, Lambda_M^{-1})``, then ``Lambda_N``, ``mu_N``,
+        ``N`` (m2, K) the same way; returns ``(None, M, N)`` (no gamma).
+
+        The model has no ``marginal`` form for this prior: MAP (``AutoDelta``) runs on these
+        sites (the Wishart's ``exp(-tr(W0^{-1} Lambda) / 2)`` keeps the joint density
+        bounded, unlike a joint MAP over column scales)."""
         nu0 = self.degrees(K)
         eye = jnp.eye(K)
         out = []
