@@ -13,10 +13,25 @@ NUM_WARMUP, NUM_SAMPLES, THINNING, NUM_CHAINS = 20, 62, 3, 2
 NUM_TRACK = 6
 
 
-class FakeMCMCFit:
-    """What the conversion reads from a ``GibbsFit``: draws with axes (chain, draw, ...)."""
+def fake_info(method, K, shape, prior=None, **settings):
+    """A typed :class:`~bmczoo.inference.results.FitInfo`, as a real fit carries, with the
+    method's default settings updated by ``settings``; ``prior=None`` stands for a fit
+    that records no prior (the diagnostics then fall back on their defaults)."""
+    from bmczoo.inference.results import FitInfo
+    from bmczoo.inference.settings import settings_for
+    from bmczoo.offsets import Shift
 
-    def __init__(self, samples, track_rows, track_cols, shape, rmse_draw=None, rmse_mean=None, meta=None):
+    return FitInfo(method=method, prior=prior, likelihood=bmc.likelihoods.Tempered(), K=int(K),
+                   shape=tuple(shape), shift=Shift(0.0), center=False, seed=0, dtype="float64",
+                   settings=settings_for(method, **settings), tau=1.0)
+
+
+class FakeMCMCFit:
+    """What the conversion reads from a ``GibbsFit``: draws with axes (chain, draw, ...)
+    and the typed ``info``."""
+
+    def __init__(self, samples, track_rows, track_cols, shape, rmse_draw=None, rmse_mean=None, *,
+                 method="gibbs", prior=None, settings=None):
         C = next(iter(samples.values())).shape[0]
         self.samples = samples
         self.track_rows = np.asarray(track_rows)
@@ -24,8 +39,8 @@ class FakeMCMCFit:
         self.shape = shape
         self.rmse_draw = np.zeros((C, 0)) if rmse_draw is None else rmse_draw
         self.rmse_mean = np.zeros((C, 0)) if rmse_mean is None else rmse_mean
-        self.meta = {"method": "gibbs", "prior_name": "fake", "K": samples["gamma"].shape[-1], "offset": 0.0,
-                     **(meta or {})}
+        K = next(np.shape(samples[k])[-1] for k in ("gamma", "mu_M", "M", "theta") if k in samples)
+        self.info = fake_info(method, K, shape, prior, **(settings or {}))
         self.mcmc = None
 
 
@@ -45,8 +60,7 @@ class FakeVBFit:
         self.elbo = np.asarray(elbo, float)
         self.rmse_trace = np.asarray(rmse_trace, float)
         self.shape = (m.shape[0], n.shape[0])
-        self.meta = {"method": "vb", "prior": prior, "prior_name": prior.name, "K": m.shape[1], "offset": 0.0,
-                     "tol": 1e-4}
+        self.info = fake_info("vb", m.shape[1], self.shape, prior, tol=1e-4)
 
 
 def ar1(rng, shape, phi, mean=0.0):

@@ -29,6 +29,7 @@ from ._fakes import (
     FakeMCMCFit,
     FakeVBFit,
     ar1,
+    fake_info,
     random_spd,
 )
 
@@ -248,7 +249,7 @@ def test_map_like_fit_single_draw():
     rng = np.random.default_rng(1)
     fit = SimpleNamespace(draws={"M": rng.normal(size=(1, 6, 2)), "N": rng.normal(size=(1, 5, 2))},
                           losses=np.array([3.0, 2.0, 1.5]), shape=(6, 5),
-                          meta={"method": "map", "prior_name": "inverse-gamma", "K": 2, "offset": 0.0})
+                          info=fake_info("map", 2, (6, 5), bmc.priors.InverseGamma(1.0, 0.1)))
     idata = dg.to_arviz(fit, entries=[(0, 0), (5, 4)])
     assert dict(idata.posterior.sizes) == {"chain": 1, "draw": 1, "h": 2, "entry": 2}
     np.testing.assert_allclose(idata.posterior["theta"].values[0, 0, 1], fit.draws["M"][0, 5] @ fit.draws["N"][0, 4])

@@ -11,6 +11,8 @@ prior's methods only (``q_sample``, ``q_prob_above``, ``prob_above``, ``active_t
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import math
 
@@ -57,7 +59,7 @@ def test_drawn_gamma_gives_exactly_the_frequencies(prior):
     rng = np.random.default_rng(1)
     gamma = rng.choice([0.05, 0.3, 1.0], size=(3, 37, 4)) if prior is not None else rng.exponential(size=(3, 37, 4))
     fit = FakeMCMCFit({"gamma": gamma, "theta": np.zeros((3, 37, 1))}, [0], [0], (2, 2),
-                      meta={} if prior is None else {"prior": prior})
+                      prior=prior)
     for t in (0.0, 0.1, 0.2, 0.5, 2.0):
         counts = np.sum(gamma > t, axis=-1).ravel()
         np.testing.assert_array_equal(dg.rank_posterior(fit, t), np.bincount(counts, minlength=5) / counts.size)
@@ -73,7 +75,7 @@ def test_nuts_discrete_integrated_gamma():
     q[0, 0] = [0.0, 1.0, 1.0]
     gamma = q * prior.C + (1 - q) * prior.eps  # the model's Rao-Blackwellised E[gamma | M, N]
     fit = FakeMCMCFit({"gamma": gamma, "gamma_slab_prob": q, "theta": np.zeros((2, 15, 1))}, [0], [0], (2, 2),
-                      meta={"method": "nuts", "prior": prior})
+                      method="nuts", prior=prior)
     t = 0.5
     want = np.mean([_brute_force(qq) for qq in q.reshape(-1, 3)], axis=0)
     np.testing.assert_allclose(dg.rank_posterior(fit, t), want, rtol=1e-12, atol=1e-15)
@@ -133,7 +135,7 @@ def test_no_branching_on_the_prior_name():
     rng = np.random.default_rng(5)
     q = rng.uniform(size=(2, 9, 3))
     samples = {"gamma": q + (1 - q) * 0.04, "gamma_slab_prob": q, "theta": np.zeros((2, 9, 1))}
-    fits = [FakeMCMCFit(dict(samples), [0], [0], (2, 2), meta={"prior": p}) for p in (base, other)]
+    fits = [FakeMCMCFit(dict(samples), [0], [0], (2, 2), prior=p) for p in (base, other)]
     np.testing.assert_array_equal(dg.rank_posterior(fits[0], 0.3), dg.rank_posterior(fits[1], 0.3))
     assert dg.gamma_threshold(fits[0]) == dg.gamma_threshold(fits[1])
     qg = {"inv_mean": np.ones(3), "slab_prob": np.array([0.7, 0.2, 0.5])}
@@ -145,7 +147,7 @@ def test_no_branching_on_the_prior_name():
 
 def test_vb_without_prior():
     fit = _fake_vb(bmc.priors.Fixed(1.0), {"inv_mean": np.ones(3)})
-    del fit.meta["prior"]
+    fit.info = dataclasses.replace(fit.info, prior=None)
     assert "gamma" not in dg.to_arviz(fit, num_draws=10).posterior
     with pytest.raises(ValueError, match="no prior"):
         dg.rank_posterior(fit, 0.5)

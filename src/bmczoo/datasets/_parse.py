@@ -284,11 +284,28 @@ def parse_numeric_table(
         a line with the wrong number of fields (e.g. a truncated last line), an empty or a
         non-numeric field.  The message names ``source`` and the 1-based line number.
     """
+    cols = _check_layout(sep, ncols, usecols)
+    data = _strip_line_ends(data, source)
+    plain = _check_bytes(data, sep, source, first_line)
+    if sep != b",":  # separator bytes -> commas ('::' -> ',,')
+        data = data.translate(bytes.maketrans(sep[:1], b","))
+    return _parse_chunks(data, sep, ncols, cols, plain, source, first_line)
+
+
+def _check_layout(sep: bytes, ncols: int, usecols) -> list[int]:
+    """The columns to return (``usecols``, default all ``ncols``), checked, after checking
+    that ``sep`` is a supported separator."""
     if sep not in _SEPARATORS:
         raise ValueError(f"unsupported separator {sep!r}")
     cols = list(range(ncols)) if usecols is None else [int(c) for c in usecols]
     if ncols < 1 or not cols or any(not 0 <= c < ncols for c in cols):
         raise ValueError(f"bad ncols={ncols} / usecols={usecols!r}")
+    return cols
+
+
+def _strip_line_ends(data: bytes, source: str) -> bytes:
+    """``data`` with ``\\r\\n`` line ends made ``\\n`` and trailing newlines removed;
+    ``ValueError`` when nothing is left."""
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n")
     n = len(data)
@@ -296,10 +313,13 @@ def parse_numeric_table(
         n -= 1
     if n == 0:
         raise ValueError(f"{source}: no data lines (the file is empty)")
-    if n < len(data):
-        data = data[:n]
+    return data[:n] if n < len(data) else data
 
-    # 1. every byte must belong to a number, a separator or a line end
+
+def _check_bytes(data: bytes, sep: bytes, source: str, first_line: int) -> bool:
+    """Check that every byte belongs to a number, the separator or a line end (a comma
+    only in csv files); returns whether the text holds plain decimals only (eligible
+    for the SWAR fast path everywhere)."""
     if sep != b"," and b"," in data:
         # a comma is a field separator only in csv files
         pos = data.find(b",")
@@ -308,7 +328,6 @@ def parse_numeric_table(
             f"(fields must be numbers separated by {_show_sep(sep)}): {_line_text(data, pos)!r}"
         )
     rest = data.translate(None, _PLAIN_BYTES + sep[:1])  # usually empty: a single pass
-    plain = not rest
     stray = rest.translate(None, _NUMBER_BYTES + b"\n" + sep[:1]) if rest else b""
     if stray:
         pos = data.find(stray[:1])
@@ -317,11 +336,14 @@ def parse_numeric_table(
             f"{source}, line {_line_of(data, pos, first_line)}: unexpected character {ch!r} "
             f"(fields must be numbers separated by {_show_sep(sep)}): {_line_text(data, pos)!r}"
         )
-    # 2. separator bytes -> commas ('::' -> ',,')
-    if sep != b",":
-        data = data.translate(bytes.maketrans(sep[:1], b","))
+    return not rest
 
-    # 3. parse chunks of whole lines
+
+def _parse_chunks(data: bytes, sep: bytes, ncols: int, cols: list[int], plain: bool, source: str,
+                  first_line: int) -> np.ndarray:
+    """Parse ``data`` (separators already mapped to commas) in chunks of whole lines of
+    about ``_CHUNK_BYTES`` and stack the results."""
+    n = len(data)
     whole = np.frombuffer(data, dtype=np.uint8)
     out = []
     start, line = 0, first_line

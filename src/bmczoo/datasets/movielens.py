@@ -392,6 +392,47 @@ def _download_into_cache(info: MovieLensInfo, root: Path) -> Path:
     return final / info.filename
 
 
+# --------------------------------------------------------------------------- public API helpers
+def _check_flags(**flags) -> None:
+    """Each flag must be a bool: a truthy string such as ``"no"`` must not silently mean
+    "yes, use the network"."""
+    for flag_name, flag in flags.items():
+        if not isinstance(flag, (bool, np.bool_)):
+            raise ValueError(f"{flag_name} must be True or False, got {flag!r}")
+
+
+def _read_given(p: Path, info: MovieLensInfo) -> tuple[bytes, str]:
+    """The bytes of the ratings file at ``p`` (the file, a folder holding it, or the
+    ``.zip`` archive) and the name to use in error messages."""
+    if p.is_dir():
+        found = _find_in_folder(p, info)
+        if found is None:
+            raise FileNotFoundError(
+                f"no MovieLens {info.name} ratings file in {p}: looked for {info.filename} "
+                f"and {info.folder}/{info.filename}"
+            )
+        p = found
+    elif not p.is_file():
+        raise FileNotFoundError(f"{p}: no such file or folder")
+    if p.suffix.lower() == ".zip":
+        return _read_from_zip(p, info)
+    return p.read_bytes(), str(p)
+
+
+def _read_cached(info: MovieLensInfo, root: Path, download: bool) -> tuple[bytes, str]:
+    """The bytes of the cached ratings file under ``root`` (downloaded first when missing
+    and ``download``) and its path as a string."""
+    found = root / "movielens" / info.folder / info.filename
+    if not found.is_file():
+        if not download:
+            raise FileNotFoundError(
+                f"MovieLens {info.name} is not in the cache {root / 'movielens' / info.folder}; "
+                f"pass path=... or download=True (fetches {info.url})"
+            )
+        found = _download_into_cache(info, root)
+    return found.read_bytes(), str(found)
+
+
 # --------------------------------------------------------------------------- public API
 @overload
 def load_movielens(
@@ -467,36 +508,10 @@ def load_movielens(
     (100000, (943, 1682))
     """
     info = DATASETS[resolve_name(name)]
-    for flag_name, flag in (("download", download), ("return_ids", return_ids)):
-        # a truthy string such as "no" must not silently mean "yes, use the network"
-        if not isinstance(flag, (bool, np.bool_)):
-            raise ValueError(f"{flag_name} must be True or False, got {flag!r}")
+    _check_flags(download=download, return_ids=return_ids)
     if path is not None:
-        p = Path(path).expanduser()
-        if p.is_dir():
-            found = _find_in_folder(p, info)
-            if found is None:
-                raise FileNotFoundError(
-                    f"no MovieLens {info.name} ratings file in {p}: looked for {info.filename} "
-                    f"and {info.folder}/{info.filename}"
-                )
-            p = found
-        elif not p.is_file():
-            raise FileNotFoundError(f"{p}: no such file or folder")
-        if p.suffix.lower() == ".zip":
-            data, source = _read_from_zip(p, info)
-        else:
-            data, source = p.read_bytes(), str(p)
+        data, source = _read_given(Path(path).expanduser(), info)
     else:
-        root = cache_root(cache_dir)
-        found = root / "movielens" / info.folder / info.filename
-        if not found.is_file():
-            if not download:
-                raise FileNotFoundError(
-                    f"MovieLens {info.name} is not in the cache {root / 'movielens' / info.folder}; "
-                    f"pass path=... or download=True (fetches {info.url})"
-                )
-            found = _download_into_cache(info, root)
-        data, source = found.read_bytes(), str(found)
+        data, source = _read_cached(info, cache_root(cache_dir), download)
     ratings, user_ids, item_ids = _load_bytes(data, info, source)
     return (ratings, user_ids, item_ids) if return_ids else ratings

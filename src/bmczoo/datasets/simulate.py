@@ -176,6 +176,52 @@ def _real(name: str, value) -> float:
     return v
 
 
+def _check_shape(m, m2, rank) -> tuple[int, int, int]:
+    """``(m1, m2, rank)`` as positive ints (``m2`` defaults to ``m``), ``rank <= min(m1, m2)``."""
+    m1 = _positive_int("m", m)
+    m2_ = m1 if m2 is None else _positive_int("m2", m2)
+    rank = _positive_int("rank", rank)
+    if rank > min(m1, m2_):
+        raise ValueError(f"rank={rank} exceeds min(m, m2) = {min(m1, m2_)}")
+    return m1, m2_, rank
+
+
+def _observed_count(frac, m1: int, m2: int) -> tuple[float, int]:
+    """``frac`` as a float in (0, 1] and the number ``round(frac * m1 * m2)`` (>= 1) of
+    observed entries."""
+    frac_f = _real("frac", frac)
+    if not 0.0 < frac_f <= 1.0:
+        raise ValueError(f"frac must be in (0, 1], got {frac!r}")
+    n = int(round(frac_f * m1 * m2))
+    if n < 1:
+        raise ValueError(f"frac={frac!r} observes no entry of a {m1} x {m2} matrix")
+    return frac_f, min(n, m1 * m2)
+
+
+def _factor_sd(factor_scale, m1: int) -> float:
+    """Standard deviation of the entries of ``M0``, ``N0``: ``sqrt(20/sqrt(m1))``
+    (``"variance"``) or ``20/sqrt(m1)`` (``"sd"``)."""
+    if factor_scale == "variance":
+        return math.sqrt(20.0 / math.sqrt(m1))
+    if factor_scale == "sd":
+        return 20.0 / math.sqrt(m1)
+    raise ValueError(f"factor_scale must be 'variance' or 'sd', got {factor_scale!r}")
+
+
+def _draw(rng: np.random.Generator, shape: tuple[int, int], rank: int, n: int, factor_sd: float,
+          noise_sd: float) -> tuple[np.ndarray, np.ndarray, RatingData]:
+    """Draw, in this order, ``M0``, ``N0``, ``n`` observed positions (uniform without
+    replacement, row-major) and their noise; returns ``(M0, N0, train)``."""
+    m1, m2 = shape
+    M0 = rng.normal(0.0, factor_sd, size=(m1, rank))
+    N0 = rng.normal(0.0, factor_sd, size=(m2, rank))
+    flat = np.sort(rng.choice(m1 * m2, size=n, replace=False))
+    noise = rng.normal(0.0, noise_sd, size=n)
+    rows, cols = np.divmod(flat, m2)
+    values = np.einsum("kr,kr->k", M0[rows], N0[cols]) + noise
+    return M0, N0, RatingData(rows, cols, values, (m1, m2))
+
+
 def simulate_paper(
     m: int,
     rank: int = 2,
@@ -235,36 +281,13 @@ def simulate_paper(
     >>> sim.rmse(sim.theta)
     0.0
     """
-    m1 = _positive_int("m", m)
-    m2_ = m1 if m2 is None else _positive_int("m2", m2)
-    rank = _positive_int("rank", rank)
-    if rank > min(m1, m2_):
-        raise ValueError(f"rank={rank} exceeds min(m, m2) = {min(m1, m2_)}")
-    frac_f = _real("frac", frac)
-    if not 0.0 < frac_f <= 1.0:
-        raise ValueError(f"frac must be in (0, 1], got {frac!r}")
-    n = int(round(frac_f * m1 * m2_))
-    if n < 1:
-        raise ValueError(f"frac={frac!r} observes no entry of a {m1} x {m2_} matrix")
-    n = min(n, m1 * m2_)
+    m1, m2_, rank = _check_shape(m, m2, rank)
+    frac_f, n = _observed_count(frac, m1, m2_)
     sd_noise = _real("noise_sd", noise_sd)
     if sd_noise < 0:
         raise ValueError(f"noise_sd must be >= 0, got {noise_sd!r}")
-    if factor_scale == "variance":
-        factor_sd = math.sqrt(20.0 / math.sqrt(m1))
-    elif factor_scale == "sd":
-        factor_sd = 20.0 / math.sqrt(m1)
-    else:
-        raise ValueError(f"factor_scale must be 'variance' or 'sd', got {factor_scale!r}")
-
-    rng = np.random.default_rng(seed)
-    M0 = rng.normal(0.0, factor_sd, size=(m1, rank))
-    N0 = rng.normal(0.0, factor_sd, size=(m2_, rank))
-    flat = np.sort(rng.choice(m1 * m2_, size=n, replace=False))
-    noise = rng.normal(0.0, sd_noise, size=n)
-    rows, cols = np.divmod(flat, m2_)
-    values = np.einsum("kr,kr->k", M0[rows], N0[cols]) + noise
-    train = RatingData(rows, cols, values, (m1, m2_))
+    factor_sd = _factor_sd(factor_scale, m1)
+    M0, N0, train = _draw(np.random.default_rng(seed), (m1, m2_), rank, n, factor_sd, sd_noise)
     return Simulation(
         train=train,
         M0=_readonly(M0),

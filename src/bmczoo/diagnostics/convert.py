@@ -19,6 +19,10 @@ Groups and variables
     ``theta_fro`` = ``||theta||_F`` and ``eff_rank``, the entropy effective rank
     ``exp(-sum_k p_k log p_k)``, ``p = sv / sum(sv)`` (Roy and Vetterli, 2007), a
     continuous rotation- and label-invariant measure of the rank of ``theta``.
+    A prior without column scales (``has_column_scales = False``, e.g.
+    :class:`~bmczoo.priors.NormalWishart`) has no gamma: its own state draws are
+    included instead (``mu_M`` (h), ``Lambda_M`` (h, h2), ...; trailing axes of length
+    K named ``h``, ``h2``, ...).
 ``sample_stats`` (chain, draw)
     Gibbs with test data: ``rmse`` (test RMSE of the kept draw) and ``rmse_mean`` (of
     the running posterior mean when that draw was kept); NUTS: NumPyro's extra fields
@@ -115,27 +119,69 @@ def fit_kind(fit) -> str:
     raise TypeError(f"not a bmczoo fit result: {type(fit).__name__}")
 
 
-def _meta(fit) -> dict:
-    """The fit's settings as a plain dict (``method``, ``prior`` (the object),
-    ``prior_name``, ``K``, ``offset``, ``num_warmup``, ``tol``, ...; empty when the fit
-    records none).
+def _info(fit):
+    """The fit's typed :class:`~bmczoo.inference.results.FitInfo` (``fit.info``), or None
+    for an object that has a fit's arrays but records no info.
 
-    The one place where the diagnostics read a fit's metadata: every other function
-    goes through it (or through :func:`_prior_of`).
+    The one place where the diagnostics find a fit's metadata: they read its typed
+    attributes (``.method``, ``.prior``, ``.K``, ``.shift``, ``.settings``, ...) through
+    the accessors below, which treat an attribute that such an object lacks as not
+    recorded.
     """
-    info = getattr(fit, "info", None)
-    if info is not None and hasattr(info, "as_dict"):  # a bmczoo result: its typed FitInfo
-        return {**info.as_dict(), **fit.run_stats()}
-    return dict(getattr(fit, "meta", None) or {})
+    return getattr(fit, "info", None)
 
 
 def _prior_of(fit):
-    """The fit's prior (a :class:`~bmczoo.priors.Prior`), or None when the fit (e.g. an
-    object with a fit's attributes) records none."""
+    """The fit's prior (``fit.info.prior``, a :class:`~bmczoo.priors.Prior`), or None when
+    the fit (e.g. an object with a fit's attributes) records none."""
     from ..priors import Prior
 
-    prior = _meta(fit).get("prior")
+    prior = getattr(_info(fit), "prior", None)
     return prior if isinstance(prior, Prior) else None
+
+
+def _prior_name(fit) -> str:
+    """The name of the fit's prior (``""`` when it records none)."""
+    return str(getattr(getattr(_info(fit), "prior", None), "name", "") or "")
+
+
+def _method_of(fit) -> str:
+    """``fit.info.method`` (``"gibbs"``, ``"vb"``, ...); else the fit's ``method`` or its
+    family."""
+    method = getattr(_info(fit), "method", None)
+    return str(method if method is not None else getattr(fit, "method", fit_kind(fit)))
+
+
+def _K_of(fit) -> int | None:
+    """The latent dimension ``fit.info.K``, or None when not recorded."""
+    K = getattr(_info(fit), "K", None)
+    return None if K is None else int(K)
+
+
+def _offset_of(fit) -> float:
+    """The centring offset ``fit.info.shift.offset`` (0 when not recorded)."""
+    return float(getattr(getattr(_info(fit), "shift", None), "offset", 0.0))
+
+
+def _setting(fit, name: str):
+    """The setting ``name`` of the fit's settings object (``fit.info.settings``), or None
+    when its method has no such setting (or the fit records no settings)."""
+    return getattr(getattr(_info(fit), "settings", None), name, None)
+
+
+def _lacks_column_scales(fit) -> bool:
+    """Whether the fit's prior has no column scales ``gamma_h`` (``has_column_scales =
+    False``, e.g. :class:`~bmczoo.priors.NormalWishart`)."""
+    prior = _prior_of(fit)
+    return prior is not None and not prior.has_column_scales
+
+
+def _require_column_scales(fit, what: str) -> None:
+    """``ValueError`` naming the prior when the fit's prior has no column scales gamma."""
+    if _lacks_column_scales(fit):
+        name = _prior_name(fit)
+        raise ValueError(f"{name} has no column scales gamma: {what} applies only to priors with column "
+                         f"scales gamma_h (the draws of a {name} fit hold the prior's own state instead)")
 
 
 def theta_singular_values(M, N, *, chunk_bytes: int = 64 * 2**20) -> np.ndarray:
@@ -233,46 +279,93 @@ def _add_gamma(post: dict, gamma: np.ndarray) -> None:
     post["gamma_sorted"] = -np.sort(-gamma, axis=-1)
 
 
+#: draws that are not the state of a prior without column scales
+_NOT_STATE = ("M", "N", "theta", "theta_sv", "gamma")
+
+
+def _add_state_draws(post: dict, fit, draws: dict, lead: tuple[int, int] | None = None) -> None:
+    """For a prior without column scales (e.g. NormalWishart's ``mu_M``, ``Lambda_M``,
+    ``mu_N``, ``Lambda_N``): add every other stored draw (not the factors, ``theta`` or
+    gamma) to ``post``.  ``lead``: the (chain, draw) axes the draws have; None: draws of
+    one chain, (draw, ...), given a chain axis."""
+    if not _lacks_column_scales(fit):
+        return
+    for k, v in draws.items():
+        v = np.asarray(v)
+        if k in _NOT_STATE or k in post:
+            continue
+        if lead is None:
+            post[k] = v[None]
+        elif v.ndim >= 2 and v.shape[:2] == lead:
+            post[k] = v
+
+
 # --------------------------------------------------------------------------- per method
-def _mcmc_arrays(fit, entries, track_index, explicit):
-    s = fit.samples
-    post: dict[str, np.ndarray] = {}
-    stats: dict[str, np.ndarray] = {}
-    conv: dict[str, np.ndarray] = {}
-    if "gamma" in s:
-        _add_gamma(post, np.asarray(s["gamma"]))
+def _mcmc_theta(s: dict, entries, track_index, explicit: bool) -> np.ndarray | None:
+    """Draws (chain, draw, entry) of theta at the entries: the tracked draws, or from the
+    stored factor draws (None when there are neither and the entries are the defaults)."""
     rows, cols = entries
     if track_index is not None:
-        post["theta"] = np.asarray(s["theta"])[..., track_index]
-    elif rows.size and ("M" in s and "N" in s or explicit):
+        return np.asarray(s["theta"])[..., track_index]
+    if rows.size and ("M" in s and "N" in s or explicit):
         if "M" not in s or "N" not in s:
             raise ValueError(
                 "these entries were not tracked and no factor draws were stored: pass "
                 "fit(..., track=(rows, cols)) or store_factors=True"
             )
         M, N = np.asarray(s["M"]), np.asarray(s["N"])
-        post["theta"] = np.einsum("cdek,cdek->cde", M[:, :, rows], N[:, :, cols])
+        return np.einsum("cdek,cdek->cde", M[:, :, rows], N[:, :, cols])
+    return None
+
+
+def _mcmc_posterior(fit, entries, track_index, explicit: bool) -> dict[str, np.ndarray]:
+    """The posterior group of an MCMC fit: gamma, theta at the entries, the factor
+    quantities and, for a prior without column scales, its state draws."""
+    s = fit.samples
+    post: dict[str, np.ndarray] = {}
+    if "gamma" in s:
+        _add_gamma(post, np.asarray(s["gamma"]))
+    theta = _mcmc_theta(s, entries, track_index, explicit)
+    if theta is not None:
+        post["theta"] = theta
     if "theta_sv" in s:
         _add_factor_quantities(post, np.asarray(s["theta_sv"], np.float64))
     elif "M" in s and "N" in s:
         _add_factor_quantities(post, theta_singular_values(s["M"], s["N"]))
+    arrays = list(post.values()) + list(s.values())
+    lead = next((np.shape(v)[:2] for v in arrays if np.ndim(v) >= 2), None)
+    if lead is not None:
+        _add_state_draws(post, fit, s, lead)
     if not post:
         raise ValueError("the fit holds no draws of gamma or theta")
-    C, D = next(iter(post.values())).shape[:2]
+    return post
 
+
+def _kept_iterations_of(fit) -> np.ndarray | None:
+    """The sweeps (1-based) whose draws an MCMC fit kept, from its settings (None when the
+    settings do not say)."""
+    keys = ("num_warmup", "num_samples", "thinning")
+    values = [_setting(fit, k) for k in keys]
+    if any(v is None for v in values):
+        return None
+    return kept_iterations(*(int(v) for v in values))
+
+
+def _mcmc_traces(fit, C: int, D: int) -> tuple[dict, dict]:
+    """``(sample_stats, convergence)`` of an MCMC fit with C chains of D kept draws: the
+    RMSE traces (per sweep, and at the kept sweeps) and NumPyro's extra fields."""
+    stats: dict[str, np.ndarray] = {}
+    conv: dict[str, np.ndarray] = {}
     rmse_draw = np.asarray(getattr(fit, "rmse_draw", np.zeros((C, 0))))
     rmse_mean = np.asarray(getattr(fit, "rmse_mean", np.zeros((C, 0))))
     if rmse_draw.size:
         conv["rmse_draw"] = rmse_draw.reshape(C, -1)
         conv["rmse_mean"] = rmse_mean.reshape(C, -1)
-        meta = _meta(fit)
-        keys = ("num_warmup", "num_samples", "thinning")
-        if all(k in meta for k in keys):
-            it = kept_iterations(*(int(meta[k]) for k in keys))
-            T = conv["rmse_draw"].shape[1]
-            if it.size == D and it.size and it[-1] <= T:
-                stats["rmse"] = conv["rmse_draw"][:, it - 1]
-                stats["rmse_mean"] = conv["rmse_mean"][:, it - 1]
+        it = _kept_iterations_of(fit)
+        T = conv["rmse_draw"].shape[1]
+        if it is not None and it.size == D and it.size and it[-1] <= T:
+            stats["rmse"] = conv["rmse_draw"][:, it - 1]
+            stats["rmse_mean"] = conv["rmse_mean"][:, it - 1]
     mcmc = getattr(fit, "mcmc", None)
     if mcmc is not None:
         try:
@@ -283,6 +376,13 @@ def _mcmc_arrays(fit, entries, track_index, explicit):
             v = np.asarray(v)
             if v.ndim >= 2 and v.shape[:2] == (C, D):
                 stats[k] = v
+    return stats, conv
+
+
+def _mcmc_arrays(fit, entries, track_index, explicit):
+    post = _mcmc_posterior(fit, entries, track_index, explicit)
+    C, D = next(iter(post.values())).shape[:2]
+    stats, conv = _mcmc_traces(fit, C, D)
     return post, stats, conv
 
 
@@ -294,9 +394,10 @@ def _vb_q_gamma(fit) -> dict:
 
 def _vb_gamma_draws(fit, num_draws: int, rng) -> np.ndarray | None:
     """Draws (num_draws, K) from ``q(gamma)``: the prior's
-    :meth:`~bmczoo.priors.Prior.q_sample`; None when the fit records no prior."""
+    :meth:`~bmczoo.priors.Prior.q_sample`; None when the fit records no prior or its
+    prior has no column scales."""
     prior = _prior_of(fit)
-    if prior is None:
+    if prior is None or not prior.has_column_scales:
         return None
     K = np.shape(fit.m)[-1]
     g = np.asarray(prior.q_sample(_vb_q_gamma(fit), num_draws, rng), np.float64)
@@ -408,6 +509,7 @@ def _svi_arrays(fit, entries):
         if rows.size:
             post["theta"] = np.sum(M[:, rows] * N[:, cols], axis=-1)[None]
         _add_factor_quantities(post, theta_singular_values(M, N)[None])
+    _add_state_draws(post, fit, d)
     conv = {"loss": np.asarray(getattr(fit, "losses", np.zeros(0)), np.float64)[None]}
     if not conv["loss"].size:
         conv = {}
@@ -415,6 +517,110 @@ def _svi_arrays(fit, entries):
 
 
 # --------------------------------------------------------------------------- public
+def _tracked_index(fit, rows, cols) -> np.ndarray | None:
+    """Positions of the requested entries among an MCMC fit's tracked entries (their draws
+    of theta), or None unless all of them are tracked (first occurrence of repeats)."""
+    if "theta" not in fit.samples or getattr(fit, "track_rows", None) is None:
+        return None
+    m2 = int(fit.shape[1]) if getattr(fit, "shape", None) else int(max(cols.max(initial=0), 0)) + 1
+    known = np.asarray(fit.track_rows, np.int64) * m2 + np.asarray(fit.track_cols, np.int64)
+    want = rows * m2 + cols
+    pos = {int(k): i for i, k in reversed(list(enumerate(known.tolist())))}
+    if not all(int(k) in pos for k in want.tolist()):
+        return None
+    return np.array([pos[int(k)] for k in want.tolist()], dtype=np.int64)
+
+
+def _resolve_entries(fit, kind: str, entries, seed: int):
+    """``(rows, cols, track_index)``: the entries of theta to convert and, for MCMC draws of
+    theta, their positions among the tracked entries (None: computed from the factors)."""
+    if entries is not None:
+        rows, cols = _as_entries(entries)
+        _check_in_shape(rows, cols, getattr(fit, "shape", None))
+        return rows, cols, (_tracked_index(fit, rows, cols) if kind == "mcmc" else None)
+    if kind == "mcmc" and "theta" in fit.samples:
+        E = np.asarray(fit.samples["theta"]).shape[-1]
+        if getattr(fit, "track_rows", None) is not None and len(fit.track_rows) == E:
+            rows, cols = default_entries(fit, seed)
+        else:  # draws of theta without their entries: rows and cols unknown (-1)
+            rows = cols = np.full(E, -1, np.int64)
+        return rows, cols, np.arange(E)
+    rows, cols = default_entries(fit, seed)
+    return rows, cols, None
+
+
+def _base_attrs(fit, kind: str) -> dict[str, Any]:
+    """The attributes every group gets, from the fit's typed info."""
+    K = _K_of(fit)
+    return {
+        "method": _method_of(fit),
+        "prior": _prior_name(fit),
+        "K": -1 if K is None else K,
+        "theta_offset": _offset_of(fit),
+        "theta_scale": "model (centred): add theta_offset for the original scale",
+    }
+
+
+def _method_arrays(fit, kind: str, rows, cols, track_index, explicit: bool, num_draws: int, seed: int):
+    """``(posterior, sample_stats, convergence, attrs)`` of the fit's family; ``attrs``: the
+    representation and the family's own settings."""
+    if kind == "mcmc":
+        post, stats, conv = _mcmc_arrays(fit, (rows, cols), track_index, explicit)
+        attrs: dict[str, Any] = {"representation": "mcmc draws"}
+        for k in ("num_warmup", "num_samples", "thinning"):
+            if _setting(fit, k) is not None:
+                attrs[k] = int(_setting(fit, k))
+        return post, stats, conv, attrs
+    if kind == "vb":
+        num_draws = int(num_draws)
+        if num_draws < 1:
+            raise ValueError(f"num_draws must be >= 1, got {num_draws}")
+        post, stats, conv, full = _vb_arrays(fit, (rows, cols), num_draws, np.random.default_rng(seed))
+        attrs = {"representation": "independent draws from the variational posterior q, one chain",
+                 "num_variational_draws": num_draws, "seed": int(seed),
+                 "vb_covariance": "full" if full else "diagonal"}
+        return post, stats, conv, attrs
+    post, stats, conv = _svi_arrays(fit, (rows, cols))
+    return post, stats, conv, {"representation": "draws from the fitted guide, one chain"}
+
+
+#: dims of the trailing axes of the posterior variables
+_DIMS = {"gamma": ("h",), "gamma_sorted": ("h",), "theta_sv": ("h",), "theta": ("entry",)}
+
+
+def _state_dims(post: dict, K: int) -> dict[str, tuple[str, ...]]:
+    """Dims of prior-state draws whose trailing axes all have length K (``mu_M``: ``h``;
+    ``Lambda_M``: ``h``, ``h2``); other variables keep ArviZ's default names."""
+    out = {}
+    for name, arr in post.items():
+        trail = np.shape(arr)[2:]
+        if name not in _DIMS and trail and K and all(n == K for n in trail):
+            out[name] = tuple("h" if i == 0 else f"h{i + 1}" for i in range(len(trail)))
+    return out
+
+
+def _assemble(post, stats, conv, rows, cols, attrs, K_info: int | None) -> FitArrays:
+    """The :class:`FitArrays` of the groups: dims and coordinates (``h``, ``entry`` with
+    ``row``/``col``)."""
+    if not post:
+        raise ValueError("the fit has no posterior quantity to convert")
+    groups = {"posterior": post}
+    if stats:
+        groups["sample_stats"] = stats
+    if conv:
+        groups["convergence"] = conv
+    K = next((post[v].shape[-1] for v in ("gamma", "theta_sv") if v in post), K_info or 0)
+    dims = {**_DIMS, **_state_dims(post, K)}
+    coords: dict[str, tuple[str, Any]] = {"h": ("h", np.arange(K))}
+    for extra in sorted({d for ds in dims.values() for d in ds if d.startswith("h") and d != "h"}):
+        coords[extra] = (extra, np.arange(K))
+    if "theta" in post:
+        coords["entry"] = ("entry", entry_labels(rows, cols))
+        coords["row"] = ("entry", rows)
+        coords["col"] = ("entry", cols)
+    return FitArrays(groups=groups, dims=dims, coords=coords, attrs=attrs)
+
+
 def fit_arrays(fit, *, entries=None, num_draws: int = 500, seed: int = 0) -> FitArrays:
     """The arrays behind :func:`to_arviz` (see the module docstring for the variables).
 
@@ -427,76 +633,19 @@ def fit_arrays(fit, *, entries=None, num_draws: int = 500, seed: int = 0) -> Fit
         Gibbs/NUTS: entries must be tracked, or the factor draws stored.
     num_draws, seed : int
         VB only: number of draws from ``q`` and the seed of ``numpy.random.default_rng``.
+
+    Returns
+    -------
+    FitArrays
+        For a prior without column scales (``has_column_scales = False``) the posterior
+        holds the draws of the prior's own state (e.g. ``mu_M``, ``Lambda_M``) instead of
+        gamma.
     """
     kind = fit_kind(fit)
-    meta = _meta(fit)
-    if entries is None:
-        track_index = None
-        if kind == "mcmc" and "theta" in fit.samples:
-            E = np.asarray(fit.samples["theta"]).shape[-1]
-            if getattr(fit, "track_rows", None) is not None and len(fit.track_rows) == E:
-                rows, cols = default_entries(fit, seed)
-            else:  # draws of theta without their entries: rows and cols unknown (-1)
-                rows = cols = np.full(E, -1, np.int64)
-            track_index = np.arange(E)
-        else:
-            rows, cols = default_entries(fit, seed)
-    else:
-        rows, cols = _as_entries(entries)
-        _check_in_shape(rows, cols, getattr(fit, "shape", None))
-        track_index = None
-        if kind == "mcmc" and "theta" in fit.samples and getattr(fit, "track_rows", None) is not None:
-            m2 = int(fit.shape[1]) if getattr(fit, "shape", None) else int(max(cols.max(initial=0), 0)) + 1
-            known = np.asarray(fit.track_rows, np.int64) * m2 + np.asarray(fit.track_cols, np.int64)
-            want = rows * m2 + cols
-            pos = {int(k): i for i, k in reversed(list(enumerate(known.tolist())))}
-            if all(int(k) in pos for k in want.tolist()):
-                track_index = np.array([pos[int(k)] for k in want.tolist()], dtype=np.int64)
-    attrs: dict[str, Any] = {
-        "method": str(meta.get("method", getattr(fit, "method", kind))),
-        "prior": str(meta.get("prior_name", "")),
-        "K": int(meta["K"]) if "K" in meta else -1,
-        "theta_offset": float(meta.get("offset", 0.0)),
-        "theta_scale": "model (centred): add theta_offset for the original scale",
-    }
-    if kind == "mcmc":
-        post, stats, conv = _mcmc_arrays(fit, (rows, cols), track_index, entries is not None)
-        attrs["representation"] = "mcmc draws"
-        for k in ("num_warmup", "num_samples", "thinning"):
-            if k in meta:
-                attrs[k] = int(meta[k])
-    elif kind == "vb":
-        num_draws = int(num_draws)
-        if num_draws < 1:
-            raise ValueError(f"num_draws must be >= 1, got {num_draws}")
-        post, stats, conv, full = _vb_arrays(fit, (rows, cols), num_draws, np.random.default_rng(seed))
-        attrs["representation"] = "independent draws from the variational posterior q, one chain"
-        attrs["num_variational_draws"] = num_draws
-        attrs["seed"] = int(seed)
-        attrs["vb_covariance"] = "full" if full else "diagonal"
-    else:
-        post, stats, conv = _svi_arrays(fit, (rows, cols))
-        attrs["representation"] = "draws from the fitted guide, one chain"
-    if not post:
-        raise ValueError("the fit has no posterior quantity to convert")
-    groups = {"posterior": post}
-    if stats:
-        groups["sample_stats"] = stats
-    if conv:
-        groups["convergence"] = conv
-    dims = {
-        "gamma": ("h",),
-        "gamma_sorted": ("h",),
-        "theta_sv": ("h",),
-        "theta": ("entry",),
-    }
-    K = next((post[v].shape[-1] for v in ("gamma", "theta_sv") if v in post), 0)
-    coords: dict[str, tuple[str, Any]] = {"h": ("h", np.arange(K))}
-    if "theta" in post:
-        coords["entry"] = ("entry", entry_labels(rows, cols))
-        coords["row"] = ("entry", rows)
-        coords["col"] = ("entry", cols)
-    return FitArrays(groups=groups, dims=dims, coords=coords, attrs=attrs)
+    rows, cols, track_index = _resolve_entries(fit, kind, entries, seed)
+    post, stats, conv, attrs = _method_arrays(fit, kind, rows, cols, track_index, entries is not None,
+                                              num_draws, seed)
+    return _assemble(post, stats, conv, rows, cols, {**_base_attrs(fit, kind), **attrs}, _K_of(fit))
 
 
 def _arviz_major() -> int:

@@ -15,7 +15,20 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .convert import INVARIANT_VARS, _meta, default_entries, fit_arrays, fit_kind, to_arviz, vb_theta_moments
+from .convert import (
+    INVARIANT_VARS,
+    _K_of,
+    _method_of,
+    _offset_of,
+    _prior_name,
+    _require_column_scales,
+    _setting,
+    default_entries,
+    fit_arrays,
+    fit_kind,
+    to_arviz,
+    vb_theta_moments,
+)
 from .stats import autocorrelation, gamma_threshold, rank_posterior
 
 __all__ = [
@@ -61,13 +74,12 @@ def _figure(nrows: int, ncols: int, figsize, **subplot_kw):
 
 
 def _describe(fit, method: bool = True) -> str:
-    meta = _meta(fit)
-    name = meta.get("method", getattr(fit, "method", fit_kind(fit)))
-    parts = [str(name).upper() if name in ("vb", "svi", "map", "nuts") else str(name).capitalize()] if method else []
-    if meta.get("prior_name"):
-        parts.append(f"{meta['prior_name']} prior")
-    if "K" in meta:
-        parts.append(f"K={meta['K']}")
+    name = _method_of(fit)
+    parts = [name.upper() if name in ("vb", "svi", "map", "nuts") else name.capitalize()] if method else []
+    if _prior_name(fit):
+        parts.append(f"{_prior_name(fit)} prior")
+    if _K_of(fit) is not None:
+        parts.append(f"K={_K_of(fit)}")
     return ", ".join(parts)
 
 
@@ -93,7 +105,6 @@ def plot_rmse_trace(fit, *, ax=None, figsize=(7.0, 4.0), title: str | None = Non
     VB: the RMSE of ``m_i . n_j`` after each iteration.  Needs ``fit(..., test=...)``.
     """
     kind = fit_kind(fit)
-    meta = _meta(fit)
     if kind == "mcmc":
         draw = np.asarray(getattr(fit, "rmse_draw", np.zeros((1, 0))), np.float64)
         mean = np.asarray(getattr(fit, "rmse_mean", np.zeros((1, 0))), np.float64)
@@ -122,8 +133,8 @@ def plot_rmse_trace(fit, *, ax=None, figsize=(7.0, 4.0), title: str | None = Non
         label = ("running posterior mean" if kind == "mcmc" else "VB mean m_i·n_j") + suffix
         ax.plot(it, mean[c], color=colors[c], lw=2.0, label=label, marker="o" if kind == "vb" and T <= 60 else None,
                 ms=3)
-    if kind == "mcmc" and meta.get("num_warmup"):
-        ax.axvline(meta["num_warmup"] + 0.5, color="0.4", ls="--", lw=1, label="end of warm-up")
+    if kind == "mcmc" and _setting(fit, "num_warmup"):
+        ax.axvline(_setting(fit, "num_warmup") + 0.5, color="0.4", ls="--", lw=1, label="end of warm-up")
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel("iteration" + (" (sweep)" if kind == "mcmc" else ""))
@@ -295,8 +306,8 @@ def plot_posterior_compare(gibbs_fit, vb_fit, entries=None, *, max_entries: int 
     E = rows.size
     mean, var, full = vb_theta_moments(vb_fit, rows, cols)
     sd = np.sqrt(np.maximum(var, 0.0))
-    off_g = float(_meta(gibbs_fit).get("offset", 0.0)) if original_scale else 0.0
-    off_v = float(_meta(vb_fit).get("offset", 0.0)) if original_scale else 0.0
+    off_g = _offset_of(gibbs_fit) if original_scale else 0.0
+    off_v = _offset_of(vb_fit) if original_scale else 0.0
     qd = None
     if vb_draws:
         qd = fit_arrays(vb_fit, entries=(rows, cols), num_draws=vb_draws, seed=seed).groups["posterior"]["theta"][0]
@@ -345,7 +356,7 @@ def plot_convergence(fits, *, figsize=None, tol: float | None = None):
     scales, hence the relative change."""
     if not isinstance(fits, Mapping):
         fits = [fits] if hasattr(fits, "elbo") else list(fits)
-        fits = {(_meta(f).get("name") or f"fit {k}"): f for k, f in enumerate(fits)}
+        fits = {f"fit {k}": f for k, f in enumerate(fits)}
     if not fits:
         raise ValueError("no fit to plot")
     for name, f in fits.items():
@@ -366,8 +377,8 @@ def plot_convergence(fits, *, figsize=None, tol: float | None = None):
             rel = np.where(rel > 0, rel, np.nan)
             ax_e.plot(np.arange(2, e.size + 1), rel, color=color, marker="o", ms=3, lw=1.5,
                       label=f"{name} ({e.size} it.)")
-        if _meta(f).get("tol") is not None:
-            tols.add(float(_meta(f)["tol"]))
+        if _setting(f, "tol") is not None:
+            tols.add(float(_setting(f, "tol")))
         if has_rmse:
             r = np.asarray(getattr(f, "rmse_trace", []), np.float64)
             if r.size:
@@ -404,6 +415,7 @@ def plot_gamma(fit, *, threshold: float | None = None, num_draws: int = 500, see
     ``threshold`` defaults to :func:`~bmczoo.diagnostics.gamma_threshold`.  VB: draws
     from q (``num_draws``, ``seed``) on the left, exact probabilities on the right.
     """
+    _require_column_scales(fit, "plot_gamma")
     fa = fit_arrays(fit, num_draws=num_draws, seed=seed)
     post = fa.groups["posterior"]
     if "gamma_sorted" not in post:

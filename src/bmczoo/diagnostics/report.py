@@ -7,7 +7,7 @@ import pathlib
 
 import numpy as np
 
-from .convert import _meta, arrays_to_arviz, fit_arrays, fit_kind
+from .convert import _info, _K_of, _method_of, _offset_of, _setting, arrays_to_arviz, fit_arrays, fit_kind
 from .plots import _describe, plot_acf, plot_convergence, plot_gamma, plot_rmse_trace, plot_trace
 from .stats import gamma_threshold, rank_posterior, summary
 
@@ -50,26 +50,11 @@ def _table_figure(df, title: str):
     return fig
 
 
-def report(fit, path, *, entries=None, num_draws: int = 500, seed: int = 0, threshold: float | None = None,
-           dpi: int = 110) -> list[pathlib.Path]:
-    """Write the diagnostics of one fit into the folder ``path`` (created if needed).
-
-    Files: ``summary.csv``, ``summary.md`` (fit settings, the summary table, the rank
-    posterior, links to the figures), ``summary.png`` (the table), ``rank_posterior.csv``
-    (where gamma is available) and the figures that apply: ``rmse_trace.png`` (test data
-    given), ``trace.png``, ``acf.png`` (MCMC), ``gamma.png``, ``convergence.png`` (VB).
-
-    Returns the paths written, in that order (summary files first).
-    """
-    out = pathlib.Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    kind = fit_kind(fit)
-    fa = fit_arrays(fit, entries=entries, num_draws=num_draws, seed=seed)
-    idata = arrays_to_arviz(fa)
+def _figures(fit, kind: str, fa, idata, threshold, num_draws: int, seed: int):
+    """The figures that apply to the fit (``{name: Figure}``, in report order) and, where
+    gamma is available, the rank posterior and its threshold (else None, None)."""
     post = fa.groups["posterior"]
-    written: list[pathlib.Path] = []
     figures: dict[str, object] = {}
-
     if kind in ("mcmc", "vb"):
         try:
             figures["rmse_trace"] = plot_rmse_trace(fit)
@@ -79,50 +64,99 @@ def report(fit, path, *, entries=None, num_draws: int = 500, seed: int = 0, thre
         figures["trace"] = plot_trace(fit, idata=idata)
         if kind == "mcmc" and "theta" in post:
             figures["acf"] = plot_acf(fit, idata=idata)
-    rank = None
-    if "gamma_sorted" in post:
+    rank = thr = None
+    if "gamma_sorted" in post:  # a prior with column scales, gamma drawn
         thr = gamma_threshold(fit) if threshold is None else float(threshold)
         rank = rank_posterior(fit, thr, num_draws=num_draws, seed=seed)
         figures["gamma"] = plot_gamma(fit, threshold=thr, num_draws=num_draws, seed=seed)
     if kind == "vb":
         figures["convergence"] = plot_convergence({_describe(fit): fit})
+    return figures, rank, thr
 
-    table = summary(idata)
-    csv = out / "summary.csv"
-    table.to_csv(csv)
-    written.append(csv)
 
-    meta = _meta(fit)
-    lines = [f"# Diagnostics — {_describe(fit)}", ""]
-    settings = {k: meta[k] for k in ("method", "prior_name", "hyperparameters", "K", "lam", "tau", "offset",
-                                     "num_warmup", "num_samples", "thinning", "num_chains", "num_iter",
-                                     "num_steps", "seed") if k in meta}
-    settings["representation"] = fa.attrs.get("representation")
+def _fit_settings(fit, kind: str, fa) -> dict[str, object]:
+    """The settings listed in ``summary.md``, read from the fit's typed info (method,
+    prior and its hyper-parameters, K, likelihood, offset, the method's settings, seed)
+    and the conversion's representation."""
+    info = _info(fit)
+    out: dict[str, object] = {}
+    if info is not None:
+        prior = getattr(info, "prior", None)
+        likelihood = getattr(info, "likelihood", None)
+        out["method"] = _method_of(fit)
+        if prior is not None:
+            out["prior_name"] = prior.name
+            out["hyperparameters"] = prior.hyperparameters()
+        if _K_of(fit) is not None:
+            out["K"] = _K_of(fit)
+        if likelihood is not None:
+            out["lam"] = likelihood.describe().get("lam")
+        if getattr(info, "tau", None) is not None:
+            out["tau"] = info.tau
+        if getattr(info, "shift", None) is not None:
+            out["offset"] = _offset_of(fit)
+    for k in ("num_warmup", "num_samples", "thinning", "num_chains"):
+        if _setting(fit, k) is not None:
+            out[k] = _setting(fit, k)
+    if kind == "vb" and getattr(fit, "num_iter", None) is not None:
+        out["num_iter"] = fit.num_iter
+    if _setting(fit, "num_steps") is not None:
+        out["num_steps"] = _setting(fit, "num_steps")
+    if getattr(info, "seed", None) is not None:
+        out["seed"] = info.seed
+    out["representation"] = fa.attrs.get("representation")
     if kind == "vb":
-        settings["variational draws"] = f"{fa.attrs['num_variational_draws']} (seed {fa.attrs['seed']}), "\
+        out["variational draws"] = f"{fa.attrs['num_variational_draws']} (seed {fa.attrs['seed']}), "\
             f"{fa.attrs['vb_covariance']} covariances"
+    return out
+
+
+def _summary_markdown(fit, settings: dict, table, rank, thr, figure_names) -> str:
+    """The text of ``summary.md``: settings, the summary table, the rank posterior (where
+    available) and links to the figures."""
+    lines = [f"# Diagnostics — {_describe(fit)}", ""]
     lines += [f"- **{k}**: {_fmt(v)}" for k, v in settings.items()]
     lines += ["", "## Summary (rotation- and label-invariant quantities)", "", _markdown_table(table), ""]
     if rank is not None:
-        rp = out / "rank_posterior.csv"
-        rp.write_text("rank,probability\n" + "".join(f"{r},{p:.6g}\n" for r, p in enumerate(rank)))
         lines += [f"## Rank posterior (threshold {thr:.4g})", "",
                   "| rank | " + " | ".join(str(r) for r in range(rank.size)) + " |",
                   "|---|" + "---:|" * rank.size,
                   "| P | " + " | ".join(f"{p:.3f}" for p in rank) + " |", ""]
-    if figures:
-        lines += ["## Figures", ""] + [f"![{name}]({name}.png)" for name in figures] + [""]
-    md = out / "summary.md"
-    md.write_text("\n".join(lines))
-    written.append(md)
+    if figure_names:
+        lines += ["## Figures", ""] + [f"![{name}]({name}.png)" for name in figure_names] + [""]
+    return "\n".join(lines)
 
-    png = out / "summary.png"
-    _table_figure(table, f"Summary — {_describe(fit)}").savefig(png, dpi=dpi)
-    written.append(png)
+
+def report(fit, path, *, entries=None, num_draws: int = 500, seed: int = 0, threshold: float | None = None,
+           dpi: int = 110) -> list[pathlib.Path]:
+    """Write the diagnostics of one fit into the folder ``path`` (created if needed).
+
+    Files: ``summary.csv``, ``summary.md`` (fit settings, the summary table, the rank
+    posterior, links to the figures), ``summary.png`` (the table), ``rank_posterior.csv``
+    (where gamma is available) and the figures that apply: ``rmse_trace.png`` (test data
+    given), ``trace.png``, ``acf.png`` (MCMC), ``gamma.png``, ``convergence.png`` (VB).
+    A prior without column scales (e.g. normal-wishart) has no gamma: the rank posterior
+    and ``gamma.png`` are left out.
+
+    Returns the paths written, in that order (summary files first).
+    """
+    out = pathlib.Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    kind = fit_kind(fit)
+    fa = fit_arrays(fit, entries=entries, num_draws=num_draws, seed=seed)
+    idata = arrays_to_arviz(fa)
+    figures, rank, thr = _figures(fit, kind, fa, idata, threshold, num_draws, seed)
+    table = summary(idata)
+    written = [out / "summary.csv", out / "summary.md", out / "summary.png"]
+    table.to_csv(written[0])
     if rank is not None:
-        written.append(out / "rank_posterior.csv")
+        rp = out / "rank_posterior.csv"
+        rp.write_text("rank,probability\n" + "".join(f"{r},{p:.6g}\n" for r, p in enumerate(rank)))
+    written[1].write_text(_summary_markdown(fit, _fit_settings(fit, kind, fa), table, rank, thr, list(figures)))
+    _table_figure(table, f"Summary — {_describe(fit)}").savefig(written[2], dpi=dpi)
+    if rank is not None:
+        written.append(rp)
     for name, fig in figures.items():
-        p = out / f"{name}.png"
-        fig.savefig(p, dpi=dpi)
-        written.append(p)
+        written.append(out / f"{name}.png")
+        fig.savefig(written[-1], dpi=dpi)
     return written

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._checks import check_real
 from ..priors.base import indicator_above
-from .convert import INVARIANT_VARS, _prior_of, _vb_q_gamma, fit_kind, to_arviz
+from .convert import INVARIANT_VARS, _prior_of, _require_column_scales, _vb_q_gamma, fit_kind, to_arviz
 
 __all__ = ["summary", "rank_posterior", "autocorrelation", "gamma_threshold", "prob_gamma_above"]
 
@@ -164,9 +164,10 @@ def prob_gamma_above(fit, threshold: float) -> np.ndarray:
     :meth:`~bmczoo.priors.Prior.q_prob_above`).  MCMC and SVI: the average over the draws
     of ``P(gamma_h > threshold | draw)`` (:meth:`~bmczoo.priors.Prior.prob_above`: the
     indicator of the drawn ``gamma_h``, or its exact conditional probability for a model
-    that integrates gamma out).
+    that integrates gamma out).  ``ValueError`` for a prior without column scales.
     """
     threshold = _check_threshold(threshold)
+    _require_column_scales(fit, "prob_gamma_above")
     if fit_kind(fit) == "vb":
         return _vb_prob_above(fit, threshold)
     return _draws_prob_above(fit, threshold).mean(axis=0)
@@ -182,9 +183,11 @@ def rank_posterior(fit, threshold: float, *, num_draws: int = 500, seed: int = 0
     drawn) that is exactly the frequency of each count over the draws.
 
     ``num_draws`` and ``seed`` are accepted for compatibility and not used (the result is
-    exact given the fit).
+    exact given the fit).  A prior without column scales (``has_column_scales = False``,
+    e.g. :class:`~bmczoo.priors.NormalWishart`) has no such rank: ``ValueError``.
     """
     threshold = _check_threshold(threshold)
+    _require_column_scales(fit, "rank_posterior")
     if fit_kind(fit) == "vb":
         return _poisson_binomial(_vb_prob_above(fit, threshold))
     return _poisson_binomial(_draws_prob_above(fit, threshold)).mean(axis=0)
@@ -194,7 +197,8 @@ def gamma_threshold(fit) -> float:
     """A default threshold for counting "active" columns: the prior's
     :meth:`~bmczoo.priors.Prior.active_threshold` (e.g. ``sqrt(C eps)`` for the discrete
     prior) where it has one; otherwise 1% of the largest posterior mean of gamma (a
-    relative cut)."""
+    relative cut).  ``ValueError`` for a prior without column scales."""
+    _require_column_scales(fit, "gamma_threshold")
     prior = _prior_of(fit)
     t = prior.active_threshold() if prior is not None else None
     if t is not None:

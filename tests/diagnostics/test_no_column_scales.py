@@ -1,0 +1,91 @@
+"""Diagnostics of a fit whose prior has no column scales gamma (``has_column_scales =
+False``, e.g. :class:`~bmczoo.priors.NormalWishart`): its draws hold the prior's own state
+(``mu_M``, ``Lambda_M``, ``mu_N``, ``Lambda_N``) instead of gamma.  The rank diagnostics
+refuse it with an error naming the prior; the conversion, summary and report skip gamma
+and keep the state draws."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import bmczoo as bmc
+from bmczoo import diagnostics as dg
+
+from ._fakes import FakeMCMCFit, FakeVBFit, fake_info, random_spd
+
+NW = bmc.priors.NormalWishart()
+K, C, D, M1, M2 = 3, 2, 12, 6, 5
+
+
+def _state(rng, lead):
+    out = {}
+    for side in ("M", "N"):
+        out[f"mu_{side}"] = rng.normal(size=lead + (K,))
+        out[f"Lambda_{side}"] = random_spd(rng, int(np.prod(lead)), K).reshape(lead + (K, K))
+    return out
+
+
+@pytest.fixture
+def nw_mcmc():
+    rng = np.random.default_rng(0)
+    M, N = rng.normal(size=(C, D, M1, K)), rng.normal(size=(C, D, M2, K))
+    rows, cols = np.array([0, 2, 5]), np.array([1, 4, 0])
+    theta = np.einsum("cdek,cdek->cde", M[:, :, rows], N[:, :, cols])
+    samples = {**_state(rng, (C, D)), "M": M, "N": N, "theta": theta}
+    return FakeMCMCFit(samples, rows, cols, (M1, M2), prior=NW)
+
+
+def _check_error(fn, *args, **kwargs):
+    with pytest.raises(ValueError, match="normal-wishart has no column scales gamma"):
+        fn(*args, **kwargs)
+
+
+def test_rank_diagnostics_name_the_prior(nw_mcmc):
+    _check_error(dg.rank_posterior, nw_mcmc, 0.5)
+    _check_error(dg.prob_gamma_above, nw_mcmc, 0.5)
+    _check_error(dg.gamma_threshold, nw_mcmc)
+    _check_error(dg.plot_gamma, nw_mcmc)
+    vb = FakeVBFit(np.ones((M1, K)), np.ones((M2, K)), random_spd(np.random.default_rng(1), M1, K),
+                   random_spd(np.random.default_rng(2), M2, K), {}, NW, elbo=[-3.0, -2.0])
+    _check_error(dg.rank_posterior, vb, 0.5)
+
+
+def test_to_arviz_keeps_the_state_draws(nw_mcmc):
+    post = dg.to_arviz(nw_mcmc).posterior
+    assert "gamma" not in post and "gamma_sorted" not in post
+    for side in ("M", "N"):
+        np.testing.assert_array_equal(post[f"mu_{side}"].values, nw_mcmc.samples[f"mu_{side}"])
+        np.testing.assert_array_equal(post[f"Lambda_{side}"].values, nw_mcmc.samples[f"Lambda_{side}"])
+        assert post[f"mu_{side}"].dims == ("chain", "draw", "h")
+        assert post[f"Lambda_{side}"].dims == ("chain", "draw", "h", "h2")
+    assert {"theta", "theta_sv", "theta_fro", "eff_rank"} <= set(post.data_vars)
+    assert post.attrs["prior"] == "normal-wishart"
+
+
+def test_summary_and_report_skip_gamma(nw_mcmc, tmp_path):
+    table = dg.summary(nw_mcmc)
+    assert not any(label.startswith("gamma") for label in table.index)
+    assert any(label.startswith("theta_fro") for label in table.index)
+    names = {p.name for p in dg.report(nw_mcmc, tmp_path)}
+    assert {"summary.csv", "summary.md", "summary.png", "trace.png"} <= names
+    assert "gamma.png" not in names and "rank_posterior.csv" not in names
+    assert "Rank posterior" not in (tmp_path / "summary.md").read_text()
+
+
+def test_guide_draws_and_vb(nw_mcmc):
+    rng = np.random.default_rng(3)
+    S = 7
+    draws = {**_state(rng, (S,)), "M": rng.normal(size=(S, M1, K)), "N": rng.normal(size=(S, M2, K))}
+    svi = SimpleNamespace(draws=draws, losses=np.array([2.0, 1.0]), shape=(M1, M2),
+                          info=fake_info("svi", K, (M1, M2), NW))
+    post = dg.to_arviz(svi).posterior
+    assert "gamma" not in post
+    np.testing.assert_array_equal(post["Lambda_N"].values[0], draws["Lambda_N"])
+    _check_error(dg.rank_posterior, svi, 0.5)
+    vb = FakeVBFit(rng.normal(size=(M1, K)), rng.normal(size=(M2, K)), random_spd(rng, M1, K),
+                   random_spd(rng, M2, K), {}, NW, elbo=[-3.0, -2.0])
+    post = dg.to_arviz(vb, num_draws=20).posterior
+    assert "gamma" not in post and "theta_sv" in post
