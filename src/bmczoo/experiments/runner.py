@@ -99,9 +99,10 @@ def default_out() -> Path:
 
 
 def _default_hyper(cls) -> dict:
-    """The dataclass defaults of a prior class, updated by its ``cli_defaults``."""
-    fields = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
-    return {**fields, **cls.cli_defaults}
+    """The hyper-parameters of the prior class's command-line default (its dataclass
+    defaults updated by ``cli_defaults``), as the prior reports them (an optional setting
+    left at None, e.g. the Normal-Wishart ``nu0``, is not listed)."""
+    return cls.from_cli().hyperparameters()
 
 
 @dataclasses.dataclass(frozen=True)
