@@ -104,21 +104,17 @@ def fit(
         Latent dimension, ``1 <= K <= min(m1, m2)``.
     prior : bmczoo.priors.Prior, default ``Discrete()``
     method : {"gibbs", "vb", "svi", "nuts", "map"} or a settings object
-        ``"gibbs"``: conjugate blocked Gibbs; ``"vb"``: closed-form mean-field CAVI;
-        ``"nuts"``: NumPyro NUTS (small problems); ``"svi"``: NumPyro SVI with an
-        autoguide; ``"map"``: ``AutoDelta``.  A :mod:`bmczoo.inference.settings` object
-        (``bmc.inference.Gibbs(num_samples=2000)``, ``VB(max_iter=50)``, ...) picks the
-        method and its settings at once.
+        Conjugate blocked Gibbs; closed-form mean-field CAVI; NumPyro SVI with an autoguide;
+        NumPyro NUTS (small problems); ``AutoDelta``.  A :mod:`bmczoo.inference.settings`
+        object (``bmc.inference.Gibbs(num_samples=2000)``, ...) gives method and settings.
     num_warmup, num_samples, thinning, num_chains : int, optional
         Gibbs/NUTS: ``num_warmup + num_samples`` sweeps per chain, every ``thinning``-th
         post-warm-up draw kept (defaults 100, 900, 10, 1).  VB: ``num_chains`` random
         starts run side by side, the highest final ELBO kept.
     lam, noise_sd : float
-        The tempered likelihood's temperature (``None``: ``lam = n / (2 noise_sd^2)``)
-        and noise sd: shorthand for ``likelihood=bmc.likelihoods.Tempered(lam, noise_sd)``.
+        Shorthand for ``likelihood=bmc.likelihoods.Tempered(lam, noise_sd)``.
     seed : int
-        Seed of ``jax.random.key``.
-    progress_bar : bool
+        Seed of ``jax.random.key``.  ``progress_bar`` : bool.
     test : RatingData, optional
         Entries whose posterior mean is computed during the fit and whose RMSE is
         recorded per iteration (the paper's Figures 1 and 4).
@@ -127,43 +123,40 @@ def fit(
     predict : (rows, cols), optional
         Further entries whose posterior mean is computed during the fit.
     center, clip :
-        The offsets component (:class:`bmczoo.offsets.GlobalMean`): fit ``Y - mean(Y)``
-        and add the mean back; clip predictions (``"auto"``: to the observed range when
-        the values look like star ratings).
+        The offsets component (:class:`bmczoo.offsets.GlobalMean`): fit ``Y - mean(Y)``;
+        clip predictions (``"auto"``: to the observed range of star ratings).
     dtype : {float32, float64}, optional
         Default float32 (float64 when ``jax_enable_x64`` is on).
     likelihood : bmczoo.likelihoods.Likelihood, optional
-        The observation model (default the paper's :class:`~bmczoo.likelihoods.Tempered`;
-        :class:`~bmczoo.likelihoods.LearnedNoise` learns the noise level).
+        Default the paper's :class:`~bmczoo.likelihoods.Tempered`;
+        :class:`~bmczoo.likelihoods.LearnedNoise` learns the noise level.
     biases : bool or bmczoo.offsets.Biases
-        Row and column biases ``b_i + c_j`` added to ``theta`` (``True``: the default
-        :class:`~bmczoo.offsets.Biases`).
+        Row and column biases ``b_i + c_j`` (``True``: the default ``Biases()``).
     **method_kwargs :
-        The method's other settings, see :mod:`bmczoo.inference.settings`: Gibbs
-        (``chain_method, overrelax, init_gamma, track, store_factors, checkpoint,
-        checkpoint_every``), VB (``max_iter, tol, checkpoint, checkpoint_every``), NUTS
-        (``track, target_accept_prob``), SVI (``guide, num_steps, learning_rate,
-        subsample_size, num_draws``), MAP (``num_steps, learning_rate, subsample_size``).
-        An argument of another method raises ``ValueError`` naming it and the method.
+        The method's other settings (:mod:`bmczoo.inference.settings`); an argument of
+        another method raises ``ValueError`` naming it and the method.
 
     Returns
     -------
     GibbsFit, NUTSFit, VBFit, SVIFit or MAPFit (:mod:`bmczoo.inference.results`)
     """
     train = check_ratings(train, "train")
-    prior = Discrete() if prior is None else check_prior(prior)
-    K = check_K(K, train.shape)
-    seed = check_int("seed", seed, minimum=0)
-    check_bool("progress_bar", progress_bar)
-    lik = model_likelihood(likelihood, lam, noise_sd)
     dt = _check_dtype(dtype)
-    bias = get_biases(biases)
     positional = dict(num_warmup=num_warmup, num_samples=num_samples, thinning=thinning, num_chains=num_chains,
                       devices=devices)
     settings = _method_settings(method, positional, method_kwargs)
     prep, shift = _prepare(train, test, predict, GlobalMean(center=center, clip=clip))
-    info = FitInfo(method=settings.method, prior=prior, likelihood=lik, K=K, shape=train.shape, shift=shift,
-                   center=center, seed=seed, dtype=jnp.dtype(dt).name, settings=settings,
-                   tau=lik.precision(train.n), biases=bias)
+    info = _compose(train, K, prior, settings, shift, center=center, seed=seed, dtype=dt,
+                    likelihood=model_likelihood(likelihood, lam, noise_sd), biases=get_biases(biases))
+    check_bool("progress_bar", progress_bar)
     with _x64_context(dt):
         return DRIVERS[type(settings)](prep, info, progress_bar)
+
+
+def _compose(train: RatingData, K, prior, settings: Settings, shift, *, center, seed, dtype, likelihood,
+             biases) -> FitInfo:
+    """The model's components and the run's settings, checked, as the fit's typed info."""
+    prior = Discrete() if prior is None else check_prior(prior)
+    return FitInfo(method=settings.method, prior=prior, likelihood=likelihood, K=check_K(K, train.shape),
+                   shape=train.shape, shift=shift, center=center, seed=check_int("seed", seed, minimum=0),
+                   dtype=jnp.dtype(dtype).name, settings=settings, tau=likelihood.precision(train.n), biases=biases)

@@ -84,26 +84,11 @@ def matrix_completion(
         full model (``Lambda``, ``mu`` sites) has a bounded density, so ``AutoDelta`` on
         it is the joint MAP.
     """
-    ratings = check_ratings(ratings)
-    prior = check_prior(prior)
-    K = check_K(K, ratings.shape)
-    likelihood = model_likelihood(likelihood, lam, noise_sd)
-    check_bool("observed", observed)
-    check_bool("marginal", marginal)
-    biases = get_biases(biases)
-    if subsample_size is not None:
-        subsample_size = check_positive_int("subsample_size", subsample_size)
-        if subsample_size > ratings.n:
-            raise ValueError(f"subsample_size={subsample_size} exceeds the number of ratings {ratings.n}")
+    ratings, prior, K, likelihood, biases, subsample_size = _check_arguments(
+        ratings, K, prior, lam, noise_sd, likelihood, biases, observed, subsample_size, marginal)
     m1, m2 = ratings.shape
     if marginal and prior.has_column_scales:
-        flat = dist.ImproperUniform(dist.constraints.real_matrix, (), (m1, K))
-        M = numpyro.sample("M", flat)
-        N = numpyro.sample("N", dist.ImproperUniform(dist.constraints.real_matrix, (), (m2, K)))
-        S = jnp.sum(M**2, axis=0) + jnp.sum(N**2, axis=0)
-        d = m1 + m2
-        log_marginal = prior.vb_update(S, d).log_normalizer - 0.5 * d * math.log(2.0 * math.pi)
-        numpyro.factor("gamma_marginal", jnp.sum(log_marginal))
+        M, N = _marginal_factors(prior, m1, m2, K)
     else:
         _, M, N = prior.sample_latents(m1, m2, K)
     bias = None if biases is None else sample_biases(biases, m1, m2)
@@ -119,6 +104,33 @@ def matrix_completion(
         if bias is not None:
             mean = mean + bias[0][r] + bias[1][c]
         likelihood.sample_obs(mean, ratings.n, None if y is None else y[idx], **lik_params)
+
+
+def _check_arguments(ratings, K, prior, lam, noise_sd, likelihood, biases, observed, subsample_size, marginal):
+    ratings = check_ratings(ratings)
+    prior = check_prior(prior)
+    K = check_K(K, ratings.shape)
+    likelihood = model_likelihood(likelihood, lam, noise_sd)
+    check_bool("observed", observed)
+    check_bool("marginal", marginal)
+    biases = get_biases(biases)
+    if subsample_size is not None:
+        subsample_size = check_positive_int("subsample_size", subsample_size)
+        if subsample_size > ratings.n:
+            raise ValueError(f"subsample_size={subsample_size} exceeds the number of ratings {ratings.n}")
+    return ratings, prior, K, likelihood, biases, subsample_size
+
+
+def _marginal_factors(prior, m1: int, m2: int, K: int):
+    """Flat sites ``M``, ``N`` with the exact marginal column prior (gamma integrated out)
+    as a factor."""
+    M = numpyro.sample("M", dist.ImproperUniform(dist.constraints.real_matrix, (), (m1, K)))
+    N = numpyro.sample("N", dist.ImproperUniform(dist.constraints.real_matrix, (), (m2, K)))
+    S = jnp.sum(M**2, axis=0) + jnp.sum(N**2, axis=0)
+    d = m1 + m2
+    log_marginal = prior.vb_update(S, d).log_normalizer - 0.5 * d * math.log(2.0 * math.pi)
+    numpyro.factor("gamma_marginal", jnp.sum(log_marginal))
+    return M, N
 
 
 def sample_biases(biases: Biases, m1: int, m2: int):
