@@ -22,7 +22,12 @@ by the Geweke tests (``test_geweke_components.py``); here:
   is the mean over draws of ``M_i . N_j + row_bias_i + col_bias_j`` plus the offset (no
   clipping), within a float64 rounding bound.
 * **Learned noise recovers the noise level** on the paper's simulation (m = 100, rank 2,
-  N(0, 1) noise): the central 99% interval of the draws of ``1 / sqrt(tau)`` contains 1.
+  N(0, 1) noise): the central 99% interval of the draws of ``1 / sqrt(tau)`` contains 1
+  (default suite: K = 2 with all three components; slow: K = 2 discrete, K = 5 inverse
+  gamma, and the K = 5 discrete prior from its default start, a strict xfail: the chains
+  stay in an all-slab mode that fits the noise).  Not asserted: Normal-Wishart + biases with
+  K = 5 gives a noise sd ~6% low (median 0.93-0.945 on seeds 0-3) whose 99% interval only
+  just reaches 1 or misses it, depending on the seed and chain length.
 """
 
 from __future__ import annotations
@@ -257,12 +262,8 @@ COVERAGE = [
     pytest.param(5, "inverse-gamma", dict(prior=bmc.priors.InverseGamma(),
                                           likelihood=bmc.likelihoods.LearnedNoise()),
                  id="K5-inverse-gamma", marks=pytest.mark.slow),
-    # Findings (K = 5 > true rank 2; the Gibbs blocks themselves pass the Geweke tests and
-    # the draws of tau are exactly Gamma(a + n/2, b + SSE/2) given the same draw's factors):
-    pytest.param(5, "all-three", ALL_THREE, id="K5-all-three", marks=[pytest.mark.slow, pytest.mark.xfail(
-        strict=True, reason="Normal-Wishart rows with K=5 > rank 2 absorb noise: noise sd 0.94 "
-        "[0.892, 0.99995] on this data set (median 0.93-0.945 on seeds 0-3, 99% interval misses 1 on "
-        "seeds 0 and 1); both chains agree, K=2 covers; the per-column inverse-gamma prior covers")]),
+    # Finding (K = 5 > true rank 2; the Gibbs blocks pass the Geweke tests and the draws of
+    # tau are exactly Gamma(a + n/2, b + SSE/2) given the same draw's factors, KS p = 0.42):
     pytest.param(5, "discrete", dict(prior=bmc.priors.Discrete(), likelihood=bmc.likelihoods.LearnedNoise()),
                  id="K5-discrete", marks=[pytest.mark.slow, pytest.mark.xfail(
                      strict=True, reason="metastable: from the default start (every gamma_h = C) all five "
@@ -284,3 +285,15 @@ def test_learned_noise_covers_the_true_noise_sd(K, name, comp):
     sd, _ = _noise_sd_draws(K, comp)
     lo, med, hi = np.quantile(sd, [0.005, 0.5, 0.995])
     assert lo < 1.0 < hi, f"K={K} {name}: 99% interval of the noise sd [{lo:.4f}, {hi:.4f}] (median {med:.4f})"
+
+
+@pytest.mark.slow
+def test_discrete_K5_started_in_the_spike_covers_the_noise_sd():
+    """The companion of the K5-discrete finding: the same fit started with the three extra
+    columns in the spike (``init_gamma``) keeps them there and recovers the noise sd."""
+    comp = dict(prior=bmc.priors.Discrete(), likelihood=bmc.likelihoods.LearnedNoise())
+    sd, fit = _noise_sd_draws(5, comp, init_gamma=(1.0, 1.0, 0.05, 0.05, 0.05))
+    lo, hi = np.quantile(sd, [0.005, 0.995])
+    assert lo < 1.0 < hi, (lo, hi)
+    slab = (np.asarray(fit.samples["gamma"]) == 1.0).mean(axis=(0, 1))
+    assert np.all(slab[2:] == 0.0), slab
