@@ -400,8 +400,9 @@ def _cmd_fit(args) -> int:
     loaded = _load(args.data, args.seed, args.test_fraction)
     train, test, sim = loaded.train, loaded.test, loaded.sim
     print(f"data: {train!r} train" + (f", {test!r} test" if test is not None else ""))
-    print(f"prior: {prior}, likelihood: {likelihood.name}, biases: {'yes' if args.biases else 'no'}, K={args.K}, "
-          f"method={args.method}")
+    model = "".join([f", likelihood: {likelihood.name}" if args.likelihood != "tempered" else "",
+                     ", biases" if args.biases else ""])
+    print(f"prior: {prior}, K={args.K}, method={args.method}{model}")
     predict = None
     if sim is not None:
         m = sim.theta.shape[0]
@@ -478,7 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd via "
                    "--likelihood-opt) or learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper)")
     f.add_argument("--likelihood-opt", action="append", default=[], metavar="NAME=VALUE",
-                   help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, or a=2 for learned)")
+                   help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, or a=2 for learned); default: the "
+                   "likelihood's own defaults")
     f.add_argument("--biases", action="store_true",
                    help="add row and column biases b_i + c_j with inverse-gamma variances")
     f.add_argument("--method", default="gibbs", choices=["gibbs", "vb", "svi", "map", "nuts"],
