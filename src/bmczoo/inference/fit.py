@@ -166,4 +166,7 @@ def fit(
                    center=center, seed=seed, dtype=jnp.dtype(dt).name, settings=settings,
                    tau=lik.precision(train.n), biases=bias)
     with _x64_context(dt):
-        return DRIVERS[type(settings)](prep, info, progress_bar)
+        result = DRIVERS[type(settings)](prep, info, progress_bar)
+    # the training pattern (shared, not copied) for recommend(exclude_seen=True)
+    result.seen_rows, result.seen_cols = train.rows, train.cols
+    return result
