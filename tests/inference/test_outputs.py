@@ -52,7 +52,8 @@ def test_gibbs_running_moments_equal_stored_draws(data, x64):
     import jax.numpy as jnp
 
     train, test = data
-    for lik, bias in ((None, False), (bmc.likelihoods.LearnedNoise(), True)):
+    # the learned noise with biases (the fixed noise's E[1/tau] = 1/tau is checked with VB below)
+    for lik, bias in ((bmc.likelihoods.LearnedNoise(), True),):
         f = _gibbs(train, test, num_chains=2, dtype=jnp.float64, likelihood=lik, biases=bias)
         d = outputs.flat_draws(f.samples, 3)
         assert d["M"].shape[0] == 2 * f.num_kept
@@ -88,6 +89,7 @@ def test_interval_and_prob_validation(data):
     np.testing.assert_allclose(lo, np.clip(mean + f.info.shift.offset - z * sd, -1, 1))
     np.testing.assert_allclose(hi, np.clip(mean + f.info.shift.offset + z * sd, -1, 1))
     assert np.all(m >= -1) and np.all(m <= 1) and np.all(lo <= hi)
+    np.testing.assert_allclose(sd**2 - f._theta_moments(test.rows, test.cols)[1], 1.0)  # fixed noise_sd = 1
     for bad in (0.0, 1.0, 1.5, -0.1, "x"):
         with pytest.raises(ValueError, match="prob"):
             f.predictive_interval(test.rows, test.cols, prob=bad)
@@ -204,7 +206,7 @@ def test_recommend_excludes_seen_and_is_batched(data):
     f.recommend(users[:3], seen=train)
     g = bmc.inference.GibbsFit(info=f.info, samples={"theta": np.zeros((1, 2, 1))})  # no factor draws
     with pytest.raises(ValueError, match="factor draws"):
-        g.recommend(users[:3])
+        g.recommend(users[:3], exclude_seen=False)
 
 
 def test_fold_in_copy_of_a_training_row(data, x64):
