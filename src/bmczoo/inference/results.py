@@ -318,10 +318,9 @@ class MCMCFit(FitResult):
 
     def _draws(self, what: str = "these entries were not requested at fit time and"):
         if "M" not in self.samples:
-            raise ValueError(
-                f"{what} no factor draws were stored: "
-                "pass them as fit(..., predict=(rows, cols)) or use store_factors=True"
-            )
+            hint = ("pass them as fit(..., predict=(rows, cols)) or use store_factors=True" if what.startswith("these")
+                    else "refit with store_factors=True")
+            raise ValueError(f"{what} no factor draws were stored: {hint}")
         return out.flat_draws(self.samples, self.info.K)
 
     def _predict_mean(self, r, c) -> np.ndarray:
