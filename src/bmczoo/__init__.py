@@ -5,10 +5,11 @@ Rousseau): the fixed, inverse-gamma, gamma and discrete (spike-and-slab) priors,
 conjugate Gibbs kernels, closed-form VB, NumPyro SVI/NUTS baselines, ArviZ diagnostics.
 """
 
-from . import data, datasets, diagnostics, inference, likelihoods, models, offsets, priors
+from . import data, datasets, diagnostics, evaluation, inference, likelihoods, models, offsets, priors
 from .data import RatingData
 from .inference import fit
+from .inference.saving import load
 
 __version__ = "0.1.0"
 
-__all__ = ["RatingData", "fit", "data", "datasets", "diagnostics", "inference", "likelihoods", "models", "offsets", "priors", "__version__"]
+__all__ = ["RatingData", "fit", "load", "evaluation", "data", "datasets", "diagnostics", "inference", "likelihoods", "models", "offsets", "priors", "__version__"]

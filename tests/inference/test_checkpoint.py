@@ -38,6 +38,7 @@ def _assert_same_gibbs(a, b):
     for k in a.samples:
         np.testing.assert_array_equal(a.samples[k], b.samples[k], err_msg=k)
     np.testing.assert_array_equal(a.pred_mean, b.pred_mean)
+    np.testing.assert_array_equal(a.pred_var, b.pred_var)  # the running sums of theta^2 resume too
     np.testing.assert_array_equal(a.rmse_draw, b.rmse_draw)
     np.testing.assert_array_equal(a.rmse_mean, b.rmse_mean)
 

@@ -104,6 +104,10 @@ def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[
 
 
 def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsState:
+    missing = [f for f in gibbs.GibbsState._fields if f not in ("key", "prior_state") and f"state/{f}" not in arrays]
+    if missing:
+        raise ValueError(f"the checkpoint was written by an earlier version of bmczoo (its Gibbs state has no "
+                         f"{', '.join(missing)}): start the run again with another checkpoint path")
     fields = {f: jnp.asarray(arrays[f"state/{f}"]) for f in gibbs.GibbsState._fields if f not in ("key", "prior_state")}
     prefix = "state/prior/"
     fields["prior_state"] = {k[len(prefix):]: jnp.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}

@@ -190,11 +190,15 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
     gibbs.check_failure(core, dtype=info.dtype)
     C = s.num_chains
     pred_sum = np.asarray(core.pred_sum, np.float64).reshape(C, -1)
+    pred_sq = np.asarray(core.pred_sq, np.float64).reshape(C, -1)
     num_kept = int(np.asarray(core.num_kept).ravel()[0])
+    # pooled over chains: E[theta], E[theta^2] - E[theta]^2 (running sums, no draws)
+    pred_theta = pred_sum.mean(axis=0) / max(num_kept, 1)
+    pred_var = np.maximum(pred_sq.mean(axis=0) / max(num_kept, 1) - pred_theta**2, 0.0)
     # (chain, iteration); chains of a sequential run come stacked, of a single run without axis
     return GibbsFit(
         info=info, samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols,
-        pred_mean=info.shift.apply(pred_sum.mean(axis=0) / max(num_kept, 1)),
+        pred_mean=info.shift.apply(pred_sum.mean(axis=0) / max(num_kept, 1)), pred_theta=pred_theta, pred_var=pred_var,
         rmse_draw=np.asarray(core.rmse_draw).reshape(C, -1), rmse_mean=np.asarray(core.rmse_mean).reshape(C, -1),
         track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=num_kept, mcmc=mcmc,
     )
@@ -203,6 +207,7 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
 def fit_nuts(prep: Prepared, info: FitInfo, progress_bar: bool) -> NUTSFit:
     """NumPyro NUTS (:class:`~bmczoo.inference.settings.NUTS`)."""
     from .baselines import run_nuts
+    from .outputs import draws_theta_moments, flat_draws
     from .results import bias_draws, draws_theta_mean
 
     s: st.NUTS = info.settings
@@ -218,6 +223,8 @@ def fit_nuts(prep: Prepared, info: FitInfo, progress_bar: bool) -> NUTSFit:
     return NUTSFit(
         info=info, samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols,
         pred_mean=info.shift.apply(draws_theta_mean(samples, prep.pred_rows, prep.pred_cols)),
+        pred_theta=draws_theta_mean(samples, prep.pred_rows, prep.pred_cols),
+        pred_var=draws_theta_moments(flat_draws(samples, info.K), prep.pred_rows, prep.pred_cols)[1],
         rmse_draw=np.zeros((s.num_chains, 0)), rmse_mean=np.zeros((s.num_chains, 0)),
         track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=M.shape[1], mcmc=mcmc,
     )

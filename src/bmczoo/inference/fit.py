@@ -150,7 +150,10 @@ def fit(
                     likelihood=model_likelihood(likelihood, lam, noise_sd), biases=get_biases(biases))
     check_bool("progress_bar", progress_bar)
     with _x64_context(dt):
-        return DRIVERS[type(settings)](prep, info, progress_bar)
+        result = DRIVERS[type(settings)](prep, info, progress_bar)
+    # the training pattern (shared, not copied) for recommend(exclude_seen=True)
+    result.seen_rows, result.seen_cols = train.rows, train.cols
+    return result
 
 
 def _compose(train: RatingData, K, prior, settings: Settings, shift, *, center, seed, dtype, likelihood,

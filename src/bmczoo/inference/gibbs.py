@@ -15,7 +15,8 @@ posterior); ``rho = -0.7`` gives theta entries 2.5-4.5x the effective sample siz
 plain Gibbs on the paper's m = 200 problem (``benchmarks/bench_overrelax.py``).
 
 While sampling, the state accumulates, without storing draws: the sum of ``theta`` at
-requested entries over kept draws (the posterior mean), and, when test values are
+requested entries over kept draws (the posterior mean) and of its square (the posterior
+variance), and, when test values are
 given, the RMSE per iteration of the current draw and of the running posterior mean.
 """
 
@@ -126,7 +127,8 @@ class GibbsState(NamedTuple):
     ``col_bias`` (C, m2) and ``bias_var`` (C, 2) (zero / unused without biases),
     ``key`` (C,) PRNG keys,
     ``iteration`` number of sweeps done, ``pred_sum`` (C, P) sum of ``theta`` at the
-    requested entries over kept draws, ``num_kept``, ``rmse_draw`` / ``rmse_mean``
+    requested entries over kept draws, ``pred_sq`` (C, P) sum of ``theta^2`` there (the
+    posterior variance, without stored draws), ``num_kept``, ``rmse_draw`` / ``rmse_mean``
     (C, num_total) test RMSE of each iteration's draw / of the running posterior mean
     (NaN before the first kept draw), ``failure`` (C, 3) int32: ``(sweep, block, row)``
     of the first non-finite draw of each chain (block 0: ``M``, 1: ``N``, 2: ``gamma``),
@@ -143,6 +145,7 @@ class GibbsState(NamedTuple):
     key: jax.Array
     iteration: jax.Array
     pred_sum: jax.Array
+    pred_sq: jax.Array
     num_kept: jax.Array
     rmse_draw: jax.Array
     rmse_mean: jax.Array
@@ -346,6 +349,7 @@ def init(
         key=keys,
         iteration=jnp.zeros((), jnp.int32),
         pred_sum=jnp.zeros((C, P), dtype),
+        pred_sq=jnp.zeros((C, P), dtype),
         num_kept=jnp.zeros((), jnp.int32),
         rmse_draw=jnp.full((C, T), jnp.nan, dtype),
         rmse_mean=jnp.full((C, T), jnp.nan, dtype),
@@ -629,6 +633,7 @@ def step(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     theta = entries(state, problem, problem.pred_rows, problem.pred_cols)
     kept = is_kept(it, problem)
     pred_sum = jnp.where(kept, state.pred_sum + theta, state.pred_sum)
+    pred_sq = jnp.where(kept, state.pred_sq + theta * theta, state.pred_sq)
     num_kept = state.num_kept + kept.astype(jnp.int32)
     rmse_draw, rmse_mean = state.rmse_draw, state.rmse_mean
     if problem.has_test and problem.num_total:
@@ -638,5 +643,5 @@ def step(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
         rmse_draw = rmse_draw.at[:, idx].set(_rmse(theta, problem))
         rmse_mean = rmse_mean.at[:, idx].set(r_mean)
     return state._replace(
-        iteration=it, pred_sum=pred_sum, num_kept=num_kept, rmse_draw=rmse_draw, rmse_mean=rmse_mean
+        iteration=it, pred_sum=pred_sum, pred_sq=pred_sq, num_kept=num_kept, rmse_draw=rmse_draw, rmse_mean=rmse_mean
     )

@@ -29,6 +29,7 @@ from ..likelihoods import Likelihood
 from ..offsets import Shift
 from ..priors import Prior
 from .settings import Settings
+from . import outputs as out
 
 __all__ = ["FitInfo", "FitResult", "MCMCFit", "GibbsFit", "NUTSFit", "VBFit", "SVIFit", "MAPFit", "theta_mean",
            "bias_draws", "draws_theta_mean"]
@@ -118,10 +119,19 @@ class FitInfo:
 
 
 @dataclasses.dataclass
-class FitResult:
-    """Base of the result classes: predictions and their RMSE, diagnostics delegation."""
+class FitResult(out.PredictiveMixin):
+    """Base of the result classes: predictions and their RMSE, diagnostics delegation,
+    and the Bayesian outputs (:mod:`bmczoo.inference.outputs`): ``predict(...,
+    return_std=True)``, ``predictive_interval``, ``log_predictive_density``,
+    ``recommend``, ``fold_in``, ``save`` (``bmc.load`` reads it back).
+
+    ``seen_rows``, ``seen_cols``: the training pattern (set by ``bmc.fit``; used by
+    ``recommend(exclude_seen=True)``; None when unknown).
+    """
 
     info: FitInfo
+    seen_rows: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
+    seen_cols: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
     family: ClassVar[str] = ""
 
     # ------------------------------------------------------------------ info
@@ -153,8 +163,62 @@ class FitResult:
     def _check_entries(self, rows, cols):
         return check_entries(rows, cols, self.shape, "predict")
 
-    def predict(self, rows, cols) -> np.ndarray:  # pragma: no cover - abstract
+    @property
+    def _shift(self) -> Shift:
+        return self.info.shift
+
+    @property
+    def _K(self) -> int:
+        return self.info.K
+
+    def _seen_pattern(self):
+        return None if self.seen_rows is None else (self.seen_rows, self.seen_cols)
+
+    def _predict_mean(self, r, c) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _theta_moments(self, r, c):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def noise_var(self) -> float:
+        """``E[1/tau]``, the noise part of the predictive variance: the posterior mean of
+        ``1/tau`` for a learned noise, else the fixed ``1/tau`` of the tempered likelihood
+        (``noise_sd^2``, or ``n / (2 lam)``)."""
+        return 1.0 / float(self.info.tau)
+
+    def predict(self, rows, cols, return_std: bool = False):
+        """Posterior (predictive) mean at the given entries (1-D array, data scale: offset
+        added, clipped when the fit clips).  With ``return_std=True`` returns ``(mean,
+        sd)``, ``sd = sqrt(Var[theta_ij] + E[1/tau])`` the posterior predictive sd (never
+        clipped); see the class for how ``Var[theta_ij]`` is computed."""
+        r, c = self._check_entries(rows, cols)
+        mean = self._predict_mean(r, c)
+        if not return_std:
+            return mean
+        _, var = self._theta_moments(r, c)
+        return mean, np.sqrt(np.maximum(var, 0.0) + self.noise_var())
+
+    def save(self, path) -> None:
+        """Write the fit to ``path`` (``.npz`` + JSON metadata, no pickle); ``bmc.load``
+        reads it back, and its predictions equal this fit's bit for bit
+        (:mod:`bmczoo.inference.saving`)."""
+        from .saving import save
+
+        save(self, path)
+
+    def fold_in(self, new):
+        """Fold new rows (a RatingData of shape ``(U, m2)``: new users over the same items)
+        into the fit without refitting: a :class:`~bmczoo.inference.outputs.FoldInFit`
+        (``predict``, ``predictive_interval``, ``recommend``, ...)."""
+        from .._checks import check_ratings
+
+        new = check_ratings(new, "new")
+        if new.shape[1] != self.shape[1]:
+            raise ValueError(f"new rows must be over the fit's {self.shape[1]} items, got shape {new.shape}")
+        return self._fold_in(new)
+
+    def _fold_in(self, new):
+        raise ValueError(f"fold_in is not available for {type(self).__name__}")
 
     def rmse(self, test) -> float:
         """RMSE of :meth:`predict` against the values of ``test`` (a RatingData)."""
@@ -209,6 +273,9 @@ class MCMCFit(FitResult):
         at the tracked entries, and ``M``, ``N`` when factor draws were stored.
     pred_rows, pred_cols, pred_mean : the entries whose posterior mean was computed at
         fit time and that mean (data scale, clipped), averaged over chains.
+    pred_theta, pred_var : posterior mean (centred scale: no offset, unclipped) and
+        variance of ``theta`` at those entries over the kept draws of all chains (Gibbs:
+        from running sums of ``theta`` and ``theta^2``, no stored draws needed).
     rmse_draw, rmse_mean : (chain, iteration) test RMSE of each draw and of the running
         posterior mean (empty without test data).
     track_rows, track_cols : the tracked entries.
@@ -220,6 +287,8 @@ class MCMCFit(FitResult):
     pred_rows: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     pred_cols: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     pred_mean: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    pred_theta: np.ndarray | None = None
+    pred_var: np.ndarray | None = None
     rmse_draw: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((1, 0)))
     rmse_mean: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((1, 0)))
     track_rows: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
@@ -231,32 +300,113 @@ class MCMCFit(FitResult):
     def run_stats(self):
         return {"num_kept": self.num_kept}
 
-    def predict(self, rows, cols) -> np.ndarray:
+    def _lookup(self, r, c):
+        """Positions of the entries among those requested at fit time, or None."""
+        keys = _entry_keys(r, c, self.shape[1])
+        known = _entry_keys(self.pred_rows, self.pred_cols, self.shape[1])
+        if keys.size <= known.size and np.array_equal(keys, known[: keys.size]):
+            return np.arange(keys.size)  # e.g. fit.rmse(test) with the test set of the fit
+        if known.size == 0:
+            return None
+        order = np.argsort(known, kind="stable")
+        # searchsorted on the sorted copy: with sorter= it is ~20x slower on millions of keys
+        known_sorted = known[order]
+        pos = np.minimum(np.searchsorted(known_sorted, keys), known.size - 1)
+        if np.all(known_sorted[pos] == keys):
+            return order[pos]
+        return None
+
+    def _draws(self, what: str = "these entries were not requested at fit time and"):
+        if "M" not in self.samples:
+            hint = ("pass them as fit(..., predict=(rows, cols)) or use store_factors=True" if what.startswith("these")
+                    else "refit with store_factors=True")
+            raise ValueError(f"{what} no factor draws were stored: {hint}")
+        return out.flat_draws(self.samples, self.info.K)
+
+    def _predict_mean(self, r, c) -> np.ndarray:
         """Posterior mean of ``theta`` at the given entries (1-D array, data scale).
 
         Entries requested at fit time (``predict=`` or the test set) come from the running
         sums; other entries need the stored factor draws (``store_factors``).
         """
-        r, c = self._check_entries(rows, cols)
-        keys = _entry_keys(r, c, self.shape[1])
-        known = _entry_keys(self.pred_rows, self.pred_cols, self.shape[1])
-        if keys.size <= known.size and np.array_equal(keys, known[: keys.size]):
-            return self.pred_mean[: keys.size]  # e.g. fit.rmse(test) with the test set of the fit
-        order = np.argsort(known, kind="stable")
-        # searchsorted on the sorted copy: with sorter= it is ~20x slower on millions of keys
-        known_sorted = known[order]
-        pos = np.searchsorted(known_sorted, keys) if known.size else np.zeros(keys.shape, int)
-        pos = np.minimum(pos, max(known.size - 1, 0))
-        if known.size > 0 and np.all(known_sorted[pos] == keys):
-            return self.pred_mean[order[pos]]
-        if "M" not in self.samples:
-            raise ValueError(
-                "these entries were not requested at fit time and no factor draws were stored: "
-                "pass them as fit(..., predict=(rows, cols)) or use store_factors=True"
-            )
+        idx = self._lookup(r, c)
+        if idx is not None:
+            return self.pred_mean[idx]
+        self._draws()
         return self._finish(draws_theta_mean(self.samples, r, c))
 
+    def _theta_moments(self, r, c):
+        """Mean and variance of ``theta`` over the kept draws (all chains pooled): from the
+        fit-time running sums at requested entries, else from the stored factor draws."""
+        idx = self._lookup(r, c)
+        if idx is not None and self.pred_theta is not None:
+            return self.pred_theta[idx], self.pred_var[idx]
+        return out.draws_theta_moments(self._draws(), r, c)
 
+    def noise_var(self) -> float:
+        """``E[1/tau]``: mean of ``1/tau`` over the kept draws of a learned tau, else the
+        fixed ``1/tau``."""
+        if self.info.likelihood.learned and "tau" in self.samples:
+            return float(np.mean(1.0 / np.asarray(self.samples["tau"], np.float64)))
+        return 1.0 / float(self.info.tau)
+
+    def log_predictive_density(self, test) -> float:
+        """Mean over the ratings of ``test`` of ``log p(y | train)``.
+
+        With stored factor draws (``store_factors``, NUTS): ``log mean_s N(y | theta_s +
+        offset, 1/tau_s)`` over the kept draws (the Monte Carlo estimate of the exact
+        predictive density).  Without them (entries requested at fit time only): the
+        Gaussian approximation ``N(y | E[theta] + offset, Var[theta] + E[1/tau])`` from the
+        running moments.  No clipping in either."""
+        test = self._check_test(test)
+        if "M" not in self.samples:
+            return self._gaussian_lpd(test)
+        d = self._draws()
+        lp = out.draws_lpd(d, test.rows, test.cols, test.values, self.info.shift.offset, self.info.tau)
+        return float(np.mean(lp))
+
+    def _user_scores(self, users, by, z, rng):
+        d = self._draws("recommend needs the factor draws, and")
+        return out.draws_user_scores(d, None, users, by, z, self.noise_var(), rng)
+
+    def _fold_in(self, new):
+        d = self._draws("fold_in needs the factor draws of N, and")
+        return _fold_in_draws(self, new, d, self.samples)
+
+
+def _fold_in_draws(fit, new, d, src):
+    """Fold-in per draw (MCMC samples or SVI draws) from the draws' prior variables."""
+    import jax.numpy as jnp
+
+    info = fit.info
+    m1, m2 = info.shape
+    K = info.K
+    S = d["N"].shape[0]
+    template = info.prior.gibbs_state(K, m1, m2)
+    missing = [k for k in template if k not in src]
+    if missing:
+        raise ValueError(f"fold_in needs the draws of the prior's variables ({', '.join(missing)}), which this "
+                         f"fit does not hold (MAP integrates the column scales out)")
+    state = {k: jnp.asarray(np.asarray(src[k], np.float64).reshape((S,) + tuple(t.shape)))
+             for k, t in template.items()}
+    (pM, shiftM), _ = info.prior.row_priors(state)
+    prec = out.dense_precision(np.asarray(pM), K)
+    shift = None if shiftM is None else np.asarray(shiftM, np.float64)
+    if d["tau"] is not None:
+        tau = d["tau"]
+    else:
+        tau = np.full(S, float(info.tau))
+    tb = np.asarray(info.likelihood.block_precision(tau), np.float64)
+    col_bias = rb_prec = None
+    if info.biases is not None:
+        if d["col_bias"] is None or "row_bias_var" not in src:
+            raise ValueError("fold_in with biases needs the draws of the column biases and the row-bias variance")
+        col_bias = d["col_bias"]
+        rb_prec = 1.0 / np.asarray(src["row_bias_var"], np.float64).reshape(S)
+    means, covs = out.fold_in_components(new, N=d["N"], prior_prec=prec, prior_shift=shift, tb=tb,
+                                         col_bias=col_bias, row_bias_prec=rb_prec, offset=info.shift.offset)
+    return out.FoldInFit(fit, new, means, covs, d["N"], None, col_bias, None, fit.noise_var(),
+                         info.biases is not None)
 @dataclasses.dataclass
 class GibbsFit(MCMCFit):
     """Result of ``bmc.fit(..., method="gibbs")``: draws of the conjugate Gibbs sampler."""
@@ -316,14 +466,109 @@ class VBFit(FitResult):
                 "iteration_seconds": list(self.iteration_seconds),
                 "final_elbo_per_run": list(self.final_elbo_per_run)}
 
-    def predict(self, rows, cols) -> np.ndarray:
+    def _predict_mean(self, r, c) -> np.ndarray:
         """``m_i . n_j`` (plus ``E[b_i] + E[c_j]`` with biases, plus the centring offset,
         clipped) at the given entries."""
-        r, c = self._check_entries(rows, cols)
+        return self._finish(self._theta_mean(r, c))
+
+    def _theta_mean(self, r, c) -> np.ndarray:
         theta = theta_mean(self.m, self.n, r, c)
         if self.row_bias is not None:
             theta = theta + np.asarray(self.row_bias, np.float64)[r] + np.asarray(self.col_bias, np.float64)[c]
-        return self._finish(theta)
+        return theta
+
+    def covariances(self) -> tuple[np.ndarray, np.ndarray]:
+        """The full covariances ``V`` (m1, K, K) of ``q(M_i)`` and ``W`` (m2, K, K) of ``q(N_j)``."""
+        return np.asarray(self.state.V[0]), np.asarray(self.state.W[0])
+
+    def _bias_vars(self):
+        if not self.q_biases:
+            return None, None
+        return np.asarray(self.q_biases["b_var"], np.float64), np.asarray(self.q_biases["c_var"], np.float64)
+
+    def _theta_moments(self, r, c):
+        """``E_q[theta_ij]`` and, analytically (DESIGN.md section 9), ``Var_q[M_i . N_j] =
+        a^T B a + b^T A b + tr(A B)`` (``q(M_i) = N(a, A)``, ``q(N_j) = N(b, B)``) plus
+        ``Var_q[b_i] + Var_q[c_j]`` with biases."""
+        V, W = self.covariances()
+        var = np.zeros(len(r))
+        chunk = max(256, out._BUDGET // (self.info.K**2 + 1))
+        for p0 in range(0, len(r), chunk):
+            rr, cc = r[p0 : p0 + chunk], c[p0 : p0 + chunk]
+            a, b = np.asarray(self.m[rr], np.float64), np.asarray(self.n[cc], np.float64)
+            A, B = np.asarray(V[rr], np.float64), np.asarray(W[cc], np.float64)
+            var[p0 : p0 + chunk] = (np.einsum("pk,pkl,pl->p", a, B, a) + np.einsum("pk,pkl,pl->p", b, A, b)
+                                    + np.einsum("pkl,plk->p", A, B))
+        bv, cv = self._bias_vars()
+        if bv is not None:
+            var = var + bv[r] + cv[c]
+        return self._theta_mean(r, c), var
+
+    def noise_var(self) -> float:
+        """``E_q[1/tau]`` of a learned noise (``q_noise["inv_mean"]``), else the fixed ``1/tau``."""
+        if self.q_noise:
+            return float(self.q_noise["inv_mean"])
+        return 1.0 / float(self.info.tau)
+
+    def log_predictive_density(self, test) -> float:
+        """Mean over the ratings of ``test`` of the log density of the Gaussian with the
+        variational predictive moments, ``N(y | E_q[theta] + offset, Var_q[theta] +
+        E_q[1/tau])`` (unclipped)."""
+        return self._gaussian_lpd(self._check_test(test))
+
+    def _user_scores(self, users, by, z, rng):
+        a = np.asarray(self.m[users], np.float64)
+        nn = np.asarray(self.n, np.float64)
+        bv, cv = self._bias_vars()
+        if by == "thompson":
+            V, W = self.covariances()
+            K = self.info.K
+            if getattr(self, "_chol_W", None) is None:
+                self._chol_W = np.linalg.cholesky(np.asarray(W, np.float64))
+            LV = np.linalg.cholesky(np.asarray(V[users], np.float64))
+            Mu = a + np.einsum("bkl,bl->bk", LV, rng.standard_normal(a.shape))
+            Nd = nn[None] + np.einsum("jkl,bjl->bjk", self._chol_W, rng.standard_normal((len(users),) + nn.shape))
+            t = np.einsum("bk,bjk->bj", Mu, Nd)
+            if bv is not None:
+                t = t + (np.asarray(self.row_bias, np.float64)[users] + np.sqrt(bv[users]) *
+                         rng.standard_normal(len(users)))[:, None]
+                t = t + np.asarray(self.col_bias, np.float64)[None] + np.sqrt(cv)[None] * \
+                    rng.standard_normal((len(users), nn.shape[0]))
+            return t
+        mean = a @ nn.T
+        if bv is not None:
+            mean = mean + np.asarray(self.row_bias, np.float64)[users][:, None] + np.asarray(self.col_bias, np.float64)
+        if by == "mean":
+            return mean
+        V, W = self.covariances()
+        A, B = np.asarray(V[users], np.float64), np.asarray(W, np.float64)
+        var = (np.einsum("bk,jkl,bl->bj", a, B, a) + np.einsum("jk,bkl,jl->bj", nn, A, nn)
+               + np.einsum("bkl,jlk->bj", A, B))
+        if bv is not None:
+            var = var + bv[users][:, None] + cv[None]
+        return mean + z * np.sqrt(var + self.noise_var())
+
+    def _fold_in(self, new):
+        """The optimal Gaussian ``q(M_u, b_u)`` of each new row given ``q(N)``, ``q(c)`` and
+        the expectations of the prior's, the noise's and the bias variance's q."""
+        from . import vb
+
+        info, K = self.info, self.info.K
+        (pM, shiftM), _ = info.prior.vb_row_priors(vb.prior_q(self.state))
+        prec = out.dense_precision(np.asarray(pM), K)
+        shift = None if shiftM is None else np.asarray(shiftM, np.float64).reshape(1, K)
+        tb = np.asarray(info.likelihood.vb_block_precision(self.state.noise, info.tau), np.float64).reshape(-1)[:1]
+        col_bias = cv = rb_prec = None
+        if self.q_biases:
+            col_bias = np.asarray(self.col_bias, np.float64)[None]
+            cv = self._bias_vars()[1]
+            rb_prec = np.asarray([float(self.q_biases["sb_shape"]) / float(self.q_biases["sb_rate"])])
+        W = self.covariances()[1]
+        means, covs = out.fold_in_components(new, N=np.asarray(self.n)[None], W=W, prior_prec=prec.reshape(1, K, K),
+                                             prior_shift=shift, tb=tb, col_bias=col_bias, row_bias_prec=rb_prec,
+                                             offset=info.shift.offset)
+        return out.FoldInFit(self, new, means, covs, np.asarray(self.n)[None], W, col_bias, cv, self.noise_var(),
+                             self.q_biases != {})
 
 
 class _NoGamma(dict):
@@ -363,14 +608,53 @@ class SVIFit(FitResult):
     guide: Any = None
     family: ClassVar[str] = "svi"
 
-    def predict(self, rows, cols) -> np.ndarray:
+    def _predict_mean(self, r, c) -> np.ndarray:
         """``E_q[M_i . N_j]`` (plus ``E_q[row_bias_i + col_bias_j]`` with biases, plus the
         centring offset, clipped) at the given entries."""
-        r, c = self._check_entries(rows, cols)
         src = self.point if self.point is not None else self.draws
         return self._finish(draws_theta_mean(src, r, c))
+
+    def _theta_moments(self, r, c):
+        """Mean as :meth:`predict` (the guide's median, else the draws' mean); variance
+        over the guide's draws (Monte Carlo; MAP: 0, a point has no spread)."""
+        src = self.point if self.point is not None else self.draws
+        mean = draws_theta_mean(src, r, c)
+        if isinstance(self, MAPFit):
+            return mean, np.zeros(len(r))
+        return mean, out.draws_theta_moments(out.flat_draws(self.draws, self.info.K), r, c)[1]
+
+    def noise_var(self) -> float:
+        """``E_q[1/tau]`` over the guide's draws of a learned tau (MAP: ``1/tau`` at the
+        point), else the fixed ``1/tau``."""
+        src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
+        if self.info.likelihood.learned and "tau" in src:
+            return float(np.mean(1.0 / np.asarray(src["tau"], np.float64)))
+        return 1.0 / float(self.info.tau)
+
+    def log_predictive_density(self, test) -> float:
+        """SVI: ``log mean_s N(y | theta_s + offset, 1/tau_s)`` over the guide's draws; MAP:
+        ``log N(y | theta + offset, 1/tau)`` at the point (no parameter uncertainty).
+        Unclipped."""
+        test = self._check_test(test)
+        src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
+        d = out.flat_draws(src, self.info.K)
+        return float(np.mean(out.draws_lpd(d, test.rows, test.cols, test.values, self.info.shift.offset,
+                                           self.info.tau)))
+
+    def _user_scores(self, users, by, z, rng):
+        d = out.flat_draws(self.draws, self.info.K)
+        mean_src = None if self.point is None else out.flat_draws(self.point, self.info.K)
+        if isinstance(self, MAPFit):
+            d = mean_src or d
+        return out.draws_user_scores(d, mean_src, users, by, z, self.noise_var(), rng)
+
+    def _fold_in(self, new):
+        src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
+        return _fold_in_draws(self, new, out.flat_draws(src, self.info.K), src)
 
 
 @dataclasses.dataclass
 class MAPFit(SVIFit):
-    """Result of ``bmc.fit(..., method="map")``: ``AutoDelta`` (one point, gamma integrated out)."""
+    """Result of ``bmc.fit(..., method="map")``: ``AutoDelta`` (one point, gamma integrated out).
+
+    Its predictive variance is the noise's alone: ``Var[theta_ij] = 0`` at a point."""
