@@ -68,7 +68,8 @@ def fit_value(task: FitTask, *, progress_bar: bool = False) -> float:
 
     data = prepared(task.data)
     st = task.settings
-    common = dict(K=task.K, prior=task.build_prior(), method=task.method, seed=task.seed, progress_bar=progress_bar)
+    common = dict(K=task.K, prior=task.build_prior(), method=task.method, seed=task.seed, progress_bar=progress_bar,
+                  likelihood=task.build_likelihood(), biases=task.build_biases() or False)
     train = data.inner if task.stage == "validation" else data.train
     if task.method == "vb":
         f = fit(train, max_iter=st.vb_max_iter, **common)

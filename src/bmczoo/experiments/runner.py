@@ -5,7 +5,10 @@ Three experiments (``bmczoo reproduce NAME``):
 * ``simulation-m`` (the paper's Tables 2-3): K = 5, m in {100, 200, 500, 1000};
 * ``simulation-K`` (Tables 4-5): m = 500, K in {2, 5, 10, 20};
 * ``movielens`` (Table 6): 100K with Gibbs (discrete, inverse gamma) and VB (inverse
-  gamma); 1M and 10M with VB (inverse gamma) when those datasets can be loaded.
+  gamma); 1M and 10M with VB (inverse gamma) when those datasets can be loaded; and,
+  beyond the paper, the Normal-Wishart rows alone and with learned noise and biases for
+  each of those datasets and methods (:data:`~bmczoo.experiments.beyond.MOVIELENS_BEYOND`;
+  no paper value).
 
 For every cell and prior the hyper-parameters are chosen on a validation split carved
 out of the training data (10% of the observed entries, by validation RMSE) over a grid
@@ -49,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from .execute import iter_run, prepared, run
+from .beyond import MOVIELENS_BEYOND
 from .paper import PAPER_TABLE2, PAPER_TABLE3_HYPER, PAPER_TABLE4, PAPER_TABLE5_HYPER, PAPER_TABLE6
 from .tasks import FULL, QUICK, FitTask, MovieLensData, Pairs, Settings, SimulationData, Unit, as_pairs, \
     plan_unit, prior_class
@@ -71,6 +75,11 @@ class Result:
     ``"default"``: the prior's ``init_gamma``), ``paper_hyper_start`` that of the fit with
     the paper's hyper-parameters; with several datasets that disagree, each start with
     its count, e.g. ``"spike x3, slab x1"``.
+
+    ``components`` names the model's components beyond the paper's (e.g. ``("learned",
+    "biases")``; :attr:`label` is the model's name in the table); ``paper`` is NaN for a
+    row the paper does not have (its ``paper_hyper`` are then the hyper-parameters the
+    grid is centred on, the prior's defaults).
     """
 
     experiment: str
@@ -85,11 +94,17 @@ class Result:
     n_datasets: int
     selected_start: str = "default"
     paper_hyper_start: str = "default"
+    components: tuple[str, ...] = ()
 
     @property
     def diff(self) -> float:
-        """Our selected RMSE minus the paper's."""
+        """Our selected RMSE minus the paper's (NaN for a row the paper does not have)."""
         return self.rmse_selected - self.paper
+
+    @property
+    def label(self) -> str:
+        """The model: the prior's name and its other components, e.g. ``"normal-wishart+learned+biases"``."""
+        return "+".join((self.prior, *self.components))
 
 
 def default_out() -> Path:
@@ -187,22 +202,32 @@ def plan_grid(cells: Iterable[GridCell], *, settings: Settings, experiment: str 
     return rows
 
 
-def plan_movielens(entries: Iterable[tuple[MovieLensData, str, str, Mapping, float]], *,
-                   settings: Settings, K: int = 10) -> list[RowPlan]:
+def plan_movielens(entries: Iterable[tuple], *, settings: Settings, K: int = 10) -> list[RowPlan]:
     """The rows of the MovieLens table, one unit each (seed 0).
 
     Parameters
     ----------
-    entries : iterable of (MovieLensData, method, prior, hyper-parameters, paper's RMSE)
+    entries : iterable of tuples
+        ``(MovieLensData, method, prior, hyper-parameters, paper's RMSE)``, optionally
+        followed by the likelihood (None: the paper's) and the biases (None/False: none;
+        True or a :class:`~bmczoo.offsets.Biases`).  The hyper-parameters may be None
+        (the prior's command-line defaults); the paper's RMSE NaN (a row the paper does
+        not have).  The likelihood and biases are part of the cache keys unless they are
+        the defaults, so the paper's rows keep the keys of earlier versions.
     settings : Settings
     K : int
         Latent dimension.
     """
     rows = []
-    for data, method, prior, hyper, paper in entries:
+    for data, method, prior, hyper, paper, *components in entries:
+        if len(components) > 2:
+            raise ValueError(f"a MovieLens entry has at most 7 items, got {5 + len(components)}")
+        likelihood, biases = (list(components) + [None, None])[:2]
+        hyper = _default_hyper(prior_class(prior)) if hyper is None else hyper
         tag = {"experiment": "movielens", "dataset": data.dataset, "method": method, "prior": prior, "K": K,
                "seed": 0}
-        unit = plan_unit(tag, data, method=method, prior=prior, hyper=hyper, K=K, seed=0, settings=settings)
+        unit = plan_unit(tag, data, method=method, prior=prior, hyper=hyper, K=K, seed=0, settings=settings,
+                         likelihood=likelihood, biases=biases)
         rows.append(RowPlan("movielens", data.dataset, float(paper), (unit,)))
     return rows
 
@@ -255,7 +280,7 @@ def summarise(row: RowPlan, finals: Mapping[Unit, Finals], values: Mapping[str, 
     ref = float(np.mean([values[f.paper.key_json] for f in picked]))
     return Result(row.experiment, row.setting, u0.prior, u0.method, row.paper, dict(u0.base_hyper), ref, chosen,
                   sel, len(row.units), _summarise_starts([f.selected.start for f in picked]),
-                  _summarise_starts([f.paper.start for f in picked]))
+                  _summarise_starts([f.paper.start for f in picked]), u0.components)
 
 
 # ----------------------------------------------------------------------------- drivers
@@ -366,13 +391,14 @@ def _simulation_cells(name: str, quick: bool) -> list[GridCell]:
 
 
 def _movielens_entries(quick: bool, data_dir: str | Path | None, progress: bool) -> list[tuple]:
-    """The paper's Table 6 rows whose dataset can be loaded (quick: 100K only)."""
+    """The paper's Table 6 rows whose dataset can be loaded (quick: 100K only), each
+    dataset's followed by the rows beyond the paper (:data:`MOVIELENS_BEYOND`) for each
+    method the paper ran on it."""
     from ..datasets import DATASETS
 
     entries = []
-    for dataset, method, prior, hyper, paper in PAPER_TABLE6:
-        if quick and dataset != "100k":
-            continue
+    datasets = list(dict.fromkeys(dataset for dataset, *_ in PAPER_TABLE6))
+    for dataset in datasets[:1] if quick else datasets:
         local = Path(data_dir) / DATASETS[dataset].folder if data_dir is not None else None
         spec = MovieLensData(dataset, str(local) if local is not None and local.exists() else None)
         try:
@@ -381,12 +407,17 @@ def _movielens_entries(quick: bool, data_dir: str | Path | None, progress: bool)
             if progress:
                 print(f"movielens {dataset}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
             continue
-        entries.append((spec, method, prior, hyper, paper))
+        paper_rows = [row for row in PAPER_TABLE6 if row[0] == dataset]
+        entries += [(spec, method, prior, hyper, paper) for _, method, prior, hyper, paper in paper_rows]
+        methods = list(dict.fromkeys(method for _, method, *_ in paper_rows))
+        entries += [(spec, method, prior, hyper, math.nan, likelihood, biases)
+                    for method in methods for prior, hyper, likelihood, biases in MOVIELENS_BEYOND]
     return entries
 
 
 def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = None,
-                   progress: bool = True, data_dir: str | Path | None = None, jobs: int = 1) -> list[Result]:
+                   progress: bool = True, data_dir: str | Path | None = None, jobs: int = 1,
+                   settings: Settings | None = None) -> list[Result]:
     """Run (or resume) one experiment and return its rows.
 
     Parameters
@@ -407,6 +438,10 @@ def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = N
         default) runs them one after another in this process.  The results do not depend
         on ``jobs``.  Each JAX process uses every core for its linear algebra, so more
         jobs than cores rarely helps.
+    settings : Settings, optional
+        Other sampler settings (e.g. very short chains for a smoke test; default
+        :data:`~bmczoo.experiments.tasks.QUICK` or ``FULL`` by ``quick``).  They are part of
+        every cache key, the cache subfolder is still ``quick`` / ``full``.
 
     Returns
     -------
@@ -416,9 +451,10 @@ def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = N
         raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}")
     jobs = _check_jobs(jobs)
     if name != "movielens":
-        return run_grid(_simulation_cells(name, quick), quick=quick, out=out, jobs=jobs, progress=progress,
-                        experiment=name)
-    rows = plan_movielens(_movielens_entries(quick, data_dir, progress), settings=QUICK if quick else FULL)
+        return run_grid(_simulation_cells(name, quick), quick=quick, settings=settings, out=out, jobs=jobs,
+                        progress=progress, experiment=name)
+    settings = settings if settings is not None else (QUICK if quick else FULL)
+    rows = plan_movielens(_movielens_entries(quick, data_dir, progress), settings=settings)
     return _run_rows(rows, _folder(out, quick), jobs, progress)
 
 
@@ -433,22 +469,33 @@ def _fmt_start(r: Result) -> str:
     return f"{r.selected_start} (paper's hyper: {r.paper_hyper_start})"
 
 
+NO_VALUE = "—"
+
+
+def _fmt(x: float, spec: str) -> str:
+    return NO_VALUE if math.isnan(x) else format(x, spec)
+
+
 def format_table(rows: list[Result], header: bool = True) -> str:
     """The rows as a Markdown table: the paper's RMSE beside ours (selected on validation
-    data, and with the paper's hyper-parameters) and the difference.  ``start`` is the
-    Gibbs chains' starting point (chosen on validation data among the prior's starts,
-    e.g. for the discrete prior ``slab`` = every column active, ``spike`` = every column
-    switched off)."""
+    data, and with the paper's hyper-parameters) and the difference.  ``model`` is the
+    prior and any other components (e.g. ``normal-wishart+learned+biases``); a row the
+    paper does not have shows ``—`` as the paper's RMSE and the difference, and its
+    "paper's hyper" are the hyper-parameters the grid is centred on (the prior's
+    defaults).  ``start`` is the Gibbs chains' starting point (chosen on validation data
+    among the prior's starts, e.g. for the discrete prior ``slab`` = every column active,
+    ``spike`` = every column switched off)."""
     lines = []
     if header:
         lines += [
-            "| setting | prior | method | paper | ours (selected) | selected hyper-parameters | start | diff "
+            "| setting | model | method | paper | ours (selected) | selected hyper-parameters | start | diff "
             "| ours (paper's hyper) |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
     for r in rows:
         lines.append(
-            f"| {r.setting} | {r.prior} | {r.method} | {r.paper:.2f} | {r.rmse_selected:.3f} | "
-            f"{_fmt_hyper(r.selected_hyper)} | {_fmt_start(r)} | {r.diff:+.3f} | {r.rmse_paper_hyper:.3f} |"
+            f"| {r.setting} | {r.label} | {r.method} | {_fmt(r.paper, '.2f')} | {r.rmse_selected:.3f} | "
+            f"{_fmt_hyper(r.selected_hyper)} | {_fmt_start(r)} | {_fmt(r.diff, '+.3f')} | "
+            f"{r.rmse_paper_hyper:.3f} |"
         )
     return "\n".join(lines)

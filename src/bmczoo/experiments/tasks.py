@@ -6,6 +6,11 @@ can rebuild a fit from its description and a fit's cache key is a function of it
 hyper-parameters and Gibbs starts; it asks the prior's class for the hyper-parameter to
 vary (:meth:`~bmczoo.priors.Prior.tuned_name`) and the prior for its starts
 (:meth:`~bmczoo.priors.Prior.gibbs_starts`), and never branches on a prior's name.
+
+A fit's likelihood and biases components are plain values too: their ``describe()`` as
+``(name, value)`` pairs (:func:`component_pairs`), empty for the defaults (the paper's
+tempered likelihood, no biases), so that the cache keys of the paper's fits are those of
+earlier versions.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from ..priors import Prior, registry
 
 __all__ = [
     "GRID_FACTORS", "Settings", "QUICK", "FULL", "Prepared", "SimulationData", "MovieLensData", "DataSpec",
-    "FitTask", "Unit", "Pairs", "as_pairs", "prior_class", "plan_unit",
+    "FitTask", "Unit", "Pairs", "as_pairs", "component_pairs", "biases_pairs", "prior_class", "plan_unit",
 ]
 
 # the factors the grid applies to a prior's tuned hyper-parameter (x1 is the given value)
@@ -35,6 +40,41 @@ def as_pairs(hyper: Mapping | Pairs) -> Pairs:
     """Hyper-parameters (a mapping or ``(name, value)`` pairs) as a tuple of pairs, in order."""
     items = hyper.items() if isinstance(hyper, Mapping) else hyper
     return tuple((str(k), v) for k, v in items)
+
+
+def _default_likelihood() -> Pairs:
+    """The description of ``bmc.fit``'s default likelihood (the paper's tempered one)."""
+    from ..likelihoods import Tempered
+
+    return as_pairs(Tempered().describe())
+
+
+def component_pairs(component) -> Pairs:
+    """A likelihood as plain pairs: ``()`` for None or ``bmc.fit``'s default likelihood (the
+    paper's tempered one, whatever it is called), else the component's ``describe()`` as
+    pairs (its ``name`` first, then its settings); pairs (or a mapping) are taken as given
+    and normalised the same way."""
+    if component is None:
+        return ()
+    pairs = as_pairs(component if isinstance(component, (Mapping, tuple)) else component.describe())
+    return () if pairs == _default_likelihood() else pairs
+
+
+def biases_pairs(biases) -> Pairs:
+    """``bmc.fit``'s ``biases=`` argument as plain pairs: ``()`` for False/None (no biases),
+    else the :class:`~bmczoo.offsets.Biases` component's ``describe()`` (``True``: the
+    default one); pairs (or a mapping) are taken as given."""
+    from ..offsets import get_biases
+
+    if isinstance(biases, (Mapping, tuple)):
+        return as_pairs(biases)
+    component = get_biases(biases)
+    return () if component is None else as_pairs(component.describe())
+
+
+def _settings_of(pairs: Pairs) -> dict:
+    """A component's settings: its pairs less the ``name``."""
+    return {k: v for k, v in pairs if k != "name"}
 
 
 def prior_class(name: str) -> type[Prior]:
@@ -141,6 +181,11 @@ class FitTask:
     init_gamma : the Gibbs start; ``None``: the prior's own ``init_gamma`` (then the start
         is not part of the cache key).
     start : the start's label (``"default"`` when ``init_gamma`` is None).
+    likelihood : the likelihood's ``describe()`` as pairs (:func:`component_pairs`); ``()``:
+        ``bmc.fit``'s default (the paper's tempered likelihood; then it is not part of the
+        cache key).
+    biases : the biases component's ``describe()`` as pairs (:func:`biases_pairs`); ``()``:
+        no biases (then not part of the cache key).
     """
 
     tag: Pairs
@@ -154,8 +199,13 @@ class FitTask:
     settings: Settings
     init_gamma: float | None = None
     start: str = "default"
+    likelihood: Pairs = ()
+    biases: Pairs = ()
 
     def __post_init__(self):
+        # plain pairs, the default likelihood as () (one cache key per model)
+        object.__setattr__(self, "likelihood", component_pairs(self.likelihood))
+        object.__setattr__(self, "biases", biases_pairs(self.biases))
         if self.stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
         if self.method not in METHODS:
@@ -164,11 +214,16 @@ class FitTask:
     @property
     def key_json(self) -> str:
         """The cache key as canonical JSON (sorted keys): the tag, stage, hyper-parameters,
-        settings and, when ``init_gamma`` is set, the start and ``init_gamma``."""
+        settings; when ``init_gamma`` is set, the start and ``init_gamma``; when not the
+        defaults, the likelihood and the biases (their descriptions)."""
         key = {**dict(self.tag), "stage": self.stage, "hyper": dict(self.hyper),
                "settings": dataclasses.asdict(self.settings)}
         if self.init_gamma is not None:
             key["start"], key["init_gamma"] = self.start, self.init_gamma
+        if self.likelihood:
+            key["likelihood"] = dict(self.likelihood)
+        if self.biases:
+            key["biases"] = dict(self.biases)
         return json.dumps(key, sort_keys=True, default=float)
 
     @property
@@ -180,17 +235,46 @@ class FitTask:
         """The prior of this fit."""
         return prior_class(self.prior)(**dict(self.hyper))
 
+    def build_likelihood(self):
+        """The likelihood of this fit (None: ``bmc.fit``'s default)."""
+        from ..likelihoods import get_likelihood
+
+        return get_likelihood(dict(self.likelihood)["name"], **_settings_of(self.likelihood)) \
+            if self.likelihood else None
+
+    def build_biases(self):
+        """The biases component of this fit (None: no biases)."""
+        from ..offsets import Biases
+
+        return Biases(**_settings_of(self.biases)) if self.biases else None
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """The names of the components beyond the paper's model (likelihood, biases), in
+        that order; ``()`` for the paper's model."""
+        return tuple(dict(c)["name"] for c in (self.likelihood, self.biases) if c)
+
 
 @dataclasses.dataclass(frozen=True)
 class Unit:
     """One prior on one dataset: its validation fits (``candidates``, in grid order, each
     grid value with each of its starts) and the hyper-parameters the grid is centred on
-    (``base_hyper``, in the order given: the paper's values in the experiments)."""
+    (``base_hyper``, in the order given: the paper's values in the experiments).
+
+    ``components``: the names of the model's components beyond the paper's (its likelihood
+    unless the default, ``biases``), e.g. ``("learned", "biases")``; :attr:`label` is the
+    prior's name joined with them by ``+``."""
 
     prior: str
     method: str
     base_hyper: Pairs
     candidates: tuple[FitTask, ...]
+    components: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The model's name in tables: e.g. ``"normal-wishart+learned+biases"``."""
+        return "+".join((self.prior, *self.components))
 
 
 def _grid(cls: type[Prior], base: dict) -> list[tuple[Prior, dict]]:
@@ -214,7 +298,7 @@ def _starts(prior: Prior, method: str) -> list[tuple[str, float | None]]:
 
 
 def plan_unit(tag: Mapping, data: DataSpec, *, method: str, prior: str, hyper: Mapping | Pairs, K: int,
-              seed: int, settings: Settings) -> Unit:
+              seed: int, settings: Settings, likelihood=None, biases=None) -> Unit:
     """The validation fits of one prior on one dataset.
 
     Parameters
@@ -229,6 +313,10 @@ def plan_unit(tag: Mapping, data: DataSpec, *, method: str, prior: str, hyper: M
         The hyper-parameters the grid is centred on; ``ValueError`` if the prior rejects them.
     K, seed : int
     settings : Settings
+    likelihood : bmczoo.likelihoods.Likelihood or pairs, optional
+        The model's likelihood (None: ``bmc.fit``'s default, the paper's).
+    biases : bool, bmczoo.offsets.Biases or pairs, optional
+        The model's row and column biases (None/False: none).
 
     Returns
     -------
@@ -238,9 +326,10 @@ def plan_unit(tag: Mapping, data: DataSpec, *, method: str, prior: str, hyper: M
     base = as_pairs(hyper)
     cls(**dict(base))  # the grid's centre must be a valid prior
     common = dict(tag=tuple(sorted(dict(tag).items())), data=data, stage="validation", method=method, prior=prior,
-                  K=int(K), seed=int(seed), settings=settings)
+                  K=int(K), seed=int(seed), settings=settings, likelihood=component_pairs(likelihood),
+                  biases=biases_pairs(biases))
     candidates = tuple(
         FitTask(hyper=tuple(sorted(h.items())), init_gamma=None if g is None else float(g), start=label, **common)
         for p, h in _grid(cls, dict(base)) for label, g in _starts(p, method)
     )
-    return Unit(prior, method, base, candidates)
+    return Unit(prior, method, base, candidates, candidates[0].components)
