@@ -163,6 +163,7 @@ def new_rows_run(data_dir, tmp_path_factory):
     return out, rows, runner._run_rows(rows, out, 1, False)
 
 
+@pytest.mark.slow
 def test_new_rows_end_to_end(new_rows_run):
     out, rows, results = new_rows_run
     assert [(r.label, r.method) for r in results] == [(label, m) for m in ("gibbs", "vb") for label in NEW]
@@ -183,6 +184,7 @@ def test_new_rows_end_to_end(new_rows_run):
         assert f"| 100k | {label} | gibbs | — |" in table and f"| 100k | {label} | vb | — |" in table
 
 
+@pytest.mark.slow
 def test_new_rows_resume_from_the_cache(new_rows_run, monkeypatch):
     out, rows, results = new_rows_run
 

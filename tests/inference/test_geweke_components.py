@@ -252,13 +252,16 @@ COMBINATIONS = {
 }
 
 
-@pytest.mark.parametrize("name", list(COMBINATIONS))
+# the three blocks together in the default suite; each alone (more power per block) is slow
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "all-three" else pytest.mark.slow)
+                                  for n in COMBINATIONS])
 def test_geweke_new_blocks(name):
     z, z_crit = geweke_z(*COMBINATIONS[name])
     assert np.max(np.abs(z)) < z_crit, f"{name}: max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
 
 
-@pytest.mark.parametrize("wrong", ["nw-mean-correction", "tau-shape", "bias-variance-shape"])
+@pytest.mark.parametrize("wrong", ["nw-mean-correction", pytest.param("tau-shape", marks=pytest.mark.slow),
+                                   pytest.param("bias-variance-shape", marks=pytest.mark.slow)])
 def test_geweke_detects_wrong_blocks(wrong):
     sampler = {
         "nw-mean-correction": (NWWithoutMeanCorrection(NW), LEARNED, BIASES),

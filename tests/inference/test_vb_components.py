@@ -97,9 +97,18 @@ def _start(prior, lik, biases, C=2, seed=1):
 
 
 # ----------------------------------------------------------------------------- monotone ELBO
-@pytest.mark.parametrize("biases", [False, True], ids=["no-bias", "bias"])
-@pytest.mark.parametrize("lik", list(LIKELIHOODS))
-@pytest.mark.parametrize("prior", list(PRIORS))
+def _combinations():
+    """Every prior x likelihood x biases; the default suite runs each prior with both new
+    components and the Normal-Wishart prior in every combination (the rest: slow)."""
+    for prior in PRIORS:
+        for lik in LIKELIHOODS:
+            for biases in (False, True):
+                default = prior == "normal-wishart" or (lik == "learned" and biases)
+                yield pytest.param(prior, lik, biases, id=f"{prior}-{lik}-{'bias' if biases else 'no-bias'}",
+                                   marks=() if default else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("prior, lik, biases", list(_combinations()))
 def test_elbo_never_decreases(prior, lik, biases):
     prior, lik = PRIORS[prior], LIKELIHOODS[lik]
     b = Biases() if biases else None
