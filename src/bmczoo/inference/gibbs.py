@@ -188,16 +188,7 @@ def build_problem(
     """
     overrelax = check_overrelax(overrelax)
     m1, m2 = ratings.shape
-    empty = np.zeros(0, np.int32)
-    pr, pc = predict if predict is not None else (empty, empty)
-    pr, pc = ratings.check_entries(pr, pc, "predict")
-    tr, tc = track if track is not None else (empty, empty)
-    tr, tc = ratings.check_entries(tr, tc, "track")
-    tv = np.asarray(test_values if test_values is not None else np.zeros(0), dtype=np.float64)
-    if tv.ndim != 1 or tv.shape[0] > pr.shape[0]:
-        raise ValueError(f"test_values has shape {tv.shape}; it must cover the first entries of predict ({pr.shape[0]})")
-    if not np.all(np.isfinite(tv)):
-        raise ValueError("test_values must be finite")
+    pr, pc, tr, tc, tv = _entries(ratings, predict, track, test_values)
     has_test = tv.shape[0] > 0
     lo, hi = clip if clip is not None else (-np.inf, np.inf)
     if mesh is not None:
@@ -239,6 +230,21 @@ def build_problem(
                       "track_rows", "track_cols", "sum_sq")
         })
     return problem
+
+
+def _entries(ratings: RatingData, predict, track, test_values):
+    """The checked requested and tracked entries and the test values (float64)."""
+    empty = np.zeros(0, np.int32)
+    pr, pc = predict if predict is not None else (empty, empty)
+    pr, pc = ratings.check_entries(pr, pc, "predict")
+    tr, tc = track if track is not None else (empty, empty)
+    tr, tc = ratings.check_entries(tr, tc, "track")
+    tv = np.asarray(test_values if test_values is not None else np.zeros(0), dtype=np.float64)
+    if tv.ndim != 1 or tv.shape[0] > pr.shape[0]:
+        raise ValueError(f"test_values has shape {tv.shape}; it must cover the first entries of predict ({pr.shape[0]})")
+    if not np.all(np.isfinite(tv)):
+        raise ValueError("test_values must be finite")
+    return pr, pc, tr, tc, tv
 
 
 def _sum_sq(values) -> float:
