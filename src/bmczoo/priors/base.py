@@ -166,6 +166,20 @@ class Prior(abc.ABC):
         statistics of :meth:`factor_stats` (one chain's)."""
         return {"gamma": self.sample_conditional(key, stats_M + stats_N, m1 + m2)}
 
+    def column_proposal(self, gamma: jax.Array, z: jax.Array, d: int):
+        """Proposal of the Gibbs column moves (DESIGN.md section 10): a new scale
+        ``gamma_h'`` for each column together with the factor ``s_h`` by which the
+        rescaled factor's column is multiplied.
+
+        ``gamma`` (..., K) the current scales, ``z`` (..., K) standard normals (for a
+        random proposal), ``d = m1 + m2``.  Returns ``(gamma', log_s, log_ratio)`` with
+        ``log_ratio = log p(gamma') - log p(gamma) + log q(gamma | gamma') - log q(gamma' |
+        gamma)`` (prior and proposal, the engine adds the factor's prior, the Jacobian
+        ``m log s`` and the marginal likelihood).  The proposal must be an involution in
+        distribution (the reverse move has the same law).  None: the prior has no column
+        move (the default)."""
+        return None
+
     # ------------------------------------------------------------------ Gibbs (column scales)
     def row_prior(self, gamma: jax.Array) -> jax.Array:
         """Prior precision of each row of ``M`` and of ``N`` given the prior's state:
