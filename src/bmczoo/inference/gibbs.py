@@ -650,6 +650,12 @@ def column_log_marginal(gamma, A, B, tb):
     return jnp.sum(-0.5 * jnp.log1p(gA) + 0.5 * (tb[:, None] * B) ** 2 * gamma[:, None] / (1.0 + gA), axis=-1)
 
 
+def _log_jacobian(m: int, log_s):
+    """``log |d(s f)/df| = m log s`` of the rescaling of an m-vector (its own function so
+    that the Geweke power check can break it)."""
+    return m * log_s
+
+
 def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, prior, d: int, use_bias: bool):
     """The column moves with ``own`` (C, m, K) integrated out and ``other`` (C, m_other, K)
     rescaled, the ratings grouped by the rows of ``own`` (``csr``).  Returns the new
@@ -682,7 +688,8 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, pr
         ff = jnp.sum(f * f, axis=-1)
         # prior of the rescaled column and the Jacobian m_other log s (they cancel for
         # s = sqrt(g2/g); kept general for proposals that rescale otherwise)
-        log_f = -0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g) + m_other * log_s
+        log_f = (-0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g)
+                 + _log_jacobian(m_other, log_s))
         log_alpha = log_r + log_f + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb) - column_log_marginal(g, A, B, tb)
         accept = log_u[:, h] < log_alpha
         g_new = jnp.where(accept, g2, g)
