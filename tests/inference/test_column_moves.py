@@ -7,6 +7,8 @@
 * Geweke (2004) joint-distribution tests on the tiny problem of ``test_geweke.py``: the
   chains alternate the column moves alone (or a full sweep with them) with a fresh
   ``Y | theta``; they must keep the joint of ``(gamma, M, N, Y)`` invariant;
+  (every prior of the zoo with column scales: the discrete flip, the log-scale walk of
+  the inverse-gamma and gamma priors, the rescaling alone of the fixed prior);
 * power: the same moves without the Jacobian of the rescaling are detected;
 * settings: ``column_moves=`` through ``bmc.fit`` and its errors.
 """
@@ -104,24 +106,29 @@ def column_geweke(prior, *, num_chains, num_steps, num_marginal=50_000, seed=0, 
     return z, z_crit, report
 
 
-def test_geweke_column_moves_alone():
+@pytest.mark.parametrize("name", list(gw.PRIORS))
+def test_geweke_column_moves_alone(name):
     """The moves alone (no row sweep) keep the joint invariant: gamma and the column
-    moved together, the integrated column redrawn exactly."""
-    z, z_crit, rep = column_geweke(DISCRETE, num_chains=100, num_steps=200)
+    moved together, the integrated column redrawn exactly (discrete: the spike/slab flip;
+    continuous priors: the log-scale random walk; fixed: the rescaling alone)."""
+    z, z_crit, rep = column_geweke(gw.PRIORS[name], num_chains=100, num_steps=200)
     assert np.max(np.abs(z)) < z_crit, f"column moves are not invariant:\n{rep}"
 
 
-def test_geweke_sweep_with_column_moves():
-    z, z_crit, rep = column_geweke(DISCRETE, num_chains=100, num_steps=150, seed=3, with_sweep=True)
+@pytest.mark.parametrize("name", ["discrete", pytest.param("inverse-gamma", marks=pytest.mark.slow),
+                                  pytest.param("gamma", marks=pytest.mark.slow)])
+def test_geweke_sweep_with_column_moves(name):
+    z, z_crit, rep = column_geweke(gw.PRIORS[name], num_chains=100, num_steps=150, seed=3, with_sweep=True)
     assert np.max(np.abs(z)) < z_crit, f"sweep + column moves are not invariant:\n{rep}"
 
 
-def test_geweke_detects_column_move_without_jacobian(monkeypatch):
-    """Power check: the rescaling's Jacobian ``m log s`` left out (log(C/eps) m/2 nats per
-    flip, here about 4.7) must be caught."""
+@pytest.mark.parametrize("name", ["discrete", pytest.param("inverse-gamma", marks=pytest.mark.slow)])
+def test_geweke_detects_column_move_without_jacobian(monkeypatch, name):
+    """Power check: the rescaling's Jacobian ``m log s`` left out (discrete: log(C/eps) m/2
+    nats per flip, here about 4.7) must be caught."""
     monkeypatch.setattr(gibbs, "_log_jacobian", lambda m, log_s: jnp.zeros_like(log_s))
     # other step count than above: a fresh trace picks up the patch
-    z, z_crit, rep = column_geweke(DISCRETE, num_chains=100, num_steps=101)
+    z, z_crit, rep = column_geweke(gw.PRIORS[name], num_chains=100, num_steps=101)
     assert np.max(np.abs(z)) > 2 * z_crit, f"missing Jacobian not detected:\n{rep}"
 
 
@@ -139,7 +146,7 @@ def test_column_moves_through_fit_and_errors(tiny_ratings):
     assert bmc.inference.Gibbs(column_moves=True).column_moves is True
     with pytest.raises(ValueError, match="column_moves"):
         bmc.inference.Gibbs(column_moves="yes")
-    with pytest.raises(ValueError, match="no column move"):
+    with pytest.raises(ValueError, match="no column move"):  # a prior without column scales
         bmc.fit(tiny_ratings, K=2, prior=bmc.priors.NormalWishart(), num_warmup=1, num_samples=2, thinning=1,
                 column_moves=True, progress_bar=False)
     with pytest.raises(ValueError, match="one device"):

@@ -180,6 +180,17 @@ class Prior(abc.ABC):
         move (the default)."""
         return None
 
+    #: step of the log-scale random walk of :meth:`log_walk_proposal`
+    column_step: ClassVar[float] = 0.5
+
+    def log_walk_proposal(self, gamma: jax.Array, z: jax.Array, d: int):
+        """The column proposal of a continuous prior: ``gamma' = gamma exp(step z)`` with
+        ``s = sqrt(gamma'/gamma)``; ``log_ratio = log p(gamma') - log p(gamma) + log gamma'
+        - log gamma`` (the proposal is symmetric in ``log gamma``)."""
+        g2 = gamma * jnp.exp(self.column_step * z)
+        log_ratio = self.log_prob(g2, d) - self.log_prob(gamma, d) + jnp.log(g2) - jnp.log(gamma)
+        return g2, 0.5 * self.column_step * z, log_ratio.astype(gamma.dtype)
+
     # ------------------------------------------------------------------ Gibbs (column scales)
     def row_prior(self, gamma: jax.Array) -> jax.Array:
         """Prior precision of each row of ``M`` and of ``N`` given the prior's state:

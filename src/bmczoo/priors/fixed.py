@@ -36,6 +36,12 @@ class Fixed(Prior):
     def sample_conditional(self, key, S, d):
         return jnp.full_like(S, self.gamma)
 
+    def column_proposal(self, gamma, z, d):
+        """gamma stays; the rescaled column is multiplied by ``exp(step z / 2)`` (a
+        symmetric walk in ``log s``: the prior ratio and proposal ratio are 0, the engine
+        adds the column's prior and the Jacobian)."""
+        return gamma, 0.5 * self.column_step * z, jnp.zeros_like(gamma)
+
     def vb_update(self, ES, d):
         g = jnp.asarray(self.gamma, ES.dtype)
         logz = -0.5 * d * jnp.log(g) - ES / (2.0 * g)
