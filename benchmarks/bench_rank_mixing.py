@@ -61,13 +61,17 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--samplers", default="plain,moves")
+    ap.add_argument("--prior", default="discrete", choices=("discrete", "inverse-gamma", "gamma"),
+                    help="discrete(1, .05, .05) (three starts), inverse-gamma(1, .005) or gamma(beta^2 = 2000) "
+                         "(their default start only)")
     a = ap.parse_args()
 
     import arviz as az
 
     import bmczoo as bmc
 
-    prior = bmc.priors.Discrete(1.0, 0.05, 0.05)
+    prior = {"discrete": bmc.priors.Discrete(1.0, 0.05, 0.05), "inverse-gamma": bmc.priors.InverseGamma(1.0, 0.005),
+             "gamma": bmc.priors.Gamma(beta=float(np.sqrt(2000.0)))}[a.prior]
     print(f"# 200 x 200 rank-3 simulation, K = 10, {prior}, {a.warmup} + {a.samples} sweeps, "
           f"{a.chains} chains per start (ESS out of {a.chains * a.samples})")
     print(f"{'seed':>4s} {'sampler':>7s} {'start':>6s} {'rank posterior P(r), r = 0..10':>58s} {'mode':>4s} "
@@ -75,8 +79,10 @@ def main() -> None:
     for seed in (int(s) for s in a.seeds.split(",")):
         sim = bmc.datasets.simulate_paper(200, rank=3, seed=seed)
         rng = np.random.default_rng(1000 + seed)
-        starts = {"slab": None, "spike": prior.eps,
-                  "random": tuple(np.where(rng.random(10) < 0.5, prior.C, prior.eps).tolist())}
+        starts = {"default": None}
+        if a.prior == "discrete":
+            starts = {"slab": None, "spike": prior.eps,
+                      "random": tuple(np.where(rng.random(10) < 0.5, prior.C, prior.eps).tolist())}
         for sampler in a.samplers.split(","):
             laws, counts = [], []
             for name, start in starts.items():

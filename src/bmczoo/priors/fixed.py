@@ -36,11 +36,9 @@ class Fixed(Prior):
     def sample_conditional(self, key, S, d):
         return jnp.full_like(S, self.gamma)
 
-    def column_proposal(self, gamma, z, d):
-        """gamma stays; the rescaled column is multiplied by ``exp(step z / 2)`` (a
-        symmetric walk in ``log s``: the prior ratio and proposal ratio are 0, the engine
-        adds the column's prior and the Jacobian)."""
-        return gamma, 0.5 * self.column_step * z, jnp.zeros_like(gamma)
+    # No column move (column_proposal is None): a rescaling of one column alone was
+    # measured on the m = 200 rank-3 simulation (K = 10, 4 chains, 200 + 1000 sweeps): ESS
+    # of the effective rank 2283 without, 2272 with, at 3x the time per sweep.
 
     def vb_update(self, ES, d):
         g = jnp.asarray(self.gamma, ES.dtype)
