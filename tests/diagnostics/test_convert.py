@@ -146,8 +146,10 @@ def test_gibbs_fit(gibbs_fit, sim_data):
     table = dg.summary(gibbs_fit)
     assert not any(lab.startswith(("gamma[", "theta_sv")) for lab in table.index)
     assert {"ess_bulk", "ess_tail", "r_hat", "mcse_mean"} <= set(table.columns)
-    # (a sorted gamma of the discrete prior can be constant over all draws: NaN there)
-    smooth = [lab for lab in table.index if not lab.startswith("gamma_sorted")]
+    # (a sorted gamma of the discrete prior, and so the number of active columns, can be
+    # constant over all draws: NaN there)
+    assert "num_active" in table.index
+    smooth = [lab for lab in table.index if not lab.startswith(("gamma_sorted", "num_active"))]
     assert np.all(np.isfinite(table.loc[smooth, "r_hat"].values))
     # rank posterior equals the counts over draws
     g = gibbs_fit.samples["gamma"]

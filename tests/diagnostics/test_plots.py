@@ -115,6 +115,9 @@ def test_report(gibbs_fit, vb_fit, tmp_path):
     assert [r[0] for r in rows[1:]] == list(dg.summary(gibbs_fit).index)
     md = paths[1].read_text()
     assert "| `theta[" in md and "![acf](acf.png)" in md
+    # ESS and R-hat of the number of active columns and of the effective rank
+    assert "## Rank mixing" in md and "| number of active columns |" in md and "| effective rank of theta |" in md
+    assert "Most frequent number of active columns per chain" in md
     with open(paths[3], newline="") as fh:
         probs = [float(r[1]) for r in list(csv.reader(fh))[1:]]
     assert sum(probs) == pytest.approx(1.0, abs=1e-5)

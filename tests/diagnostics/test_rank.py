@@ -23,7 +23,7 @@ import bmczoo as bmc
 from bmczoo import diagnostics as dg
 from bmczoo.diagnostics.stats import _poisson_binomial
 
-from ._fakes import FakeMCMCFit, FakeVBFit, random_spd
+from ._fakes import PRIOR, FakeMCMCFit, FakeVBFit, random_spd
 
 
 def _brute_force(p):
@@ -51,6 +51,7 @@ def test_poisson_binomial_vectorised_matches_enumeration():
     np.testing.assert_array_equal(_poisson_binomial(z), np.eye(7)[z.sum(-1).astype(int)])
 
 
+@pytest.mark.filterwarnings("ignore::bmczoo.diagnostics.RankMixingWarning")  # iid fakes: R-hat varies by chance
 @pytest.mark.parametrize("prior", [None, bmc.priors.InverseGamma(1.0, 0.1), bmc.priors.Discrete(1.0, 0.3, 0.05)],
                          ids=["no-prior", "inverse-gamma", "discrete"])
 def test_drawn_gamma_gives_exactly_the_frequencies(prior):
@@ -125,6 +126,7 @@ def test_vb_uses_the_priors_q_methods():
     assert dg.gamma_threshold(ig) == pytest.approx(0.02)
 
 
+@pytest.mark.filterwarnings("ignore::bmczoo.diagnostics.RankMixingWarning")  # iid fakes: R-hat varies by chance
 def test_no_branching_on_the_prior_name():
     base = bmc.priors.Discrete(C=1.0, p=0.2, eps=0.04)
     # the same prior under another name (an instance attribute: no class is added to the
@@ -160,3 +162,41 @@ def test_bad_thresholds():
             dg.rank_posterior(fit, bad)
         with pytest.raises(ValueError, match="threshold"):
             dg.prob_gamma_above(fit, bad)
+
+
+def _stuck_fit(levels_per_chain, num_draws=50, K=4):
+    """A fake Gibbs fit of the discrete prior whose chain c has ``levels_per_chain[c]``
+    active columns in every draw, or (a list) alternates between the given counts."""
+    C = len(levels_per_chain)
+    gamma = np.full((C, num_draws, K), PRIOR.eps)
+    for c, lev in enumerate(levels_per_chain):
+        counts = np.resize(np.atleast_1d(lev), num_draws)
+        for d, k in enumerate(counts):
+            gamma[c, d, :k] = PRIOR.C
+    return FakeMCMCFit({"gamma": gamma}, [], [], (6, 5), prior=PRIOR)
+
+
+def test_rank_posterior_warns_when_chains_disagree():
+    thr = dg.gamma_threshold(_stuck_fit([2, 2]))
+    # each chain stuck at its own count: R-hat undefined, the counts differ
+    with pytest.warns(dg.RankMixingWarning, match="disagree"):
+        dg.rank_posterior(_stuck_fit([2, 3]), thr)
+    # chains moving over different ranges: R-hat > 1.05
+    with pytest.warns(dg.RankMixingWarning, match="R-hat"):
+        dg.rank_posterior(_stuck_fit([[1, 2], [3, 4]]), thr)
+    mix = dg.rank_mixing(_stuck_fit([[1, 2], [3, 4]]))
+    assert mix["disagree"] and mix["r_hat"] > 1.05 and mix["chain_modes"] == [1, 3]
+    assert mix["chain_means"] == [1.5, 3.5]
+
+
+def test_rank_posterior_quiet_when_chains_agree():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = dg.rank_posterior(_stuck_fit([[1, 2], [2, 1], [1, 2]]), dg.gamma_threshold(_stuck_fit([2])))
+        np.testing.assert_allclose(p[1:3], [0.5, 0.5])
+        dg.rank_posterior(_stuck_fit([3, 3]), 0.2)  # identical constant chains: no disagreement
+    mix = dg.rank_mixing(_stuck_fit([[1, 2], [2, 1]]))
+    assert not mix["disagree"] and mix["r_hat"] < 1.05 and np.isfinite(mix["ess_bulk"])
+    assert dg.rank_mixing(_stuck_fit([3]))["num_chains"] == 1

@@ -203,6 +203,8 @@ def test_stored_factors_predict_arbitrary_entries(shared_fit, data):
     assert pred[-1] == pytest.approx(manual, rel=1e-10)
 
 
+# at the median threshold the short chains may disagree on the count: the warning is due
+@pytest.mark.filterwarnings("ignore::bmczoo.diagnostics.RankMixingWarning")
 def test_rank_posterior(shared_fit):
     fit, _ = shared_fit
     g = fit.samples["gamma"]

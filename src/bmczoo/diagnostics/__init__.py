@@ -5,6 +5,7 @@ Conversion (arrays first, ArviZ at the edge)::
     idata = bmc.diagnostics.to_arviz(fit)        # any fit: Gibbs, NUTS, VB, SVI, MAP
     bmc.diagnostics.summary(fit)                 # ESS bulk/tail, R-hat, MCSE (az.summary)
     bmc.diagnostics.rank_posterior(fit, 0.2)     # P(#{h: gamma_h > 0.2} = r), r = 0..K
+    bmc.diagnostics.rank_mixing(fit)             # ESS, R-hat, chain modes of the active-column count
 
 Figures (each returns a matplotlib ``Figure``)::
 
@@ -35,7 +36,8 @@ from .convert import (
 )
 from .plots import plot_acf, plot_convergence, plot_gamma, plot_posterior_compare, plot_rmse_trace, plot_trace
 from .report import report
-from .stats import autocorrelation, gamma_threshold, prob_gamma_above, rank_posterior, summary
+from .stats import (RankMixingWarning, autocorrelation, gamma_threshold, prob_gamma_above, rank_mixing,
+                    rank_posterior, summary)
 
 __all__ = [
     "INVARIANT_VARS",
@@ -54,7 +56,9 @@ __all__ = [
     "plot_rmse_trace",
     "plot_trace",
     "prob_gamma_above",
+    "rank_mixing",
     "rank_posterior",
+    "RankMixingWarning",
     "report",
     "summary",
     "theta_singular_values",

@@ -12,7 +12,9 @@ Groups and variables
 ``posterior`` (chain, draw, ...)
     ``gamma`` (h) where the method has it; ``gamma_sorted`` (h): gamma in decreasing
     order (the labels h are not identified: the posterior is invariant under permuting
-    the columns of M, N together with gamma); ``theta`` (entry): theta at the tracked
+    the columns of M, N together with gamma); MCMC draws of gamma: ``num_active``, the
+    number of active columns ``sum_h P(gamma_h > t | draw)`` (the indicator count for
+    drawn gamma; :func:`active_threshold` gives ``t``); ``theta`` (entry): theta at the tracked
     entries, with coordinates ``row`` and ``col`` on ``entry`` and ``"i,j"`` labels;
     where the factors ``M``, ``N`` of each draw are known (stored factor draws, or
     draws from q): ``theta_sv`` (h) the singular values of ``theta = M N^T`` (decreasing),
@@ -66,7 +68,7 @@ __all__ = [
 ]
 
 #: rotation- and label-invariant posterior variables (in display order)
-INVARIANT_VARS = ("theta", "gamma_sorted", "theta_fro", "eff_rank")
+INVARIANT_VARS = ("theta", "gamma_sorted", "num_active", "theta_fro", "eff_rank")
 
 _LEAD = {"posterior": ("chain", "draw"), "sample_stats": ("chain", "draw"), "convergence": ("chain", "iteration")}
 _DEFAULT_NUM_TRACK = 8
@@ -318,6 +320,31 @@ def _mcmc_theta(s: dict, entries, track_index, explicit: bool) -> np.ndarray | N
     return None
 
 
+def active_threshold(fit, gamma=None) -> float:
+    """The threshold ``t`` on gamma_h of an "active" column: the prior's
+    :meth:`~bmczoo.priors.Prior.active_threshold` where it has one, else 1% of the largest
+    posterior mean of ``gamma`` (draws (..., K), default the fit's)."""
+    prior = _prior_of(fit)
+    t = prior.active_threshold() if prior is not None else None
+    if t is not None:
+        return float(t)
+    if gamma is None:
+        raise ValueError("the fit has no gamma")
+    g = np.asarray(gamma, np.float64)
+    return 0.01 * float(np.max(np.mean(g.reshape(-1, g.shape[-1]), axis=0)))
+
+
+def num_active_draws(fit, draws: dict, threshold: float | None = None) -> np.ndarray:
+    """``sum_h P(gamma_h > t | draw)`` for every draw (the draws' leading axes): the
+    number of active columns (an integer count where gamma is drawn)."""
+    from ..priors.base import indicator_above
+
+    t = active_threshold(fit, draws.get("gamma")) if threshold is None else float(threshold)
+    prior = _prior_of(fit)
+    prob_above = prior.prob_above if prior is not None else indicator_above
+    return np.sum(np.asarray(prob_above(draws, t), np.float64), axis=-1)
+
+
 def _mcmc_posterior(fit, entries, track_index, explicit: bool) -> dict[str, np.ndarray]:
     """The posterior group of an MCMC fit: gamma, theta at the entries, the factor
     quantities and, for a prior without column scales, its state draws."""
@@ -325,6 +352,8 @@ def _mcmc_posterior(fit, entries, track_index, explicit: bool) -> dict[str, np.n
     post: dict[str, np.ndarray] = {}
     if "gamma" in s:
         _add_gamma(post, np.asarray(s["gamma"]))
+        if np.ndim(s["gamma"]) == 3:  # (chain, draw, K)
+            post["num_active"] = num_active_draws(fit, s)
     theta = _mcmc_theta(s, entries, track_index, explicit)
     if theta is not None:
         post["theta"] = theta

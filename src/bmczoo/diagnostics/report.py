@@ -9,7 +9,7 @@ import numpy as np
 
 from .convert import _info, _K_of, _method_of, _offset_of, _setting, arrays_to_arviz, fit_arrays, fit_kind
 from .plots import _describe, plot_acf, plot_convergence, plot_gamma, plot_rmse_trace, plot_trace
-from .stats import gamma_threshold, rank_posterior, summary
+from .stats import gamma_threshold, rank_mixing, rank_posterior, summary
 
 __all__ = ["report"]
 
@@ -111,12 +111,40 @@ def _fit_settings(fit, kind: str, fa) -> dict[str, object]:
     return out
 
 
-def _summary_markdown(fit, settings: dict, table, rank, thr, figure_names) -> str:
-    """The text of ``summary.md``: settings, the summary table, the rank posterior (where
-    available) and links to the figures."""
+_RANK_ROWS = (("num_active", "number of active columns"), ("eff_rank", "effective rank of theta"))
+
+
+def _rank_mixing_markdown(table, mix) -> list[str]:
+    """The "Rank mixing" section: ESS and R-hat of the number of active columns and of
+    the effective rank (rows of the summary table), each chain's most frequent count, and
+    a warning when the chains disagree."""
+    rows = [(name, label) for name, label in _RANK_ROWS if name in table.index]
+    if not rows and mix is None:
+        return []
+    lines = ["## Rank mixing", ""]
+    if rows:
+        cols = [c for c in ("ess_bulk", "ess_tail", "r_hat") if c in table.columns]
+        lines += ["| quantity | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+        lines += [f"| {label} | " + " | ".join(_fmt(table.loc[name, c]) for c in cols) + " |" for name, label in rows]
+        lines.append("")
+    if mix is not None:
+        lines.append(f"Most frequent number of active columns per chain: {mix['chain_modes']} "
+                     f"(chain means {', '.join(f'{v:.2f}' for v in mix['chain_means'])}).")
+        if mix["disagree"]:
+            lines.append("")
+            lines.append("**Warning: the chains disagree on the number of active columns** (R-hat "
+                         f"{_fmt(mix['r_hat'])}): the rank posterior reflects the starting points.")
+        lines.append("")
+    return lines
+
+
+def _summary_markdown(fit, settings: dict, table, rank, thr, figure_names, mix=None) -> str:
+    """The text of ``summary.md``: settings, the summary table, the rank mixing
+    diagnostics and the rank posterior (where available) and links to the figures."""
     lines = [f"# Diagnostics — {_describe(fit)}", ""]
     lines += [f"- **{k}**: {_fmt(v)}" for k, v in settings.items()]
     lines += ["", "## Summary (rotation- and label-invariant quantities)", "", _markdown_table(table), ""]
+    lines += _rank_mixing_markdown(table, mix)
     if rank is not None:
         lines += [f"## Rank posterior (threshold {thr:.4g})", "",
                   "| rank | " + " | ".join(str(r) for r in range(rank.size)) + " |",
@@ -131,8 +159,9 @@ def report(fit, path, *, entries=None, num_draws: int = 500, seed: int = 0, thre
            dpi: int = 110) -> list[pathlib.Path]:
     """Write the diagnostics of one fit into the folder ``path`` (created if needed).
 
-    Files: ``summary.csv``, ``summary.md`` (fit settings, the summary table, the rank
-    posterior, links to the figures), ``summary.png`` (the table), ``rank_posterior.csv``
+    Files: ``summary.csv``, ``summary.md`` (fit settings, the summary table, ESS and
+    R-hat of the number of active columns and of the effective rank with a warning when
+    the chains disagree, the rank posterior, links to the figures), ``summary.png`` (the table), ``rank_posterior.csv``
     (where gamma is available) and the figures that apply: ``rmse_trace.png`` (test data
     given), ``trace.png``, ``acf.png`` (MCMC), ``gamma.png``, ``convergence.png`` (VB).
     A prior without column scales (e.g. normal-wishart) has no gamma: the rank posterior
@@ -152,7 +181,8 @@ def report(fit, path, *, entries=None, num_draws: int = 500, seed: int = 0, thre
     if rank is not None:
         rp = out / "rank_posterior.csv"
         rp.write_text("rank,probability\n" + "".join(f"{r},{p:.6g}\n" for r, p in enumerate(rank)))
-    written[1].write_text(_summary_markdown(fit, _fit_settings(fit, kind, fa), table, rank, thr, list(figures)))
+    mix = rank_mixing(fit, thr) if rank is not None and kind == "mcmc" else None
+    written[1].write_text(_summary_markdown(fit, _fit_settings(fit, kind, fa), table, rank, thr, list(figures), mix))
     _table_figure(table, f"Summary — {_describe(fit)}").savefig(written[2], dpi=dpi)
     if rank is not None:
         written.append(rp)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 
 import numpy as np
 
@@ -17,7 +18,15 @@ from .._checks import check_real
 from ..priors.base import indicator_above
 from .convert import INVARIANT_VARS, _prior_of, _require_column_scales, _vb_q_gamma, fit_kind, to_arviz
 
-__all__ = ["summary", "rank_posterior", "autocorrelation", "gamma_threshold", "prob_gamma_above"]
+__all__ = ["summary", "rank_posterior", "rank_mixing", "autocorrelation", "gamma_threshold", "prob_gamma_above",
+           "RankMixingWarning"]
+
+#: R-hat of the number of active columns above which the chains are said to disagree
+RHAT_ACTIVE_MAX = 1.05
+
+
+class RankMixingWarning(UserWarning):
+    """The chains of an MCMC fit disagree on the number of active columns."""
 
 
 def _is_arviz_data(obj) -> bool:
@@ -60,7 +69,8 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
             round_to=None):
     """``az.summary`` of the invariant quantities of a fit: a pandas ``DataFrame`` with
     mean, sd, HDI, MCSE, ESS bulk/tail and R-hat per scalar (``theta[i,j]``,
-    ``gamma_sorted[h]``, ``theta_fro``, ``eff_rank`` where available).
+    ``gamma_sorted[h]``, ``num_active`` (the number of active columns, MCMC draws of
+    gamma), ``theta_fro``, ``eff_rank`` where available).
 
     Parameters
     ----------
@@ -183,14 +193,59 @@ def rank_posterior(fit, threshold: float, *, num_draws: int = 500, seed: int = 0
     drawn) that is exactly the frequency of each count over the draws.
 
     ``num_draws`` and ``seed`` are accepted for compatibility and not used (the result is
-    exact given the fit).  A prior without column scales (``has_column_scales = False``,
+    exact given the fit).  With several MCMC chains, a :class:`RankMixingWarning` is
+    issued when they disagree on the number of active columns (:func:`rank_mixing`:
+    R-hat above 1.05, or chains each stuck at a different count): the pooled law then
+    reflects the starting points rather than the posterior.  A prior without column scales (``has_column_scales = False``,
     e.g. :class:`~bmczoo.priors.NormalWishart`) has no such rank: ``ValueError``.
     """
     threshold = _check_threshold(threshold)
     _require_column_scales(fit, "rank_posterior")
     if fit_kind(fit) == "vb":
         return _poisson_binomial(_vb_prob_above(fit, threshold))
+    if fit_kind(fit) == "mcmc":
+        mix = rank_mixing(fit, threshold)
+        if mix is not None and mix["disagree"]:
+            warnings.warn(f"the {mix['num_chains']} chains disagree on the number of active columns "
+                          f"(threshold {threshold:.4g}): R-hat {mix['r_hat']:.3g}, most frequent count per chain "
+                          f"{mix['chain_modes']}; the rank posterior reflects the starting points (run longer, "
+                          "or use column_moves=True)", RankMixingWarning, stacklevel=2)
     return _poisson_binomial(_draws_prob_above(fit, threshold)).mean(axis=0)
+
+
+def rank_mixing(fit, threshold: float | None = None) -> dict | None:
+    """Convergence of the number of active columns ``#{h: gamma_h > threshold}`` of an
+    MCMC fit (per draw ``sum_h P(gamma_h > threshold | draw)``): a dict with
+    ``num_chains``, ``ess_bulk``, ``ess_tail``, ``r_hat`` (ArviZ, on the (chain, draw)
+    array; NaN where undefined, e.g. one chain or a constant count), ``chain_modes`` (the
+    most frequent rounded count of each chain), ``chain_means`` and ``disagree`` (R-hat >
+    1.05, or, where R-hat is undefined because every chain is constant, chain modes that
+    differ).  None for a fit without MCMC draws of gamma.
+    ``threshold`` defaults to :func:`gamma_threshold`."""
+    import arviz as az
+
+    from .convert import num_active_draws
+
+    if fit_kind(fit) != "mcmc" or "gamma" not in fit.samples or np.ndim(fit.samples["gamma"]) != 3:
+        return None
+    _require_column_scales(fit, "rank_mixing")
+    t = gamma_threshold(fit) if threshold is None else _check_threshold(threshold)
+    x = num_active_draws(fit, fit.samples, t)  # (chain, draw)
+    C = x.shape[0]
+    if np.ptp(x) == 0:  # constant count: ESS and R-hat undefined (ArviZ would give the draw count)
+        return {"num_chains": C, "threshold": t, "ess_bulk": float("nan"), "ess_tail": float("nan"),
+                "r_hat": float("nan"), "chain_modes": [int(np.rint(x[0, 0]))] * C,
+                "chain_means": [float(x[0, 0])] * C, "disagree": False}
+    with _single_chain_quiet(C), np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ess_bulk = float(az.ess(x, method="bulk")) if x.size >= 4 else float("nan")
+        ess_tail = float(az.ess(x, method="tail")) if x.size >= 4 else float("nan")
+        r_hat = float(az.rhat(x)) if C >= 2 and x.shape[1] >= 4 else float("nan")
+    modes = [int(np.bincount(np.rint(row).astype(np.int64)).argmax()) for row in x]
+    # R-hat is NaN or inf when every chain is constant: then differing values are disagreement
+    disagree = C >= 2 and (r_hat > RHAT_ACTIVE_MAX if np.isfinite(r_hat) else len(set(modes)) > 1)
+    return {"num_chains": C, "threshold": t, "ess_bulk": ess_bulk, "ess_tail": ess_tail, "r_hat": r_hat,
+            "chain_modes": modes, "chain_means": [float(v) for v in x.mean(axis=1)], "disagree": bool(disagree)}
 
 
 def gamma_threshold(fit) -> float:

@@ -92,7 +92,7 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
         prep.fit_data, info.tau, dtype=info.dtype, predict=(prep.pred_rows, prep.pred_cols),
         test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
         num_warmup=s.num_warmup, thinning=s.thinning, num_total=s.num_warmup + s.num_samples, mesh=s.devices,
-        overrelax=s.overrelax, likelihood=info.likelihood, biases=info.biases,
+        overrelax=s.overrelax, likelihood=info.likelihood, biases=info.biases, column_moves=s.column_moves,
     )
 
 
@@ -142,6 +142,7 @@ def _gibbs_with_numpyro(prep, info, s: st.Gibbs, track, store, gamma0, progress_
         num_samples=s.num_samples, thinning=s.thinning, predict=(prep.pred_rows, prep.pred_cols),
         test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
         store_factors=store, dtype=info.dtype, devices=s.devices, overrelax=s.overrelax,
+        column_moves=s.column_moves,
     )
     mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning,
                 num_chains=s.num_chains, chain_method=s.chain_method, progress_bar=progress_bar)
@@ -168,6 +169,7 @@ def _gibbs_with_checkpoints(prep, info, s: st.Gibbs, track, store, gamma0, progr
         prep, info, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning,
         num_chains=s.num_chains, track=fingerprint(*track), store_factors=store,
         init_gamma=None if gamma0 is None else [float(x) for x in gamma0[0]], overrelax=s.overrelax,
+        **({"column_moves": True} if s.column_moves else {}),  # old checkpoints (without moves) stay valid
     )
     core, samples = run_gibbs(
         core, problem, info.prior, store, num_warmup=s.num_warmup, num_samples=s.num_samples,

@@ -43,7 +43,7 @@ from .kernels import (CSR, cholesky_rows, csr_from_view, csr_matmul, outer, over
 
 __all__ = [
     "GibbsProblem", "GibbsState", "build_problem", "init", "step", "sweep", "theta_at", "entries",
-    "check_failure", "factors", "draws", "check_overrelax",
+    "check_failure", "factors", "draws", "check_overrelax", "column_moves", "column_log_marginal",
 ]
 
 
@@ -54,7 +54,7 @@ __all__ = [
         "clip_lo", "clip_hi", "track_rows", "track_cols", "sum_sq",
     ],
     meta_fields=["num_warmup", "thinning", "num_total", "has_test", "dims", "mesh", "overrelax",
-                 "likelihood", "biases", "num_ratings"],
+                 "likelihood", "biases", "num_ratings", "column_moves"],
 )
 @dataclasses.dataclass(frozen=True)
 class GibbsProblem:
@@ -81,7 +81,9 @@ class GibbsProblem:
     likelihood : the likelihood component (None: fixed ``tau``); a learned ``tau`` gets
         its Gibbs block (:meth:`~bmczoo.likelihoods.Likelihood.sample_tau`).
     biases : the :class:`~bmczoo.offsets.Biases` component or None.
-    num_ratings : ``n``.  These last ten are static pytree metadata.
+    num_ratings : ``n``.
+    column_moves : whether each sweep ends with the column moves of DESIGN.md section 10
+        (:func:`column_moves`).  These last eleven are static pytree metadata.
     sum_sq : ``sum_k Y_k^2`` of the fitted values (for the squared error of a learned tau).
     """
 
@@ -107,6 +109,7 @@ class GibbsProblem:
     likelihood: object = None
     biases: object = None
     num_ratings: int = 0
+    column_moves: bool = False
 
     @property
     def learned_tau(self) -> bool:
@@ -174,6 +177,7 @@ def build_problem(
     overrelax: float = 0.0,
     likelihood=None,
     biases=None,
+    column_moves: bool = False,
 ) -> GibbsProblem:
     """Prepare the device arrays of a problem (once; reused by every sweep).
 
@@ -184,9 +188,15 @@ def build_problem(
     ``overrelax`` in (-1, 1) over-relaxes the row updates (0: plain Gibbs).
     ``likelihood`` (a learned ``tau`` gets its block; ``tau`` is then its starting value)
     and ``biases`` (a :class:`~bmczoo.offsets.Biases` or None) are the model's other
-    components.
+    components.  ``column_moves`` ends each sweep with the column moves of
+    :func:`column_moves` (one device only for now).
     """
     overrelax = check_overrelax(overrelax)
+    if not isinstance(column_moves, (bool, np.bool_)):
+        raise TypeError(f"column_moves must be True or False, got {column_moves!r}")
+    if column_moves and mesh is not None:
+        raise ValueError("column_moves=True runs on one device: the sharded column moves are not implemented "
+                         "(drop devices= or column_moves=)")
     m1, m2 = ratings.shape
     pr, pc, tr, tc, tv = _entries(ratings, predict, track, test_values)
     has_test = tv.shape[0] > 0
@@ -220,6 +230,7 @@ def build_problem(
         likelihood=likelihood,
         biases=biases,
         num_ratings=int(ratings.n),
+        column_moves=bool(column_moves),
         sum_sq=jnp.asarray(_sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype),
     )
     if mesh is not None:  # everything but the rating blocks is replicated
@@ -592,8 +603,115 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     prior_state = jax.vmap(lambda k, a, b_: prior.gibbs_update(k, a, b_, m1, m2))(kg, sM, sN)
     new = state._replace(M=M, N=N, prior_state=prior_state, tau=tau, row_bias=b, col_bias=c, bias_var=bias_var,
                          key=keys)
+    if problem.column_moves:
+        # its own key stream (folded from the sweep's key): the other blocks draw as without it
+        new = column_moves(new, problem, prior, jax.vmap(lambda k: jax.random.fold_in(k, _COLUMN_STREAM))(state.key))
     failure = _first_failure(state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(_variables(new)[1])))
     return new._replace(failure=failure)
+
+
+# --------------------------------------------------------------------------- column moves
+_COLUMN_STREAM = 0x636F6C  # "col"
+
+
+def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array) -> GibbsState:
+    """Moves that change ``gamma_h`` together with its column (DESIGN.md section 10).
+
+    For each column ``h`` in turn, with ``N`` and the other columns fixed, ``M_h`` is
+    integrated out (its entries are independent univariate Gaussians given the residual
+    ``r_k`` without column ``h``: precision ``p_i = 1/gamma_h + tau sum_k N_jh^2``, mean
+    ``tau sum_k r_k N_jh / p_i``); the prior's :meth:`~bmczoo.priors.Prior.column_proposal`
+    proposes ``gamma_h'`` (the discrete prior: the spike/slab flip) together with ``N_h' =
+    s N_h`` (``s = sqrt(gamma_h'/gamma_h)``), accepted by Metropolis-Hastings on the
+    ``M_h``-marginal (prior of gamma, prior of ``N_h'``, the marginal likelihood with
+    ``M_h`` integrated out, Jacobian ``m2 log s``); then ``M_h`` is drawn exactly given
+    ``gamma_h`` and ``N``.  Then the same with the roles of ``M`` and ``N`` swapped.  Each
+    step is an exact block update of ``(gamma_h, M_h, N_h)``, so the posterior stays
+    invariant.  Learned noise enters through the block precision, biases through the
+    residual.  O(n K) per call: the residual per rating is formed once per side and
+    updated column by column.
+
+    ``keys`` (C,): one key per chain.
+    """
+    if problem.mesh is not None:
+        raise ValueError("the column moves run on one device")
+    if "gamma" not in state.prior_state or prior.column_proposal(state.gamma, jnp.zeros_like(state.gamma),
+                                                                   2) is None:
+        raise ValueError(f"the {prior.name or type(prior).__name__} prior has no column move "
+                         "(column_moves=True needs a prior with column scales that defines column_proposal)")
+    m1, m2 = problem.dims
+    tb = problem.block_precision(state.tau)
+    use_bias = problem.biases is not None
+    k = jax.vmap(jax.random.split)(keys)
+    M, N, gamma = state.M, state.N, state.gamma
+    M, N, gamma = _column_side(problem.rows, M, N, state.row_bias, state.col_bias, gamma, tb, k[:, 0], prior,
+                               m1 + m2, use_bias)
+    N, M, gamma = _column_side(problem.cols, N, M, state.col_bias, state.row_bias, gamma, tb, k[:, 1], prior,
+                               m1 + m2, use_bias)
+    return state._replace(M=M, N=N, prior_state={**state.prior_state, "gamma": gamma})
+
+
+def column_log_marginal(gamma, A, B, tb):
+    """``log int prod_i N(x_i; 0, gamma) exp(-tb/2 sum_k (r_k - x_i f_k)^2) dx`` up to the
+    terms free of ``gamma`` and ``f``, per chain: ``sum_i -1/2 log(1 + gamma tb A_i) +
+    tb^2 B_i^2 gamma / (2 (1 + gamma tb A_i))`` with ``A_i = sum_k f_k^2``, ``B_i = sum_k
+    r_k f_k`` over row i's ratings.  gamma, tb (C,), A, B (C, m) -> (C,)."""
+    gA = gamma[:, None] * tb[:, None] * A
+    return jnp.sum(-0.5 * jnp.log1p(gA) + 0.5 * (tb[:, None] * B) ** 2 * gamma[:, None] / (1.0 + gA), axis=-1)
+
+
+def _log_jacobian(m: int, log_s):
+    """``log |d(s f)/df| = m log s`` of the rescaling of an m-vector (its own function so
+    that the Geweke power check can break it)."""
+    return m * log_s
+
+
+def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, prior, d: int, use_bias: bool):
+    """The column moves with ``own`` (C, m, K) integrated out and ``other`` (C, m_other, K)
+    rescaled, the ratings grouped by the rows of ``own`` (``csr``).  Returns the new
+    ``own``, ``other``, ``gamma``."""
+    C, m, K = own.shape
+    m_other = other.shape[1]
+    n = csr.index.shape[0]
+    dt = own.dtype
+    rid = jnp.repeat(jnp.arange(m, dtype=jnp.int32), jnp.diff(csr.indptr), total_repeat_length=n)
+    cid = csr.index
+    e = csr.values[None] - jnp.einsum("cnk,cnk->cn", own[:, rid], other[:, cid])
+    if use_bias:
+        e = e - bias_own[:, rid] - bias_other[:, cid]
+    kk = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
+    z = jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kk[:, 0])
+    zq = jax.vmap(lambda k: jax.random.normal(k, (K,), dt))(kk[:, 1])
+    log_u = jnp.log(jax.vmap(lambda k: jax.random.uniform(k, (K,), dt))(kk[:, 2]))
+
+    def segsum(x):  # (C, n) -> (C, m): sums over each row's ratings
+        return jax.ops.segment_sum(x.T, rid, num_segments=m, indices_are_sorted=True).T
+
+    def body(h, carry):
+        own, other, gamma, e = carry
+        a, f, g = own[:, :, h], other[:, :, h], gamma[:, h]
+        fk = f[:, cid]
+        w = e + a[:, rid] * fk  # the residual without column h
+        A, B = segsum(fk * fk), segsum(w * fk)
+        g2, log_s, log_r = prior.column_proposal(g, zq[:, h], d)
+        s = jnp.exp(log_s)
+        ff = jnp.sum(f * f, axis=-1)
+        # prior of the rescaled column and the Jacobian m_other log s (they cancel for
+        # s = sqrt(g2/g); kept general for proposals that rescale otherwise)
+        log_f = (-0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g)
+                 + _log_jacobian(m_other, log_s))
+        log_alpha = log_r + log_f + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb) - column_log_marginal(g, A, B, tb)
+        accept = log_u[:, h] < log_alpha
+        g_new = jnp.where(accept, g2, g)
+        s_eff = jnp.where(accept, s, jnp.ones_like(s))
+        f_new = s_eff[:, None] * f
+        p = 1.0 / g_new[:, None] + tb[:, None] * (s_eff * s_eff)[:, None] * A
+        a_new = tb[:, None] * s_eff[:, None] * B / p + z[:, h] * lax.rsqrt(p)
+        e = w - a_new[:, rid] * f_new[:, cid]
+        return own.at[:, :, h].set(a_new), other.at[:, :, h].set(f_new), gamma.at[:, h].set(g_new), e
+
+    own, other, gamma, _ = lax.fori_loop(0, K, body, (own, other, gamma, e))
+    return own, other, gamma
 
 
 def check_failure(state: GibbsState, *, dtype=None) -> None:

@@ -79,6 +79,8 @@ class ConjugateGibbs(MCMCKernel):
         equal those of a single-device run with the same key.
     overrelax : float
         Coefficient in (-1, 1) of the over-relaxed row updates (0: plain Gibbs draws).
+    column_moves : bool
+        End each sweep with the column moves (:func:`bmczoo.inference.gibbs.column_moves`).
 
     After ``mcmc.run``, :func:`bmczoo.inference.gibbs.check_failure` on
     ``mcmc.last_state.core`` raises if any draw was non-finite (``bmc.fit`` does this).
@@ -101,6 +103,7 @@ class ConjugateGibbs(MCMCKernel):
         dtype=None,
         devices=None,
         overrelax: float = 0.0,
+        column_moves: bool = False,
     ):
         self._model = model
         self._num_samples = num_samples
@@ -114,6 +117,7 @@ class ConjugateGibbs(MCMCKernel):
         self._dtype = dtype
         self._devices = devices
         self._overrelax = gibbs.check_overrelax(overrelax)
+        self._column_moves = column_moves
         self._prior = None
         self._batched = False
 
@@ -173,6 +177,7 @@ class ConjugateGibbs(MCMCKernel):
             mesh=self._devices,
             overrelax=self._overrelax,
             likelihood=likelihood,
+            column_moves=self._column_moves,
             biases=biases,
         )
         self._batched = not is_prng_key(rng_key)

@@ -108,7 +108,9 @@ class Gibbs(Settings):
     ``num_warmup + num_samples`` sweeps per chain, every ``thinning``-th post-warm-up draw
     kept; ``chain_method`` as in NumPyro's ``MCMC`` (``"vectorized"`` advances all chains
     in one batched sweep); ``overrelax`` in (-1, 1): Adler over-relaxed row updates (0:
-    plain Gibbs); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
+    plain Gibbs); ``column_moves``: end each sweep with the moves that change ``gamma_h``
+    together with its column (DESIGN.md section 10; priors that define
+    ``column_proposal``, e.g. the discrete one; one device); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
     whose theta is kept per draw (a number of random training entries, or (rows, cols));
     ``store_factors``: keep M, N of each kept draw (``"auto"``: when they take < 256 MiB);
     ``checkpoint``/``checkpoint_every``: save and resume (``.npz``); ``devices``: shard
@@ -121,6 +123,7 @@ class Gibbs(Settings):
     num_chains: int = 1
     chain_method: str = "vectorized"
     overrelax: float = 0.0
+    column_moves: bool = False
     init_gamma: Any = None
     track: Any = 8
     store_factors: Any = "auto"
@@ -133,12 +136,16 @@ class Gibbs(Settings):
         _check_mcmc(self)
         check_choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
         object.__setattr__(self, "overrelax", check_overrelax(self.overrelax))
+        check_bool("column_moves", self.column_moves)
         object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
         object.__setattr__(self, "track", _check_track(self.track))
         if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):
             raise ValueError(f"store_factors must be True, False or 'auto', got {self.store_factors!r}")
         _check_checkpoint(self)
         object.__setattr__(self, "devices", _mesh(self.devices))
+        if self.devices is not None and self.column_moves:
+            raise ValueError("column_moves=True runs on one device: the sharded column moves are not implemented "
+                             "(drop devices= or column_moves=)")
         if self.devices is not None and self.chain_method == "parallel":
             raise ValueError("chain_method='parallel' maps chains to devices; with devices= use 'vectorized'")
         if self.checkpoint is not None and self.chain_method != "vectorized":

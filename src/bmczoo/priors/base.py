@@ -166,6 +166,31 @@ class Prior(abc.ABC):
         statistics of :meth:`factor_stats` (one chain's)."""
         return {"gamma": self.sample_conditional(key, stats_M + stats_N, m1 + m2)}
 
+    def column_proposal(self, gamma: jax.Array, z: jax.Array, d: int):
+        """Proposal of the Gibbs column moves (DESIGN.md section 10): a new scale
+        ``gamma_h'`` for each column together with the factor ``s_h`` by which the
+        rescaled factor's column is multiplied.
+
+        ``gamma`` (..., K) the current scales, ``z`` (..., K) standard normals (for a
+        random proposal), ``d = m1 + m2``.  Returns ``(gamma', log_s, log_ratio)`` with
+        ``log_ratio = log p(gamma') - log p(gamma) + log q(gamma | gamma') - log q(gamma' |
+        gamma)`` (prior and proposal, the engine adds the factor's prior, the Jacobian
+        ``m log s`` and the marginal likelihood).  The proposal must be an involution in
+        distribution (the reverse move has the same law).  None: the prior has no column
+        move (the default)."""
+        return None
+
+    #: step of the log-scale random walk of :meth:`log_walk_proposal`
+    column_step: ClassVar[float] = 0.5
+
+    def log_walk_proposal(self, gamma: jax.Array, z: jax.Array, d: int):
+        """The column proposal of a continuous prior: ``gamma' = gamma exp(step z)`` with
+        ``s = sqrt(gamma'/gamma)``; ``log_ratio = log p(gamma') - log p(gamma) + log gamma'
+        - log gamma`` (the proposal is symmetric in ``log gamma``)."""
+        g2 = gamma * jnp.exp(self.column_step * z)
+        log_ratio = self.log_prob(g2, d) - self.log_prob(gamma, d) + jnp.log(g2) - jnp.log(gamma)
+        return g2, 0.5 * self.column_step * z, log_ratio.astype(gamma.dtype)
+
     # ------------------------------------------------------------------ Gibbs (column scales)
     def row_prior(self, gamma: jax.Array) -> jax.Array:
         """Prior precision of each row of ``M`` and of ``N`` given the prior's state:

@@ -136,6 +136,17 @@ class Discrete(Prior):
         slab = jnp.log(u) < jax.nn.log_sigmoid(self.slab_logit(S, d))
         return jnp.where(slab, jnp.asarray(self.C, S.dtype), jnp.asarray(self.eps, S.dtype))
 
+    def column_proposal(self, gamma, z, d):
+        """The spike/slab flip of column h with the rescaling ``s = sqrt(gamma'/gamma)``
+        (DESIGN.md section 10): deterministic, an involution; the prior ratio is
+        ``+-logit(p)``."""
+        slab = gamma > math.sqrt(self.C * self.eps)
+        dt = gamma.dtype
+        new = jnp.where(slab, jnp.asarray(self.eps, dt), jnp.asarray(self.C, dt))
+        logit = math.log(self.p) - math.log1p(-self.p)
+        log_s = 0.5 * (jnp.log(new) - jnp.log(gamma))
+        return new, log_s, jnp.where(slab, -logit, logit).astype(dt)
+
     def vb_update(self, ES, d):
         logit = self.slab_logit(ES, d)
         q = jax.nn.sigmoid(logit)

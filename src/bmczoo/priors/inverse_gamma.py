@@ -39,6 +39,13 @@ class InverseGamma(Prior):
         g = jax.random.gamma(key, jnp.asarray(shape, S.dtype), S.shape, dtype=S.dtype)
         return (self.b + 0.5 * S) / g
 
+    def column_proposal(self, gamma, z, d):
+        """The log-scale random walk of gamma_h with the column rescaled
+        (:meth:`~bmczoo.priors.Prior.log_walk_proposal`): on the m = 200 rank-3
+        simulation it raises the ESS of the number of active columns ~60x
+        (``benchmarks/bench_rank_mixing.py``)."""
+        return self.log_walk_proposal(gamma, z, d)
+
     def vb_update(self, ES, d):
         shape = self.a + 0.5 * d
         scale = self.b + 0.5 * ES
