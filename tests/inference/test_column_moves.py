@@ -108,7 +108,9 @@ def column_geweke(prior, *, num_chains, num_steps, num_marginal=50_000, seed=0, 
 MOVING = [n for n in gw.PRIORS if n != "fixed"]  # the fixed prior has no column move (measured: no gain)
 
 
-@pytest.mark.parametrize("name", MOVING)
+# the discrete prior's flip in the default suite; the continuous priors' random walk: slow
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "discrete" else pytest.mark.slow)
+                                  for n in MOVING])
 def test_geweke_column_moves_alone(name):
     """The moves alone (no row sweep) keep the joint invariant: gamma and the column
     moved together, the integrated column redrawn exactly (discrete: the spike/slab flip;
