@@ -31,7 +31,7 @@ __all__ = ["save", "load", "FORMAT", "VERSION"]
 
 VERSION = 1
 FORMAT = f"bmczoo-fit-{VERSION}"
-_SKIP = {"info", "mcmc", "guide", "state"}
+_SKIP = {"info", "mcmc", "guide", "state", "seen_values"}  # the training ratings are not saved
 
 
 def _json_default(x):
