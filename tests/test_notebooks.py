@@ -27,6 +27,7 @@ NOTEBOOKS = (
     "02_movielens.ipynb",
     "03_diagnostics_walkthrough.ipynb",
     "04_method_comparison.ipynb",
+    "05_bayesian_outputs.ipynb",
 )
 KERNEL = "bmczoo-test-kernel"
 CELL_TIMEOUT_S = 600

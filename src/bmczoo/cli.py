@@ -1,4 +1,4 @@
-"""Command line: ``bmczoo fit`` and ``bmczoo reproduce``."""
+"""Command line: ``bmczoo fit``, ``bmczoo predict``, ``bmczoo recommend`` and ``bmczoo reproduce``."""
 
 from __future__ import annotations
 
@@ -332,6 +332,34 @@ def _check_checkpoint(path: Path, overwrite: bool) -> None:
         path.unlink()
 
 
+def _check_save(path: Path, overwrite: bool) -> None:
+    """``fit --save FILE``, before the fit: not a folder, not an existing file unless
+    ``--overwrite``, in a writable folder."""
+    if path.is_dir():
+        raise CLIError(f"--save {path}: an existing folder; --save names a file (e.g. model.npz)")
+    if path.exists() and not overwrite:
+        raise CLIError(f"--save {path}: an existing file; use another path or --overwrite to replace it")
+    _probe_writable(path.parent, "--save", path)
+
+
+def _save_model(fit, path: Path, loaded: _Loaded, metric: str) -> None:
+    """``fit.save`` with the dataset's own ids of the rows and columns beside it (the
+    0-based indices for the simulator), so that ``predict``/``recommend`` speak them."""
+    import numpy as np
+
+    from .inference.saving import save
+
+    m1, m2 = fit.shape
+    users = np.arange(m1) if loaded.user_ids is None else np.asarray(loaded.user_ids)
+    items = np.arange(m2) if loaded.item_ids is None else np.asarray(loaded.item_ids)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save(fit, path, extra={"user_ids": users, "item_ids": items})
+    except Exception as e:  # noqa: BLE001 - reported with the fit's result
+        raise CLIError(f"could not write {path}: {' '.join(str(e).split())}; the fit itself finished ({metric})") \
+            from e
+
+
 def _is_checkpoint(path: Path) -> bool:
     import numpy as np
 
@@ -397,6 +425,9 @@ def _cmd_fit(args) -> int:
         _check_out_dir(out, args.overwrite)
     if args.checkpoint:
         _check_checkpoint(Path(args.checkpoint).expanduser(), args.overwrite)
+    save_path = Path(args.save).expanduser() if args.save else None
+    if save_path is not None:
+        _check_save(save_path, args.overwrite)
     loaded = _load(args.data, args.seed, args.test_fraction)
     train, test, sim = loaded.train, loaded.test, loaded.sim
     print(f"data: {train!r} train" + (f", {test!r} test" if test is not None else ""))
@@ -409,12 +440,17 @@ def _cmd_fit(args) -> int:
         predict = np.divmod(np.arange(m * m), m)
     # only the method settings given on the command line: fit names an option of another method
     given = {name: getattr(args, dest) for name, dest in _METHOD_OPTIONS.items() if getattr(args, dest) is not None}
+    if "store_factors" in given:
+        given["store_factors"] = {"auto": "auto", "yes": True, "no": False}[given["store_factors"]]
     fit = bmc.fit(train, K=args.K, prior=prior, method=args.method, seed=args.seed, test=test, predict=predict,
                   progress_bar=not args.quiet, dtype=args.dtype, likelihood=likelihood, biases=args.biases, **given)
     if sim is not None:
         metric = f"theta_rmse={fit.rmse_theta(sim.theta):.4f}"
     else:
         metric = f"test_rmse={fit.rmse(test):.4f}"
+    if save_path is not None:  # first: the fit itself is what a later failure must not lose
+        _save_model(fit, save_path, loaded, metric)
+        print(f"wrote {save_path}")
     if out is not None:
         _write_outputs(fit, out, test, loaded, metric)
         print(f"wrote {out}/")
@@ -422,11 +458,154 @@ def _cmd_fit(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- saved models
+class _Model(NamedTuple):
+    fit: object
+    user_ids: object  # user_ids[i]: the dataset's id of row i
+    item_ids: object
+
+
+def _load_model(spec: str) -> _Model:
+    """``--model FILE``: a fit saved by ``bmczoo fit --save`` (or ``fit.save``: then the
+    ids are the 0-based row and column indices)."""
+    import numpy as np
+
+    from .inference.saving import load, load_extra
+
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise CLIError(f"--model {spec}: no such file (write one with bmczoo fit ... --save FILE)")
+    try:
+        fit = load(path)
+        extra = load_extra(path)
+    except ValueError as e:
+        raise CLIError(f"--model {e}") from None
+    m1, m2 = fit.shape
+    users = np.asarray(extra.get("user_ids", np.arange(m1)))
+    items = np.asarray(extra.get("item_ids", np.arange(m2)))
+    if users.shape != (m1,) or items.shape != (m2,):
+        raise CLIError(f"--model {spec}: its id maps do not fit its {m1} x {m2} shape")
+    return _Model(fit, users, items)
+
+
+def _index_of(ids, wanted, what: str, where=None):
+    """Positions of ``wanted`` ids among ``ids``; an unknown id is one ``CLIError``."""
+    import numpy as np
+
+    ids = np.asarray(ids)
+    wanted = np.asarray(wanted)
+    order = np.argsort(ids, kind="stable")
+    pos = np.clip(np.searchsorted(ids[order], wanted), 0, ids.size - 1)
+    found = ids[order][pos] == wanted
+    if not np.all(found):
+        k = int(np.flatnonzero(~found)[0])
+        shown = wanted[k].item() if hasattr(wanted[k], "item") else wanted[k]
+        place = f" ({where(k)})" if where is not None else ""
+        raise CLIError(f"unknown {what} id {shown}{place}: the model knows {ids.size} {what}s "
+                       f"(ids {ids.min()}..{ids.max()})")
+    return order[pos]
+
+
+def _read_pairs(spec: str):
+    """``--entries FILE``: lines ``user item`` (TAB, ',', '::' or spaces between; extra
+    fields ignored; an optional header line) -> (users, items, first line number)."""
+    import numpy as np
+
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise CLIError(f"--entries {spec}: no such file")
+    users, items = [], []
+    first = None
+    for lineno, raw in enumerate(path.read_text(encoding="utf-8-sig", errors="replace").splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = (line.replace("::", ",").replace("\t", ",").replace(",", " ")).split()
+        try:
+            u, i = (int(float(x)) if float(x) == int(float(x)) else None for x in parts[:2])
+            if len(parts) < 2 or u is None or i is None:
+                raise ValueError
+        except (ValueError, OverflowError):
+            if first is None and not users:  # a header line
+                first = lineno + 1
+                continue
+            raise CLIError(f"--entries {spec}, line {lineno}: expected 'user_id item_id', got {line[:80]!r}") \
+                from None
+        users.append(u)
+        items.append(i)
+    if not users:
+        raise CLIError(f"--entries {spec}: no 'user_id item_id' lines")
+    return np.asarray(users, np.int64), np.asarray(items, np.int64)
+
+
+def _check_prob(prob: float) -> float:
+    if not 0.0 < prob < 1.0:
+        raise CLIError(f"--prob must be in (0, 1), got {prob:g}")
+    return prob
+
+
+def _cmd_predict(args) -> int:
+    import numpy as np
+
+    prob = _check_prob(args.prob)
+    out = Path(args.out).expanduser() if args.out else None
+    if out is not None:
+        if out.is_dir():
+            raise CLIError(f"--out {out}: an existing folder; --out names a .csv file")
+        if out.exists() and not args.overwrite:
+            raise CLIError(f"--out {out}: an existing file; use another path or --overwrite to replace it")
+        _probe_writable(out.parent, "--out", out)
+    model = _load_model(args.model)
+    users, items = _read_pairs(args.entries)
+    rows = _index_of(model.user_ids, users, "user", lambda k: f"entry {k + 1} of {args.entries}")
+    cols = _index_of(model.item_ids, items, "item", lambda k: f"entry {k + 1} of {args.entries}")
+    mean, sd = model.fit.predict(rows, cols, return_std=True)
+    lo, hi = model.fit.predictive_interval(rows, cols, prob=prob)
+    pct = f"{100 * prob:g}"
+    header = f"user_id,item_id,mean,sd,lo{pct},hi{pct}"
+    table = np.column_stack([users, items, mean, sd, lo, hi])
+    fmt = ["%d", "%d", "%.6f", "%.6f", "%.6f", "%.6f"]
+    if out is None:
+        np.savetxt(sys.stdout, table, delimiter=",", header=header, comments="", fmt=fmt)
+    else:
+        np.savetxt(out, table, delimiter=",", header=header, comments="", fmt=fmt)
+        print(f"wrote {out} ({len(users)} entries)")
+    return 0
+
+
+def _cmd_recommend(args) -> int:
+    import numpy as np
+
+    prob = _check_prob(args.prob)
+    if args.n < 1:
+        raise CLIError(f"-n must be at least 1, got {args.n}")
+    model = _load_model(args.model)
+    m2 = model.fit.shape[1]
+    if args.n > m2:
+        raise CLIError(f"-n {args.n}: the model has {m2} items")
+    users = np.asarray(args.user, np.int64)
+    rows = _index_of(model.user_ids, users, "user")
+    try:
+        items, scores = model.fit.recommend(rows, n=args.n, exclude_seen=not args.include_seen, by=args.by,
+                                            prob=prob, seed=args.seed)
+    except ValueError as e:
+        if "factor draws" in str(e):
+            raise CLIError(f"{' '.join(str(e).split())} (bmczoo fit --store-factors)") from None
+        raise
+    print("user_id,rank,item_id,score")
+    for u, its, scs in zip(users, np.asarray(items), np.asarray(scores)):
+        for rank, (i, sc) in enumerate(zip(its, scs), 1):
+            if i < 0:  # fewer than n unseen items
+                break
+            print(f"{int(u)},{rank},{int(model.item_ids[i])},{sc:.6f}")
+    return 0
+
+
 # bmc.fit's name of each method-specific option -> argparse dest
 _METHOD_OPTIONS = {
     "num_warmup": "num_warmup", "num_samples": "num_samples", "thinning": "thinning", "num_chains": "chains",
     "max_iter": "max_iter", "num_steps": "num_steps", "overrelax": "overrelax", "checkpoint": "checkpoint",
-    "checkpoint_every": "checkpoint_every",
+    "checkpoint_every": "checkpoint_every", "store_factors": "store_factors",
 }
 
 
@@ -509,9 +688,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for posterior.nc (ArviZ), predictions.csv (ratings data: the test ratings as "
                    "user_id,item_id,rating,prediction with the dataset's own ids) and report/ (diagnostics "
                    "figures and summary tables); checked before the fit (default: none, nothing written)")
+    f.add_argument("--save", default=None, metavar="FILE.npz",
+                   help="save the fitted model there (fit.save: .npz + JSON, no pickle, with the dataset's ids) for "
+                   "bmczoo predict / recommend; checked before the fit (default: none)")
+    f.add_argument("--store-factors", choices=["auto", "yes", "no"], default=None,
+                   help="gibbs/nuts: keep the factor draws M, N (needed by recommend, fold-in and predictions at "
+                   "new entries from a saved model; default auto: when they take < 256 MiB)")
     f.add_argument("--overwrite", action="store_true",
-                   help="replace the outputs of an earlier fit in --out, and a --checkpoint file that is not a "
-                   "bmczoo checkpoint (a checkpoint is always resumed)")
+                   help="replace the outputs of an earlier fit in --out, an existing --save file, and a "
+                   "--checkpoint file that is not a bmczoo checkpoint (a checkpoint is always resumed)")
     f.add_argument("--test-fraction", type=float, default=0.2, metavar="F",
                    help="ratings data: fraction of the ratings held out as the test set, in (0, 1)")
     f.add_argument("--dtype", choices=["float32", "float64"], default=None,
@@ -520,6 +705,44 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
     f.set_defaults(func=_cmd_fit)
+
+    pr = sub.add_parser(
+        "predict",
+        help="predict entries with a saved model: mean, sd and interval",
+        description="Posterior predictive mean, sd and central --prob interval at the (user, item) pairs of "
+        "--entries, with a model written by 'bmczoo fit --save', in the dataset's own ids. Output: CSV "
+        "user_id,item_id,mean,sd,loP,hiP on stdout (or --out). An error is one line on stderr and exit code 2.",
+        formatter_class=_HelpFormatter,
+    )
+    pr.add_argument("--model", required=True, metavar="FILE.npz", help="a model saved by bmczoo fit --save")
+    pr.add_argument("--entries", required=True, metavar="PAIRS.csv",
+                    help="lines 'user_id item_id' (TAB, ',' or spaces between; an optional header line; further "
+                    "fields ignored)")
+    pr.add_argument("--prob", type=float, default=0.9, help="probability of the central predictive interval")
+    pr.add_argument("--out", default=None, metavar="FILE.csv", help="write the CSV there (default: stdout)")
+    pr.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    pr.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
+    pr.set_defaults(func=_cmd_predict)
+
+    rc = sub.add_parser(
+        "recommend",
+        help="top-N items of users with a saved model",
+        description="The top -n items of each --user (dataset ids in and out), by posterior mean, upper "
+        "credible bound (--by upper) or one posterior draw (--by thompson), leaving out the items the user rated "
+        "in training. Output: CSV user_id,rank,item_id,score (score on the data scale, unclipped). Needs the factor "
+        "draws for Gibbs/NUTS models (fit with --store-factors yes on large data).",
+        formatter_class=_HelpFormatter,
+    )
+    rc.add_argument("--model", required=True, metavar="FILE.npz", help="a model saved by bmczoo fit --save")
+    rc.add_argument("--user", required=True, type=int, action="append", metavar="ID",
+                    help="a user id of the dataset, repeatable")
+    rc.add_argument("-n", type=int, default=10, help="number of items per user")
+    rc.add_argument("--by", choices=["mean", "upper", "thompson"], default="mean", help="ranking score")
+    rc.add_argument("--prob", type=float, default=0.9, help="--by upper: probability of the central interval")
+    rc.add_argument("--seed", type=int, default=0, help="--by thompson: seed of the posterior draw")
+    rc.add_argument("--include-seen", action="store_true", help="also rank the items the user rated in training")
+    rc.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
+    rc.set_defaults(func=_cmd_recommend)
 
     r = sub.add_parser(
         "reproduce",

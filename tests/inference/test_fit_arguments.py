@@ -179,7 +179,8 @@ def test_conjugate_gibbs_binds_its_model(train):
         return bmc.models.matrix_completion(ratings, K, prior, noise_sd=noise_sd)
 
     kernel = bmc.inference.ConjugateGibbs(wrapper)
-    assert kernel.model is wrapper
+    assert kernel.model.__wrapped__ is wrapper  # the observed site hidden: no factor draws
+    assert bmc.inference.ConjugateGibbs(wrapper, store_factors=True).model is wrapper
     mcmc = MCMC(kernel, num_warmup=1, num_samples=2, progress_bar=False)
     mcmc.run(jax.random.key(0), train, 2, bmc.priors.Fixed())
     assert float(mcmc.last_state.problem.tau) == pytest.approx(4.0)  # 1 / 0.5^2 from the model's default

@@ -34,7 +34,36 @@ Groups and variables
     ``elbo`` and ``rmse``; SVI/MAP: ``loss``.
 
 Scale: ``theta`` is on the scale the model was fitted on (centred: the training mean,
-``attrs["theta_offset"]``, is not added), as the sampler records it.
+``attrs["theta_offset"]``, is not added), as the sampler records it; the variable's own
+attribute ``scale`` says so, and :func:`~bmczoo.diagnostics.summary` reports theta on the
+data's scale (offset added).
+
+Model comparison (``log_likelihood=True``, or a RatingData of entries)
+--------------------------------------------------------------------
+``log_likelihood`` (chain, draw, rating)
+    ``y``: ``log N(y_k | theta_s[i_k, j_k] + offset, 1/tau_s)`` per rating and draw:
+    ``theta`` with the biases, ``tau`` the draw's ``tau`` of a learned noise
+    (:class:`~bmczoo.likelihoods.LearnedNoise`) or the fixed ``tau`` of the tempered
+    likelihood.  ``az.loo``, ``az.waic`` and ``az.compare`` read it.
+``posterior_predictive`` (chain, draw, rating)
+    ``y``: one replicate ``theta_s + offset + e``, ``e ~ N(0, 1/tau_s)`` per draw
+    (``default_rng(seed)``; unclipped), for ``az.plot_ppc``.
+``observed_data`` (rating)
+    ``y``: the ratings.  Coordinates ``rating`` (the position of each rating in its
+    RatingData), ``rating_row``, ``rating_col``.
+
+``True`` uses the training ratings the fit holds (``bmc.fit`` keeps them; a loaded fit
+does not: pass the RatingData).  Memory is bounded by two rules: at most
+``max_ratings`` ratings (default 5000), a uniform subsample without replacement drawn
+with ``default_rng(seed)`` from the positions ``0..n-1`` alone, so two fits on the same
+data with the same seed use the same ratings and their ``az.compare`` is valid; and at
+most ``max_draws`` draws in all chains (default 1000), keeping every ``step``-th draw of
+each chain, ``step = ceil(chains * draws / max_draws)`` (VB: ``min(num_draws,
+max_draws)`` draws from q, one chain).  The attributes of the groups record both.
+Draws of theta at the ratings come from the stored factor draws (Gibbs with
+``store_factors=True``, NUTS, SVI, MAP), from the tracked entries when all the ratings
+are tracked (Gibbs ``track=(rows, cols)``), or from q (VB, seeded); a Gibbs fit with
+neither raises ``ValueError`` saying so.
 
 Variational fits: the variational posterior ``q`` is represented by ``num_draws``
 independent draws from ``q`` (``numpy.random.default_rng(seed)``, seed 0 by default)
@@ -70,8 +99,11 @@ __all__ = [
 #: rotation- and label-invariant posterior variables (in display order)
 INVARIANT_VARS = ("theta", "gamma_sorted", "num_active", "theta_fro", "eff_rank")
 
-_LEAD = {"posterior": ("chain", "draw"), "sample_stats": ("chain", "draw"), "convergence": ("chain", "iteration")}
+_LEAD = {"posterior": ("chain", "draw"), "sample_stats": ("chain", "draw"), "convergence": ("chain", "iteration"),
+         "log_likelihood": ("chain", "draw"), "posterior_predictive": ("chain", "draw"), "observed_data": ()}
 _DEFAULT_NUM_TRACK = 8
+_MAX_DRAWS = 1000
+_MAX_RATINGS = 5000
 
 
 @dataclasses.dataclass
@@ -84,14 +116,19 @@ class FitArrays:
         have leading axes (chain, draw), of ``convergence`` (chain, iteration).
     dims : ``{variable: (dim, ...)}`` names of the trailing axes (``h``, ``entry``).
     coords : ``{name: (dim, values)}``; index coordinates (``name == dim``) and the
-        ``row``/``col`` coordinates on ``entry``.
+        ``row``/``col`` coordinates on ``entry`` (``rating_row``/``rating_col`` on ``rating``).
     attrs : metadata copied to every group (method, prior, K, representation, ...).
+    group_attrs : extra metadata of single groups (how the ratings and draws of the
+        ``log_likelihood`` groups were chosen).
+    var_attrs : attributes of single variables (``theta``: its scale).
     """
 
     groups: dict[str, dict[str, np.ndarray]]
     dims: dict[str, tuple[str, ...]]
     coords: dict[str, tuple[str, Any]]
     attrs: dict[str, Any]
+    group_attrs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    var_attrs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def num_chains(self) -> int:
@@ -545,6 +582,182 @@ def _svi_arrays(fit, entries):
     return post, {}, conv
 
 
+# --------------------------------------------------------------------------- predictive groups
+def _ll_ratings(fit, log_likelihood):
+    """The ratings (RatingData) of the log-likelihood groups."""
+    from ..data import RatingData
+
+    if log_likelihood is True:
+        rows, cols = getattr(fit, "seen_rows", None), getattr(fit, "seen_cols", None)
+        values = getattr(fit, "seen_values", None)
+        if rows is None or values is None:
+            raise ValueError("this fit does not hold its training ratings (a loaded fit, or one not made by "
+                             "bmc.fit): pass them, to_arviz(log_likelihood=train)")
+        return RatingData(rows, cols, values, shape=tuple(fit.shape))
+    if not isinstance(log_likelihood, RatingData):
+        raise TypeError(f"log_likelihood must be True, False or a RatingData of ratings, got "
+                        f"{type(log_likelihood).__name__}")
+    if tuple(log_likelihood.shape) != tuple(fit.shape):
+        raise ValueError(f"log_likelihood: the ratings have shape {log_likelihood.shape}, the fit {tuple(fit.shape)}")
+    return log_likelihood
+
+
+def _check_bound(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _rating_subsample(n: int, max_ratings: int, seed: int) -> np.ndarray:
+    """Positions of the ratings kept: all, or ``max_ratings`` drawn uniformly without
+    replacement with ``default_rng(seed)`` (sorted): a function of ``n`` and the seed."""
+    if n <= max_ratings:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=max_ratings, replace=False))
+
+
+def _draw_step(C: int, D: int, max_draws: int) -> int:
+    return max(1, -(-C * D // max_draws))
+
+
+def _mcmc_theta_tau(fit, rows, cols, max_draws):
+    """theta (C, D', E) at the ratings (centred scale, biases included) and tau (C, D') or
+    None, over every ``step``-th kept draw."""
+    from ..inference import outputs as out
+
+    s = fit.samples
+    if "M" in s and "N" in s:
+        C, D = np.shape(s["M"])[:2]
+        step = _draw_step(C, D, max_draws)
+        K = np.shape(s["M"])[-1]
+        src = {k: np.asarray(s[k])[:, ::step] for k in ("M", "N", "row_bias", "col_bias", "tau") if k in s}
+        d = out.flat_draws(src, K)
+        theta = np.empty((d["M"].shape[0], rows.size))
+        for p0, p1, t in out.draw_blocks(d, rows, cols):
+            theta[:, p0:p1] = t
+        Dk = src["M"].shape[1]
+        theta = theta.reshape(C, Dk, rows.size)
+        source = "stored factor draws"
+    else:
+        tidx = _tracked_index(fit, rows, cols) if "theta" in s else None
+        if tidx is None:
+            raise ValueError("the pointwise log-likelihood needs theta at every rating for each draw, and this fit "
+                             "has no factor draws and does not track these entries: refit with "
+                             "store_factors=True, or pass the entries as track=(rows, cols)")
+        th = np.asarray(s["theta"])
+        C, D = th.shape[:2]
+        step = _draw_step(C, D, max_draws)
+        theta = np.asarray(th[:, ::step][..., tidx], np.float64)
+        source = "tracked entries"
+    tau = None
+    if "tau" in s and getattr(getattr(_info(fit), "likelihood", None), "learned", True):
+        tau = np.asarray(s["tau"], np.float64).reshape(C, -1)[:, ::step]
+    return theta, tau, {"draw_step": step, "theta_source": source}
+
+
+def _vb_theta_tau(fit, rows, cols, num_draws, max_draws, rng):
+    """Draws from q (one chain): theta (1, S, E) at the ratings (biases included) and tau
+    (1, S) of a learned noise (q(tau) Gamma) or None."""
+    S = min(int(num_draws), max_draws)
+    cov = _vb_covariances(fit)
+    m = np.asarray(fit.m, np.float64)
+    n = np.asarray(fit.n, np.float64)
+    ur, ir = np.unique(rows, return_inverse=True)
+    uc, ic = np.unique(cols, return_inverse=True)
+    if cov is not None:
+        rootV, rootW = _sqrt_cov(cov[0][ur]), _sqrt_cov(cov[1][uc])
+    else:
+        rootV = np.sqrt(np.maximum(np.asarray(fit.V_diag, np.float64)[ur], 0.0))
+        rootW = np.sqrt(np.maximum(np.asarray(fit.W_diag, np.float64)[uc], 0.0))
+    K = m.shape[-1]
+    theta = np.empty((S, rows.size))
+    step = max(1, (2**21) // max((ur.size + uc.size) * K + rows.size, 1))
+    qb = getattr(fit, "q_biases", None) or {}
+    for s0 in range(0, S, step):
+        k = min(step, S - s0)
+        Mi = _gauss_draws(m[ur], rootV, k, rng)
+        Nj = _gauss_draws(n[uc], rootW, k, rng)
+        t = np.einsum("sek,sek->se", Mi[:, ir], Nj[:, ic])
+        if qb:
+            b = np.asarray(qb["b_mean"], np.float64)[ur] + np.sqrt(np.asarray(qb["b_var"], np.float64)[ur]) \
+                * rng.standard_normal((k, ur.size))
+            c = np.asarray(qb["c_mean"], np.float64)[uc] + np.sqrt(np.asarray(qb["c_var"], np.float64)[uc]) \
+                * rng.standard_normal((k, uc.size))
+            t = t + b[:, ir] + c[:, ic]
+        theta[s0 : s0 + k] = t
+    tau = None
+    qn = getattr(fit, "q_noise", None) or {}
+    if qn:
+        shape = float(np.asarray(qn["shape"], np.float64).reshape(-1)[0])
+        rate = float(np.asarray(qn["rate"], np.float64).reshape(-1)[0])
+        tau = (rng.gamma(shape, 1.0 / rate, size=S))[None]
+    return theta[None], tau, {"draw_step": 1, "theta_source": "independent draws from q (one chain)",
+                              "num_variational_draws": S}
+
+
+def _svi_theta_tau(fit, rows, cols, max_draws):
+    from ..inference import outputs as out
+
+    src = fit.draws if fit.draws and "M" in fit.draws else (fit.point or {})
+    if "M" not in src:
+        raise ValueError("the fit holds no draws of the factors M, N")
+    K = np.shape(src["M"])[-1]
+    d = out.flat_draws(src, K)
+    S = d["M"].shape[0]
+    step = _draw_step(1, S, max_draws)
+    d = {k: (None if v is None else v[::step]) for k, v in d.items()}
+    theta = np.empty((d["M"].shape[0], rows.size))
+    for p0, p1, t in out.draw_blocks(d, rows, cols):
+        theta[:, p0:p1] = t
+    tau = None
+    if d["tau"] is not None and getattr(getattr(_info(fit), "likelihood", None), "learned", True):
+        tau = d["tau"][None]
+    return theta[None], tau, {"draw_step": step, "theta_source": "draws from the fitted guide (one chain)"}
+
+
+def _add_predictive_groups(fa: FitArrays, fit, kind: str, log_likelihood, *, num_draws, seed, max_draws,
+                           max_ratings) -> None:
+    """Add ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` to ``fa``."""
+    max_draws = _check_bound("max_draws", max_draws)
+    max_ratings = _check_bound("max_ratings", max_ratings)
+    data = _ll_ratings(fit, log_likelihood)
+    pos = _rating_subsample(data.n, max_ratings, seed)
+    rows = np.asarray(data.rows, np.int64)[pos]
+    cols = np.asarray(data.cols, np.int64)[pos]
+    y = np.asarray(data.values, np.float64)[pos]
+    rng = np.random.default_rng([int(seed), 13])
+    if kind == "mcmc":
+        theta, tau, how = _mcmc_theta_tau(fit, rows, cols, max_draws)
+    elif kind == "vb":
+        theta, tau, how = _vb_theta_tau(fit, rows, cols, num_draws, max_draws, rng)
+    else:
+        theta, tau, how = _svi_theta_tau(fit, rows, cols, max_draws)
+    offset = _offset_of(fit)
+    if tau is None:
+        fixed = getattr(_info(fit), "tau", None)
+        if fixed is None:
+            raise ValueError("the fit records no noise precision tau")
+        var = np.full(theta.shape[:2] + (1,), 1.0 / float(fixed))
+        noise = f"fixed tau = {float(fixed):.6g} of the tempered likelihood"
+    else:
+        var = (1.0 / np.asarray(tau, np.float64))[..., None]
+        noise = "the draws of the learned tau"
+    mean = theta + offset
+    fa.groups["log_likelihood"] = {"y": -0.5 * (np.log(2.0 * np.pi * var) + (y - mean) ** 2 / var)}
+    fa.groups["posterior_predictive"] = {"y": mean + np.sqrt(var) * rng.standard_normal(mean.shape)}
+    fa.groups["observed_data"] = {"y": y}
+    fa.dims["y"] = ("rating",)
+    fa.coords["rating"] = ("rating", pos)
+    fa.coords["rating_row"] = ("rating", rows)
+    fa.coords["rating_col"] = ("rating", cols)
+    info = {"num_ratings_total": int(data.n), "num_ratings": int(pos.size), "max_ratings": max_ratings,
+            "max_draws": max_draws, "rating_subsample": ("all ratings" if pos.size == data.n else
+                                                        f"uniform without replacement, default_rng({int(seed)})"),
+            "noise": noise, "scale": "data (offset added, unclipped)", **how}
+    for g in ("log_likelihood", "posterior_predictive", "observed_data"):
+        fa.group_attrs[g] = dict(info)
+
+
 # --------------------------------------------------------------------------- public
 def _tracked_index(fit, rows, cols) -> np.ndarray | None:
     """Positions of the requested entries among an MCMC fit's tracked entries (their draws
@@ -643,14 +856,18 @@ def _assemble(post, stats, conv, rows, cols, attrs, K_info: int | None) -> FitAr
     coords: dict[str, tuple[str, Any]] = {"h": ("h", np.arange(K))}
     for extra in sorted({d for ds in dims.values() for d in ds if d.startswith("h") and d != "h"}):
         coords[extra] = (extra, np.arange(K))
+    var_attrs = {}
     if "theta" in post:
         coords["entry"] = ("entry", entry_labels(rows, cols))
         coords["row"] = ("entry", rows)
         coords["col"] = ("entry", cols)
-    return FitArrays(groups=groups, dims=dims, coords=coords, attrs=attrs)
+        var_attrs["theta"] = {"scale": "model (centred): add theta_offset for the data's scale",
+                              "theta_offset": attrs.get("theta_offset", 0.0)}
+    return FitArrays(groups=groups, dims=dims, coords=coords, attrs=attrs, var_attrs=var_attrs)
 
 
-def fit_arrays(fit, *, entries=None, num_draws: int = 500, seed: int = 0) -> FitArrays:
+def fit_arrays(fit, *, entries=None, num_draws: int = 500, seed: int = 0, log_likelihood=False,
+               max_draws: int = _MAX_DRAWS, max_ratings: int = _MAX_RATINGS) -> FitArrays:
     """The arrays behind :func:`to_arviz` (see the module docstring for the variables).
 
     Parameters
@@ -661,7 +878,13 @@ def fit_arrays(fit, *, entries=None, num_draws: int = 500, seed: int = 0) -> Fit
         without tracked entries: 8 entries drawn uniformly with ``default_rng(seed)``).
         Gibbs/NUTS: entries must be tracked, or the factor draws stored.
     num_draws, seed : int
-        VB only: number of draws from ``q`` and the seed of ``numpy.random.default_rng``.
+        VB only: number of draws from ``q`` and the seed of ``numpy.random.default_rng``
+        (the seed also draws the rating subsample and the predictive replicates).
+    log_likelihood : bool or RatingData
+        Add the ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` groups
+        of the training ratings (``True``) or of the given ratings (module docstring).
+    max_draws, max_ratings : int
+        Bounds of those groups (module docstring).
 
     Returns
     -------
@@ -674,7 +897,13 @@ def fit_arrays(fit, *, entries=None, num_draws: int = 500, seed: int = 0) -> Fit
     rows, cols, track_index = _resolve_entries(fit, kind, entries, seed)
     post, stats, conv, attrs = _method_arrays(fit, kind, rows, cols, track_index, entries is not None,
                                               num_draws, seed)
-    return _assemble(post, stats, conv, rows, cols, {**_base_attrs(fit, kind), **attrs}, _K_of(fit))
+    if "theta" in post:
+        attrs["theta_offset"] = _offset_of(fit)
+    fa = _assemble(post, stats, conv, rows, cols, {**_base_attrs(fit, kind), **attrs}, _K_of(fit))
+    if log_likelihood is not False and log_likelihood is not None:
+        _add_predictive_groups(fa, fit, kind, log_likelihood, num_draws=num_draws, seed=seed,
+                               max_draws=max_draws, max_ratings=max_ratings)
+    return fa
 
 
 def _arviz_major() -> int:
@@ -702,12 +931,18 @@ def arrays_to_arviz(fa: FitArrays):
             data_vars[name] = (lead + tuple(trail), arr)
             used.update(trail)
         shape0 = next(iter(variables.values())).shape
-        coords = {lead[0]: np.arange(shape0[0])}
-        coords[lead[1]] = np.arange(1, shape0[1] + 1) if lead[1] == "iteration" else np.arange(shape0[1])
+        coords = {}
+        if lead:
+            coords[lead[0]] = np.arange(shape0[0])
+            coords[lead[1]] = np.arange(1, shape0[1] + 1) if lead[1] == "iteration" else np.arange(shape0[1])
         for cname, (dim, values) in fa.coords.items():
             if dim in used:
                 coords[cname] = (dim, np.asarray(values))
-        datasets[group] = xr.Dataset(data_vars, coords=coords, attrs=dict(fa.attrs))
+        ds = xr.Dataset(data_vars, coords=coords, attrs={**fa.attrs, **fa.group_attrs.get(group, {})})
+        for name, vattrs in fa.var_attrs.items():
+            if name in ds.data_vars:
+                ds[name].attrs.update(vattrs)
+        datasets[group] = ds
     if _arviz_major() >= 1:  # pragma: no cover - exercised with ArviZ 1.x only
         return xr.DataTree.from_dict(datasets)
     import arviz as az
@@ -715,16 +950,25 @@ def arrays_to_arviz(fa: FitArrays):
     return az.InferenceData(**datasets)
 
 
-def to_arviz(fit, *, entries=None, num_draws: int = 500, seed: int = 0):
+def to_arviz(fit, *, entries=None, num_draws: int = 500, seed: int = 0, log_likelihood=False,
+             max_draws: int = _MAX_DRAWS, max_ratings: int = _MAX_RATINGS):
     """ArviZ data for any fit (``InferenceData`` with ArviZ 0.x, ``DataTree`` with 1.x).
 
     Groups ``posterior`` (gamma, gamma_sorted, theta at the tracked entries, theta_sv,
     theta_fro, eff_rank where available), ``sample_stats`` (per kept draw) and
     ``convergence`` (per iteration: RMSE traces, ELBO, SVI loss); dims ``chain``,
     ``draw``, ``h``, ``entry`` (coordinates ``row``, ``col``), ``iteration``.  VB: draws
-    from q with ``default_rng(seed)`` as one chain.  See :mod:`bmczoo.diagnostics.convert`.
+    from q with ``default_rng(seed)`` as one chain.
+
+    ``log_likelihood=True`` (the training ratings) or a RatingData of ratings adds the
+    ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` groups (variable
+    ``y``, dim ``rating``) for ``az.loo``, ``az.waic``, ``az.compare`` and
+    ``az.plot_ppc``, with at most ``max_ratings`` ratings and ``max_draws`` draws (a
+    seeded subsample and a thinning; see :mod:`bmczoo.diagnostics.convert`).
     """
-    return arrays_to_arviz(fit_arrays(fit, entries=entries, num_draws=num_draws, seed=seed))
+    return arrays_to_arviz(fit_arrays(fit, entries=entries, num_draws=num_draws, seed=seed,
+                                      log_likelihood=log_likelihood, max_draws=max_draws,
+                                      max_ratings=max_ratings))
 
 
 def from_numpyro(mcmc, *, fit=None, **kwargs):

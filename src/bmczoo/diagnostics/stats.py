@@ -72,6 +72,11 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
     ``gamma_sorted[h]``, ``num_active`` (the number of active columns, MCMC draws of
     gamma), ``theta_fro``, ``eff_rank`` where available).
 
+    ``theta[i,j]`` is reported on the data's scale: the centring offset (the training
+    mean, ``theta_offset``) is added to its mean and HDI, so they match ``fit.predict``
+    before clipping (sd, MCSE, ESS and R-hat do not change under the shift); the table's
+    ``attrs["theta_scale"]`` says so.
+
     Parameters
     ----------
     fit : a fit result, or ArviZ data from :func:`~bmczoo.diagnostics.to_arviz`
@@ -100,8 +105,22 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
     # stays in the slab) has undefined ESS/MCSE: NaN, without numpy's 0/0 warnings
     with _single_chain_quiet(post.sizes["chain"]), np.errstate(divide="ignore", invalid="ignore"):
         if post.sizes["chain"] * post.sizes["draw"] < 4:
-            return _mean_table(post, var_names)
-        return az.summary(idata, var_names=var_names, kind=kind, round_to=round_to)
+            table = _mean_table(post, var_names)
+        else:
+            table = az.summary(idata, var_names=var_names, kind=kind, round_to=round_to)
+    return _theta_on_data_scale(table, post)
+
+
+def _theta_on_data_scale(table, post):
+    """Add the centring offset to the location columns (mean, HDI) of the theta rows."""
+    offset = float(post.attrs.get("theta_offset", 0.0) or 0.0)
+    is_theta = table.index.str.startswith("theta[")
+    if is_theta.any():
+        cols = [c for c in table.columns if c == "mean" or c.startswith("hdi_")]
+        if offset != 0.0 and cols:
+            table.loc[is_theta, cols] = table.loc[is_theta, cols] + offset
+        table.attrs["theta_scale"] = f"data (offset {offset:g} added to mean and HDI)"
+    return table
 
 
 def _mean_table(post, var_names):

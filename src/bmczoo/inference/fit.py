@@ -153,6 +153,7 @@ def fit(
         result = DRIVERS[type(settings)](prep, info, progress_bar)
     # the training pattern (shared, not copied) for recommend(exclude_seen=True)
     result.seen_rows, result.seen_cols = train.rows, train.cols
+    result.seen_values = train.values  # for to_arviz(log_likelihood=True); not saved
     return result
 
 

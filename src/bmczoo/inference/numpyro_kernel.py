@@ -13,16 +13,28 @@ The model arguments are those of :func:`bmczoo.models.matrix_completion`; the ke
 reads them at ``init`` and samples the same posterior with its exact conditionals.
 With ``chain_method="vectorized"`` the chains are advanced together by one batched
 sweep (not ``vmap``), which keeps the sparse products on JAX's fast path.
+
+ArviZ: ``az.from_numpyro(mcmc)`` works for every prior.  ``theta`` holds the draws at the
+tracked entries (``track``: by default 8 observed entries; ``theta`` is ``M_i . N_j``
+plus the biases, on the scale of the ratings given to ``mcmc.run`` minus ``offset``).
+With ``store_factors=True`` the draws of every latent site are collected, so ArviZ also
+builds the ``log_likelihood`` (pointwise ``log p(y_k | draw)`` of the ratings, for
+``az.loo``/``az.waic``/``az.compare``) and ``observed_data`` groups from the model;
+without it the model that :attr:`ConjugateGibbs.model` reports to ArviZ hides the
+observed site (the pointwise likelihood needs the factor draws), and the conversion
+gives the posterior alone.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
@@ -68,10 +80,14 @@ class ConjugateGibbs(MCMCKernel):
         Added to ``theta`` to predict (the training mean when the data were centred).
     clip : (lo, hi), optional
         Prediction range used for the RMSE traces.
-    track : (rows, cols), optional
-        Entries whose ``theta`` is collected for every kept draw (``z["theta"]``).
+    track : (rows, cols) or int, optional
+        Entries whose ``theta`` is collected for every kept draw (``z["theta"]``); an int
+        ``k``: ``k`` observed entries drawn uniformly without replacement with
+        ``numpy.random.default_rng(0)`` (sorted); default 8; None or 0: none.
     store_factors : bool
-        Also collect ``M`` and ``N`` for every kept draw.
+        Also collect ``M`` and ``N`` (and the biases) for every kept draw: then every
+        latent site of the model is collected and ``az.from_numpyro`` adds the pointwise
+        ``log_likelihood`` and ``observed_data`` groups.
     dtype : dtype, optional
         Float dtype of the sampler (default: float64 if x64 is enabled, else float32).
     devices : sequence of jax devices or Mesh, optional
@@ -98,7 +114,7 @@ class ConjugateGibbs(MCMCKernel):
         test_values=None,
         offset: float = 0.0,
         clip=None,
-        track=None,
+        track=8,
         store_factors: bool = False,
         dtype=None,
         devices=None,
@@ -123,7 +139,13 @@ class ConjugateGibbs(MCMCKernel):
 
     @property
     def model(self):
-        return self._model
+        """The model, as ArviZ and other NumPyro tools see it: the model given when the
+        factor draws are collected (``store_factors=True``); otherwise the same model with
+        its observed site hidden (``__wrapped__`` is the model given), since without the
+        draws of ``M`` and ``N`` the pointwise likelihood cannot be evaluated."""
+        if self._store_factors:
+            return self._model
+        return _without_likelihood(self._model)
 
     @property
     def default_fields(self):
@@ -160,6 +182,13 @@ class ConjugateGibbs(MCMCKernel):
         from ..offsets import get_biases
 
         biases = get_biases(a.get("biases"))
+        track = self._track
+        if track is None or isinstance(track, (int, np.integer)) and not isinstance(track, bool):
+            num = 0 if track is None else min(int(track), ratings.n)
+            if num < 0:
+                raise ValueError(f"track must be (rows, cols) or a number of entries >= 0, got {track}")
+            pos = np.sort(np.random.default_rng(0).choice(ratings.n, size=num, replace=False))
+            track = (ratings.rows[pos], ratings.cols[pos])
         dtype = self._dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
         num_total = num_warmup + self._num_samples if self._num_samples is not None else 0
         problem = gibbs.build_problem(
@@ -170,7 +199,7 @@ class ConjugateGibbs(MCMCKernel):
             test_values=self._test_values,
             offset=self._offset,
             clip=self._clip,
-            track=self._track,
+            track=track,
             num_warmup=num_warmup,
             thinning=self._thinning,
             num_total=num_total,
@@ -201,3 +230,15 @@ class ConjugateGibbs(MCMCKernel):
             return ""
         i = int(core.iteration) - 1
         return f"rmse(draw) {float(core.rmse_draw[0, i]):.4f}"
+
+
+@functools.lru_cache(maxsize=32)
+def _without_likelihood(model):
+    """``model`` with its observed sites hidden from the handlers outside it."""
+
+    @functools.wraps(model)
+    def model_without_likelihood(*args, **kwargs):
+        with numpyro.handlers.block(hide_fn=lambda site: bool(site.get("is_observed", False))):
+            return model(*args, **kwargs)
+
+    return model_without_likelihood

@@ -126,12 +126,14 @@ class FitResult(out.PredictiveMixin):
     ``recommend``, ``fold_in``, ``save`` (``bmc.load`` reads it back).
 
     ``seen_rows``, ``seen_cols``: the training pattern (set by ``bmc.fit``; used by
-    ``recommend(exclude_seen=True)``; None when unknown).
+    ``recommend(exclude_seen=True)``; None when unknown).  ``seen_values``: the training
+    ratings (set by ``bmc.fit``; used by ``to_arviz(log_likelihood=True)``; not saved).
     """
 
     info: FitInfo
     seen_rows: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
     seen_cols: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
+    seen_values: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
     family: ClassVar[str] = ""
 
     # ------------------------------------------------------------------ info
@@ -253,7 +255,9 @@ class FitResult(out.PredictiveMixin):
 
     def to_arviz(self, **kwargs):
         """ArviZ data (posterior of gamma, sorted gamma, tracked theta entries, invariant
-        summaries, per-iteration traces); see :func:`bmczoo.diagnostics.to_arviz`."""
+        summaries, per-iteration traces); ``log_likelihood=True`` adds the pointwise
+        log-likelihood, posterior predictive and observed data of the training ratings
+        (``az.loo``, ``az.compare``, ``az.plot_ppc``); see :func:`bmczoo.diagnostics.to_arviz`."""
         from .. import diagnostics
 
         return diagnostics.to_arviz(self, **kwargs)

@@ -27,11 +27,11 @@ import re
 
 import numpy as np
 
-__all__ = ["save", "load", "FORMAT", "VERSION"]
+__all__ = ["save", "load", "load_extra", "FORMAT", "VERSION"]
 
 VERSION = 1
 FORMAT = f"bmczoo-fit-{VERSION}"
-_SKIP = {"info", "mcmc", "guide", "state"}
+_SKIP = {"info", "mcmc", "guide", "state", "seen_values"}  # the training ratings are not saved
 
 
 def _json_default(x):
@@ -51,8 +51,10 @@ def _classes():
                                      results.MAPFit, results.MCMCFit)}
 
 
-def save(fit, path) -> None:
-    """Write ``fit`` to ``path`` (see the module docstring)."""
+def save(fit, path, *, extra: dict | None = None) -> None:
+    """Write ``fit`` to ``path`` (see the module docstring).  ``extra``: arrays stored
+    beside the fit under ``x/<name>`` (e.g. the command line's dataset ids), read back by
+    :func:`load_extra`; :func:`load` ignores them."""
     from .results import _NoGamma
 
     if type(fit).__name__ not in _classes():
@@ -98,6 +100,8 @@ def save(fit, path) -> None:
         "center": bool(info.center), "seed": int(info.seed), "dtype": info.dtype, "tau": float(info.tau),
         "settings": info.settings.as_dict(), "fields": fields, "kinds": kinds,
     }
+    for k, v in (extra or {}).items():
+        arrays[f"x/{k}"] = np.asarray(v)
     path = os.fspath(path)
     tmp = path + ".tmp"
     try:
@@ -178,6 +182,12 @@ def load(path):
         elif kind == "vbstate":
             kw["state"] = _vb_state({k[3:]: v for k, v in data.items() if k.startswith("vb/")}, vb.VBState)
     return cls(info=info, **kw)
+
+
+def load_extra(path) -> dict:
+    """The ``extra`` arrays saved with a fit (``{}`` when there are none)."""
+    with np.load(path, allow_pickle=False) as f:
+        return {k[2:]: f[k] for k in f.files if k.startswith("x/")}
 
 
 def _vb_state(arrays: dict, VBState):
