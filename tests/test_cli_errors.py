@@ -212,8 +212,8 @@ def test_help_of_every_subcommand_shows_defaults():
     for name, sub in parser._subparsers._group_actions[0].choices.items():
         formatter = sub._get_formatter()
         for action in sub._actions:
-            if not action.option_strings or action.nargs == 0:  # positionals, --help, flags
-                continue
+            if not action.option_strings or action.nargs == 0 or action.required:  # positionals, flags,
+                continue  # --help and required options (no default to show)
             text = formatter._get_help_string(action)
             assert "default" in text.lower(), f"{name} {action.option_strings[0]}: {text!r}"
     fit_help = " ".join(parser._subparsers._group_actions[0].choices["fit"].format_help().split())

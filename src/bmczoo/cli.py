@@ -635,6 +635,14 @@ def build_parser() -> argparse.ArgumentParser:
         "with conjugate Gibbs sampling on JAX.",
     )
     sub = p.add_subparsers(dest="command", required=True)
+    for add in (_add_fit, _add_predict, _add_recommend, _add_reproduce):
+        add(sub)
+    return p
+
+
+
+def _add_fit(sub) -> None:
+    """The ``fit`` subcommand."""
     f = sub.add_parser(
         "fit",
         help="fit a model and print the RMSE",
@@ -706,6 +714,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
     f.set_defaults(func=_cmd_fit)
 
+
+
+def _add_predict(sub) -> None:
+    """The ``predict`` subcommand."""
     pr = sub.add_parser(
         "predict",
         help="predict entries with a saved model: mean, sd and interval",
@@ -724,6 +736,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
     pr.set_defaults(func=_cmd_predict)
 
+
+
+def _add_recommend(sub) -> None:
+    """The ``recommend`` subcommand."""
     rc = sub.add_parser(
         "recommend",
         help="top-N items of users with a saved model",
@@ -744,6 +760,10 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
     rc.set_defaults(func=_cmd_recommend)
 
+
+
+def _add_reproduce(sub) -> None:
+    """The ``reproduce`` subcommand."""
     r = sub.add_parser(
         "reproduce",
         help="rerun one of the paper's experiments and print its table beside ours",
@@ -766,7 +786,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="print only the final table")
     r.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
     r.set_defaults(func=_cmd_reproduce)
-    return p
 
 
 def _error_line(e: BaseException) -> str:

@@ -150,10 +150,14 @@ def fit(
                     likelihood=model_likelihood(likelihood, lam, noise_sd), biases=get_biases(biases))
     check_bool("progress_bar", progress_bar)
     with _x64_context(dt):
-        result = DRIVERS[type(settings)](prep, info, progress_bar)
-    # the training pattern (shared, not copied) for recommend(exclude_seen=True)
-    result.seen_rows, result.seen_cols = train.rows, train.cols
-    result.seen_values = train.values  # for to_arviz(log_likelihood=True); not saved
+        return _with_training(DRIVERS[type(settings)](prep, info, progress_bar), train)
+
+
+def _with_training(result: FitResult, train: RatingData) -> FitResult:
+    """The training ratings (shared, not copied) on the result: the pattern for
+    ``recommend(exclude_seen=True)``, the values for ``to_arviz(log_likelihood=True)``
+    (not saved by ``fit.save``)."""
+    result.seen_rows, result.seen_cols, result.seen_values = train.rows, train.cols, train.values
     return result
 
 

@@ -34,11 +34,10 @@ def matrix_completion(
     """NumPyro model: ``theta = M N^T`` with a prior on the column scales and a tempered
     Gaussian likelihood ``exp(-(lam/n) sum_k (Y_k - theta[i_k, j_k])^2)``.
 
-    Sites: ``"gamma"`` (K,), ``"M"`` (m1, K), ``"N"`` (m2, K), ``"obs"`` (n,), in this order
-    except for the discrete prior, whose ``"gamma"`` (and ``"gamma_slab_prob"``) are
-    deterministic functions of ``M`` and ``N`` recorded after them (gamma is integrated out).
-    The likelihood is written as ``Normal(theta, 1/sqrt(tau))`` with ``tau = 2 lam / n``;
-    it differs from the tempered likelihood by a constant only.
+    Sites: ``"gamma"`` (K,), ``"M"`` (m1, K), ``"N"`` (m2, K), ``"obs"`` (n,) (the discrete
+    prior's ``"gamma"`` and ``"gamma_slab_prob"`` are deterministic, after ``M``, ``N``:
+    gamma integrated out).  The likelihood ``Normal(theta, 1/sqrt(tau))``, ``tau = 2 lam /
+    n``, differs from the tempered likelihood by a constant only.
 
     The components add sites: the prior's own (the Normal-Wishart prior:
     ``Lambda_M, mu_M, M, Lambda_N, mu_N, N`` and no gamma), the biases (``row_bias_var``,
@@ -77,12 +76,9 @@ def matrix_completion(
         ``S_h`` only: the prior's ``vb_update(S, d).log_normalizer - (d/2) log 2 pi``) as a
         ``numpyro.factor`` over improper flat sites.  ``AutoDelta`` on this model gives the
         paper's MAP estimators (nuclear norm for the fixed prior, group lasso for the gamma
-        prior).  There is no ``"gamma"`` site and no prior predictive in this mode.  Only
-        gamma is integrated out: the biases' variances and a learned ``tau`` stay sites
-        (their joint MAP is proper: the inverse-gamma and gamma rates ``b > 0`` bound the
-        density).  A prior without column scales (Normal-Wishart) is left as it is: its
-        full model (``Lambda``, ``mu`` sites) has a bounded density, so ``AutoDelta`` on
-        it is the joint MAP.
+        prior).  No ``"gamma"`` site, no prior predictive.  The biases' variances, a
+        learned ``tau`` and a prior without column scales (Normal-Wishart: ``Lambda``,
+        ``mu``) stay sites: their joint density is bounded, so ``AutoDelta`` is their MAP.
     """
     ratings, prior, K, likelihood, biases, subsample_size = _check_arguments(
         ratings, K, prior, lam, noise_sd, likelihood, biases, observed, subsample_size, marginal)
