@@ -174,3 +174,20 @@ def test_vb_iterations_paths_equal(C, K, biases):
                      prior=bmc.priors.InverseGamma())
     for f in ("m", "n", "V_diag", "W_diag", "elbo"):
         np.testing.assert_allclose(getattr(b, f), getattr(a, f), rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=f)
+
+
+def test_sharded_segment_path_equals_one_device_bcsr():
+    """Four CPU devices (a child process), segment sums over the padded per-device blocks,
+    against the one-device BCSR run: equal up to float64 rounding."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "scripts" / "four_devices_segment.py"
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    diffs = json.loads(res.stdout.strip().splitlines()[-1])
+    assert diffs and all(v <= SWEEP_TOL for v in diffs.values()), diffs
