@@ -38,7 +38,7 @@ from . import thinning
 from .settings import check_overrelax
 from jax import lax
 
-from .kernels import (CSR, cholesky_rows, csr_from_view, csr_matmul, outer, overrelaxed_rows, pack_upper,
+from .kernels import (CSR, cholesky_rows, csr_from_view, outer, overrelaxed_rows, pack_upper, pattern_product,
                       prior_precision_term, unpack_upper)
 
 __all__ = [
@@ -480,7 +480,7 @@ def _pattern_product(csr: CSR, data, dense):
     """``A @ dense`` per chain for the pattern ``A = (data, csr.index, csr.indptr)``:
     dense (C, m_other, W) -> (C, m, W), the chains stacked as columns of one product."""
     C, m_other, W = dense.shape
-    out = csr_matmul(csr.indptr, csr.index, data, csr.shape, jnp.transpose(dense, (1, 0, 2)).reshape(m_other, C * W))
+    out = pattern_product(csr, data, jnp.transpose(dense, (1, 0, 2)).reshape(m_other, C * W))
     return jnp.transpose(out.reshape(csr.shape[0], C, W), (1, 0, 2))
 
 

@@ -31,11 +31,23 @@ order differs from a naive dense computation):
   Gibbs step (K = 10; more for larger K), a net loss for the typical run of ~1000 sweeps
   of a small problem, so it is not used (``benchmarks/bench_hot_path_variants.py``).
 
+On other backends (GPU) the BCSR product is slow (cuSPARSE, many columns): every sparse
+product goes through :func:`pattern_product`, which picks per CSR between the BCSR
+product and a *sorted segment sum* (gather ``dense[index]``, scale by the entries, and
+``jax.ops.segment_sum`` over the per-entry row ids with ``indices_are_sorted=True``),
+with the ``n x W`` temporaries chunked over the entries so that memory stays bounded at
+large ``K`` (:data:`SEGMENT_CHUNK_BYTES`).  The choice is stamped into the CSR when it is
+built (``hot_path``, static pytree metadata, so jit caches stay correct):
+:func:`set_hot_path` / :func:`use_hot_path` set ``"auto"`` (BCSR on CPU, segment sums on
+other platforms, decided by the platform of the CSR's device), ``"bcsr"`` or
+``"segment"``.  Both paths compute the same sums; only the float rounding order differs.
+
 All functions take a leading chain axis ``C`` on the factor arrays.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from typing import NamedTuple
@@ -50,6 +62,12 @@ __all__ = [
     "CSR",
     "csr_from_view",
     "csr_matmul",
+    "pattern_product",
+    "set_hot_path",
+    "get_hot_path",
+    "use_hot_path",
+    "resolve_hot_path",
+    "HOT_PATHS",
     "row_precision",
     "row_rhs",
     "prior_precision_term",
@@ -65,12 +83,72 @@ __all__ = [
 #: dense operands of the sparse products are padded to a multiple of this many columns
 COLUMN_MULTIPLE = 8
 
+#: the segment-sum path builds its ``entries x W`` temporaries (the gathered, scaled rows
+#: of the dense operand) in chunks of about this many bytes, one chunk at a time
+SEGMENT_CHUNK_BYTES = 256 << 20
+
+#: the hot-path settings: ``"auto"`` (BCSR on CPU, segment sums elsewhere), or one path
+HOT_PATHS = ("auto", "bcsr", "segment")
+
+_hot_path = "auto"
+
+
+def _check_hot_path(mode: str) -> str:
+    if mode not in HOT_PATHS:
+        raise ValueError(f"hot path must be one of {HOT_PATHS}, got {mode!r}")
+    return mode
+
+
+def set_hot_path(mode: str) -> None:
+    """Set the hot path of the CSRs built from now on (:func:`csr_from_view`,
+    :func:`bmczoo.inference.sharding.shard_csr`): ``"auto"`` (the default: BCSR on CPU,
+    sorted segment sums on other platforms), ``"bcsr"`` or ``"segment"``."""
+    global _hot_path
+    _hot_path = _check_hot_path(mode)
+
+
+def get_hot_path() -> str:
+    """The current setting of :func:`set_hot_path`."""
+    return _hot_path
+
+
+@contextlib.contextmanager
+def use_hot_path(mode: str):
+    """``with use_hot_path("segment"): ...``: :func:`set_hot_path` for a block."""
+    old = _hot_path
+    set_hot_path(mode)
+    try:
+        yield
+    finally:
+        set_hot_path(old)
+
+
+def resolve_hot_path(mode: str | None = None, platform: str | None = None) -> str:
+    """The concrete path (``"bcsr"`` or ``"segment"``) of setting ``mode`` (None: the
+    current one) on ``platform`` (None: ``jax.default_backend()``)."""
+    mode = _check_hot_path(_hot_path if mode is None else mode)
+    if mode != "auto":
+        return mode
+    platform = jax.default_backend() if platform is None else platform
+    return "bcsr" if platform == "cpu" else "segment"
+
+
+def _platform(x) -> str | None:
+    try:
+        return next(iter(x.devices())).platform
+    except Exception:  # a tracer or an array without a device
+        return None
+
 
 class CSR(NamedTuple):
     """Rows of a sparse ``m x m_other`` matrix (the rating pattern), device arrays.
 
     ``indptr`` (m+1,) int32, ``index`` (n,) int32, ``values`` (n,) float, ``ones`` (n,)
-    float of the same dtype (the pattern, for the precision products).
+    float of the same dtype (the pattern, for the precision products), ``row_ids`` (n,)
+    int32 the row of each entry (sorted; for the segment-sum path; an entry with row id
+    ``>= m`` is dropped, as are the padding entries of a sharded block).  ``shape`` and
+    ``hot_path`` (``"bcsr"``, ``"segment"`` or ``"auto"``: decided by
+    ``jax.default_backend()`` when traced) are static metadata.
     """
 
     indptr: jax.Array
@@ -78,25 +156,46 @@ class CSR(NamedTuple):
     values: jax.Array
     ones: jax.Array
     shape: tuple[int, int]
+    row_ids: jax.Array | None = None
+    hot_path: str = "auto"
+
+    def with_hot_path(self, mode: str) -> "CSR":
+        """This CSR with its product path set to ``mode`` (``"auto"`` is resolved now, by
+        the platform of the CSR's arrays)."""
+        return self._replace(hot_path=resolve_hot_path(mode, _platform(self.index)))
 
 
-# CSR carries a static shape: register it so it can be passed through jit as a pytree.
+# CSR carries a static shape and path: register it so it can be passed through jit as a pytree.
 jax.tree_util.register_pytree_node(
     CSR,
-    lambda c: ((c.indptr, c.index, c.values, c.ones), c.shape),
-    lambda shape, xs: CSR(*xs, shape),
+    lambda c: ((c.indptr, c.index, c.values, c.ones, c.row_ids), (c.shape, c.hot_path)),
+    lambda aux, xs: CSR(*xs[:4], aux[0], xs[4], aux[1]),
 )
 
 
-def csr_from_view(view, shape: tuple[int, int], dtype) -> CSR:
-    """Device CSR from a :class:`bmczoo.data.SortedView` (int32 indices, ``dtype`` data)."""
+def row_ids_from_indptr(indptr, n: int | None = None) -> np.ndarray:
+    """(n,) int32 row of each entry of a CSR with row pointer ``indptr`` (host arrays)."""
+    indptr = np.asarray(indptr, np.int64)
+    ids = np.repeat(np.arange(indptr.size - 1, dtype=np.int32), np.diff(indptr))
+    if n is not None and n > ids.size:  # padding entries: an out-of-range row, dropped
+        ids = np.concatenate([ids, np.full(n - ids.size, indptr.size - 1, np.int32)])
+    return ids
+
+
+def csr_from_view(view, shape: tuple[int, int], dtype, hot_path: str | None = None) -> CSR:
+    """Device CSR from a :class:`bmczoo.data.SortedView` (int32 indices, ``dtype`` data),
+    with the hot path ``hot_path`` (None: the :func:`set_hot_path` setting; ``"auto"``
+    is resolved by the default device's platform)."""
     values = jnp.asarray(view.values, dtype=dtype)
+    index = jnp.asarray(view.index, dtype=jnp.int32)
     return CSR(
         indptr=jnp.asarray(view.indptr, dtype=jnp.int32),
-        index=jnp.asarray(view.index, dtype=jnp.int32),
+        index=index,
         values=values,
         ones=jnp.ones_like(values),
         shape=tuple(shape),
+        row_ids=jnp.asarray(row_ids_from_indptr(view.indptr)),
+        hot_path=resolve_hot_path(hot_path, _platform(index)),
     )
 
 
@@ -117,6 +216,65 @@ def csr_matmul(indptr, index, data, shape, dense):
         return a @ dense
     out = a @ jnp.pad(dense, ((0, 0), (0, pad)))
     return out[:, :cols]
+
+
+def _row_ids(csr: CSR) -> jax.Array:
+    if csr.row_ids is not None:
+        return csr.row_ids
+    # (a CSR built by hand) from indptr: row i owns entries indptr[i] .. indptr[i+1]-1
+    n = csr.index.shape[0]
+    return jnp.searchsorted(csr.indptr[1:], jnp.arange(n, dtype=csr.indptr.dtype), side="right").astype(jnp.int32)
+
+
+def segment_matmul(row_ids, index, data, num_rows: int, dense, chunk_bytes: int | None = None):
+    """``A @ dense`` for the sparse ``A`` with entries ``data`` at ``(row_ids, index)``
+    (``row_ids`` sorted; an id ``>= num_rows`` is dropped) as a sorted segment sum:
+    ``sum_{k: row_ids[k] = i} data[k] * dense[index[k]]``.
+
+    The ``entries x W`` temporaries are built ``chunk_bytes`` (None:
+    :data:`SEGMENT_CHUNK_BYTES`) at a time: the entries are split into equal chunks run by
+    a ``lax.scan`` that scatter-adds each chunk into the (num_rows, W) result.
+    """
+    squeeze = dense.ndim == 1
+    if squeeze:
+        dense = dense[:, None]
+    n = index.shape[0]
+    W = dense.shape[1]
+    chunk_bytes = SEGMENT_CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes)
+    per = max(1, chunk_bytes // max(1, W * dense.dtype.itemsize))
+    data = data.astype(dense.dtype)
+    if n <= per:
+        out = jax.ops.segment_sum(data[:, None] * dense[index], row_ids, num_segments=num_rows,
+                                  indices_are_sorted=True)
+    else:
+        chunks = -(-n // per)
+        per = -(-n // chunks)  # equal chunks, the last one padded with dropped entries
+        pad = chunks * per - n
+        ids = jnp.pad(row_ids, (0, pad), constant_values=num_rows).reshape(chunks, per)
+        idx = jnp.pad(index, (0, pad)).reshape(chunks, per)
+        val = jnp.pad(data, (0, pad)).reshape(chunks, per)
+
+        def body(acc, xs):
+            i, j, v = xs
+            return acc.at[i].add(v[:, None] * dense[j], indices_are_sorted=True, mode="drop"), None
+
+        out, _ = lax.scan(body, jnp.zeros((num_rows, W), dense.dtype), (ids, idx, val))
+    return out[:, 0] if squeeze else out
+
+
+def pattern_product(csr: CSR, data, dense, *, path: str | None = None, chunk_bytes: int | None = None):
+    """``A @ dense`` for the rating pattern of ``csr`` with entries ``data`` (``csr.values``
+    or ``csr.ones``): dense (m_other, W) -> (m, W) (or (m_other,) -> (m,)).
+
+    The hot path of every sparse product of the Gibbs sweep and of VB: ``path`` (None:
+    ``csr.hot_path``; ``"auto"`` resolved by ``jax.default_backend()``) is ``"bcsr"``
+    (:func:`csr_matmul`) or ``"segment"`` (:func:`segment_matmul`, chunked by
+    ``chunk_bytes``).
+    """
+    path = resolve_hot_path(csr.hot_path if path is None else path)
+    if path == "bcsr":
+        return csr_matmul(csr.indptr, csr.index, data, csr.shape, dense)
+    return segment_matmul(_row_ids(csr), csr.index, data, csr.shape[0], dense, chunk_bytes)
 
 
 def outer(F: jax.Array) -> jax.Array:
@@ -186,7 +344,7 @@ def row_precision(csr: CSR, second_moment: jax.Array, prior_precision: jax.Array
     T = K * (K + 1) // 2
     packed = pack_upper(second_moment)  # (C, m_other, T)
     dense = jnp.transpose(packed, (1, 0, 2)).reshape(m_other, C * T)
-    G = csr_matmul(csr.indptr, csr.index, csr.ones, csr.shape, dense)  # (m, C T)
+    G = pattern_product(csr, csr.ones, dense)  # (m, C T)
     G = jnp.transpose(G.reshape(csr.shape[0], C, T), (1, 0, 2))
     return tau * unpack_upper(G, K) + prior_precision_term(prior_precision, K, G.dtype)
 
@@ -197,7 +355,7 @@ def row_rhs(csr: CSR, mean: jax.Array, tau, prior_shift: jax.Array | None = None
     a non-zero mean (None: zero, the column-scale priors)."""
     C, m_other, K = mean.shape
     dense = jnp.transpose(mean, (1, 0, 2)).reshape(m_other, C * K)
-    r = csr_matmul(csr.indptr, csr.index, csr.values, csr.shape, dense)
+    r = pattern_product(csr, csr.values, dense)
     out = tau * jnp.transpose(r.reshape(csr.shape[0], C, K), (1, 0, 2))
     return out if prior_shift is None else out + prior_shift[:, None, :]
 

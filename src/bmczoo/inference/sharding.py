@@ -22,7 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .kernels import CSR
+from .kernels import CSR, resolve_hot_path, row_ids_from_indptr
 
 __all__ = ["AXIS", "make_mesh", "padded_size", "shard_csr", "replicated", "row_sharded"]
 
@@ -64,13 +64,16 @@ def row_sharded(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(None, AXIS, None))
 
 
-def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh) -> CSR:
+def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh, hot_path: str | None = None) -> CSR:
     """Per-device CSR blocks of the ``m x m_other`` rating pattern ``view``.
 
     Arrays get a leading device axis (sharded over the mesh): ``indptr`` (D, b+1) local
     to the block of ``b = ceil(m / D)`` rows, ``index`` / ``values`` / ``ones`` (D, nnz_max)
-    padded after the block's last entry (ignored by the CSR product).  The column indices
+    padded after the block's last entry (ignored by the CSR product; their ``row_ids``
+    are ``b``, out of range, so the segment sums drop them too).  The column indices
     refer to the all-gathered other factor (``m_other`` padded to a multiple of D rows).
+    ``hot_path`` as in :func:`bmczoo.inference.kernels.csr_from_view` (``"auto"`` is
+    resolved by the platform of the mesh's devices).
     """
     D = mesh.devices.size
     m, m_other = shape
@@ -83,6 +86,7 @@ def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh) -> CSR:
     ix = np.zeros((D, width), np.int32)
     vals = np.zeros((D, width), np.dtype(dtype))
     ones = np.zeros((D, width), np.dtype(dtype))
+    rid = np.full((D, width), b, np.int32)
     for d, (lo, hi) in enumerate(bounds):
         start = indptr[lo]
         local = indptr[lo : hi + 1] - start
@@ -92,14 +96,17 @@ def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh) -> CSR:
         ix[d, :k] = view.index[start : start + k]
         vals[d, :k] = view.values[start : start + k]
         ones[d, :k] = 1
+        rid[d, :k] = row_ids_from_indptr(local)
     sharding = NamedSharding(mesh, P(AXIS))
     put = lambda x: jax.device_put(x, sharding)  # noqa: E731
-    return CSR(put(ip), put(ix), put(vals), put(ones), (b, padded_size(m_other, D)))
+    path = resolve_hot_path(hot_path, mesh.devices.flat[0].platform)
+    return CSR(put(ip), put(ix), put(vals), put(ones), (b, padded_size(m_other, D)), put(rid), path)
 
 
 def local_csr(block: CSR) -> CSR:
     """Inside ``shard_map``: the device's own block (drop the leading axis of size 1)."""
-    return CSR(block.indptr[0], block.index[0], block.values[0], block.ones[0], block.shape)
+    rid = None if block.row_ids is None else block.row_ids[0]
+    return CSR(block.indptr[0], block.index[0], block.values[0], block.ones[0], block.shape, rid, block.hot_path)
 
 
 def pad_rows(x: jax.Array, m_pad: int) -> jax.Array:

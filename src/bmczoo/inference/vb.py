@@ -27,7 +27,7 @@ from jax import lax
 from ..likelihoods import Tempered
 from ..priors import Prior
 from . import sharding as sh
-from .kernels import CSR, cholesky_rows, csr_matmul, outer, row_precision, row_rhs, solve_rows
+from .kernels import CSR, cholesky_rows, outer, pattern_product, row_precision, row_rhs, solve_rows
 
 __all__ = ["VBState", "init", "update", "elbo", "expected_sq_error", "prior_q", "shard_state", "unshard_state"]
 
@@ -121,7 +121,7 @@ def _product(csr: CSR, data, dense: jax.Array) -> jax.Array:
     product with the runs stacked as columns."""
     C, mo, P = dense.shape
     d = jnp.transpose(dense, (1, 0, 2)).reshape(mo, C * P)
-    r = csr_matmul(csr.indptr, csr.index, data, csr.shape, d)
+    r = pattern_product(csr, data, d)
     return jnp.transpose(r.reshape(csr.shape[0], C, P), (1, 0, 2))
 
 
@@ -142,7 +142,7 @@ def _bias_resid_sum(csr: CSR, mean_other, mean_self, other_bias):
     """``sum_{k in row i} (Y_k - E[c_j] - m_i . n_j)`` (C, m) for the bias of row i."""
     K = mean_other.shape[-1]
     C, mo = other_bias.shape
-    sumY = csr_matmul(csr.indptr, csr.index, csr.values, csr.shape, jnp.ones((mo, 1), csr.values.dtype))[:, 0]
+    sumY = pattern_product(csr, csr.values, jnp.ones((mo, 1), csr.values.dtype))[:, 0]
     P = _product(csr, csr.ones, jnp.concatenate([mean_other, other_bias[..., None]], axis=-1))
     return sumY[None] - P[..., K] - jnp.sum(mean_self * P[..., :K], axis=-1)
 
