@@ -152,7 +152,9 @@ def _fit_both(train, **kw):
 SWEEP_TOL = 1e-9
 
 
-@pytest.mark.parametrize("C, K, biases", [(1, 1, False), (3, 3, True), (1, 10, False), (3, 33, False)])
+# K = 33 is in the default suite through the products (test_row_precision_and_rhs_paths_equal)
+@pytest.mark.parametrize("C, K, biases", [(1, 1, False), (3, 3, True), (1, 10, False),
+                                          pytest.param(3, 33, False, marks=pytest.mark.slow)])
 def test_gibbs_sweeps_paths_equal(C, K, biases):
     sim = bmc.datasets.simulate_paper(40, seed=2)
     # a row and a column without ratings

@@ -362,6 +362,7 @@ _SHARDED_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # the default suite shards VB in test_sharding.py and test_hot_path.py
 def test_sharded_equals_serial():
     """Four CPU devices (child process, rows padded: 43 x 30) against one; differences
     come only from the summation order of psums and all-gathered products: float64
