@@ -13,6 +13,21 @@ import numpy as np
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _drop_compiled_programs():
+    """Drop JAX's compiled programs after each test module.
+
+    Libraries keep jitted functions in process-wide caches (NumPyro's ``fori_collect``
+    takes the sampler's loop body as a static argument: one program per run), so a long
+    test process accumulates thousands of compiled programs; the slow suite once crashed
+    inside XLA compilation after hours of that.  Clearing per module bounds it."""
+    yield
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
+
+
 @pytest.fixture
 def x64():
     """Run the test with ``jax_enable_x64`` on (restored afterwards)."""
