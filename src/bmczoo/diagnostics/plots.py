@@ -29,7 +29,7 @@ from .convert import (
     to_arviz,
     vb_theta_moments,
 )
-from .stats import autocorrelation, gamma_threshold, rank_posterior
+from .stats import RankMixingWarning, autocorrelation, gamma_threshold, rank_posterior
 
 __all__ = [
     "plot_rmse_trace",
@@ -424,7 +424,14 @@ def plot_gamma(fit, *, threshold: float | None = None, num_draws: int = 500, see
     g = post["gamma_sorted"].reshape(-1, post["gamma_sorted"].shape[-1])
     K = g.shape[1]
     threshold = gamma_threshold(fit) if threshold is None else float(threshold)
-    probs = rank_posterior(fit, threshold, num_draws=num_draws, seed=seed)
+    with warnings.catch_warnings(record=True) as caught:
+        # the figure says it in the panel's title instead of a warning in the middle of a plot
+        warnings.simplefilter("always", RankMixingWarning)
+        probs = rank_posterior(fit, threshold, num_draws=num_draws, seed=seed)
+    disagree = any(issubclass(w.category, RankMixingWarning) for w in caught)
+    for w in caught:
+        if not issubclass(w.category, RankMixingWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     fig, axes = _figure(1, 2, figsize)
     ax = axes[0, 0]
     rng = np.random.default_rng(0)
@@ -454,7 +461,7 @@ def plot_gamma(fit, *, threshold: float | None = None, num_draws: int = 500, see
     ax.set_ylim(0, min(1.12, max(probs.max() * 1.15, 0.1)))
     ax.set_xlabel(f"rank  r = #{{h: γ_h > {threshold:.3g}}}")
     ax.set_ylabel("posterior probability")
-    ax.set_title("Posterior of the rank")
+    ax.set_title("Posterior of the rank" + ("\n(chains disagree: see rank_mixing)" if disagree else ""))
     ax.grid(alpha=0.3, axis="y")
     rep = "q draws" if fit_kind(fit) == "vb" else "draws"
     fig.suptitle(f"γ and rank — {_describe(fit)} ({g.shape[0]} {rep})")

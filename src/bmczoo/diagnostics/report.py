@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import pathlib
+import warnings
 
 import numpy as np
 
 from .convert import _info, _K_of, _method_of, _offset_of, _setting, arrays_to_arviz, fit_arrays, fit_kind
 from .plots import _describe, plot_acf, plot_convergence, plot_gamma, plot_rmse_trace, plot_trace
-from .stats import gamma_threshold, rank_mixing, rank_posterior, summary
+from .stats import RankMixingWarning, gamma_threshold, rank_mixing, rank_posterior, summary
 
 __all__ = ["report"]
 
@@ -67,7 +68,10 @@ def _figures(fit, kind: str, fa, idata, threshold, num_draws: int, seed: int):
     rank = thr = None
     if "gamma_sorted" in post:  # a prior with column scales, gamma drawn
         thr = gamma_threshold(fit) if threshold is None else float(threshold)
-        rank = rank_posterior(fit, thr, num_draws=num_draws, seed=seed)
+        with warnings.catch_warnings():
+            # the report's "Rank mixing" section says whether the chains disagree
+            warnings.simplefilter("ignore", RankMixingWarning)
+            rank = rank_posterior(fit, thr, num_draws=num_draws, seed=seed)
         figures["gamma"] = plot_gamma(fit, threshold=thr, num_draws=num_draws, seed=seed)
     if kind == "vb":
         figures["convergence"] = plot_convergence({_describe(fit): fit})
