@@ -178,6 +178,7 @@ def test_vb_iterations_paths_equal(C, K, biases):
         np.testing.assert_allclose(getattr(b, f), getattr(a, f), rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=f)
 
 
+@pytest.mark.slow  # a 4-device child process; the paths' equality is in the default suite on one device
 def test_sharded_segment_path_equals_one_device_bcsr():
     """Four CPU devices (a child process), segment sums over the padded per-device blocks,
     against the one-device BCSR run: equal up to float64 rounding."""

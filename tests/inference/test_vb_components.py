@@ -436,6 +436,7 @@ def test_learned_noise_recovers_the_noise_level():
     assert abs(sigma2 / 0.25 - 1.0) < 0.15, sigma2
 
 
+@pytest.mark.slow  # VB resume is exact in the default suite (test_checkpoint.py); here with every new component
 def test_vb_checkpoint_resumes_exactly_with_the_new_state(tmp_path):
     train, test = _sim(seed=3, m1=30, m2=25, bias_sd=1.0)
     kw = dict(K=3, prior=bmc.priors.NormalWishart(), method="vb", likelihood=LearnedNoise(temper=0.8),
