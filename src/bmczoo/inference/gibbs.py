@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -409,19 +409,6 @@ def _normals(keys, m: int, K: int, dtype) -> jax.Array:
     return jax.vmap(lambda k: jax.random.normal(k, (m, K), dtype))(keys)
 
 
-class _Comm(NamedTuple):
-    """How a sweep body talks to the other devices: all-gather a factor's rows, sum over
-    the devices, zero the padding rows of this device's block of factor ``which``
-    (identities on one device)."""
-
-    gather: Callable
-    psum: Callable
-    mask: Callable
-
-
-_SERIAL = _Comm(gather=lambda x: x, psum=lambda x: x, mask=lambda x, which: x)
-
-
 def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var, *, rho: float,
           use_bias: bool, sse: bool, cross: bool):
     """Half a sweep: the biases of the rows being updated (with biases), then their factor
@@ -484,7 +471,7 @@ def _pattern_product(csr: CSR, data, dense):
     return jnp.transpose(out.reshape(csr.shape[0], C, W), (1, 0, 2))
 
 
-def _sweep_body(rows: CSR, cols: CSR, M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var, comm: _Comm, *,
+def _sweep_body(rows: CSR, cols: CSR, M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var, comm: sh.Comm, *,
                 rho, use_bias, sse, factor_stats):
     """Rows of M (and their biases), then rows of N (and theirs), on this device's rows;
     returns the new local arrays, non-finite masks and the psum-ed statistics."""
@@ -502,17 +489,6 @@ def _sweep_body(rows: CSR, cols: CSR, M, N, b, c, zM, zN, zb, zc, priors, tb, in
     return M, N, b, c, badM, badN, stats
 
 
-def _sharded_comm(dims) -> _Comm:
-    def mask(x, which):
-        blk = x.shape[1]
-        start = jax.lax.axis_index(sh.AXIS) * blk
-        valid = ((start + jnp.arange(blk)) < dims[which]).astype(x.dtype)
-        return x * valid.reshape((1, blk) + (1,) * (x.ndim - 2))
-
-    return _Comm(gather=lambda x: jax.lax.all_gather(x, sh.AXIS, axis=1, tiled=True),
-                 psum=lambda x: jax.lax.psum(x, sh.AXIS), mask=mask)
-
-
 def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, zN, zb, zc, tb):
     use_bias = problem.biases is not None
     kw = dict(rho=problem.overrelax, use_bias=use_bias, sse=problem.learned_tau, factor_stats=prior.factor_stats)
@@ -520,13 +496,13 @@ def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, z
     inv_var = 1.0 / state.bias_var
     if problem.mesh is None:
         return _sweep_body(problem.rows, problem.cols, state.M, state.N, state.row_bias, state.col_bias,
-                           zM, zN, zb, zc, priors, tb, inv_var, _SERIAL, **kw)
+                           zM, zN, zb, zc, priors, tb, inv_var, sh.LOCAL, **kw)
     p1, p2 = _padded_dims(problem)
     zM, zN = sh.pad_rows(zM, p1), sh.pad_rows(zN, p2)
     zb, zc = _pad_vec(zb, p1), _pad_vec(zc, p2)
     f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
     v = jax.sharding.PartitionSpec(None, sh.AXIS)
-    comm = _sharded_comm(problem.dims)
+    comm = sh.sharded_comm(problem.dims)
 
     def body(rows, cols, M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var):
         return _sweep_body(sh.local_csr(rows), sh.local_csr(cols), M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var,

@@ -16,6 +16,8 @@ draw, so they stay exactly zero and add nothing to ``S``.
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,7 +26,8 @@ from jax.sharding import PartitionSpec as P
 
 from .kernels import CSR, resolve_hot_path, row_ids_from_indptr
 
-__all__ = ["AXIS", "make_mesh", "padded_size", "shard_csr", "replicated", "row_sharded"]
+__all__ = ["AXIS", "make_mesh", "padded_size", "shard_csr", "replicated", "row_sharded", "Comm", "LOCAL",
+           "sharded_comm"]
 
 #: name of the mesh axis over which rows are sharded
 AXIS = "rows"
@@ -112,3 +115,30 @@ def local_csr(block: CSR) -> CSR:
 def pad_rows(x: jax.Array, m_pad: int) -> jax.Array:
     """Zero-pad the row axis (1) of a (C, m, K) array to ``m_pad`` rows."""
     return jnp.pad(x, ((0, 0), (0, m_pad - x.shape[1]), (0, 0)))
+
+
+class Comm(NamedTuple):
+    """How a sweep or VB body sees the other rows: ``gather`` all rows of a factor, ``psum``
+    over devices, ``mask(x, which)`` zeroes the padding rows (axis 1) of factor ``which``
+    (0: M, 1: N); on one device there is no padding and the three are the identity
+    (:data:`LOCAL`).  The Gibbs sweep and VB run the same body serially and sharded."""
+
+    gather: Callable
+    psum: Callable
+    mask: Callable
+
+
+LOCAL = Comm(gather=lambda x: x, psum=lambda x: x, mask=lambda x, which: x)
+
+
+def sharded_comm(dims: tuple[int, int]) -> Comm:
+    """Inside ``shard_map``: all-gather the rows of a factor, psum over the devices, and
+    zero the padding rows of this device's block of factor ``which`` (true sizes ``dims``)."""
+    def mask(x, which):
+        b = x.shape[1]
+        start = jax.lax.axis_index(AXIS) * b
+        valid = ((start + jnp.arange(b)) < dims[which]).astype(x.dtype)
+        return x * valid.reshape((1, b) + (1,) * (x.ndim - 2))
+
+    return Comm(gather=lambda x: jax.lax.all_gather(x, AXIS, axis=1, tiled=True),
+                psum=lambda x: jax.lax.psum(x, AXIS), mask=mask)

@@ -18,7 +18,7 @@ several initialisations) on the factor arrays.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -167,13 +167,13 @@ def _expected_S(m, V, n, W):
     )
 
 
-def _factor_stats(prior: Prior, m, V, n, W, comm: "_Comm"):
+def _factor_stats(prior: Prior, m, V, n, W, comm: sh.Comm):
     """The prior's statistics of ``q(M)`` and ``q(N)``, padding rows zeroed, psummed."""
     return (comm.psum(prior.vb_factor_stats(comm.mask(m, 0), comm.mask(V, 0))),
             comm.psum(prior.vb_factor_stats(comm.mask(n, 1), comm.mask(W, 1))))
 
 
-def _bias_sums(bias: dict, comm: "_Comm") -> dict:
+def _bias_sums(bias: dict, comm: sh.Comm) -> dict:
     """``sum_i E[b_i^2]``, ``sum_i log Var b_i`` and the same for ``c`` (C,) each, psummed."""
     out = {}
     for side, which in (("b", 0), ("c", 1)):
@@ -183,7 +183,7 @@ def _bias_sums(bias: dict, comm: "_Comm") -> dict:
     return comm.psum(out)
 
 
-def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: "_Comm", *, prior: Prior, biases,
+def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: sh.Comm, *, prior: Prior, biases,
           dims):
     """The CAVI updates of q(M), q(N), the biases' q (when ``bias``) and the prior's
     statistics; ``comm`` says how rows are spread (identity on one device; all-gathers
@@ -212,7 +212,7 @@ def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: "_Comm", 
     return m, V, n, W, ES, bias, stats
 
 
-def _parts_body(rows: CSR, m, V, n, W, bias: dict, comm: "_Comm", *, prior: Prior | None = None):
+def _parts_body(rows: CSR, m, V, n, W, bias: dict, comm: sh.Comm, *, prior: Prior | None = None):
     """What the ELBO needs of the factors and biases, psummed over devices:
     ``sq = sum_k E_q[(Y_k - theta_k)^2]`` (C,), ``logdet`` the sum of the covariances'
     log-determinants (C,), the biases' sums (with biases) and the prior's factor
@@ -251,33 +251,20 @@ def _parts_body(rows: CSR, m, V, n, W, bias: dict, comm: "_Comm", *, prior: Prio
     return out
 
 
-def _sq_error_body(rows: CSR, m, V, n, W, comm: "_Comm"):
+def _sq_error_body(rows: CSR, m, V, n, W, comm: sh.Comm):
     """``sum_k E_q[(Y_k - M_i . N_j)^2]`` and ``sum log det`` of the covariances (C,) each."""
     out = _parts_body(rows, m, V, n, W, {}, comm)
     return out["sq"], out["logdet"]
 
 
-class _Comm(NamedTuple):
-    """How the body sees the other rows: ``gather`` all rows of a factor, ``psum`` over
-    devices, ``mask(x, which)`` zeroes the padding rows (axis 1) of factor ``which`` (0: M,
-    1: N); on one device there is no padding and the three are the identity."""
-
-    gather: Callable
-    psum: Callable
-    mask: Callable
-
-
-_LOCAL = _Comm(gather=lambda x: x, psum=lambda x: x, mask=lambda x, which: x)
-
-
 def _parts(state: VBState, rows: CSR, prior, mesh, dims):
     """:func:`_parts_body` on one device or on the mesh, and ``n_obs``."""
     if mesh is None:
-        return _parts_body(rows, state.m, state.V, state.n, state.W, state.bias, _LOCAL, prior=prior), \
+        return _parts_body(rows, state.m, state.V, state.n, state.W, state.bias, sh.LOCAL, prior=prior), \
             rows.values.shape[0]
 
     def body(rows, m_l, V_l, n_l, W_l, bias):
-        return _parts_body(sh.local_csr(rows), m_l, V_l, n_l, W_l, bias, _sharded_comm(dims), prior=prior)
+        return _parts_body(sh.local_csr(rows), m_l, V_l, n_l, W_l, bias, sh.sharded_comm(dims), prior=prior)
 
     parts = jax.shard_map(
         body, mesh=mesh, in_specs=(_CSR, _F, _F4, _F, _F4, _bias_specs(state.bias)), out_specs=_R, check_vma=False,
@@ -306,10 +293,10 @@ def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihoo
     kw = dict(prior=prior, biases=biases)
     if mesh is None:
         dims = rows.shape
-        m, V, n, W, ES, bias, stats = _body(rows, cols, state.n, state.W, qp, t, state.bias, _LOCAL, dims=dims, **kw)
+        m, V, n, W, ES, bias, stats = _body(rows, cols, state.n, state.W, qp, t, state.bias, sh.LOCAL, dims=dims, **kw)
     else:
         def body(rows, cols, n_l, W_l, qp, t, bias):
-            return _body(sh.local_csr(rows), sh.local_csr(cols), n_l, W_l, qp, t, bias, _sharded_comm(dims),
+            return _body(sh.local_csr(rows), sh.local_csr(cols), n_l, W_l, qp, t, bias, sh.sharded_comm(dims),
                          dims=dims, **kw)
 
         bspec = _bias_specs(state.bias)
@@ -327,7 +314,7 @@ def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihoo
 
 def expected_sq_error(state: VBState, rows: CSR) -> jax.Array:
     """``sum_k E_q[(Y_k - theta_k)^2]`` for each run (one device; biases included)."""
-    return _parts_body(rows, state.m, state.V, state.n, state.W, state.bias, _LOCAL)["sq"]
+    return _parts_body(rows, state.m, state.V, state.n, state.W, state.bias, sh.LOCAL)["sq"]
 
 
 def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, biases=None, mesh=None,
@@ -405,16 +392,3 @@ def unshard_state(state: VBState, dims: tuple[int, int]) -> VBState:
     m1, m2 = dims
     bias = {k: (v[:, : dims[_BIAS_ROWS[k]]] if k in _BIAS_ROWS else v) for k, v in state.bias.items()}
     return state._replace(m=state.m[:, :m1], V=state.V[:, :m1], n=state.n[:, :m2], W=state.W[:, :m2], bias=bias)
-
-
-def _sharded_comm(dims) -> _Comm:
-    """Inside ``shard_map``: all-gather the rows of a factor, psum over the devices, and
-    zero the padding rows of this device's block of factor ``which``."""
-    def mask(x, which):
-        b = x.shape[1]
-        start = jax.lax.axis_index(sh.AXIS) * b
-        valid = ((start + jnp.arange(b)) < dims[which]).astype(x.dtype)
-        return x * valid.reshape((1, b) + (1,) * (x.ndim - 2))
-
-    return _Comm(gather=lambda x: jax.lax.all_gather(x, sh.AXIS, axis=1, tiled=True),
-                 psum=lambda x: jax.lax.psum(x, sh.AXIS), mask=mask)
