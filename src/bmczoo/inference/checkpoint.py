@@ -96,11 +96,18 @@ def save_npz(path: str | os.PathLike, settings: dict, arrays: dict[str, np.ndarr
     """Write ``arrays`` and the JSON ``settings`` to ``path`` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    write_npz_atomic(path, __format__=np.asarray(FORMAT),
+                     __settings__=np.asarray(json.dumps(settings, sort_keys=True)), **arrays)
+
+
+def write_npz_atomic(path: str | os.PathLike, **arrays) -> None:
+    """``np.savez(path, **arrays)`` through a temporary file in the same folder renamed
+    over ``path``: a reader never sees a half-written file (checkpoints, saved fits)."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, __format__=np.asarray(FORMAT), __settings__=np.asarray(json.dumps(settings, sort_keys=True)),
-                     **arrays)
+            np.savez(f, **arrays)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 
 import numpy as np
@@ -102,16 +101,10 @@ def save(fit, path, *, extra: dict | None = None) -> None:
     }
     for k, v in (extra or {}).items():
         arrays[f"x/{k}"] = np.asarray(v)
-    path = os.fspath(path)
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, __format__=np.asarray(FORMAT), __meta__=np.asarray(json.dumps(meta, default=_json_default)),
-                     **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from .checkpoint import write_npz_atomic
+
+    write_npz_atomic(path, __format__=np.asarray(FORMAT),
+                     __meta__=np.asarray(json.dumps(meta, default=_json_default)), **arrays)
 
 
 def _settings(method: str, d: dict):
