@@ -640,6 +640,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _add_debug_option(parser) -> None:
+    """``--debug``, which every subcommand takes."""
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
+
 
 def _add_fit(sub) -> None:
     """The ``fit`` subcommand."""
@@ -711,9 +715,8 @@ def _add_fit(sub) -> None:
                    help="floating-point precision of the fit (default: float32, or float64 when JAX_ENABLE_X64 "
                    "is set); float64 is slower but avoids the failed Cholesky factorisations float32 can hit")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
-    f.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
+    _add_debug_option(f)
     f.set_defaults(func=_cmd_fit)
-
 
 
 def _add_predict(sub) -> None:
@@ -733,9 +736,8 @@ def _add_predict(sub) -> None:
     pr.add_argument("--prob", type=float, default=0.9, help="probability of the central predictive interval")
     pr.add_argument("--out", default=None, metavar="FILE.csv", help="write the CSV there (default: stdout)")
     pr.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    pr.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
+    _add_debug_option(pr)
     pr.set_defaults(func=_cmd_predict)
-
 
 
 def _add_recommend(sub) -> None:
@@ -757,9 +759,8 @@ def _add_recommend(sub) -> None:
     rc.add_argument("--prob", type=float, default=0.9, help="--by upper: probability of the central interval")
     rc.add_argument("--seed", type=int, default=0, help="--by thompson: seed of the posterior draw")
     rc.add_argument("--include-seen", action="store_true", help="also rank the items the user rated in training")
-    rc.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
+    _add_debug_option(rc)
     rc.set_defaults(func=_cmd_recommend)
-
 
 
 def _add_reproduce(sub) -> None:
@@ -784,7 +785,7 @@ def _add_reproduce(sub) -> None:
     r.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run N fits at a time in separate processes (default 1; same results for any N)")
     r.add_argument("--quiet", action="store_true", help="print only the final table")
-    r.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
+    _add_debug_option(r)
     r.set_defaults(func=_cmd_reproduce)
 
 
