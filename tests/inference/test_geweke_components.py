@@ -36,22 +36,10 @@ from bmczoo.priors.normal_wishart import wishart_draw
 
 pytestmark = pytest.mark.usefixtures("x64")
 
-M1, M2, K = 6, 5, 2
-FAMILYWISE_ALPHA = 0.01
+# the tiny problem of test_geweke.py (6 x 5, 15 observed entries, row 5 empty, K = 2)
+from .test_geweke import COLS, FAMILYWISE_ALPHA, K, M1, M2, N_OBS, ROWS, _unobs  # noqa: E402
+
 TAU_FIXED = 1.0
-
-
-def _pattern():
-    rng = np.random.default_rng(2024)
-    keys = np.sort(rng.choice(5 * M2, size=15, replace=False))
-    rows, cols = np.divmod(keys, M2)
-    return rows.astype(np.int32), cols.astype(np.int32)
-
-
-ROWS, COLS = _pattern()
-N_OBS = ROWS.size
-_observed = set(zip(ROWS.tolist(), COLS.tolist()))
-_unobs = [(i, j) for i in range(5) for j in range(M2) if (i, j) not in _observed]
 ENTRIES = [(int(ROWS[0]), int(COLS[0])), _unobs[0], (5, 0)]
 E_ROWS = np.array([e[0] for e in ENTRIES], np.int32)
 E_COLS = np.array([e[1] for e in ENTRIES], np.int32)
