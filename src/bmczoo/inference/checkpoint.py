@@ -143,29 +143,37 @@ def check_settings(path, stored: dict, current: dict) -> None:
 
 
 _ROWS = ("M", "N", "row_bias", "col_bias")
+#: state fields that are dicts of arrays, stored under ``state/<prefix>/<name>``
+_DICTS = {"prior_state": "prior", "lik_state": "lik"}
 
 
 def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[str, np.ndarray]:
     m1, m2 = problem.dims
-    skip = _ROWS + ("key", "prior_state")
+    skip = _ROWS + tuple(_DICTS) + ("key",)
     out = {f"state/{f}": np.asarray(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in skip}
     for f, m in zip(_ROWS, (m1, m2, m1, m2)):  # without the padding rows of a sharded run
         out[f"state/{f}"] = np.asarray(getattr(state, f)[:, :m])
-    for name, x in state.prior_state.items():
-        out[f"state/prior/{name}"] = np.asarray(x)
+    for field, prefix in _DICTS.items():
+        for name, x in getattr(state, field).items():
+            out[f"state/{prefix}/{name}"] = np.asarray(x)
     out["state/key"] = np.asarray(jax.random.key_data(state.key))
     out["state/key_impl"] = np.asarray(str(jax.random.key_impl(state.key)))
     return out
 
 
 def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsState:
-    missing = [f for f in gibbs.GibbsState._fields if f not in ("key", "prior_state") and f"state/{f}" not in arrays]
+    arrays = dict(arrays)
+    if "state/proba_sum" not in arrays and not problem.latent:  # written before the latent likelihoods
+        arrays["state/proba_sum"] = np.zeros(np.shape(arrays.get("state/pred_sum", np.zeros((0, 0)))) + (0,))
+    plain = [f for f in gibbs.GibbsState._fields if f not in _DICTS and f != "key"]
+    missing = [f for f in plain if f"state/{f}" not in arrays]
     if missing:
         raise ValueError(f"the checkpoint was written by an earlier version of bmczoo (its Gibbs state has no "
                          f"{', '.join(missing)}): start the run again with another checkpoint path")
-    fields = {f: jnp.asarray(arrays[f"state/{f}"]) for f in gibbs.GibbsState._fields if f not in ("key", "prior_state")}
-    prefix = "state/prior/"
-    fields["prior_state"] = {k[len(prefix):]: jnp.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}
+    fields = {f: jnp.asarray(arrays[f"state/{f}"]) for f in plain}
+    for field, prefix in _DICTS.items():
+        p = f"state/{prefix}/"
+        fields[field] = {k[len(p):]: jnp.asarray(v) for k, v in arrays.items() if k.startswith(p)}
     fields["key"] = jax.random.wrap_key_data(jnp.asarray(arrays["state/key"]), impl=str(arrays["state/key_impl"]))
     return gibbs.place(gibbs.GibbsState(**fields), problem)
 

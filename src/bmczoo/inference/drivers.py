@@ -197,10 +197,14 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
     # pooled over chains: E[theta], E[theta^2] - E[theta]^2 (running sums, no draws)
     pred_theta = pred_sum.mean(axis=0) / max(num_kept, 1)
     pred_var = np.maximum(pred_sq.mean(axis=0) / max(num_kept, 1) - pred_theta**2, 0.0)
+    pred_proba, pred_mean = None, info.shift.apply(pred_theta)
+    if getattr(info.likelihood, "latent", False):  # level probabilities pooled over chains
+        pred_proba = np.asarray(core.proba_sum, np.float64).reshape(C, pred_sum.shape[1], -1).mean(0) / max(num_kept, 1)
+        pred_mean = np.asarray(info.likelihood.expected_value(pred_proba))
     # (chain, iteration); chains of a sequential run come stacked, of a single run without axis
     return GibbsFit(
         info=info, samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols,
-        pred_mean=info.shift.apply(pred_sum.mean(axis=0) / max(num_kept, 1)), pred_theta=pred_theta, pred_var=pred_var,
+        pred_mean=pred_mean, pred_theta=pred_theta, pred_var=pred_var, pred_proba=pred_proba,
         rmse_draw=np.asarray(core.rmse_draw).reshape(C, -1), rmse_mean=np.asarray(core.rmse_mean).reshape(C, -1),
         track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=num_kept, mcmc=mcmc,
     )

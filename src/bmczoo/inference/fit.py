@@ -129,7 +129,11 @@ def fit(
         Default float32 (float64 when ``jax_enable_x64`` is on).
     likelihood : bmczoo.likelihoods.Likelihood, optional
         Default the paper's :class:`~bmczoo.likelihoods.Tempered`;
-        :class:`~bmczoo.likelihoods.LearnedNoise` learns the noise level.
+        :class:`~bmczoo.likelihoods.LearnedNoise` learns the noise level;
+        :class:`~bmczoo.likelihoods.Probit` (values 0/1) and
+        :class:`~bmczoo.likelihoods.OrderedProbit` (ordinal levels) observe the values
+        through a latent Gaussian (then ``predict`` is the expected level and
+        ``predict_proba`` gives the level probabilities).
     biases : bool or bmczoo.offsets.Biases
         Row and column biases ``b_i + c_j`` (``True``: the default ``Biases()``).
     **method_kwargs :
@@ -145,9 +149,18 @@ def fit(
     positional = dict(num_warmup=num_warmup, num_samples=num_samples, thinning=thinning, num_chains=num_chains,
                       devices=devices)
     settings = _method_settings(method, positional, method_kwargs)
-    prep, shift = _prepare(train, test, predict, GlobalMean(center=center, clip=clip))
+    likelihood = model_likelihood(likelihood, lam, noise_sd)
+    offsets = GlobalMean(center=center, clip=clip)
+    if getattr(likelihood, "latent", False):
+        # levels are fitted as they are (no centring, no clipping); the likelihood reads
+        # its levels (and a probit's threshold, the analogue of centring) from the data
+        check_bool("center", center)
+        likelihood = likelihood if likelihood.bound else likelihood.bind(train.values, center=center)
+        likelihood.level_index(train.values)
+        offsets = GlobalMean(center=False, clip=False)
+    prep, shift = _prepare(train, test, predict, offsets)
     info = _compose(train, K, prior, settings, shift, center=center, seed=seed, dtype=dt,
-                    likelihood=model_likelihood(likelihood, lam, noise_sd), biases=get_biases(biases))
+                    likelihood=likelihood, biases=get_biases(biases))
     check_bool("progress_bar", progress_bar)
     with _x64_context(dt):
         return _with_training(DRIVERS[type(settings)](prep, info, progress_bar), train)

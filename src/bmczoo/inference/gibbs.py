@@ -51,7 +51,7 @@ __all__ = [
     jax.tree_util.register_dataclass,
     data_fields=[
         "rows", "cols", "tau", "pred_rows", "pred_cols", "test_values", "offset",
-        "clip_lo", "clip_hi", "track_rows", "track_cols", "sum_sq",
+        "clip_lo", "clip_hi", "track_rows", "track_cols", "sum_sq", "levels", "col_perm", "cut_step",
     ],
     meta_fields=["num_warmup", "thinning", "num_total", "has_test", "dims", "mesh", "overrelax",
                  "likelihood", "biases", "num_ratings", "column_moves"],
@@ -85,6 +85,9 @@ class GibbsProblem:
     column_moves : whether each sweep ends with the column moves of DESIGN.md section 10
         (:func:`column_moves`).  These last eleven are static pytree metadata.
     sum_sq : ``sum_k Y_k^2`` of the fitted values (for the squared error of a learned tau).
+    levels, col_perm, cut_step : a latent likelihood's data (probit, ordered probit; empty
+        otherwise): the level index of each rating in row order (n,), the row-order position
+        of each rating in column order (n,), and the random-walk scale of the cut points.
     """
 
     rows: CSR
@@ -99,6 +102,9 @@ class GibbsProblem:
     track_rows: jax.Array
     track_cols: jax.Array
     sum_sq: jax.Array
+    levels: jax.Array
+    col_perm: jax.Array
+    cut_step: jax.Array
     num_warmup: int
     thinning: int
     num_total: int
@@ -114,6 +120,11 @@ class GibbsProblem:
     @property
     def learned_tau(self) -> bool:
         return self.likelihood is not None and self.likelihood.learned
+
+    @property
+    def latent(self) -> bool:
+        """Whether the likelihood observes the ratings through a latent Gaussian ``z``."""
+        return getattr(self.likelihood, "latent", False)
 
     def block_precision(self, tau):
         """The precision the factor and bias blocks see, per chain."""
@@ -135,7 +146,10 @@ class GibbsState(NamedTuple):
     (C, num_total) test RMSE of each iteration's draw / of the running posterior mean
     (NaN before the first kept draw), ``failure`` (C, 3) int32: ``(sweep, block, row)``
     of the first non-finite draw of each chain (block 0: ``M``, 1: ``N``, 2: ``gamma``),
-    ``-1`` while none happened (see :func:`check_failure`).
+    ``-1`` while none happened (see :func:`check_failure`), ``lik_state`` a latent
+    likelihood's variables (``z`` (C, n) in row order, ``cuts`` (C, L-1); empty
+    otherwise), ``proba_sum`` (C, P, L) the sum over kept draws of the level probabilities
+    at the requested entries (L = 0 for a Gaussian likelihood).
     """
 
     M: jax.Array
@@ -153,6 +167,8 @@ class GibbsState(NamedTuple):
     rmse_draw: jax.Array
     rmse_mean: jax.Array
     failure: jax.Array
+    lik_state: dict = {}
+    proba_sum: jax.Array | None = None
 
     @property
     def gamma(self) -> jax.Array:
@@ -198,6 +214,11 @@ def build_problem(
         raise ValueError("column_moves=True runs on one device: the sharded column moves are not implemented "
                          "(drop devices= or column_moves=)")
     m1, m2 = ratings.shape
+    likelihood = bind_likelihood(likelihood, ratings)
+    latent = getattr(likelihood, "latent", False)
+    if latent and mesh is not None:
+        raise ValueError(f"the {likelihood.name} likelihood runs on one device: its sharded latent block is not "
+                         "implemented (drop devices=)")
     pr, pc, tr, tc, tv = _entries(ratings, predict, track, test_values)
     has_test = tv.shape[0] > 0
     lo, hi = clip if clip is not None else (-np.inf, np.inf)
@@ -232,6 +253,7 @@ def build_problem(
         num_ratings=int(ratings.n),
         column_moves=bool(column_moves),
         sum_sq=jnp.asarray(_sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype),
+        **_latent_data(likelihood, ratings, dtype),
     )
     if mesh is not None:  # everything but the rating blocks is replicated
         rep = sh.replicated(mesh)
@@ -241,6 +263,28 @@ def build_problem(
                       "track_rows", "track_cols", "sum_sq")
         })
     return problem
+
+
+def bind_likelihood(likelihood, ratings: RatingData):
+    """A latent likelihood bound to the data (levels, threshold) when it is not yet
+    (:meth:`bmczoo.likelihoods.probit.LatentLikelihood.bind`); others unchanged."""
+    if getattr(likelihood, "latent", False) and not likelihood.bound:
+        return likelihood.bind(ratings.values)
+    return likelihood
+
+
+def _latent_data(likelihood, ratings: RatingData, dtype) -> dict:
+    """``levels`` (row order), ``col_perm`` and ``cut_step`` of a latent likelihood (empty
+    arrays otherwise)."""
+    if not getattr(likelihood, "latent", False):
+        e = jnp.zeros(0, jnp.int32)
+        return {"levels": e, "col_perm": e, "cut_step": jnp.zeros(0, dtype)}
+    rv, cv = ratings.row_view, ratings.col_view
+    levels = likelihood.level_index(rv.values)
+    row_pos = np.empty(ratings.n, np.int64)
+    row_pos[np.asarray(rv.order)] = np.arange(ratings.n)
+    return {"levels": jnp.asarray(levels), "col_perm": jnp.asarray(row_pos[np.asarray(cv.order)].astype(np.int32)),
+            "cut_step": jnp.asarray(likelihood.cut_step(levels), dtype)}
 
 
 def _entries(ratings: RatingData, predict, track, test_values):
@@ -289,6 +333,7 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
     out["theta"] = entries(state, problem, problem.track_rows, problem.track_cols)
     if problem.learned_tau:
         out["tau"] = state.tau
+    out.update({k: v for k, v in state.lik_state.items() if k != "z"})  # learned cut points
     if problem.biases is not None:
         out["row_bias_var"], out["col_bias_var"] = state.bias_var[:, 0], state.bias_var[:, 1]
     if store_factors:
@@ -355,6 +400,14 @@ def init(
     P = problem.pred_rows.shape[0]
     T = problem.num_total if problem.has_test else 0
     var0 = problem.biases.init_variance() if problem.biases is not None else 1.0
+    lik_state, L = {}, 0
+    if problem.latent:
+        lik = problem.likelihood
+        L = lik.num_levels
+        lik_state = {"z": jnp.zeros((C, problem.num_ratings), dtype)}
+        if lik.fixed_cuts() is None:
+            cuts0 = lik.init_cuts(np.asarray(problem.levels))
+            lik_state["cuts"] = jnp.broadcast_to(jnp.asarray(cuts0, dtype), (C, L - 1))
     state = GibbsState(
         M=M,
         N=N,
@@ -371,6 +424,8 @@ def init(
         rmse_draw=jnp.full((C, T), jnp.nan, dtype),
         rmse_mean=jnp.full((C, T), jnp.nan, dtype),
         failure=jnp.full((C, 3), -1, jnp.int32),
+        lik_state=lik_state,
+        proba_sum=jnp.zeros((C, P, L), dtype),
     )
     return place(state, problem)
 
@@ -410,7 +465,7 @@ def _normals(keys, m: int, K: int, dtype) -> jax.Array:
 
 
 def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var, *, rho: float,
-          use_bias: bool, sse: bool, cross: bool):
+          use_bias: bool, sse: bool, cross: bool, values=None):
     """Half a sweep: the biases of the rows being updated (with biases), then their factor
     rows (exact Gaussian conditionals, DESIGN.md sections 2 and 8).
 
@@ -420,7 +475,7 @@ def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var,
     ``inv_var`` (C,) ``1/s^2`` of these biases.  One sparse product with the rating pattern
     gives the per-row sums ``sum_j N_j N_j^T`` (packed), and with biases ``sum_j N_j``,
     ``sum_j c_j N_j`` and ``sum_j c_j``; one with the ratings gives ``sum_j Y_ij N_j`` (and
-    ``sum_j Y_ij``).  The rows' right-hand side uses the residual ``Y_ij - b_i - c_j``.
+    ``sum_j Y_ij``); ``values`` (C, n), when given, replace the ratings per chain.  The rows' right-hand side uses the residual ``Y_ij - b_i - c_j``.
 
     Returns the new rows, the new biases, a (C, m) non-finite mask and, with ``sse``, this
     side's part of ``SSE - sum Y^2`` (C,) (``cross``: the terms that need both sides' final
@@ -434,7 +489,11 @@ def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var,
         parts += [other, bias_other[..., None] * other, bias_other[..., None]]
     Gall = _pattern_product(csr, csr.ones, jnp.concatenate(parts, -1) if use_bias else parts[0])
     vparts = [other] + ([jnp.ones((C, m_other, 1), dtype)] if use_bias else [])
-    Rall = _pattern_product(csr, csr.values, jnp.concatenate(vparts, -1) if use_bias else vparts[0])
+    Rdense = jnp.concatenate(vparts, -1) if use_bias else vparts[0]
+    if values is None:
+        Rall = _pattern_product(csr, csr.values, Rdense)
+    else:  # per-chain values (a latent z): one product per chain
+        Rall = jnp.stack([pattern_product(csr, values[i], Rdense[i]) for i in range(C)])
     G = unpack_upper(Gall[..., :T], K)
     r = Rall[..., :K]
     part = jnp.zeros((C,), dtype)
@@ -472,31 +531,34 @@ def _pattern_product(csr: CSR, data, dense):
 
 
 def _sweep_body(rows: CSR, cols: CSR, M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var, comm: sh.Comm, *,
-                rho, use_bias, sse, factor_stats):
+                rho, use_bias, sse, factor_stats, values=(None, None)):
     """Rows of M (and their biases), then rows of N (and theirs), on this device's rows;
-    returns the new local arrays, non-finite masks and the psum-ed statistics."""
+    returns the new local arrays, non-finite masks and the psum-ed statistics.
+    ``values``: per-chain values (C, n) in row and in column order that replace the
+    ratings (a latent likelihood's ``z``), or None."""
     (pM, pN) = priors
     N_all, c_all = comm.gather(N), comm.gather(c)
     M, b, badM, part1 = _side(rows, M, N_all, zM, zb, b, c_all, pM, tb, inv_var[:, 0], rho=rho,
-                              use_bias=use_bias, sse=sse, cross=False)
+                              use_bias=use_bias, sse=sse, cross=False, values=values[0])
     M, b = comm.mask(M, 0), comm.mask(b, 0)
     M_all, b_all = comm.gather(M), comm.gather(b)
     N, c, badN, part2 = _side(cols, N, M_all, zN, zc, c, b_all, pN, tb, inv_var[:, 1], rho=rho,
-                              use_bias=use_bias, sse=sse, cross=True)
+                              use_bias=use_bias, sse=sse, cross=True, values=values[1])
     N, c = comm.mask(N, 1), comm.mask(c, 1)
     stats = comm.psum((factor_stats(M), factor_stats(N), part1 + part2,
                        jnp.stack([jnp.sum(b * b, axis=-1), jnp.sum(c * c, axis=-1)], axis=-1)))
     return M, N, b, c, badM, badN, stats
 
 
-def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, zN, zb, zc, tb):
+def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, zN, zb, zc, tb, values=None):
     use_bias = problem.biases is not None
     kw = dict(rho=problem.overrelax, use_bias=use_bias, sse=problem.learned_tau, factor_stats=prior.factor_stats)
     priors = prior.row_priors(state.prior_state)
     inv_var = 1.0 / state.bias_var
     if problem.mesh is None:
+        vals = (None, None) if values is None else (values, values[:, problem.col_perm])
         return _sweep_body(problem.rows, problem.cols, state.M, state.N, state.row_bias, state.col_bias,
-                           zM, zN, zb, zc, priors, tb, inv_var, sh.LOCAL, **kw)
+                           zM, zN, zb, zc, priors, tb, inv_var, sh.LOCAL, values=vals, **kw)
     p1, p2 = _padded_dims(problem)
     zM, zN = sh.pad_rows(zM, p1), sh.pad_rows(zN, p2)
     zb, zc = _pad_vec(zb, p1), _pad_vec(zc, p2)
@@ -532,9 +594,10 @@ def _first_failure(failure, iteration, masks):
 
 def _variables(state: GibbsState) -> tuple[list[str], jax.Array]:
     """The names and (C, V) values of the non-factor variables (the prior's, tau, bias
-    variances), flattened per chain, for the failure record."""
+    variances, a latent likelihood's cut points), flattened per chain, for the failure record."""
     names, values = [], []
-    for name, x in state.prior_state.items():
+    extra = {k: v for k, v in state.lik_state.items() if k != "z"}
+    for name, x in {**state.prior_state, **extra}.items():
         size = int(np.prod(x.shape[1:], dtype=int))
         names += [f"{name}_{i + 1}" for i in range(size)] if size > 1 else [name]
         values.append(x.reshape(x.shape[0], -1))
@@ -565,7 +628,13 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     else:
         zb, zc = jnp.zeros((zM.shape[0], m1), dtype), jnp.zeros((zM.shape[0], m2), dtype)
     tb = problem.block_precision(state.tau)
-    M, N, b, c, badM, badN, (sM, sN, part, sumsq) = _sweep_factors(problem, state, prior, zM, zN, zb, zc, tb)
+    lik_state, values = state.lik_state, None
+    if problem.latent:
+        # its own key stream: the other blocks draw from the keys they use without it
+        lik_state = latent_block(state, problem, jax.vmap(lambda k: jax.random.fold_in(k, _LATENT_STREAM))(state.key))
+        values = lik_state["z"]
+    M, N, b, c, badM, badN, (sM, sN, part, sumsq) = _sweep_factors(problem, state, prior, zM, zN, zb, zc, tb,
+                                                                   values)
     tau = state.tau
     if problem.learned_tau:
         sse = jnp.maximum(problem.sum_sq + part, 0.0)  # rounding can take a tiny SSE below zero
@@ -578,12 +647,56 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
         )(kv, sumsq)
     prior_state = jax.vmap(lambda k, a, b_: prior.gibbs_update(k, a, b_, m1, m2))(kg, sM, sN)
     new = state._replace(M=M, N=N, prior_state=prior_state, tau=tau, row_bias=b, col_bias=c, bias_var=bias_var,
-                         key=keys)
+                         key=keys, lik_state=lik_state)
     if problem.column_moves:
         # its own key stream (folded from the sweep's key): the other blocks draw as without it
         new = column_moves(new, problem, prior, jax.vmap(lambda k: jax.random.fold_in(k, _COLUMN_STREAM))(state.key))
     failure = _first_failure(state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(_variables(new)[1])))
     return new._replace(failure=failure)
+
+
+# --------------------------------------------------------------------------- latent block
+_LATENT_STREAM = 0x6C6174  # "lat"
+
+
+def ratings_theta(state: GibbsState, problem: GibbsProblem) -> jax.Array:
+    """``theta_k`` (C, n) at every rating, in row order (biases included)."""
+    rows = problem.rows
+    rid = _csr_row_ids(rows)
+    theta = jnp.einsum("cnk,cnk->cn", state.M[:, rid], state.N[:, rows.index])
+    if problem.biases is not None:
+        theta = theta + state.row_bias[:, rid] + state.col_bias[:, rows.index]
+    return theta
+
+
+def latent_cuts(state: GibbsState, problem: GibbsProblem) -> jax.Array:
+    """The cut points (C, L-1) of each chain: learned (``lik_state["cuts"]``) or fixed."""
+    if "cuts" in state.lik_state:
+        return state.lik_state["cuts"]
+    fixed = jnp.asarray(problem.likelihood.fixed_cuts(), state.M.dtype)
+    return jnp.broadcast_to(fixed, (state.M.shape[0],) + fixed.shape)
+
+
+def latent_block(state: GibbsState, problem: GibbsProblem, keys: jax.Array) -> dict:
+    """A latent likelihood's block (probit, ordered probit): per chain, the cut points
+    (when learned: Metropolis-Hastings with ``z`` integrated out) and then ``z`` (C, n)
+    from its truncated normal given ``theta`` at the ratings (row order).  Exact block
+    update of ``(cuts, z)`` given the factors and biases."""
+    lik = problem.likelihood
+    theta = ratings_theta(state, problem)
+    cuts, z = jax.vmap(lambda k, t, c: lik.gibbs_latent(k, t, problem.levels, c, problem.cut_step))(
+        keys, theta, latent_cuts(state, problem))
+    out = {"z": z}
+    if "cuts" in state.lik_state:
+        out["cuts"] = cuts
+    return out
+
+
+def _csr_row_ids(csr: CSR) -> jax.Array:
+    n = csr.index.shape[0]
+    if csr.row_ids is not None:
+        return csr.row_ids
+    return jnp.repeat(jnp.arange(csr.shape[0], dtype=jnp.int32), jnp.diff(csr.indptr), total_repeat_length=n)
 
 
 # --------------------------------------------------------------------------- column moves
@@ -620,10 +733,13 @@ def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: j
     use_bias = problem.biases is not None
     k = jax.vmap(jax.random.split)(keys)
     M, N, gamma = state.M, state.N, state.gamma
+    # a latent likelihood's z replace the ratings (per chain)
+    zr = state.lik_state["z"] if problem.latent else problem.rows.values[None]
+    zc = zr[:, problem.col_perm] if problem.latent else problem.cols.values[None]
     M, N, gamma = _column_side(problem.rows, M, N, state.row_bias, state.col_bias, gamma, tb, k[:, 0], prior,
-                               m1 + m2, use_bias)
+                               m1 + m2, use_bias, zr)
     N, M, gamma = _column_side(problem.cols, N, M, state.col_bias, state.row_bias, gamma, tb, k[:, 1], prior,
-                               m1 + m2, use_bias)
+                               m1 + m2, use_bias, zc)
     return state._replace(M=M, N=N, prior_state={**state.prior_state, "gamma": gamma})
 
 
@@ -642,7 +758,8 @@ def _log_jacobian(m: int, log_s):
     return m * log_s
 
 
-def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, prior, d: int, use_bias: bool):
+def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, prior, d: int, use_bias: bool,
+                 values):
     """The column moves with ``own`` (C, m, K) integrated out and ``other`` (C, m_other, K)
     rescaled, the ratings grouped by the rows of ``own`` (``csr``).  Returns the new
     ``own``, ``other``, ``gamma``."""
@@ -652,7 +769,7 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, pr
     dt = own.dtype
     rid = jnp.repeat(jnp.arange(m, dtype=jnp.int32), jnp.diff(csr.indptr), total_repeat_length=n)
     cid = csr.index
-    e = csr.values[None] - jnp.einsum("cnk,cnk->cn", own[:, rid], other[:, cid])
+    e = values - jnp.einsum("cnk,cnk->cn", own[:, rid], other[:, cid])
     if use_bias:
         e = e - bias_own[:, rid] - bias_other[:, cid]
     kk = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
@@ -735,13 +852,37 @@ def step(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     pred_sum = jnp.where(kept, state.pred_sum + theta, state.pred_sum)
     pred_sq = jnp.where(kept, state.pred_sq + theta * theta, state.pred_sq)
     num_kept = state.num_kept + kept.astype(jnp.int32)
+    proba_sum = state.proba_sum
+    if problem.latent:
+        # level probabilities of this draw at the requested entries (C, P, L)
+        probs = level_probs(theta, latent_cuts(state, problem))
+        proba_sum = jnp.where(kept, proba_sum + probs, proba_sum)
     rmse_draw, rmse_mean = state.rmse_draw, state.rmse_mean
     if problem.has_test and problem.num_total:
-        mean = pred_sum / jnp.maximum(num_kept, 1).astype(pred_sum.dtype)
-        r_mean = jnp.where(num_kept > 0, _rmse(mean, problem), jnp.nan)
+        denom = jnp.maximum(num_kept, 1).astype(pred_sum.dtype)
+        if problem.latent:  # RMSE of the expected level (data scale)
+            lik = problem.likelihood
+            draw_pred, mean_pred = lik.expected_value(probs), lik.expected_value(proba_sum / denom)
+            r_draw, r_mean = _rmse_values(draw_pred, problem), _rmse_values(mean_pred, problem)
+        else:
+            r_draw, r_mean = _rmse(theta, problem), _rmse(pred_sum / denom, problem)
         idx = jnp.minimum(it - 1, problem.num_total - 1)
-        rmse_draw = rmse_draw.at[:, idx].set(_rmse(theta, problem))
-        rmse_mean = rmse_mean.at[:, idx].set(r_mean)
+        rmse_draw = rmse_draw.at[:, idx].set(r_draw)
+        rmse_mean = rmse_mean.at[:, idx].set(jnp.where(num_kept > 0, r_mean, jnp.nan))
     return state._replace(
-        iteration=it, pred_sum=pred_sum, pred_sq=pred_sq, num_kept=num_kept, rmse_draw=rmse_draw, rmse_mean=rmse_mean
+        iteration=it, pred_sum=pred_sum, pred_sq=pred_sq, num_kept=num_kept, rmse_draw=rmse_draw, rmse_mean=rmse_mean,
+        proba_sum=proba_sum,
     )
+
+
+def level_probs(theta: jax.Array, cuts: jax.Array) -> jax.Array:
+    """``P(Y = l | theta, c)`` (C, P, L) of a latent likelihood: theta (C, P), cuts (C, L-1)."""
+    from ..likelihoods.probit import level_log_probs
+
+    return jnp.exp(level_log_probs(theta, cuts[:, None, :]))
+
+
+def _rmse_values(pred, problem: GibbsProblem):
+    """RMSE of data-scale predictions (C, P) against the test values."""
+    pred = pred[..., : problem.test_values.shape[0]]
+    return jnp.sqrt(jnp.mean((pred - problem.test_values) ** 2, axis=-1))

@@ -29,6 +29,7 @@ from ..likelihoods import Likelihood
 from ..offsets import Shift
 from ..priors import Prior
 from .settings import Settings
+from . import levels
 from . import outputs as out
 
 __all__ = ["FitInfo", "FitResult", "MCMCFit", "GibbsFit", "NUTSFit", "VBFit", "SVIFit", "MAPFit", "theta_mean",
@@ -192,13 +193,66 @@ class FitResult(out.PredictiveMixin):
         """Posterior (predictive) mean at the given entries (1-D array, data scale: offset
         added, clipped when the fit clips).  With ``return_std=True`` returns ``(mean,
         sd)``, ``sd = sqrt(Var[theta_ij] + E[1/tau])`` the posterior predictive sd (never
-        clipped); see the class for how ``Var[theta_ij]`` is computed."""
+        clipped); see the class for how ``Var[theta_ij]`` is computed.
+
+        Probit and ordered probit: the expected level ``sum_l level_l P(Y_ij = l | data)``
+        (binary: ``P(Y_ij = 1)``), and the sd of the predictive level distribution."""
         r, c = self._check_entries(rows, cols)
+        if self._latent:
+            mean, sd = levels.level_summary(self._level_proba(r, c), self.info.likelihood.level_values)
+            return (mean, sd) if return_std else mean
         mean = self._predict_mean(r, c)
         if not return_std:
             return mean
         _, var = self._theta_moments(r, c)
         return mean, np.sqrt(np.maximum(var, 0.0) + self.noise_var())
+
+    # ------------------------------------------------------------------ levels
+    @property
+    def _latent(self) -> bool:
+        """Whether the likelihood is a latent-Gaussian one (probit, ordered probit)."""
+        return getattr(self.info.likelihood, "latent", False)
+
+    def _level_proba(self, r, c) -> np.ndarray:  # pragma: no cover - per family
+        raise ValueError(f"{type(self).__name__} has no level probabilities")
+
+    def _cut_draws(self, src: dict | None, S: int) -> np.ndarray:
+        """(S, L-1) cut points: the draws of ``cuts`` in ``src`` when learned, else the fixed ones."""
+        fixed = self.info.likelihood.fixed_cuts()
+        if fixed is not None:
+            return np.broadcast_to(np.asarray(fixed, np.float64), (S, len(fixed)))
+        if src is None or "cuts" not in src:
+            raise ValueError("the fit holds no draws of the cut points")
+        return np.asarray(src["cuts"], np.float64).reshape(S, -1)
+
+    def predict_proba(self, rows, cols) -> np.ndarray:
+        """Posterior predictive level probabilities at the given entries: for a
+        :class:`~bmczoo.likelihoods.Probit` fit ``P(Y_ij = 1 | data)`` (P,); for an
+        :class:`~bmczoo.likelihoods.OrderedProbit` fit (P, L), column ``l`` the
+        probability of ``likelihood.levels[l]``."""
+        if not self._latent:
+            raise ValueError(f"predict_proba needs a probit or ordered-probit likelihood; this fit's is "
+                             f"{self.info.likelihood.name!r} (use predict / predictive_interval)")
+        r, c = self._check_entries(rows, cols)
+        probs = self._level_proba(r, c)
+        return probs[:, 1] if self.info.likelihood.name == "probit" else probs
+
+    def predictive_interval(self, rows, cols, prob: float = 0.9):
+        """Central ``prob`` interval of the posterior predictive (see
+        :meth:`bmczoo.inference.outputs.PredictiveMixin.predictive_interval`).  Probit and
+        ordered probit: of the predictive level distribution (the lowest levels whose CDF
+        reaches ``(1 - prob) / 2`` and ``(1 + prob) / 2``)."""
+        if not self._latent:
+            return super().predictive_interval(rows, cols, prob)
+        p = out.check_prob(prob)
+        r, c = self._check_entries(rows, cols)
+        return levels.level_interval(self._level_proba(r, c), self.info.likelihood.level_values, p)
+
+    def _level_lpd(self, test) -> float:
+        """Mean ``log P(Y = y | data)`` over ``test`` (exact predictive level probabilities)."""
+        lik = self.info.likelihood
+        probs = self._level_proba(test.rows, test.cols)
+        return float(np.mean(levels.level_lpd(probs, lik.level_index(test.values))))
 
     def save(self, path) -> None:
         """Write the fit to ``path`` (``.npz`` + JSON metadata, no pickle); ``bmc.load``
@@ -299,7 +353,17 @@ class MCMCFit(FitResult):
     track_cols: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     num_kept: int = 0
     mcmc: Any = None
+    pred_proba: np.ndarray | None = None
     family: ClassVar[str] = "mcmc"
+
+    def _level_proba(self, r, c) -> np.ndarray:
+        """Level probabilities (P, L): at entries requested at fit time from the running
+        sums (Gibbs), else averaged over the stored factor and cut-point draws."""
+        idx = self._lookup(r, c)
+        if idx is not None and self.pred_proba is not None:
+            return self.pred_proba[idx]
+        d = self._draws()
+        return levels.draws_level_proba(out.draw_blocks(d, r, c), self._cut_draws(self.samples, d["M"].shape[0]))
 
     def run_stats(self):
         return {"num_kept": self.num_kept}
@@ -363,6 +427,8 @@ class MCMCFit(FitResult):
         Gaussian approximation ``N(y | E[theta] + offset, Var[theta] + E[1/tau])`` from the
         running moments.  No clipping in either."""
         test = self._check_test(test)
+        if self._latent:
+            return self._level_lpd(test)
         if "M" not in self.samples:
             return self._gaussian_lpd(test)
         d = self._draws()
@@ -517,8 +583,17 @@ class VBFit(FitResult):
     def log_predictive_density(self, test) -> float:
         """Mean over the ratings of ``test`` of the log density of the Gaussian with the
         variational predictive moments, ``N(y | E_q[theta] + offset, Var_q[theta] +
-        E_q[1/tau])`` (unclipped)."""
-        return self._gaussian_lpd(self._check_test(test))
+        E_q[1/tau])`` (unclipped).  Probit, ordered probit: ``log P_q(Y = y)``."""
+        test = self._check_test(test)
+        if self._latent:
+            return self._level_lpd(test)
+        return self._gaussian_lpd(test)
+
+    def _level_proba(self, r, c) -> np.ndarray:
+        """``P_q(Y = l)`` with ``theta ~ N(E_q[theta], Var_q[theta])`` and the cut points
+        at their fitted values (:func:`bmczoo.inference.levels.gaussian_level_proba`)."""
+        mean, var = self._theta_moments(r, c)
+        return levels.gaussian_level_proba(mean, var, self._cut_draws(self.q_noise, 1)[0])
 
     def _user_scores(self, users, by, z, rng):
         a = np.asarray(self.m[users], np.float64)
@@ -640,10 +715,19 @@ class SVIFit(FitResult):
         ``log N(y | theta + offset, 1/tau)`` at the point (no parameter uncertainty).
         Unclipped."""
         test = self._check_test(test)
+        if self._latent:
+            return self._level_lpd(test)
         src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
         d = out.flat_draws(src, self.info.K)
         return float(np.mean(out.draws_lpd(d, test.rows, test.cols, test.values, self.info.shift.offset,
                                            self.info.tau)))
+
+    def _level_proba(self, r, c) -> np.ndarray:
+        """Level probabilities averaged over the guide's draws (MAP: at the point)."""
+        src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
+        d = out.flat_draws(src, self.info.K)
+        cuts_src = src if "cuts" in src else self.draws
+        return levels.draws_level_proba(out.draw_blocks(d, r, c), self._cut_draws(cuts_src, d["M"].shape[0]))
 
     def _user_scores(self, users, by, z, rng):
         d = out.flat_draws(self.draws, self.info.K)

@@ -273,7 +273,7 @@ def _parts(state: VBState, rows: CSR, prior, mesh, dims):
 
 
 def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihood=None, biases=None, mesh=None,
-           dims=None) -> VBState:
+           dims=None, latent=None) -> VBState:
     """One CAVI iteration: ``q(M)``, then ``q(N)``, then (with biases) ``q(b)``, ``q(c)``,
     ``q(s_b^2)``, ``q(s_c^2)``, then the prior's q (:meth:`~bmczoo.priors.Prior.vb_step`),
     then (learned likelihood) ``q(tau)``.  Each step is the exact optimum of its factor
@@ -288,6 +288,8 @@ def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihoo
     lik = Tempered() if likelihood is None else likelihood
     if bool(state.bias) != (biases is not None):
         raise ValueError("the VB state and the biases argument disagree (biases on in one, off in the other)")
+    if getattr(lik, "latent", False):
+        return _latent_update(state, rows, cols, prior, lik, biases, latent)
     qp = prior_q(state)
     t = lik.vb_block_precision(state.noise, tau)
     kw = dict(prior=prior, biases=biases)
@@ -318,7 +320,7 @@ def expected_sq_error(state: VBState, rows: CSR) -> jax.Array:
 
 
 def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, biases=None, mesh=None,
-         dims=None) -> jax.Array:
+         dims=None, latent=None) -> jax.Array:
     """The evidence lower bound of each run (C,).
 
     Exact for any q-state of the parts that store all their parameters (factors,
@@ -331,12 +333,19 @@ def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, biase
     on the log evidence of that Gaussian model; learned noise: tempered log-likelihood
     plus ``E[log p(tau)] - E[log q(tau)]``).  ``mesh``/``dims`` as in :func:`update`.
     """
-    K = state.m.shape[-1]
-    parts, n_obs = _parts(state, rows, prior, mesh, dims)
-    m1, m2 = rows.shape if mesh is None else dims
-    d = m1 + m2
     lik = Tempered() if likelihood is None else likelihood
+    if getattr(lik, "latent", False):
+        return _latent_elbo(state, rows, prior, lik, biases, latent)
+    parts, n_obs = _parts(state, rows, prior, mesh, dims)
     loglik = lik.vb_elbo_term(state.noise, n_obs, parts["sq"], tau)
+    return _elbo_rest(state, parts, loglik, prior, biases, rows.shape if mesh is None else dims)
+
+
+def _elbo_rest(state: VBState, parts: dict, loglik, prior: Prior, biases, dims):
+    """The ELBO given the likelihood's term: the prior's, the Gaussian entropies, the biases'."""
+    K = state.m.shape[-1]
+    m1, m2 = dims
+    d = m1 + m2
     prior_part = prior.vb_elbo_term(prior_q(state), parts["stats"][0], parts["stats"][1], m1, m2)
     out = loglik + prior_part + 0.5 * d * K * (1.0 + _LOG_2PI) + 0.5 * parts["logdet"]
     if state.bias:
@@ -344,6 +353,124 @@ def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, biase
             raise ValueError("the VB state has biases: pass biases= to elbo")
         out = out + biases.vb_elbo_term(state.bias, m1, m2, parts["bias"])
     return out
+
+
+# ---------------------------------------------------------------- latent likelihoods
+# Probit and ordered probit (bmczoo.likelihoods.probit): q(z_k) is N(E_q[theta_k], 1)
+# truncated to the level's interval (its optimum given q(theta)), the factor and bias
+# updates are the Gaussian ones with tau = 1 and E_q[z] in place of the ratings, and
+# learned cut points are point estimates (VB-EM: each iteration moves them uphill on
+# sum_k log Z_k(c) + log p(c), the ELBO with q(z) optimal, accepting only increases).
+# The likelihood's ELBO term: E[log p(z | theta)] + H[q(z)] = sum_k log Z_k - Var_q[theta_k] / 2,
+# with Z_k = P(level interval) under N(E_q[theta_k], 1), plus log p(c).
+
+def ratings_mean(state: VBState, rows: CSR) -> jax.Array:
+    """``E_q[theta_k]`` (C, n) at every rating in row order (biases included)."""
+    n = rows.index.shape[0]
+    rid = jnp.repeat(jnp.arange(rows.shape[0], dtype=jnp.int32), jnp.diff(rows.indptr), total_repeat_length=n)
+    mu = jnp.einsum("cnk,cnk->cn", state.m[:, rid], state.n[:, rows.index])
+    if state.bias:
+        mu = mu + state.bias["b_mean"][:, rid] + state.bias["c_mean"][:, rows.index]
+    return mu
+
+
+def _cuts(state: VBState, lik, C: int, dtype) -> jax.Array:
+    if "cuts" in state.noise:
+        return state.noise["cuts"]
+    return jnp.broadcast_to(jnp.asarray(lik.fixed_cuts(), dtype), (C, len(lik.fixed_cuts())))
+
+
+def _level_bounds(cuts, levels):
+    """(lo, hi) (C, n) of each rating's level interval."""
+    C = cuts.shape[0]
+    inf = jnp.full((C, 1), jnp.inf, cuts.dtype)
+    edges = jnp.concatenate([-inf, cuts, inf], axis=1)
+    return edges[:, levels], edges[:, levels + 1]
+
+
+def _log_Z(mu, cuts, levels):
+    from ..likelihoods import truncnorm
+
+    lo, hi = _level_bounds(cuts, levels)
+    return jnp.sum(truncnorm.log_mass(lo - mu, hi - mu), axis=-1)
+
+
+def _cut_step(lik, mu, cuts, levels, steps: int = 8):
+    """VB-EM ascent of the cut points of each run: gradient steps on ``f(c) = sum_k log
+    Z_k(c) + log p(c)`` with step halving, a step kept only when ``f`` increases (so the
+    ELBO never decreases); ``steps`` trials per iteration."""
+    def f(c, m):
+        return _log_Z(m[None], c[None], levels)[0] + lik.cut_log_prior(c)
+
+    def one_run(c, m):
+        def body(carry, _):
+            c, lr = carry
+            val, g = jax.value_and_grad(f)(c, m)
+            prop = c + lr * g
+            ok = jnp.all(jnp.diff(prop) > 0)
+            new_val = jnp.where(ok, f(jnp.where(ok, prop, c), m), -jnp.inf)
+            better = new_val > val
+            return (jnp.where(better, prop, c), jnp.where(better, lr * 1.5, lr * 0.25)), None
+
+        lr0 = 1.0 / (levels.shape[0] + 1.0)
+        (c, _), _ = lax.scan(body, (c, jnp.asarray(lr0, c.dtype)), None, length=steps)
+        return c
+
+    return jax.vmap(one_run)(cuts, mu)
+
+
+def _per_run(rows: CSR, cols: CSR, values, col_perm, fn):
+    """``fn(c, rows_c, cols_c)`` for each run ``c`` with its own values (C, n) (row order)
+    in the CSRs; results stacked on the run axis."""
+    outs = [fn(c, rows._replace(values=values[c]), cols._replace(values=values[c][col_perm]))
+            for c in range(values.shape[0])]
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *outs)
+
+
+def _run(state: VBState, c: int) -> VBState:
+    return jax.tree.map(lambda x: x[c : c + 1], state)
+
+
+def _latent_update(state: VBState, rows: CSR, cols: CSR, prior: Prior, lik, biases, latent) -> VBState:
+    """One CAVI iteration of a latent likelihood: the cut points (learned), ``q(z)``, then
+    the Gaussian updates with ``E_q[z]`` as the ratings and ``tau = 1``."""
+    from ..likelihoods import truncnorm
+
+    if latent is None:
+        raise ValueError("a latent likelihood's VB update needs latent=(levels, col_perm)")
+    levels, col_perm = latent
+    C = state.m.shape[0]
+    mu = ratings_mean(state, rows)
+    cuts = _cuts(state, lik, C, mu.dtype)
+    noise = state.noise
+    if "cuts" in noise:
+        cuts = _cut_step(lik, mu, cuts, levels)
+        noise = {**noise, "cuts": cuts}
+    lo, hi = _level_bounds(cuts, levels)
+    Ez = truncnorm.moments(mu, lo, hi)[0]
+    gauss = state._replace(noise={})
+    new = _per_run(rows, cols, Ez, col_perm,
+                   lambda c, r, k: update(_run(gauss, c), r, k, prior, jnp.asarray(1.0, mu.dtype), biases=biases))
+    return new._replace(noise=noise)
+
+
+def _latent_elbo(state: VBState, rows: CSR, prior: Prior, lik, biases, latent) -> jax.Array:
+    """The ELBO of a latent likelihood (C,) (cut points at their point estimates, their
+    log prior density included)."""
+    levels, _ = latent
+    C = state.m.shape[0]
+    mu = ratings_mean(state, rows)
+    cuts = _cuts(state, lik, C, mu.dtype)
+    out = []
+    for c in range(C):
+        run = _run(state, c)
+        # with the ratings replaced by E_q[theta], sum_k E[(Y_k - theta_k)^2] = sum_k Var_q[theta_k]
+        parts = _parts_body(rows._replace(values=mu[c]), run.m, run.V, run.n, run.W, run.bias, sh.LOCAL, prior=prior)
+        loglik = _log_Z(mu[c : c + 1], cuts[c : c + 1], levels) - 0.5 * parts["sq"]
+        if "cuts" in state.noise:
+            loglik = loglik + lik.cut_log_prior(cuts[c])
+        out.append(_elbo_rest(run, parts, loglik, prior, biases, rows.shape))
+    return jnp.concatenate(out)
 
 
 # ---------------------------------------------------------------- several devices

@@ -25,11 +25,12 @@ from .results import VBFit, no_gamma
 __all__ = ["fit_vb"]
 
 
-def _iterate(state, rows, cols, tau, test_rows, test_cols, *, prior, likelihood, biases, mesh, dims):
+def _iterate(state, rows, cols, tau, test_rows, test_cols, latent, *, prior, likelihood, biases, mesh, dims):
     # jitted once per fit (_Run.iterate) with the problem as arguments: no array is baked
     # into the compiled program, and the program is dropped with the fit (a module-level
     # jit would keep one compiled program per prior and shape for the life of the process)
-    kw = dict(likelihood=likelihood, biases=biases, mesh=mesh, dims=dims)
+    kw = dict(likelihood=likelihood, biases=biases, mesh=mesh, dims=dims,
+              latent=latent if getattr(likelihood, "latent", False) else None)
     state = vb.update(state, rows, cols, prior, tau, **kw)
     pred = jnp.sum(state.m[:, test_rows] * state.n[:, test_cols], axis=-1)
     if state.bias:  # E[theta_ij] = m_i . n_j + E[b_i] + E[c_j]
@@ -91,12 +92,19 @@ class _Run:
         s = info.settings
         self.prep, self.info, self.s = prep, info, s
         self.mesh, self.dims = s.devices, tuple(info.shape)
-        self.problem = build_problem(prep.fit_data, info.tau, dtype=info.dtype, mesh=s.devices)
+        latent = getattr(info.likelihood, "latent", False)
+        self.problem = build_problem(prep.fit_data, info.tau, dtype=info.dtype, mesh=s.devices,
+                                     likelihood=info.likelihood if latent else None)
         # run r starts from key split(key(seed), C)[r]; with C = 1 the key itself
         key = jax.random.key(info.seed)
         keys = key[None] if s.restarts == 1 else jax.random.split(key, s.restarts)
-        self.state = self.shard(vb.init(keys, info.shape, info.prior, info.K, info.dtype,
-                                        likelihood=info.likelihood, biases=info.biases))
+        state = vb.init(keys, info.shape, info.prior, info.K, info.dtype, likelihood=info.likelihood,
+                        biases=info.biases)
+        if latent and info.likelihood.fixed_cuts() is None:  # learned cut points start at the data's quantiles
+            cuts0 = info.likelihood.init_cuts(np.asarray(self.problem.levels))
+            state = state._replace(noise={"cuts": jnp.broadcast_to(jnp.asarray(cuts0, info.dtype),
+                                                                   (s.restarts, cuts0.size))})
+        self.state = self.shard(state)
         n_test = prep.test_values.shape[0]
         self.test_rc = [jnp.asarray(x[:n_test]) for x in (prep.pred_rows, prep.pred_cols)]
         if self.mesh is not None:
@@ -110,7 +118,7 @@ class _Run:
         # the model's other components only when present: checkpoints of the paper's
         # model keep their settings
         extra = {}
-        if info.likelihood.learned:
+        if info.likelihood.learned or latent:
             extra["likelihood"] = {k: (float(v) if isinstance(v, (int, float)) else v)
                                    for k, v in info.likelihood.describe().items()}
         if info.biases is not None:
@@ -152,19 +160,32 @@ class _Run:
     def one_iteration(self):
         t0 = time.perf_counter()
         p = self.problem
-        new_state, e, pred = self.iterate(self.state, p.rows, p.cols, p.tau, *self.test_rc)
+        new_state, e, pred = self.iterate(self.state, p.rows, p.cols, p.tau, *self.test_rc, (p.levels, p.col_perm))
         e = np.asarray(e, np.float64)
         self.seconds.append(time.perf_counter() - t0)
         if not np.all(np.isfinite(e)):
             raise FloatingPointError(_vb_failure(new_state, len(self.elbos) + 1, self.info.dtype))
         r = []
         if self.prep.test_values.shape[0]:
-            y = self.info.shift.apply(np.asarray(pred, np.float64))
+            y = self._predicted(new_state, np.asarray(pred, np.float64))
             r = [np.sqrt(np.mean((y - self.prep.test_values) ** 2, axis=-1))]
         # one assignment: a Ctrl-C (delivered between bytecodes that check for signals,
         # not inside an unpacking) cannot separate the state from its traces
         self.state, self.elbos, self.rmses = new_state, self.elbos + [e], self.rmses + r
         self.converged = self.is_converged()
+
+    def _predicted(self, state, theta_mean) -> np.ndarray:
+        """Data-scale predictions at the test entries: the shifted mean of theta, or for a
+        latent likelihood the expected level (theta's q-variance ignored in the trace)."""
+        lik = self.info.likelihood
+        if not getattr(lik, "latent", False):
+            return self.info.shift.apply(theta_mean)
+        from .levels import level_log_probs_np
+
+        cuts = np.asarray(state.noise["cuts"], np.float64) if "cuts" in state.noise else \
+            np.broadcast_to(np.asarray(lik.fixed_cuts(), np.float64), (theta_mean.shape[0], len(lik.fixed_cuts())))
+        probs = np.exp(level_log_probs_np(theta_mean, cuts[:, None, :]))
+        return probs @ np.asarray(lik.level_values, np.float64)
 
     def loop(self, progress_bar: bool):
         s = self.s

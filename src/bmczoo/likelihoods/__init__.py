@@ -2,7 +2,8 @@
 
 Each likelihood lives in its own module with one :class:`~bmczoo.likelihoods.base.Likelihood`
 subclass; :func:`get_likelihood` and :func:`registry` find them by ``name``.
-Today: :class:`Tempered` (the paper's, the default) and :class:`LearnedNoise`.
+Today: :class:`Tempered` (the paper's, the default), :class:`LearnedNoise`, and the
+latent-Gaussian :class:`Probit` (binary) and :class:`OrderedProbit` (ordinal levels).
 """
 
 import dataclasses
@@ -10,9 +11,11 @@ import dataclasses
 from .._errors import ArgumentTypeError
 from .base import Likelihood
 from .learned_noise import LearnedNoise
+from .probit import LatentLikelihood, OrderedProbit, Probit
 from .tempered import Tempered
 
-__all__ = ["Likelihood", "Tempered", "LearnedNoise", "get_likelihood", "registry"]
+__all__ = ["Likelihood", "Tempered", "LearnedNoise", "Probit", "OrderedProbit", "LatentLikelihood",
+           "get_likelihood", "registry"]
 
 
 def _all_subclasses(cls):
