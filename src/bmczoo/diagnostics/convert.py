@@ -687,7 +687,7 @@ def _vb_theta_tau(fit, rows, cols, num_draws, max_draws, rng):
         theta[s0 : s0 + k] = t
     tau = None
     qn = getattr(fit, "q_noise", None) or {}
-    if qn:
+    if "shape" in qn:  # q(tau) of a learned noise
         shape = float(np.asarray(qn["shape"], np.float64).reshape(-1)[0])
         rate = float(np.asarray(qn["rate"], np.float64).reshape(-1)[0])
         tau = (rng.gamma(shape, 1.0 / rate, size=S))[None]
@@ -715,6 +715,35 @@ def _svi_theta_tau(fit, rows, cols, max_draws):
     return theta[None], tau, {"draw_step": step, "theta_source": "draws from the fitted guide (one chain)"}
 
 
+def _cut_draws(fit, kind: str, lik, shape, step: int) -> np.ndarray:
+    """Cut points (chain, draw, L-1) matching theta's draws: fixed, MCMC draws (every
+    ``step``-th), SVI draws, or VB's point estimates."""
+    fixed = lik.fixed_cuts()
+    if fixed is not None:
+        return np.broadcast_to(np.asarray(fixed, np.float64), tuple(shape) + (len(fixed),))
+    if kind == "mcmc":
+        return np.asarray(fit.samples["cuts"], np.float64)[:, ::step]
+    if kind == "vb":
+        return np.broadcast_to(np.asarray(fit.q_noise["cuts"], np.float64).reshape(-1), tuple(shape) + (lik.num_levels - 1,))
+    src = fit.draws if "cuts" in (fit.draws or {}) else fit.point
+    return np.asarray(src["cuts"], np.float64).reshape(1, -1, lik.num_levels - 1)[:, ::step]
+
+
+def _add_level_groups(fa: FitArrays, fit, kind: str, lik, theta, y, step: int, rng) -> None:
+    """``log_likelihood`` (log P(Y = y | theta, c)) and ``posterior_predictive`` (a level
+    drawn from those probabilities) of a probit / ordered-probit fit."""
+    from ..inference.levels import level_log_probs_np
+
+    cuts = _cut_draws(fit, kind, lik, theta.shape[:2], step)
+    logp = level_log_probs_np(theta, cuts[..., None, :])  # (chain, draw, rating, L)
+    idx = lik.level_index(y)
+    fa.groups["log_likelihood"] = {"y": np.take_along_axis(logp, idx[None, None, :, None], axis=-1)[..., 0]}
+    cdf = np.cumsum(np.exp(logp), axis=-1)
+    u = rng.random(theta.shape)[..., None]
+    pick = np.minimum(np.sum(cdf < u * cdf[..., -1:], axis=-1), lik.num_levels - 1)
+    fa.groups["posterior_predictive"] = {"y": np.asarray(lik.level_values, np.float64)[pick]}
+
+
 def _add_predictive_groups(fa: FitArrays, fit, kind: str, log_likelihood, *, num_draws, seed, max_draws,
                            max_ratings) -> None:
     """Add ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` to ``fa``."""
@@ -733,7 +762,11 @@ def _add_predictive_groups(fa: FitArrays, fit, kind: str, log_likelihood, *, num
     else:
         theta, tau, how = _svi_theta_tau(fit, rows, cols, max_draws)
     offset = _offset_of(fit)
-    if tau is None:
+    lik = getattr(_info(fit), "likelihood", None)
+    if getattr(lik, "latent", False):
+        _add_level_groups(fa, fit, kind, lik, theta, y, how["draw_step"], rng)
+        noise = f"{lik.name} likelihood (levels {list(lik.level_values)})"
+    elif tau is None:
         fixed = getattr(_info(fit), "tau", None)
         if fixed is None:
             raise ValueError("the fit records no noise precision tau")
@@ -742,9 +775,10 @@ def _add_predictive_groups(fa: FitArrays, fit, kind: str, log_likelihood, *, num
     else:
         var = (1.0 / np.asarray(tau, np.float64))[..., None]
         noise = "the draws of the learned tau"
-    mean = theta + offset
-    fa.groups["log_likelihood"] = {"y": -0.5 * (np.log(2.0 * np.pi * var) + (y - mean) ** 2 / var)}
-    fa.groups["posterior_predictive"] = {"y": mean + np.sqrt(var) * rng.standard_normal(mean.shape)}
+    if not getattr(lik, "latent", False):
+        mean = theta + offset
+        fa.groups["log_likelihood"] = {"y": -0.5 * (np.log(2.0 * np.pi * var) + (y - mean) ** 2 / var)}
+        fa.groups["posterior_predictive"] = {"y": mean + np.sqrt(var) * rng.standard_normal(mean.shape)}
     fa.groups["observed_data"] = {"y": y}
     fa.dims["y"] = ("rating",)
     fa.coords["rating"] = ("rating", pos)

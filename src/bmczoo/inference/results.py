@@ -269,6 +269,9 @@ class FitResult(out.PredictiveMixin):
         from .._checks import check_ratings
 
         new = check_ratings(new, "new")
+        if self._latent:
+            raise ValueError(f"fold_in is not available for the {self.info.likelihood.name} likelihood yet (its new "
+                             "rows would need their own latent block): refit with the new rows included")
         if new.shape[1] != self.shape[1]:
             raise ValueError(f"new rows must be over the fit's {self.shape[1]} items, got shape {new.shape}")
         return self._fold_in(new)

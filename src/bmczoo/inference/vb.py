@@ -389,10 +389,11 @@ def _level_bounds(cuts, levels):
 
 
 def _log_Z(mu, cuts, levels):
-    from ..likelihoods import truncnorm
+    """``sum_k log P(level_k | mu_k, c)`` (C,) (one-sided end levels: finite gradients)."""
+    from ..likelihoods.probit import level_log_probs
 
-    lo, hi = _level_bounds(cuts, levels)
-    return jnp.sum(truncnorm.log_mass(lo - mu, hi - mu), axis=-1)
+    logp = level_log_probs(mu, cuts[:, None, :])  # (C, n, L)
+    return jnp.sum(jnp.take_along_axis(logp, jnp.broadcast_to(levels, mu.shape)[..., None], axis=-1)[..., 0], axis=-1)
 
 
 def _cut_step(lik, mu, cuts, levels, steps: int = 8):

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from jax.scipy.special import ndtr
+from jax.scipy.special import log_ndtr, ndtr
 
 from .._checks import check_real
 from . import truncnorm
@@ -51,10 +51,12 @@ def level_log_probs(theta, cuts):
     theta))`` computed stably in both tails."""
     theta = jnp.asarray(theta)
     cuts = jnp.asarray(cuts, theta.dtype)
-    inf = jnp.full(cuts.shape[:-1] + (1,), jnp.inf, theta.dtype)
-    lo = jnp.concatenate([-inf, cuts], axis=-1)
-    hi = jnp.concatenate([cuts, inf], axis=-1)
-    return truncnorm.log_mass(lo - theta[..., None], hi - theta[..., None])
+    d = cuts - theta[..., None]  # (..., L-1)
+    # the end levels are one-sided: log Phi(c_1 - theta) and log Phi(theta - c_{L-1}), with
+    # no infinite bound (whose gradient would be NaN)
+    first, last = log_ndtr(d[..., :1]), log_ndtr(-d[..., -1:])
+    middle = truncnorm.log_mass(d[..., :-1], d[..., 1:])
+    return jnp.concatenate([first, middle, last], axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
