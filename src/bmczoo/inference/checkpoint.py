@@ -38,6 +38,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import gibbs
+from .sharding import to_host
 from .thinning import is_kept, num_kept
 
 __all__ = ["fingerprint", "save_npz", "load_npz", "check_settings", "run_gibbs", "ResumeGuarantee",
@@ -148,12 +149,12 @@ _ROWS = ("M", "N", "row_bias", "col_bias")
 def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[str, np.ndarray]:
     m1, m2 = problem.dims
     skip = _ROWS + ("key", "prior_state")
-    out = {f"state/{f}": np.asarray(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in skip}
+    out = {f"state/{f}": to_host(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in skip}
     for f, m in zip(_ROWS, (m1, m2, m1, m2)):  # without the padding rows of a sharded run
-        out[f"state/{f}"] = np.asarray(getattr(state, f)[:, :m])
+        out[f"state/{f}"] = to_host(getattr(state, f)[:, :m])
     for name, x in state.prior_state.items():
-        out[f"state/prior/{name}"] = np.asarray(x)
-    out["state/key"] = np.asarray(jax.random.key_data(state.key))
+        out[f"state/prior/{name}"] = to_host(x)
+    out["state/key"] = to_host(jax.random.key_data(state.key))
     out["state/key_impl"] = np.asarray(str(jax.random.key_impl(state.key)))
     return out
 
@@ -193,7 +194,7 @@ def _save(checkpoint, settings: dict, state, problem, draws: list[dict]) -> None
     arrays["num_draws"] = np.asarray(len(draws))
     if draws:
         for k in draws[0]:
-            arrays[f"draws/{k}"] = np.stack([np.asarray(d[k]) for d in draws])
+            arrays[f"draws/{k}"] = np.stack([to_host(d[k]) for d in draws])
     save_npz(checkpoint, settings, arrays)
 
 
@@ -266,5 +267,5 @@ def run_gibbs(
     if draws:
         for k in draws[0]:
             # (draw, chain, ...) -> (chain, draw, ...)
-            stacked[k] = np.swapaxes(np.stack([np.asarray(d[k]) for d in draws]), 0, 1)
+            stacked[k] = np.swapaxes(np.stack([to_host(d[k]) for d in draws]), 0, 1)
     return state, stacked
