@@ -38,6 +38,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import gibbs
+from .sharding import to_host
 from .thinning import is_kept, num_kept
 
 __all__ = ["fingerprint", "save_npz", "load_npz", "check_settings", "run_gibbs", "ResumeGuarantee",
@@ -150,13 +151,13 @@ _DICTS = {"prior_state": "prior", "lik_state": "lik"}
 def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[str, np.ndarray]:
     m1, m2 = problem.dims
     skip = _ROWS + tuple(_DICTS) + ("key",)
-    out = {f"state/{f}": np.asarray(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in skip}
+    out = {f"state/{f}": to_host(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in skip}
     for f, m in zip(_ROWS, (m1, m2, m1, m2)):  # without the padding rows of a sharded run
-        out[f"state/{f}"] = np.asarray(getattr(state, f)[:, :m])
+        out[f"state/{f}"] = to_host(getattr(state, f)[:, :m])
     for field, prefix in _DICTS.items():
         for name, x in getattr(state, field).items():
-            out[f"state/{prefix}/{name}"] = np.asarray(x)
-    out["state/key"] = np.asarray(jax.random.key_data(state.key))
+            out[f"state/{prefix}/{name}"] = to_host(x)
+    out["state/key"] = to_host(jax.random.key_data(state.key))
     out["state/key_impl"] = np.asarray(str(jax.random.key_impl(state.key)))
     return out
 
@@ -201,7 +202,7 @@ def _save(checkpoint, settings: dict, state, problem, draws: list[dict]) -> None
     arrays["num_draws"] = np.asarray(len(draws))
     if draws:
         for k in draws[0]:
-            arrays[f"draws/{k}"] = np.stack([np.asarray(d[k]) for d in draws])
+            arrays[f"draws/{k}"] = np.stack([to_host(d[k]) for d in draws])
     save_npz(checkpoint, settings, arrays)
 
 
@@ -274,5 +275,5 @@ def run_gibbs(
     if draws:
         for k in draws[0]:
             # (draw, chain, ...) -> (chain, draw, ...)
-            stacked[k] = np.swapaxes(np.stack([np.asarray(d[k]) for d in draws]), 0, 1)
+            stacked[k] = np.swapaxes(np.stack([to_host(d[k]) for d in draws]), 0, 1)
     return state, stacked

@@ -17,6 +17,7 @@ from numpyro.infer import MCMC
 from ..data import RatingData
 from . import settings as st
 from .results import FitInfo, GibbsFit, MAPFit, NUTSFit, SVIFit, theta_mean
+from .sharding import to_host
 
 __all__ = ["Prepared", "DRIVERS", "run_settings"]
 
@@ -152,7 +153,7 @@ def _gibbs_with_numpyro(prep, info, s: st.Gibbs, track, store, gamma0, progress_
     mcmc = run_mcmc_detached(mcmc, jax.random.key(info.seed), prep.fit_data, info.K, info.prior,
                              likelihood=info.likelihood, init_params=init,
                              **({} if info.biases is None else {"biases": info.biases}))
-    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    samples = {k: to_host(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     return mcmc.last_state.core, samples, mcmc
 
 

@@ -258,7 +258,7 @@ def build_problem(
     if mesh is not None:  # everything but the rating blocks is replicated
         rep = sh.replicated(mesh)
         problem = dataclasses.replace(problem, **{
-            f: jax.device_put(getattr(problem, f), rep)
+            f: sh.put(getattr(problem, f), rep)
             for f in ("tau", "pred_rows", "pred_cols", "test_values", "offset", "clip_lo", "clip_hi",
                       "track_rows", "track_cols", "sum_sq")
         })
@@ -448,9 +448,9 @@ def place(state: GibbsState, problem: GibbsProblem) -> GibbsState:
         if f in _ROW_FIELDS:
             x = sh.pad_rows(x, padded[_ROW_FIELDS[f]]) if x.ndim == 3 else _pad_vec(x, padded[_ROW_FIELDS[f]])
             spec = jax.sharding.PartitionSpec(None, sh.AXIS, *([None] * (x.ndim - 2)))
-            out[f] = jax.device_put(x, jax.sharding.NamedSharding(problem.mesh, spec))
+            out[f] = sh.put(x, jax.sharding.NamedSharding(problem.mesh, spec))
         else:
-            out[f] = jax.tree.map(lambda a: jax.device_put(a, rep), x)
+            out[f] = jax.tree.map(lambda a: sh.put(a, rep), x)
     return GibbsState(**out)
 
 

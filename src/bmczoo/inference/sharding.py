@@ -8,7 +8,9 @@ the other factor, builds and factorises the precisions of its own rows, and draw
 row are generated from the same keys as on one device, so a sharded run reproduces a
 single-device run draw for draw up to the rounding of the ``psum`` (exactly, in practice,
 for the factors).  The same code runs on several GPUs, or several hosts after
-``jax.distributed.initialize()``.
+``jax.distributed.initialize()``: there every process holds the same data and builds the
+blocks of its own devices (:func:`put`), and what a fit returns is all-gathered
+(:func:`to_host`), so that every process has all of it.
 
 Each block has ``ceil(m / D)`` rows; the padding rows have no ratings and a zero normal
 draw, so they stay exactly zero and add nothing to ``S``.
@@ -26,8 +28,8 @@ from jax.sharding import PartitionSpec as P
 
 from .kernels import CSR, resolve_hot_path, row_ids_from_indptr
 
-__all__ = ["AXIS", "make_mesh", "padded_size", "shard_csr", "replicated", "row_sharded", "Comm", "LOCAL",
-           "sharded_comm"]
+__all__ = ["AXIS", "make_mesh", "padded_size", "shard_csr", "replicated", "row_sharded", "put", "to_host", "Comm",
+           "LOCAL", "sharded_comm"]
 
 #: name of the mesh axis over which rows are sharded
 AXIS = "rows"
@@ -67,6 +69,30 @@ def row_sharded(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(None, AXIS, None))
 
 
+def put(x, sharding: NamedSharding) -> jax.Array:
+    """``jax.device_put(x, sharding)``; when the mesh spans devices of several processes
+    (after ``jax.distributed.initialize``), each process builds its own shards from ``x``
+    (host data, or an array of one of its devices), which must hold the same value on every
+    process: there is no transfer between processes (``device_put`` refuses committed
+    arrays there and compares numpy inputs across processes)."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(x, sharding)
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(put(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x))
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def to_host(x) -> np.ndarray:
+    """``np.asarray(x)``; an array sharded over the devices of several processes is first
+    all-gathered, so that every process gets all of it (all processes must call this)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
 def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh, hot_path: str | None = None) -> CSR:
     """Per-device CSR blocks of the ``m x m_other`` rating pattern ``view``.
 
@@ -101,9 +127,9 @@ def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh, hot_path: str | N
         ones[d, :k] = 1
         rid[d, :k] = row_ids_from_indptr(local)
     sharding = NamedSharding(mesh, P(AXIS))
-    put = lambda x: jax.device_put(x, sharding)  # noqa: E731
     path = resolve_hot_path(hot_path, mesh.devices.flat[0].platform)
-    return CSR(put(ip), put(ix), put(vals), put(ones), (b, padded_size(m_other, D)), put(rid), path)
+    return CSR(*(put(x, sharding) for x in (ip, ix, vals, ones)), (b, padded_size(m_other, D)), put(rid, sharding),
+               path)
 
 
 def local_csr(block: CSR) -> CSR:

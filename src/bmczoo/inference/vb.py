@@ -502,11 +502,11 @@ def shard_state(state: VBState, mesh) -> VBState:
 
     def put(x, rows_axis=True):
         if not rows_axis:
-            return jax.device_put(x, sh.replicated(mesh))
+            return sh.put(x, sh.replicated(mesh))
         pad = sh.padded_size(x.shape[1], D) - x.shape[1]
         x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
         spec = {2: _B, 3: _F, 4: _F4}[x.ndim]
-        return jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
+        return sh.put(x, jax.sharding.NamedSharding(mesh, spec))
 
     rep = lambda d: {k: put(v, False) for k, v in d.items()}  # noqa: E731
     return VBState(m=put(state.m), V=put(state.V), n=put(state.n), W=put(state.W),

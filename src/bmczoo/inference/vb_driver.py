@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from . import vb
 from .results import VBFit, no_gamma
+from .sharding import put, to_host
 
 __all__ = ["fit_vb"]
 
@@ -46,9 +47,9 @@ def _state_arrays(state) -> dict:
     for f in vb.VBState._fields:
         v = getattr(state, f)
         if isinstance(v, dict):
-            out.update({f"state/{f}/{k}": np.asarray(x) for k, x in v.items()})
+            out.update({f"state/{f}/{k}": to_host(x) for k, x in v.items()})
         elif v is not None:
-            out[f"state/{f}"] = np.asarray(v)
+            out[f"state/{f}"] = to_host(v)
     return out
 
 
@@ -72,7 +73,7 @@ def _vb_failure(state, iteration: int, dtype) -> str:
     """Message naming the first row whose variational factor is not finite."""
     where = ""
     for name, arr in (("M", state.m), ("N", state.n), ("M", state.V), ("N", state.W)):
-        bad = ~np.isfinite(np.asarray(arr)).reshape(arr.shape[0], arr.shape[1], -1).all(axis=-1)
+        bad = ~np.isfinite(to_host(arr)).reshape(arr.shape[0], arr.shape[1], -1).all(axis=-1)
         if bad.any():
             c, row = np.argwhere(bad)[0]
             where = f" (first at row {row} of {name}, run {c}: its Cholesky factorisation failed or overflowed)"
@@ -109,7 +110,7 @@ class _Run:
         self.test_rc = [jnp.asarray(x[:n_test]) for x in (prep.pred_rows, prep.pred_cols)]
         if self.mesh is not None:
             rep = NamedSharding(self.mesh, PartitionSpec())
-            self.test_rc = [jax.device_put(x, rep) for x in self.test_rc]
+            self.test_rc = [put(x, rep) for x in self.test_rc]
         self.iterate = jax.jit(functools.partial(_iterate, prior=info.prior, likelihood=info.likelihood,
                                                  biases=info.biases, mesh=self.mesh, dims=self.dims))
         self.elbos, self.rmses, self.seconds, self.converged = [], [], [], False
@@ -217,8 +218,8 @@ def fit_vb(prep, info, progress_bar: bool) -> VBFit:
     run.loop(progress_bar)
     best = int(np.argmax(run.elbos[-1]))  # the run with the highest final ELBO
     state = run.state
-    if run.mesh is not None:  # gathered to one device, without the padding rows
-        state = jax.tree.map(jnp.asarray, jax.device_get(run.unshard(state)))
+    if run.mesh is not None:  # gathered to one device (from every process), without the padding rows
+        state = jax.tree.map(lambda x: jnp.asarray(to_host(x)), run.unshard(state))
     state = jax.tree.map(lambda x: x[best : best + 1], state)
     prior, (m1, m2) = info.prior, info.shape
     qp = vb.prior_q(state)
