@@ -202,9 +202,13 @@ def log_mass(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
     # Near 0 use erf, which unlike Phi ~ 1/2 is relatively accurate at small arguments;
     # for a straddling interval the two erf terms have opposite signs: no cancellation.
     near_zero = (hi > -1.0) | (lo > -1.0)
-    log_erf = jnp.log(0.5 * (erf(hi * _SQRT_HALF) - erf(lo * _SQRT_HALF)))
-    hi_lower = jnp.minimum(hi, -1.0)  # keep the unused branch in its domain
-    log_tail = _log_mass_lower(jnp.minimum(lo, hi_lower), hi_lower)
+    # each branch is evaluated at safe, non-degenerate bounds where it is not used (the
+    # "double where"), so that its value and its gradient stay finite there: a -inf or
+    # NaN in the unused branch would make the gradient NaN
+    lo_e, hi_e = jnp.where(near_zero, lo, -1.0), jnp.where(near_zero, hi, 0.0)
+    log_erf = jnp.log(0.5 * (erf(hi_e * _SQRT_HALF) - erf(lo_e * _SQRT_HALF)))
+    lo_t, hi_t = jnp.where(near_zero, -3.0, lo), jnp.where(near_zero, -2.0, hi)
+    log_tail = _log_mass_lower(lo_t, hi_t)
     return jnp.where(near_zero, log_erf, log_tail)
 
 
