@@ -302,3 +302,25 @@ def test_moments_broadcast_and_dtype(dtype):
     e, v = tn.moments(np.zeros((3, 1), dtype), np.array([0.0, -INF], dtype), np.array([INF, 0.0], dtype))
     assert e.shape == v.shape == (3, 2) and e.dtype == v.dtype == dtype
     assert tn.entropy(np.zeros((3, 1), dtype), dtype(0.0), dtype(1.0)).shape == (3, 1)
+
+
+
+def test_log_mass_gradient_is_finite_on_both_branches(dtype):
+    """Each branch of log_mass is evaluated where it is not used too; its gradient must
+    stay finite there (a NaN would poison NUTS, SVI and the VB cut-point step).  It equals
+    the closed form ``(-phi(a) / Z, phi(b) / Z)`` up to a float tolerance."""
+    import jax.numpy as jnp
+
+    a = jnp.asarray([-1.0, -1.0, 0.5, 3.0, -5.0, -30.0, -0.2], dtype)
+    b = a + jnp.asarray([1.0, 2.0, 1.0, 1e-3, 1.0, 1.0, 0.1], dtype)
+    ga, gb = jax.grad(lambda x, y: jnp.sum(tn.log_mass(x, y)), argnums=(0, 1))(a, b)
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    Z = np.where(a64 > 0, st.norm.sf(a64) - st.norm.sf(b64), st.norm.cdf(b64) - st.norm.cdf(a64))
+    assert np.all(np.isfinite(np.asarray(ga))) and np.all(np.isfinite(np.asarray(gb)))
+    # relative to the gradient's size |ga| + |gb| (a partial derivative ~1e-12 beside one of
+    # ~30, at a = -30, is only known to that absolute precision); the condition number grows
+    # like |a| / (b - a) for the narrow tail interval, hence the 1e4 ulp
+    ref_a, ref_b = -st.norm.pdf(a64) / Z, st.norm.pdf(b64) / Z
+    tol = 1e4 * float(np.finfo(dtype).eps) * (np.abs(ref_a) + np.abs(ref_b))
+    assert np.all(np.abs(np.asarray(ga, np.float64) - ref_a) <= tol)
+    assert np.all(np.abs(np.asarray(gb, np.float64) - ref_b) <= tol)
