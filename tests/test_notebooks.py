@@ -28,6 +28,7 @@ NOTEBOOKS = (
     "03_diagnostics_walkthrough.ipynb",
     "04_method_comparison.ipynb",
     "05_bayesian_outputs.ipynb",
+    "06_binary_and_ordinal.ipynb",
 )
 KERNEL = "bmczoo-test-kernel"
 CELL_TIMEOUT_S = 600

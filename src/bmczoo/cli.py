@@ -372,6 +372,33 @@ def _is_checkpoint(path: Path) -> bool:
         return False
 
 
+def _proba_columns(fit, rows, cols):
+    """Probit / ordered-probit fits: ``(names, probs (P, k))``, the predictive level
+    probabilities at the entries (``p1`` = P(1) for probit, ``p_LEVEL`` per level for
+    ordered probit); ``([], None)`` for a Gaussian fit."""
+    import numpy as np
+
+    lik = fit.info.likelihood
+    if not getattr(lik, "latent", False):
+        return [], None
+    probs = np.asarray(fit.predict_proba(rows, cols), np.float64)
+    if probs.ndim == 1:
+        return ["p1"], probs[:, None]
+    return [f"p_{v:g}" for v in lik.level_values], probs
+
+
+def _binarize(data, threshold: float):
+    """``data`` with values ``>= threshold`` set to 1 and the others to 0."""
+    import numpy as np
+
+    from .data import RatingData
+
+    if data is None:
+        return None
+    values = (np.asarray(data.values) >= threshold).astype(np.float64)
+    return RatingData(data.rows, data.cols, values, data.shape)
+
+
 def _write_outputs(fit, out: Path, test, loaded: _Loaded, metric: str) -> None:
     """Write ``--out``: predictions.csv first (cheap), then posterior.nc, then report/, so
     that a failure of a later one keeps the earlier ones.  A failure (a full disk, a
@@ -393,9 +420,11 @@ def _write_outputs(fit, out: Path, test, loaded: _Loaded, metric: str) -> None:
             # the dataset's own ids (rows and columns are indices among the sorted distinct ids)
             users = np.asarray(loaded.user_ids)[test.rows] if loaded.user_ids is not None else test.rows
             items = np.asarray(loaded.item_ids)[test.cols] if loaded.item_ids is not None else test.cols
-            np.savetxt(pred, np.column_stack([users, items, test.values, fit.predict(test.rows, test.cols)]),
-                       delimiter=",", header="user_id,item_id,rating,prediction", comments="",
-                       fmt=["%d", "%d", "%.10g", "%.6f"])
+            names, probs = _proba_columns(fit, test.rows, test.cols)
+            table = [users, items, test.values, fit.predict(test.rows, test.cols)] + ([probs] if names else [])
+            np.savetxt(pred, np.column_stack(table), delimiter=",",
+                       header=",".join(["user_id", "item_id", "rating", "prediction"] + names), comments="",
+                       fmt=["%d", "%d", "%.10g", "%.6f"] + ["%.6f"] * len(names))
         elif pred.is_file():  # --overwrite: no stale predictions of an earlier fit
             pred.unlink()
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
@@ -408,6 +437,23 @@ def _write_outputs(fit, out: Path, test, loaded: _Loaded, metric: str) -> None:
         diagnostics.report(fit, out / "report")
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
         raise failed(out / "report", e) from e
+
+
+def _print_level_metrics(fit, test) -> None:
+    """Probit: test log-loss, AUC and accuracy (at P = 0.5) of ``P(1)``; ordered probit:
+    test log-loss of the levels (``-log P(Y = y)``, natural log).  Nothing for a Gaussian."""
+    from .inference.levels import classification_metrics
+
+    lik = fit.info.likelihood
+    if not getattr(lik, "latent", False):
+        return
+    if lik.name == "probit":
+        m = classification_metrics(test.values, fit.predict_proba(test.rows, test.cols))
+        print(f"test_log_loss={m['log_loss']:.4f}")
+        print(f"test_auc={m['auc']:.4f}")
+        print(f"test_accuracy={m['accuracy']:.4f}")
+    else:
+        print(f"test_level_log_loss={-fit.log_predictive_density(test):.4f}")
 
 
 def _cmd_fit(args) -> int:
@@ -429,11 +475,20 @@ def _cmd_fit(args) -> int:
     if save_path is not None:
         _check_save(save_path, args.overwrite)
     loaded = _load(args.data, args.seed, args.test_fraction)
+    if args.binarize is not None:
+        loaded = loaded._replace(train=_binarize(loaded.train, args.binarize),
+                                 test=_binarize(loaded.test, args.binarize))
     train, test, sim = loaded.train, loaded.test, loaded.sim
+    if likelihood.name == "probit":
+        vals = np.asarray(train.values)
+        if not np.all((vals == 0) | (vals == 1)):
+            raise CLIError("--likelihood probit needs binary ratings 0/1; add --binarize THRESHOLD (e.g. "
+                           "--binarize 4: ratings >= 4 become 1, the others 0)")
     print(f"data: {train!r} train" + (f", {test!r} test" if test is not None else ""))
     model = "".join([f", likelihood: {likelihood.name}" if args.likelihood != "tempered" else "",
                      ", biases" if args.biases else ""])
-    print(f"prior: {prior}, K={args.K}, method={args.method}{model}")
+    print(f"prior: {prior}, K={args.K}, method={args.method}{model}"
+          + (f", binarized at >= {args.binarize:g}" if args.binarize is not None else ""))
     predict = None
     if sim is not None:
         m = sim.theta.shape[0]
@@ -447,6 +502,7 @@ def _cmd_fit(args) -> int:
     if sim is not None:
         metric = f"theta_rmse={fit.rmse_theta(sim.theta):.4f}"
     else:
+        _print_level_metrics(fit, test)
         metric = f"test_rmse={fit.rmse(test):.4f}"
     if save_path is not None:  # first: the fit itself is what a later failure must not lose
         _save_model(fit, save_path, loaded, metric)
@@ -562,9 +618,10 @@ def _cmd_predict(args) -> int:
     mean, sd = model.fit.predict(rows, cols, return_std=True)
     lo, hi = model.fit.predictive_interval(rows, cols, prob=prob)
     pct = f"{100 * prob:g}"
-    header = f"user_id,item_id,mean,sd,lo{pct},hi{pct}"
-    table = np.column_stack([users, items, mean, sd, lo, hi])
-    fmt = ["%d", "%d", "%.6f", "%.6f", "%.6f", "%.6f"]
+    names, probs = _proba_columns(model.fit, rows, cols)
+    header = ",".join([f"user_id,item_id,mean,sd,lo{pct},hi{pct}"] + names)
+    table = np.column_stack([users, items, mean, sd, lo, hi] + ([probs] if names else []))
+    fmt = ["%d", "%d", "%.6f", "%.6f", "%.6f", "%.6f"] + ["%.6f"] * len(names)
     if out is None:
         np.savetxt(sys.stdout, table, delimiter=",", header=header, comments="", fmt=fmt)
     else:
@@ -668,10 +725,18 @@ def _add_fit(sub) -> None:
                    "(listed under --prior: the paper's values)")
     f.add_argument("--likelihood", default="tempered", choices=sorted(_likelihoods()),
                    help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd via "
-                   "--likelihood-opt) or learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper)")
+                   "--likelihood-opt), learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper), probit "
+                   "(binary 0/1 ratings, e.g. with --binarize 4; P(1) = Phi(theta - threshold), threshold read "
+                   "from the data unless given) or ordered-probit (ordinal levels read from the data, e.g. 1-5 "
+                   "stars, with learned cut points of prior scale cut_scale=2); probit prints test log-loss, AUC "
+                   "and accuracy, ordered-probit the test log-loss of the levels, before test_rmse (of P(1), or "
+                   "of the expected level)")
     f.add_argument("--likelihood-opt", action="append", default=[], metavar="NAME=VALUE",
-                   help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, or a=2 for learned); default: the "
-                   "likelihood's own defaults")
+                   help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, a=2 for learned, threshold=0 "
+                   "for probit, cut_scale=1 for ordered-probit); default: the likelihood's own defaults")
+    f.add_argument("--binarize", type=float, default=None, metavar="THRESHOLD",
+                   help="replace every rating by 1 if >= THRESHOLD, else 0 (train and test), for --likelihood "
+                   "probit (default: none, ratings as given)")
     f.add_argument("--biases", action="store_true",
                    help="add row and column biases b_i + c_j with inverse-gamma variances")
     f.add_argument("--method", default="gibbs", choices=["gibbs", "vb", "svi", "map", "nuts"],
@@ -698,7 +763,8 @@ def _add_fit(sub) -> None:
                    help="gibbs/vb: iterations between checkpoints (default 100)")
     f.add_argument("--out", default=None, metavar="DIR",
                    help="folder for posterior.nc (ArviZ), predictions.csv (ratings data: the test ratings as "
-                   "user_id,item_id,rating,prediction with the dataset's own ids) and report/ (diagnostics "
+                   "user_id,item_id,rating,prediction with the dataset's own ids; probit adds p1, ordered-probit p_LEVEL "
+                   "per level) and report/ (diagnostics "
                    "figures and summary tables); checked before the fit (default: none, nothing written)")
     f.add_argument("--save", default=None, metavar="FILE.npz",
                    help="save the fitted model there (fit.save: .npz + JSON, no pickle, with the dataset's ids) for "
@@ -726,7 +792,9 @@ def _add_predict(sub) -> None:
         help="predict entries with a saved model: mean, sd and interval",
         description="Posterior predictive mean, sd and central --prob interval at the (user, item) pairs of "
         "--entries, with a model written by 'bmczoo fit --save', in the dataset's own ids. Output: CSV "
-        "user_id,item_id,mean,sd,loP,hiP on stdout (or --out). An error is one line on stderr and exit code 2.",
+        "user_id,item_id,mean,sd,loP,hiP on stdout (or --out); a probit model adds p1 = P(1), an ordered-probit "
+        "model one column p_LEVEL per level (its predictive level probabilities). An error is one line on "
+        "stderr and exit code 2.",
         formatter_class=_HelpFormatter,
     )
     pr.add_argument("--model", required=True, metavar="FILE.npz", help="a model saved by bmczoo fit --save")

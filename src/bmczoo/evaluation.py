@@ -5,6 +5,13 @@ first (``-1`` for an empty place).  The relevant items of user ``u`` are the hel
 ratings ``test`` of that user with value ``>= threshold`` (default 4: "liked" on a 1-5
 star scale).  Users without a relevant held-out item are left out of the mean (NaN when
 no user has one).
+
+Binary and ordinal predictions (probit and ordered-probit fits, or any model that gives
+probabilities): :func:`log_loss`, :func:`auc`, :func:`accuracy` and
+:func:`classification_metrics` (all three at once) for outcomes 0/1 and predicted
+``P(Y = 1)``; :func:`level_log_loss` for level probabilities (P, L) and the observed
+level indices; :func:`gaussian_level_proba` discretises a Gaussian predictive onto levels
+so that a Gaussian model can be scored by the same level log-loss.
 """
 
 from __future__ import annotations
@@ -12,8 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import check_ratings
+from .inference.levels import classification_metrics
 
-__all__ = ["precision_at_k", "recall_at_k", "ndcg_at_k", "relevant_items"]
+__all__ = ["precision_at_k", "recall_at_k", "ndcg_at_k", "relevant_items", "log_loss", "auc", "accuracy",
+           "classification_metrics", "level_log_loss", "gaussian_level_proba"]
 
 
 def relevant_items(test, users, threshold: float = 4.0) -> list[set]:
@@ -70,3 +79,61 @@ def ndcg_at_k(test, users, items, k: int | None = None, threshold: float = 4.0) 
         gain = np.array([int(i) in R for i in row], np.float64)
         vals.append(float(gain @ disc / disc[: min(k, len(R))].sum()))
     return float(np.mean(vals)) if vals else float("nan")
+
+
+# --------------------------------------------------------------------------- binary / ordinal
+def log_loss(y, p) -> float:
+    """Mean negative log-likelihood (natural log) of outcomes ``y`` in {0, 1} under predicted
+    ``P(Y = 1) = p`` (clipped to [1e-15, 1 - 1e-15])."""
+    return classification_metrics(y, p)["log_loss"]
+
+
+def auc(y, p) -> float:
+    """Area under the ROC curve of scores ``p`` for outcomes ``y`` in {0, 1} (the rank
+    statistic, ties counted half; NaN when only one class is present)."""
+    return classification_metrics(y, p)["auc"]
+
+
+def accuracy(y, p) -> float:
+    """Fraction of outcomes ``y`` in {0, 1} predicted right by ``p >= 0.5``."""
+    return classification_metrics(y, p)["accuracy"]
+
+
+def level_log_loss(probs, level_index) -> float:
+    """Mean ``-log P(Y = y)`` of observed levels: ``probs`` (P, L) level probabilities
+    (rows summing to 1, e.g. ``fit.predict_proba`` of an ordered-probit fit), ``level_index``
+    (P,) the index of each observed level among the L levels (``likelihood.level_index``).
+    A zero probability of an observed level gives ``inf``."""
+    from .inference.levels import level_lpd
+
+    probs = np.asarray(probs, np.float64)
+    idx = np.asarray(level_index)
+    if probs.ndim != 2 or idx.shape != probs.shape[:1]:
+        raise ValueError(f"probs must be (P, L) and level_index (P,), got {probs.shape} and {idx.shape}")
+    if idx.size and (not np.issubdtype(idx.dtype, np.integer) or idx.min() < 0 or idx.max() >= probs.shape[1]):
+        raise ValueError(f"level_index must hold integers in [0, {probs.shape[1] - 1}]")
+    return float(-np.mean(level_lpd(probs, idx)))
+
+
+def gaussian_level_proba(mean, sd, levels) -> np.ndarray:
+    """Level probabilities of a Gaussian predictive ``N(mean, sd^2)`` (P,), (P,): the mass
+    of the interval of each level between the mid-points of adjacent levels (the lowest and
+    highest levels take the tails), (P, L).  With ``fit.predict(rows, cols,
+    return_std=True)`` of a Gaussian fit it scores that fit by :func:`level_log_loss` (a
+    moment-matched approximation of its predictive)."""
+    from scipy.special import ndtr
+
+    lv = np.asarray(levels, np.float64)
+    if lv.ndim != 1 or lv.size < 2 or np.any(np.diff(lv) <= 0):
+        raise ValueError(f"levels must be at least two strictly increasing numbers, got {levels!r}")
+    mean = np.asarray(mean, np.float64)[:, None]
+    sd = np.asarray(sd, np.float64)[:, None]
+    if np.any(sd <= 0):
+        raise ValueError("sd must be positive")
+    edges = np.concatenate([[-np.inf], 0.5 * (lv[1:] + lv[:-1]), [np.inf]])
+    z = (edges[None, :] - mean) / sd
+    # upper-tail form where it does not cancel: 1 - Phi(z) = Phi(-z)
+    upper = z[:, :-1] > 0
+    lo, hi = ndtr(z[:, :-1]), ndtr(z[:, 1:])
+    lo_u, hi_u = ndtr(-z[:, :-1]), ndtr(-z[:, 1:])
+    return np.where(upper, lo_u - hi_u, hi - lo)
