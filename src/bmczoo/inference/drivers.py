@@ -199,7 +199,8 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
     pred_var = np.maximum(pred_sq.mean(axis=0) / max(num_kept, 1) - pred_theta**2, 0.0)
     pred_proba, pred_mean = None, info.shift.apply(pred_theta)
     if getattr(info.likelihood, "latent", False):  # level probabilities pooled over chains
-        pred_proba = np.asarray(core.proba_sum, np.float64).reshape(C, pred_sum.shape[1], -1).mean(0) / max(num_kept, 1)
+        L = info.likelihood.num_levels  # (not -1: no requested entries gives a size-0 array)
+        pred_proba = np.asarray(core.proba_sum, np.float64).reshape(C, pred_sum.shape[1], L).mean(0) / max(num_kept, 1)
         pred_mean = np.asarray(info.likelihood.expected_value(pred_proba))
     # (chain, iteration); chains of a sequential run come stacked, of a single run without axis
     return GibbsFit(
