@@ -95,7 +95,7 @@ class LatentLikelihood(Likelihood):
         idx = np.clip(np.searchsorted(levels, v), 0, len(levels) - 1)
         bad = np.flatnonzero(levels[idx] != v)
         if bad.size:
-            raise ValueError(f"{type(self).__name__}: value {v[bad[0]]!r} at position {int(bad[0])} is not one of "
+            raise ValueError(f"{type(self).__name__}: value {float(v[bad[0]])!r} at position {int(bad[0])} is not one of "
                              f"the levels {tuple(float(x) for x in levels)}")
         return idx.astype(np.int32)
 
@@ -227,7 +227,7 @@ class Probit(LatentLikelihood):
         v = np.asarray(values, np.float64)
         bad = np.flatnonzero((v != 0.0) & (v != 1.0))
         if bad.size:
-            raise ValueError(f"Probit needs binary values 0 or 1; value {v[bad[0]]!r} at position {int(bad[0])} "
+            raise ValueError(f"Probit needs binary values 0 or 1; value {float(v[bad[0]])!r} at position {int(bad[0])} "
                              "is neither (binarise first, e.g. values >= 4)")
         if self.threshold is not None:
             return self
