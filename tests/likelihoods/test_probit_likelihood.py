@@ -149,3 +149,14 @@ def test_devices_with_a_latent_likelihood_is_a_clear_error(method):
     with pytest.raises(ValueError, match="probit likelihood runs on one device: its sharded latent block is not "
                                          r"implemented \(drop devices=\)"):
         bmc.fit(_data([0, 1, 0, 1, 1]), likelihood=Probit(), method=method, devices=jax.devices(), **kw)
+
+
+def test_level_log_probs_have_finite_gradients_in_theta(x64):
+    """NUTS differentiates the ordered probit's Categorical logits: the infinite outer
+    edges must contribute a zero derivative, not NaN."""
+    cuts = jnp.array([-0.7, 0.7])
+    for t in (-3.0, 0.0, 1.0):
+        g = jax.jacobian(lambda th: level_log_probs(th, cuts))(jnp.asarray(t))
+        assert np.all(np.isfinite(np.asarray(g))), g
+        p = np.exp(np.asarray(level_log_probs(jnp.asarray(t), cuts)))
+        np.testing.assert_allclose(float(np.sum(p * np.asarray(g))), 0.0, atol=1e-12)  # sum_l dP_l = 0

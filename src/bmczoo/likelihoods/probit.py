@@ -54,7 +54,10 @@ def level_log_probs(theta, cuts):
     inf = jnp.full(cuts.shape[:-1] + (1,), jnp.inf, theta.dtype)
     lo = jnp.concatenate([-inf, cuts], axis=-1)
     hi = jnp.concatenate([cuts, inf], axis=-1)
-    return truncnorm.log_mass(lo - theta[..., None], hi - theta[..., None])
+    # an infinite edge stays infinite and independent of theta: the derivative through it is
+    # 0, not the NaN of (d log_mass / d bound at +-inf) x 1 (NUTS needs finite gradients)
+    t = theta[..., None]
+    return truncnorm.log_mass(jnp.where(jnp.isinf(lo), lo, lo - t), jnp.where(jnp.isinf(hi), hi, hi - t))
 
 
 @dataclasses.dataclass(frozen=True)
