@@ -23,8 +23,8 @@ Power: a latent block that truncates ``z`` to the interval of the wrong level (t
 reversed: for the probit, the wrong side of the threshold) is detected (``max |z| > 2
 z_crit``), and (slow) a cut-point move whose prior forgets the Jacobian of the ordered
 transform.  The default suite runs the ordered probit with the inverse-gamma prior and
-biases (both parts of the latent block); the other combinations and the power checks
-(~12 s each) are ``slow``.
+biases (both parts of the latent block) and the wrong-truncation check on the probit;
+the other combinations and power checks are ``slow``.
 """
 
 from __future__ import annotations
@@ -210,8 +210,7 @@ def _wrong_level_truncation(self, key, theta, level, cuts, cut_step):
     return cuts, z
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("lik", ["probit", "ordered"])
+@pytest.mark.parametrize("lik", ["probit", pytest.param("ordered", marks=pytest.mark.slow)])
 def test_geweke_detects_wrong_truncation(lik, monkeypatch):
     monkeypatch.setattr(probit_mod.LatentLikelihood, "gibbs_latent", _wrong_level_truncation)
     # other step counts than above: a fresh trace picks up the patch
