@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from jax.scipy.special import log_ndtr, ndtr
+from jax.scipy.special import ndtr
 
 from .._checks import check_real
 from . import truncnorm
@@ -54,7 +54,7 @@ def level_log_probs(theta, cuts):
     d = cuts - theta[..., None]  # (..., L-1)
     # the end levels are one-sided: log Phi(c_1 - theta) and log Phi(theta - c_{L-1}), with
     # no infinite bound (whose gradient would be NaN)
-    first, last = log_ndtr(d[..., :1]), log_ndtr(-d[..., -1:])
+    first, last = truncnorm._log_ndtr(d[..., :1]), truncnorm._log_ndtr(-d[..., -1:])
     middle = truncnorm.log_mass(d[..., :-1], d[..., 1:])
     return jnp.concatenate([first, middle, last], axis=-1)
 
@@ -97,7 +97,7 @@ class LatentLikelihood(Likelihood):
         idx = np.clip(np.searchsorted(levels, v), 0, len(levels) - 1)
         bad = np.flatnonzero(levels[idx] != v)
         if bad.size:
-            raise ValueError(f"{type(self).__name__}: value {v[bad[0]]!r} at position {int(bad[0])} is not one of "
+            raise ValueError(f"{type(self).__name__}: value {float(v[bad[0]])!r} at position {int(bad[0])} is not one of "
                              f"the levels {tuple(float(x) for x in levels)}")
         return idx.astype(np.int32)
 
@@ -229,7 +229,7 @@ class Probit(LatentLikelihood):
         v = np.asarray(values, np.float64)
         bad = np.flatnonzero((v != 0.0) & (v != 1.0))
         if bad.size:
-            raise ValueError(f"Probit needs binary values 0 or 1; value {v[bad[0]]!r} at position {int(bad[0])} "
+            raise ValueError(f"Probit needs binary values 0 or 1; value {float(v[bad[0]])!r} at position {int(bad[0])} "
                              "is neither (binarise first, e.g. values >= 4)")
         if self.threshold is not None:
             return self
