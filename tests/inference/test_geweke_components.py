@@ -67,6 +67,17 @@ def _prior_draws(prior, size, rng):
     return {"gamma": gamma}, rng.normal(size=(size, M1, K)) * sd, rng.normal(size=(size, M2, K)) * sd
 
 
+def bias_draws(biases, size, rng):
+    """``size`` prior draws of the bias variances (size, 2) and the biases (size, M1),
+    (size, M2); ones and zeros without biases."""
+    if biases is None:
+        return np.ones((size, 2)), np.zeros((size, M1)), np.zeros((size, M2))
+    var = biases.b / rng.gamma(biases.a, size=(size, 2))
+    b = rng.normal(size=(size, M1)) * np.sqrt(var[:, :1])
+    c = rng.normal(size=(size, M2)) * np.sqrt(var[:, 1:])
+    return var, b, c
+
+
 def joint_draws(prior, likelihood, biases, size, rng):
     """``size`` exact draws of the joint (a dict of arrays with a leading axis ``size``)."""
     prior_state, M, N = _prior_draws(prior, size, rng)
@@ -74,12 +85,7 @@ def joint_draws(prior, likelihood, biases, size, rng):
         tau = rng.gamma(likelihood.a, 1.0 / likelihood.b, size=size)
     else:
         tau = np.full(size, TAU_FIXED)
-    if biases is not None:
-        var = biases.b / rng.gamma(biases.a, size=(size, 2))
-        b = rng.normal(size=(size, M1)) * np.sqrt(var[:, :1])
-        c = rng.normal(size=(size, M2)) * np.sqrt(var[:, 1:])
-    else:
-        var, b, c = np.ones((size, 2)), np.zeros((size, M1)), np.zeros((size, M2))
+    var, b, c = bias_draws(biases, size, rng)
     theta = np.sum(M[:, ROWS] * N[:, COLS], axis=-1) + b[:, ROWS] + c[:, COLS]
     Y = theta + rng.normal(size=theta.shape) / np.sqrt(tau)[:, None]
     return dict(prior_state=prior_state, M=M, N=N, tau=tau, b=b, c=c, var=var, Y=Y)

@@ -44,7 +44,7 @@ from bmczoo.likelihoods import OrderedProbit, Probit
 from bmczoo.likelihoods import probit as probit_mod
 
 from .test_geweke import COLS, FAMILYWISE_ALPHA, K, M1, M2, N_OBS, ROWS
-from .test_geweke_components import BIASES, E_COLS, E_ROWS, IG, NW, _prior_draws
+from .test_geweke_components import BIASES, E_COLS, E_ROWS, IG, NW, _prior_draws, bias_draws
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -64,12 +64,7 @@ def _cut_draws(lik, size, rng):
 
 def joint_draws(prior, lik, biases, size, rng):
     prior_state, M, N = _prior_draws(prior, size, rng)
-    if biases is not None:
-        var = biases.b / rng.gamma(biases.a, size=(size, 2))
-        b = rng.normal(size=(size, M1)) * np.sqrt(var[:, :1])
-        c = rng.normal(size=(size, M2)) * np.sqrt(var[:, 1:])
-    else:
-        var, b, c = np.ones((size, 2)), np.zeros((size, M1)), np.zeros((size, M2))
+    var, b, c = bias_draws(biases, size, rng)
     cuts = _cut_draws(lik, size, rng)
     theta = np.sum(M[:, ROWS] * N[:, COLS], axis=-1) + b[:, ROWS] + c[:, COLS]
     z = theta + rng.normal(size=theta.shape)
