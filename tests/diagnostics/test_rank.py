@@ -87,6 +87,7 @@ def test_nuts_discrete_integrated_gamma():
     assert dg.gamma_threshold(fit) == pytest.approx(math.sqrt(prior.C * prior.eps))
 
 
+@pytest.mark.slow  # a NUTS compilation (~8 s); the rank diagnostics of Gibbs fits stay in the default suite
 def test_nuts_discrete_fit(tiny_ratings):
     """A real NUTS fit of the discrete prior: ``gamma_slab_prob`` in the samples, the rank
     posterior from it, and the conversion/report run."""

@@ -45,6 +45,7 @@ def _fit(method: str, train, test, seed: int):
                    progress_bar=False, test=test)
 
 
+@pytest.mark.slow  # ~15 s of fits; a memory property, not a per-change check
 @pytest.mark.parametrize("method", ["gibbs", "vb"])
 def test_consecutive_fits_do_not_grow_live_arrays(split, method):
     train, test = split
