@@ -32,9 +32,13 @@ def run_one(sim, prior, sampler: str, start, a, seed: int):
     from bmczoo import diagnostics as dg
 
     t = time.perf_counter()
+    m1, m2 = sim.train.shape
+    # the posterior mean of every entry accumulated during the run (no stored factor draws:
+    # long runs would need gigabytes)
+    every = tuple(np.divmod(np.arange(m1 * m2), m2))
     fit = bmc.fit(sim.train, K=10, prior=prior, num_warmup=a.warmup, num_samples=a.samples, thinning=1,
                   num_chains=a.chains, init_gamma=start, progress_bar=False, seed=seed,
-                  column_moves=(sampler == "moves"))
+                  column_moves=(sampler == "moves"), predict=every, store_factors=False)
     secs = time.perf_counter() - t
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.RankMixingWarning)
