@@ -192,22 +192,18 @@ def test_geweke_latent_block(lik, prior, bias):
     assert np.max(np.abs(z)) < z_crit, f"max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
 
 
-def _wrong_level_truncation(self, key, theta, level, cuts, cut_step):
-    """The latent block with ``z`` truncated to the interval of level ``L - 1 - y``
-    (probit: the wrong side of the threshold)."""
-    kc, kz = jax.random.split(key)
-    if self.fixed_cuts() is None:
-        cuts = self.cut_move(kc, theta, level, cuts, cut_step)
-    inf = jnp.full((1,), jnp.inf, theta.dtype)
-    edges = jnp.concatenate([-inf, cuts.astype(theta.dtype), inf])
+def _wrong_level_truncation(self, cuts, level, dtype):
+    """The latent block's interval of level ``L - 1 - y`` instead of ``y`` (probit: the
+    wrong side of the threshold)."""
+    inf = jnp.full((1,), jnp.inf, dtype)
+    edges = jnp.concatenate([-inf, cuts.astype(dtype), inf])
     wrong = self.num_levels - 1 - level
-    z = probit_mod.truncnorm.sample(kz, theta, edges[wrong], edges[wrong + 1])
-    return cuts, z
+    return edges[wrong], edges[wrong + 1]
 
 
 @pytest.mark.parametrize("lik", ["probit", pytest.param("ordered", marks=pytest.mark.slow)])
 def test_geweke_detects_wrong_truncation(lik, monkeypatch):
-    monkeypatch.setattr(probit_mod.LatentLikelihood, "gibbs_latent", _wrong_level_truncation)
+    monkeypatch.setattr(probit_mod.LatentLikelihood, "latent_interval", _wrong_level_truncation)
     # other step counts than above: a fresh trace picks up the patch
     z, z_crit = geweke_z(IG, LIKELIHOODS[lik], None, num_chains=60, num_steps=101, num_marginal=20_000)
     assert np.max(np.abs(z)) > 2 * z_crit, f"wrong truncation not detected: max |z| = {np.max(np.abs(z)):.2f}"

@@ -324,3 +324,31 @@ def test_log_mass_gradient_is_finite_on_both_branches(dtype):
     tol = 1e4 * float(np.finfo(dtype).eps) * (np.abs(ref_a) + np.abs(ref_b))
     assert np.all(np.abs(np.asarray(ga, np.float64) - ref_a) <= tol)
     assert np.all(np.abs(np.asarray(gb, np.float64) - ref_b) <= tol)
+
+
+def test_fast_sampler_equals_the_log_space_inverse_cdf(dtype):
+    """``sample`` inverts most entries in probability space and only the far-tail /
+    narrow ones in log space (:func:`truncnorm._sample_std_fast`); both are inverse CDFs
+    of the same uniforms, so every draw must equal :func:`sample_std`'s up to rounding:
+    ``dx = dp / phi(x)`` with ``dp`` a few ulp of ``p``, i.e. about ``eps (1 + |x|)``
+    (Mills ratio); 1e3 ulp leaves room for the Newton steps of the log-space inverse.
+    Both buffer paths run: a few tail entries (gathered) and mostly tail entries (all)."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(3)
+    n = 4096
+    eps = float(np.finfo(dtype).eps)
+    for tail_share in (0.01, 0.9):  # ~3% of entries for the log-space buffer (1/16), then ~90%
+        far = rng.random(n) < tail_share
+        centre = np.where(far, rng.choice([-35.0, -12.0, 9.0, 30.0], n), rng.normal(size=n) * 2)
+        width = np.where(rng.random(n) < 2 * tail_share, 1e-3, rng.exponential(1.0, n))
+        a = np.where(rng.random(n) < 0.2, -np.inf, centre - width / 2)
+        b = np.where(rng.random(n) < 0.2, np.inf, centre + width / 2)
+        u = rng.uniform(1e-6, 1 - 1e-6, n)
+        u, a, b = (jnp.asarray(x, dtype) for x in (u, a, b))
+        share = float(np.mean(~np.asarray(tn._sample_std_bulk(u, a, b)[1])))
+        assert (share < tn._TAIL_SHARE) == (tail_share < 0.5)  # both paths of the lax.cond
+        fast = np.asarray(tn._sample_std_fast(u, a, b), np.float64)
+        slow = np.asarray(tn.sample_std(u, a, b), np.float64)
+        assert np.all(np.isfinite(fast))
+        np.testing.assert_array_less(np.abs(fast - slow), 1e3 * eps * (1.0 + np.abs(slow)))

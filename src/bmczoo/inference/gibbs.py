@@ -684,8 +684,7 @@ def latent_block(state: GibbsState, problem: GibbsProblem, keys: jax.Array) -> d
     update of ``(cuts, z)`` given the factors and biases."""
     lik = problem.likelihood
     theta = ratings_theta(state, problem)
-    cuts, z = jax.vmap(lambda k, t, c: lik.gibbs_latent(k, t, problem.levels, c, problem.cut_step))(
-        keys, theta, latent_cuts(state, problem))
+    cuts, z = lik.gibbs_latent(keys, theta, problem.levels, latent_cuts(state, problem), problem.cut_step)
     out = {"z": z}
     if "cuts" in state.lik_state:
         out["cuts"] = cuts

@@ -146,18 +146,31 @@ class LatentLikelihood(Likelihood):
         raise NotImplementedError
 
     # -------------------------------------------------------------- Gibbs
-    def gibbs_latent(self, key, theta, level, cuts, cut_step):
-        """One chain's latent block: ``(cuts, z)`` given ``theta`` (n,) at the ratings, the
-        level index (n,) and the current cut points (L-1,).  Learned cut points move first
-        (random-walk MH on the ``z``-marginal likelihood, see :meth:`cut_move`), then ``z``
-        is drawn exactly from its truncated normal."""
-        kc, kz = jax.random.split(key)
+    def gibbs_latent(self, keys, theta, level, cuts, cut_step):
+        """The latent block of ``C`` chains: ``(cuts, z)`` given ``theta`` (C, n) at the
+        ratings, the level index (n,), the current cut points (C, L-1) and one key per chain
+        (C,).  Learned cut points move first (random-walk MH on the ``z``-marginal
+        likelihood, see :meth:`cut_move`), then ``z`` is drawn exactly from its truncated
+        normal on :meth:`latent_interval`.  The uniforms come from each chain's key; the
+        truncated-normal inversion runs on all chains at once, outside ``vmap`` (under
+        ``vmap`` its ``lax.cond`` between a tail buffer and a full log-space pass would run
+        both branches)."""
+        n = theta.shape[-1]
+        dt = theta.dtype
+        split = jax.vmap(jax.random.split)(keys)
         if self.fixed_cuts() is None:
-            cuts = self.cut_move(kc, theta, level, cuts, cut_step)
-        inf = jnp.full((1,), jnp.inf, theta.dtype)
-        edges = jnp.concatenate([-inf, cuts.astype(theta.dtype), inf])
-        z = truncnorm.sample(kz, theta, edges[level], edges[level + 1])
-        return cuts, z
+            cuts = jax.vmap(lambda k, t, c: self.cut_move(k, t, level, c, cut_step))(split[:, 0], theta, cuts)
+        lo, hi = jax.vmap(lambda c: self.latent_interval(c, level, dt))(cuts)
+        tiny = jnp.finfo(dt).tiny  # u > 0: an infinite bound is never returned
+        u = jax.vmap(lambda k: jax.random.uniform(k, (n,), dt, minval=tiny, maxval=1.0))(split[:, 1])
+        return cuts, truncnorm.sample_uniform(u, theta, lo, hi)
+
+    def latent_interval(self, cuts, level, dtype):
+        """``(lo, hi)`` (n,) of each rating's level: ``(c_{y-1}, c_y]`` with ``c_0 = -inf``,
+        ``c_L = +inf``, for one chain's cut points (L-1,)."""
+        inf = jnp.full((1,), jnp.inf, dtype)
+        edges = jnp.concatenate([-inf, cuts.astype(dtype), inf])
+        return edges[level], edges[level + 1]
 
     def cut_move(self, key, theta, level, cuts, cut_step):
         """Random-walk Metropolis-Hastings on the cut points with ``z`` integrated out:

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import erf, erfc, erfcx, ndtri
 
-__all__ = ["log_ndtri", "log_mass", "sample_std", "sample", "moments", "entropy"]
+__all__ = ["log_ndtri", "log_mass", "sample_std", "sample", "sample_uniform", "moments", "entropy"]
 
 _LOG_HALF = math.log(0.5)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -251,6 +251,67 @@ def sample_std(u: jax.typing.ArrayLike, a: jax.typing.ArrayLike, b: jax.typing.A
     return jnp.clip(x, a, b)
 
 
+def _sample_std_bulk(u, a, b):
+    """The inverse CDF of :func:`sample_std` in probability space, and where it is accurate.
+
+    Reflected so that the interval's nearer end lies in the lower half (``a + b <= 0``):
+    ``p = Phi(a) + u Z``, ``q = Phi(-b) + (1 - u) Z`` and the smaller one is inverted, as
+    in :func:`sample_std`.  Accurate (a few ulp of the probabilities, hence of the
+    quantile) when neither the interval's mass nor its nearer CDF value is small:
+    ``Phi(b) >= 1e-6`` after the reflection and ``Z >= 1e-2 Phi(b)`` (no cancellation in
+    ``Phi(b) - Phi(a)``).  Returns the quantile and that mask."""
+    flip = a + b > 0
+    lo, hi = jnp.where(flip, -b, a), jnp.where(flip, -a, b)
+    uu = jnp.where(flip, 1.0 - u, u)
+    pa, pb = _ndtr(lo), _ndtr(hi)
+    z = pb - pa
+    ok = (pb >= 1e-6) & (z >= 1e-2 * pb)
+    p = pa + uu * z
+    q = _ndtr(-hi) + (1.0 - uu) * z
+    lower = p < 0.5
+    x = jnp.where(lower, ndtri(jnp.where(lower, p, 0.5)), -ndtri(jnp.where(lower, 0.5, q)))
+    x = jnp.where(flip, -x, x)
+    return jnp.clip(x, a, b), ok
+
+
+def _ndtr(x):
+    """``Phi(x)`` from ``erfc`` (relatively accurate for negative x)."""
+    return 0.5 * erfc(-x * _SQRT_HALF)
+
+
+#: the share of the draws that get the log-space inverse CDF without recomputing all of
+#: them in log space (ratings far from their interval are rare once the chains run)
+_TAIL_SHARE = 1 / 16
+
+
+def _sample_std_fast(u, a, b):
+    """:func:`sample_std` at the cost of a probability-space inverse CDF for most
+    entries: the entries where :func:`_sample_std_bulk` is not accurate (far tails,
+    narrow intervals) are gathered into a buffer of ``_TAIL_SHARE`` of the entries and
+    inverted in log space; when there are more of them, every entry is (a ``lax.cond``).
+    Both are exact inverse CDFs of the same uniform, so the draw is the same up to
+    rounding."""
+    u, a, b = jnp.broadcast_arrays(u, a, b)
+    shape = u.shape
+    u, a, b = u.reshape(-1), a.reshape(-1), b.reshape(-1)
+    n = u.shape[0]
+    x, ok = _sample_std_bulk(u, a, b)
+    B = max(1, int(n * _TAIL_SHARE))
+    if n <= 64 or B >= n:
+        return jnp.where(ok, x, sample_std(u, a, b)).reshape(shape)
+
+    def some_tail(x):
+        (idx,) = jnp.nonzero(~ok, size=B, fill_value=n)  # out-of-range fill: dropped below
+        safe = jnp.minimum(idx, n - 1)
+        t = sample_std(u[safe], a[safe], b[safe])
+        return x.at[idx].set(t, mode="drop")
+
+    def all_tail(x):
+        return jnp.where(ok, x, sample_std(u, a, b))
+
+    return jax.lax.cond(jnp.sum(~ok) <= B, some_tail, all_tail, x).reshape(shape)
+
+
 @functools.partial(jax.jit, static_argnames="dtype")
 def sample(
     key: jax.Array,
@@ -283,7 +344,20 @@ def sample(
     shape = jnp.broadcast_shapes(mean.shape, lo.shape, hi.shape)
     # minval = tiny keeps u > 0, so an infinite bound is never returned.
     u = jax.random.uniform(key, shape, dtype, minval=jnp.finfo(dtype).tiny, maxval=1.0)
-    z = mean + sample_std(u, lo - mean, hi - mean)
+    return sample_uniform(u, mean, lo, hi)
+
+
+@jax.jit
+def sample_uniform(u: jax.typing.ArrayLike, mean: jax.typing.ArrayLike, lo: jax.typing.ArrayLike,
+                   hi: jax.typing.ArrayLike) -> jax.Array:
+    """The draw of :func:`sample` from given uniforms ``u`` in (0, 1): ``mean`` plus the
+    inverse CDF of the standard normal truncated to ``[lo - mean, hi - mean]`` at ``u``
+    (in probability space for most entries, in log space for the far tails and narrow
+    intervals), clipped into ``[lo, hi]``.  Call it outside ``vmap``: under ``vmap`` its
+    ``lax.cond`` would evaluate the log-space inverse for every entry."""
+    dtype = _float_dtype(u, mean, lo, hi)
+    u, mean, lo, hi = (jnp.asarray(x, dtype) for x in (u, mean, lo, hi))
+    z = mean + _sample_std_fast(u, lo - mean, hi - mean)
     # mean + x can round outside [lo, hi] when |mean| >> |x|.
     return jnp.clip(z, lo, hi)
 
