@@ -137,6 +137,16 @@ def test_geweke_detects_column_move_without_jacobian(monkeypatch, name):
 
 
 @pytest.mark.slow
+def test_geweke_detects_reflected_flip_without_its_proposal_ratio(monkeypatch):
+    """Power check of the discrete prior's reflected flip: with the angular central
+    Gaussian's density left out of the acceptance (switching off is then accepted too
+    often), Geweke must fail (measured: |z| = 10 for gamma_min, critical 3.4)."""
+    monkeypatch.setattr(gibbs, "_acg_log_density", lambda w, v, k: jnp.zeros(w.shape[:-1], w.dtype))
+    z, z_crit, rep = column_geweke(DISCRETE, num_chains=100, num_steps=103)
+    assert np.max(np.abs(z)) > 2 * z_crit, f"missing proposal ratio not detected:\n{rep}"
+
+
+@pytest.mark.slow
 def test_geweke_column_moves_long():
     z, z_crit, rep = column_geweke(DISCRETE, num_chains=400, num_steps=1000, num_marginal=400_000, seed=11)
     assert np.max(np.abs(z)) < z_crit, f"column moves are not invariant:\n{rep}"

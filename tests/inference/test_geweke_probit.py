@@ -188,7 +188,12 @@ def _grid():
 
 @pytest.mark.parametrize("lik, prior, bias", list(_grid()))
 def test_geweke_latent_block(lik, prior, bias):
-    z, z_crit = geweke_z(PRIORS[prior], LIKELIHOODS[lik], BIASES if bias else None)
+    # the slow cells run 600 steps: without biases the factor norms (sum M^2, sum N^2) are
+    # heavy-tailed under the inverse-gamma scales and mix slowly, and 100 x 200 steps gave
+    # z = -5.1 for sum N^2 (ordered, inverse-gamma, seed 0) where 400 x 800 steps give 0.3
+    # (max |z| 2.1 over all functions): a short-chain artefact, not a bias
+    steps = 200 if (lik, prior, bias) == DEFAULT else 600
+    z, z_crit = geweke_z(PRIORS[prior], LIKELIHOODS[lik], BIASES if bias else None, num_steps=steps)
     assert np.max(np.abs(z)) < z_crit, f"max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
 
 

@@ -23,6 +23,7 @@ given, the RMSE per iteration of the current draw and of the running posterior m
 from __future__ import annotations
 
 import dataclasses
+import math
 import functools
 from typing import NamedTuple
 
@@ -717,7 +718,10 @@ def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: j
     step is an exact block update of ``(gamma_h, M_h, N_h)``, so the posterior stays
     invariant.  Learned noise enters through the block precision, biases through the
     residual.  O(n K) per call: the residual per rating is formed once per side and
-    updated column by column.
+    updated column by column.  For a prior with a :meth:`~bmczoo.priors.Prior.column_block`
+    (the discrete prior's slab) the flip is aimed by a reflection of the slab
+    (:func:`_reflected_flip`): without it the signal spreads over every slab column (the
+    posterior is rotation-invariant there) and no single column can be switched off.
 
     ``keys`` (C,): one key per chain.
     """
@@ -802,8 +806,122 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, pr
         e = w - a_new[:, rid] * f_new[:, cid]
         return own.at[:, :, h].set(a_new), other.at[:, :, h].set(f_new), gamma.at[:, h].set(g_new), e
 
+    if prior.column_block(gamma) is not None:
+        # the reflected flip (see _reflected_flip); its extra draws from a folded key: the
+        # other priors' moves draw as before
+        kr = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, 1), 2))(keys)
+        xi = jax.vmap(lambda k: jax.random.normal(k, (K, K), dt))(kr[:, 0])
+        z2 = jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kr[:, 1])
+
+        def body(h, carry):  # noqa: F811 - the reflected flip replaces the plain one
+            return _reflected_flip(h, carry, rid, cid, segsum, prior, tb, d, m_other, z[:, h], z2[:, h], xi[:, h],
+                                   zq[:, h], log_u[:, h])
+
     own, other, gamma, _ = lax.fori_loop(0, K, body, (own, other, gamma, e))
     return own, other, gamma
+
+
+#: concentration of the angular central Gaussian that aims the reflected flip at the
+#: slab's least-energy direction (Sigma = I + lambda v v^T)
+_ACG_LAMBDA = 100.0
+
+
+def _block_direction(own, other, block):
+    """Unit direction (C, K) of least energy ``x^T (own^T own + other^T other) x`` within the
+    columns of ``block`` (C, K) bool (zero outside it)."""
+    G = jnp.einsum("cmk,cml->ckl", own, own) + jnp.einsum("cmk,cml->ckl", other, other)
+    big = jnp.trace(G, axis1=-2, axis2=-1) + 1.0  # above every eigenvalue of the block
+    inside = block[:, :, None] & block[:, None, :]
+    G = jnp.where(inside, G, 0.0) + jax.vmap(jnp.diag)(jnp.where(block, 0.0, big[:, None]))
+    return jnp.linalg.eigh(G)[1][:, :, 0]
+
+
+def _acg_log_density(w, v, k):
+    """Log density, relative to the uniform law on the unit sphere of the block (dimension
+    ``k``), of the angular central Gaussian with ``Sigma = I + lambda v v^T`` at ``w``:
+    ``-log(1 + lambda)/2 - (k/2) log(1 - lambda/(1 + lambda) (v.w)^2)``."""
+    lam = _ACG_LAMBDA
+    c = jnp.sum(v * w, axis=-1)
+    return -0.5 * math.log1p(lam) - 0.5 * k * jnp.log1p(-(lam / (1.0 + lam)) * c * c)
+
+
+def _householder(h: int, w, K: int):
+    """(C, K, K) reflections swapping ``e_h`` and the unit vectors ``w`` (C, K) (identity
+    where they coincide)."""
+    u = jax.nn.one_hot(h, K, dtype=w.dtype)[None] - w
+    nu = jnp.sum(u * u, axis=-1)
+    safe = jnp.where(nu > 0, nu, 1.0)
+    H = jnp.eye(K, dtype=w.dtype)[None] - 2.0 * u[:, :, None] * u[:, None, :] / safe[:, None, None]
+    return jnp.where((nu > 0)[:, None, None], H, jnp.eye(K, dtype=w.dtype)[None])
+
+
+def _reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u):
+    """The spike/slab flip of column ``h`` aimed by a reflection of the slab (a move of
+    :func:`column_moves` for priors with a :meth:`~bmczoo.priors.Prior.column_block`).
+
+    Within the slab the posterior is invariant under rotations and reflections of the
+    columns (equal scales; ``theta = M N^T`` unchanged), so the signal spreads over all slab
+    columns and a plain flip is only accepted when column ``h`` happens to carry none.
+    Switching off (``h`` in the slab): draw ``w`` from an angular central Gaussian aimed at
+    the slab's least-energy direction ``v(x)`` (:func:`_block_direction`), reflect the slab
+    by the Householder map ``H_w`` (``e_h <-> w``), then flip ``h`` on the reflected state as
+    the plain move does (own column integrated out, the other rescaled).  Switching on (``h``
+    in the spike): draw ``w`` uniformly on the sphere of the slab plus ``h``, flip, draw the
+    own column from its conditional, then reflect.  The two are each other's reverse, with
+    the proposal ratio ``q_on(w) / q_off(w | x)`` (uniform over the angular central
+    Gaussian, the latter at the slab state: before the switch-off, after the switch-on) in
+    the acceptance; the reflections have unit Jacobian and leave the joint unchanged.  On
+    rejection the state is kept and the own column redrawn from its conditional (a Gibbs
+    step, fresh normals ``z2``)."""
+    own, other, gamma, e = carry
+    C, m, K = own.shape
+    dt = own.dtype
+    slab = prior.column_block(gamma)
+    block = slab | (jnp.arange(K) == h)[None]
+    k = jnp.sum(block, axis=-1).astype(dt)
+    off = slab[:, h]
+    xi = jnp.where(block, xi, 0.0)
+    v = _block_direction(own, other, block)
+    aimed = xi + (math.sqrt(1.0 + _ACG_LAMBDA) - 1.0) * jnp.sum(v * xi, axis=-1, keepdims=True) * v
+    w = jnp.where(off[:, None], aimed, xi)
+    w = w / jnp.linalg.norm(w, axis=-1, keepdims=True)
+    H = _householder(h, w, K)
+    reflect = lambda x: jnp.einsum("cmk,ckl->cml", x, H)  # noqa: E731
+    own_b = jnp.where(off[:, None, None], reflect(own), own)
+    other_b = jnp.where(off[:, None, None], reflect(other), other)
+
+    def sums(own_x, other_x):
+        a, f = own_x[:, :, h], other_x[:, :, h]
+        fk = f[:, cid]
+        r = e + a[:, rid] * fk  # the residual without column h (theta is unchanged by H)
+        return f, r, segsum(fk * fk), segsum(r * fk)
+
+    g = gamma[:, h]
+    f, r, A, B = sums(own_b, other_b)
+    g2, log_s, log_r = prior.column_proposal(g, zq, d)
+    s = jnp.exp(log_s)
+    ff = jnp.sum(f * f, axis=-1)
+    log_f = (-0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g)
+             + _log_jacobian(m_other, log_s))
+    log_alpha = log_r + log_f + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb) \
+        - column_log_marginal(g, A, B, tb)
+    p = 1.0 / g2[:, None] + tb[:, None] * (s * s)[:, None] * A
+    a_prop = tb[:, None] * s[:, None] * B / p + z * lax.rsqrt(p)
+    f_prop = s[:, None] * f
+    own_p, other_p = own_b.at[:, :, h].set(a_prop), other_b.at[:, :, h].set(f_prop)
+    e_prop = r - a_prop[:, rid] * f_prop[:, cid]
+    own_p = jnp.where(off[:, None, None], own_p, reflect(own_p))  # switching on: reflect last
+    other_p = jnp.where(off[:, None, None], other_p, reflect(other_p))
+    log_q = jnp.where(off, -_acg_log_density(w, v, k), _acg_log_density(w, _block_direction(own_p, other_p, block), k))
+    accept = log_u < log_alpha + log_q
+    # rejected: the current state, its own column h redrawn from its conditional
+    f0, r0, A0, B0 = sums(own, other)
+    p0 = 1.0 / g[:, None] + tb[:, None] * A0
+    a0 = tb[:, None] * B0 / p0 + z2 * lax.rsqrt(p0)
+    own_r, e_r = own.at[:, :, h].set(a0), r0 - a0[:, rid] * f0[:, cid]
+    acc = accept[:, None, None]
+    return (jnp.where(acc, own_p, own_r), jnp.where(acc, other_p, other), gamma.at[:, h].set(jnp.where(accept, g2, g)),
+            jnp.where(accept[:, None], e_prop, e_r))
 
 
 def check_failure(state: GibbsState, *, dtype=None) -> None:

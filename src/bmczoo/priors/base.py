@@ -166,6 +166,14 @@ class Prior(abc.ABC):
         statistics of :meth:`factor_stats` (one chain's)."""
         return {"gamma": self.sample_conditional(key, stats_M + stats_N, m1 + m2)}
 
+    def column_block(self, gamma: jax.Array):
+        """For a prior whose columns share a few scale values (the discrete prior's slab):
+        the (..., K) mask of the columns in the slab, among which the posterior is
+        invariant under rotations (equal scales), so that the column moves may first
+        reflect the slab towards its least-energy direction (:func:`bmczoo.inference.gibbs.column_moves`).
+        None (the default): no reflection."""
+        return None
+
     def column_proposal(self, gamma: jax.Array, z: jax.Array, d: int):
         """Proposal of the Gibbs column moves (DESIGN.md section 10): a new scale
         ``gamma_h'`` for each column together with the factor ``s_h`` by which the

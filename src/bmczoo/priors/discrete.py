@@ -136,6 +136,10 @@ class Discrete(Prior):
         slab = jnp.log(u) < jax.nn.log_sigmoid(self.slab_logit(S, d))
         return jnp.where(slab, jnp.asarray(self.C, S.dtype), jnp.asarray(self.eps, S.dtype))
 
+    def column_block(self, gamma):
+        """The slab columns (``gamma_h = C``)."""
+        return gamma > math.sqrt(self.C * self.eps)
+
     def column_proposal(self, gamma, z, d):
         """The spike/slab flip of column h with the rescaling ``s = sqrt(gamma'/gamma)``
         (DESIGN.md section 10): deterministic, an involution; the prior ratio is
