@@ -33,12 +33,12 @@ def run_one(sim, prior, sampler: str, start, a, seed: int):
 
     t = time.perf_counter()
     m1, m2 = sim.train.shape
-    # the posterior mean of every entry accumulated during the run (no stored factor draws:
-    # long runs would need gigabytes)
+    # the posterior mean of every entry accumulated during the run; the factor draws (for
+    # the effective rank) stored when they take < 256 MiB (long runs would need gigabytes)
     every = tuple(np.divmod(np.arange(m1 * m2), m2))
     fit = bmc.fit(sim.train, K=10, prior=prior, num_warmup=a.warmup, num_samples=a.samples, thinning=1,
                   num_chains=a.chains, init_gamma=start, progress_bar=False, seed=seed,
-                  column_moves=(sampler == "moves"), predict=every, store_factors=False)
+                  column_moves=(sampler == "moves"), predict=every, store_factors="auto")
     secs = time.perf_counter() - t
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.RankMixingWarning)
@@ -55,6 +55,8 @@ def run_one(sim, prior, sampler: str, start, a, seed: int):
 
 
 def _fmt(x, spec):
+    if x == np.inf:
+        return "inf"
     return "n/a" if not np.isfinite(x) else format(x, spec)
 
 
@@ -102,6 +104,10 @@ def main() -> None:
             with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 rhat = float(az.rhat(pooled))
+            if np.ptp(pooled) == 0:
+                rhat = float("nan")  # every chain at one count: nothing to compare (all agree)
+            elif np.all(np.ptp(pooled, axis=1) == 0):
+                rhat = float("inf")  # constant chains at different counts
             tv = max(0.5 * np.abs(p - q).sum() for p in laws for q in laws)
             print(f"{seed:4d} {sampler:>7s} {'all':>6s} pooled R-hat of #active over the {pooled.shape[0]} chains "
                   f"{_fmt(rhat, '.3f')}, largest TV between starts {tv:.3f}", flush=True)

@@ -260,6 +260,10 @@ def rank_mixing(fit, threshold: float | None = None) -> dict | None:
         ess_bulk = float(az.ess(x, method="bulk")) if x.size >= 4 else float("nan")
         ess_tail = float(az.ess(x, method="tail")) if x.size >= 4 else float("nan")
         r_hat = float(az.rhat(x)) if C >= 2 and x.shape[1] >= 4 else float("nan")
+    if C >= 2 and np.all(np.ptp(x, axis=1) == 0):
+        # every chain constant, at different counts: no within-chain variance, R-hat is
+        # infinite (ArviZ's rank-normalised estimate returns ~1e15 from rounding)
+        r_hat = float("inf")
     modes = [int(np.bincount(np.rint(row).astype(np.int64)).argmax()) for row in x]
     # R-hat is NaN or inf when every chain is constant: then differing values are disagreement
     disagree = C >= 2 and (r_hat > RHAT_ACTIVE_MAX if np.isfinite(r_hat) else len(set(modes)) > 1)
