@@ -123,3 +123,14 @@ def test_fit_checkpoint_and_overrelax(tmp_path, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == first
     assert main(args[:-4] + ["--overrelax", "1.5"]) == 2
     assert "overrelax must be in (-1, 1)" in capsys.readouterr().err
+
+
+def test_fit_column_moves(capsys):
+    from bmczoo.cli import main
+
+    args = ["fit", "--data", "sim:30", "-K", "3", "--num-warmup", "5", "--num-samples", "10", "--thinning", "1",
+            "--quiet", "--column-moves"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("theta_rmse=")
+    assert main(["fit", "--data", "sim:30", "-K", "3", "--method", "vb", "--quiet", "--column-moves"]) == 2
+    assert "column_moves" in capsys.readouterr().err  # a Gibbs setting given to VB: a one-line error

@@ -662,7 +662,7 @@ def _cmd_recommend(args) -> int:
 _METHOD_OPTIONS = {
     "num_warmup": "num_warmup", "num_samples": "num_samples", "thinning": "thinning", "num_chains": "chains",
     "max_iter": "max_iter", "num_steps": "num_steps", "overrelax": "overrelax", "checkpoint": "checkpoint",
-    "checkpoint_every": "checkpoint_every", "store_factors": "store_factors",
+    "checkpoint_every": "checkpoint_every", "store_factors": "store_factors", "column_moves": "column_moves",
 }
 
 
@@ -755,6 +755,10 @@ def _add_fit(sub) -> None:
     f.add_argument("--overrelax", type=float, default=None, metavar="RHO",
                    help="gibbs: over-relaxed row updates, RHO in (-1, 1) (default 0: plain Gibbs; -0.7 mixes "
                    "faster)")
+    f.add_argument("--column-moves", action="store_const", const=True, default=None,
+                   help="gibbs: end each sweep with the moves that change gamma_h together with its column (the "
+                   "discrete prior's aimed spike/slab flip, the continuous priors' scale walk; one device) "
+                   "(default: the paper's plain sweep)")
     f.add_argument("--checkpoint", default=None, metavar="FILE.npz",
                    help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
                         "rerun the same command to resume (an existing file that is not a bmczoo checkpoint is an "
