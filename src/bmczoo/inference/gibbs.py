@@ -871,8 +871,9 @@ def _reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int,
     the proposal ratio ``q_on(w) / q_off(w | x)`` (uniform over the angular central
     Gaussian, the latter at the slab state: before the switch-off, after the switch-on) in
     the acceptance; the reflections have unit Jacobian and leave the joint unchanged.  On
-    rejection the state is kept and the own column redrawn from its conditional (a Gibbs
-    step, fresh normals ``z2``)."""
+    rejection the state is kept; a rejected switch-on then redraws the own column from its
+    conditional (a Gibbs step, fresh normals ``z2``; not after a rejected switch-off, whose
+    acceptance depends on that column)."""
     own, other, gamma, e = carry
     C, m, K = own.shape
     dt = own.dtype
@@ -914,11 +915,15 @@ def _reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int,
     other_p = jnp.where(off[:, None, None], other_p, reflect(other_p))
     log_q = jnp.where(off, -_acg_log_density(w, v, k), _acg_log_density(w, _block_direction(own_p, other_p, block), k))
     accept = log_u < log_alpha + log_q
-    # rejected: the current state, its own column h redrawn from its conditional
+    # rejected: the current state.  Switching on, whose acceptance does not depend on the
+    # current own column h, then redraws it from its conditional (a Gibbs step); switching
+    # off must not: its acceptance depends on that column through v(x), so a redraw only
+    # after a rejection would not keep the posterior (measured: Geweke z = -6 for gamma_min)
     f0, r0, A0, B0 = sums(own, other)
     p0 = 1.0 / g[:, None] + tb[:, None] * A0
     a0 = tb[:, None] * B0 / p0 + z2 * lax.rsqrt(p0)
-    own_r, e_r = own.at[:, :, h].set(a0), r0 - a0[:, rid] * f0[:, cid]
+    own_r = jnp.where(off[:, None, None], own, own.at[:, :, h].set(a0))
+    e_r = jnp.where(off[:, None], e, r0 - a0[:, rid] * f0[:, cid])
     acc = accept[:, None, None]
     return (jnp.where(acc, own_p, own_r), jnp.where(acc, other_p, other), gamma.at[:, h].set(jnp.where(accept, g2, g)),
             jnp.where(accept[:, None], e_prop, e_r))
