@@ -175,9 +175,16 @@ def geweke_z(prior, likelihood, biases, *, sampler=None, num_chains=100, num_ste
                                   num_steps=num_steps, seed=seed)
     marg = marginal_conditional(prior, likelihood, biases, num_marginal, seed + 2)
     assert np.all(np.isfinite(succ)), "non-finite test function along the Gibbs chains"
+    return z_scores(succ, marg)
+
+
+def z_scores(succ, marg):
+    """Geweke z-scores of the successive-conditional chains ``succ`` (chains, steps, F)
+    against the marginal-conditional draws ``marg`` (draws, F), and the Bonferroni critical
+    value; functions that are constant in the model (e.g. the biases when they are off)
+    have se 0 and are left out."""
     chain_means = succ.mean(axis=1)
-    se = np.sqrt(chain_means.var(axis=0, ddof=1) / num_chains + marg.var(axis=0, ddof=1) / num_marginal)
-    # functions that are constant in this model (e.g. the biases when they are off) have se 0
+    se = np.sqrt(chain_means.var(axis=0, ddof=1) / succ.shape[0] + marg.var(axis=0, ddof=1) / marg.shape[0])
     keep = se > 0
     z = (chain_means.mean(axis=0) - marg.mean(axis=0))[keep] / se[keep]
     z_crit = NormalDist().inv_cdf(1.0 - FAMILYWISE_ALPHA / (2 * z.size))

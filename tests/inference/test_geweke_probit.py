@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from statistics import NormalDist
 
 import jax
 import jax.numpy as jnp
@@ -43,8 +42,8 @@ from bmczoo.inference import gibbs
 from bmczoo.likelihoods import OrderedProbit, Probit
 from bmczoo.likelihoods import probit as probit_mod
 
-from .test_geweke import COLS, FAMILYWISE_ALPHA, K, M1, M2, N_OBS, ROWS
-from .test_geweke_components import BIASES, E_COLS, E_ROWS, IG, NW, _prior_draws, bias_draws
+from .test_geweke import COLS, K, M1, M2, N_OBS, ROWS
+from .test_geweke_components import BIASES, E_COLS, E_ROWS, IG, NW, _prior_draws, bias_draws, z_scores
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -161,12 +160,7 @@ def geweke_z(prior, lik, biases, *, num_chains=100, num_steps=200, num_marginal=
     marg = marginal_conditional(prior, lik, biases, num_marginal, seed + 2)
     assert np.all(np.isfinite(succ)), "non-finite test function along the Gibbs chains"
     assert succ.shape[-1] == marg.shape[-1]
-    chain_means = succ.mean(axis=1)
-    se = np.sqrt(chain_means.var(axis=0, ddof=1) / num_chains + marg.var(axis=0, ddof=1) / num_marginal)
-    keep = se > 0
-    z = (chain_means.mean(axis=0) - marg.mean(axis=0))[keep] / se[keep]
-    z_crit = NormalDist().inv_cdf(1.0 - FAMILYWISE_ALPHA / (2 * z.size))
-    return z, z_crit
+    return z_scores(succ, marg)
 
 
 # --------------------------------------------------------------------------- tests

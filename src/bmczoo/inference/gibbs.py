@@ -39,6 +39,7 @@ from . import thinning
 from .settings import check_overrelax
 from jax import lax
 
+from .kernels import _row_ids
 from .kernels import (CSR, cholesky_rows, csr_from_view, outer, overrelaxed_rows, pack_upper, pattern_product,
                       prior_precision_term, unpack_upper)
 
@@ -663,7 +664,7 @@ _LATENT_STREAM = 0x6C6174  # "lat"
 def ratings_theta(state: GibbsState, problem: GibbsProblem) -> jax.Array:
     """``theta_k`` (C, n) at every rating, in row order (biases included)."""
     rows = problem.rows
-    rid = _csr_row_ids(rows)
+    rid = _row_ids(rows)
     theta = jnp.einsum("cnk,cnk->cn", state.M[:, rid], state.N[:, rows.index])
     if problem.biases is not None:
         theta = theta + state.row_bias[:, rid] + state.col_bias[:, rows.index]
@@ -690,13 +691,6 @@ def latent_block(state: GibbsState, problem: GibbsProblem, keys: jax.Array) -> d
     if "cuts" in state.lik_state:
         out["cuts"] = cuts
     return out
-
-
-def _csr_row_ids(csr: CSR) -> jax.Array:
-    n = csr.index.shape[0]
-    if csr.row_ids is not None:
-        return csr.row_ids
-    return jnp.repeat(jnp.arange(csr.shape[0], dtype=jnp.int32), jnp.diff(csr.indptr), total_repeat_length=n)
 
 
 # --------------------------------------------------------------------------- column moves

@@ -27,6 +27,7 @@ from jax import lax
 from ..likelihoods import Tempered
 from ..priors import Prior
 from . import sharding as sh
+from .kernels import _row_ids
 from .kernels import CSR, cholesky_rows, outer, pattern_product, row_precision, row_rhs, solve_rows
 
 __all__ = ["VBState", "init", "update", "elbo", "expected_sq_error", "prior_q", "shard_state", "unshard_state"]
@@ -366,8 +367,7 @@ def _elbo_rest(state: VBState, parts: dict, loglik, prior: Prior, biases, dims):
 
 def ratings_mean(state: VBState, rows: CSR) -> jax.Array:
     """``E_q[theta_k]`` (C, n) at every rating in row order (biases included)."""
-    n = rows.index.shape[0]
-    rid = jnp.repeat(jnp.arange(rows.shape[0], dtype=jnp.int32), jnp.diff(rows.indptr), total_repeat_length=n)
+    rid = _row_ids(rows)
     mu = jnp.einsum("cnk,cnk->cn", state.m[:, rid], state.n[:, rows.index])
     if state.bias:
         mu = mu + state.bias["b_mean"][:, rid] + state.bias["c_mean"][:, rows.index]
