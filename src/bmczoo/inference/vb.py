@@ -380,14 +380,6 @@ def _cuts(state: VBState, lik, C: int, dtype) -> jax.Array:
     return jnp.broadcast_to(jnp.asarray(lik.fixed_cuts(), dtype), (C, len(lik.fixed_cuts())))
 
 
-def _level_bounds(cuts, levels):
-    """(lo, hi) (C, n) of each rating's level interval."""
-    C = cuts.shape[0]
-    inf = jnp.full((C, 1), jnp.inf, cuts.dtype)
-    edges = jnp.concatenate([-inf, cuts, inf], axis=1)
-    return edges[:, levels], edges[:, levels + 1]
-
-
 def _log_Z(mu, cuts, levels):
     """``sum_k log P(level_k | mu_k, c)`` (C,) (one-sided end levels: finite gradients)."""
     from ..likelihoods.probit import level_log_probs
@@ -447,7 +439,7 @@ def _latent_update(state: VBState, rows: CSR, cols: CSR, prior: Prior, lik, bias
     if "cuts" in noise:
         cuts = _cut_step(lik, mu, cuts, levels)
         noise = {**noise, "cuts": cuts}
-    lo, hi = _level_bounds(cuts, levels)
+    lo, hi = jax.vmap(lambda c: lik.latent_interval(c, levels, c.dtype))(cuts)  # (C, n) each
     Ez = truncnorm.moments(mu, lo, hi)[0]
     gauss = state._replace(noise={})
     new = _per_run(rows, cols, Ez, col_perm,
