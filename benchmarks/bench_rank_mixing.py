@@ -14,8 +14,8 @@ the posterior mean against the true matrix, and ESS per second of the number of 
 columns and of the effective rank of theta (ArviZ bulk ESS over all chains, divided by the
 wall seconds of the whole fit, compilation included; n/a when every chain stays at one
 count: then nothing mixes).  R-hat is n/a when every chain is constant.  Per sampler and seed, the R-hat of
-the active-column count over all starts' chains pooled, and the largest total-variation
-distance between two starts' rank posteriors.
+the active-column count (and of the effective rank) over all starts' chains pooled, and the
+largest total-variation distance between two starts' rank posteriors.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def run_one(sim, prior, sampler: str, start, a, seed: int):
     if np.all(np.ptp(counts, axis=1) == 0):  # every chain stuck at one count: no mixing at all
         ess["num_active"] = float("nan")
     return dict(rank=rank, rhat=mix["r_hat"], modes=mix["chain_modes"], rmse=sim.rmse(fit), secs=secs,
-                ess_active=ess["num_active"], ess_eff=ess["eff_rank"], counts=counts)
+                ess_active=ess["num_active"], ess_eff=ess["eff_rank"], counts=counts,
+                eff_rank=np.asarray(active["eff_rank"]) if "eff_rank" in active else None)
 
 
 def _fmt(x, spec):
@@ -90,11 +91,12 @@ def main() -> None:
             starts = {"slab": None, "spike": prior.eps,
                       "random": tuple(np.where(rng.random(10) < 0.5, prior.C, prior.eps).tolist())}
         for sampler in a.samplers.split(","):
-            laws, counts = [], []
+            laws, counts, effs = [], [], []
             for name, start in starts.items():
                 r = run_one(sim, prior, sampler, start, a, seed)
                 laws.append(r["rank"])
                 counts.append(r["counts"])
+                effs.append(r["eff_rank"])
                 law = " ".join(f"{p:.2f}" for p in r["rank"])
                 print(f"{seed:4d} {sampler:>7s} {name:>6s} {law:>58s} {int(np.argmax(r['rank'])):4d} "
                       f"{_fmt(r['rhat'], '6.3f'):>6s} {','.join(map(str, r['modes'])):>12s} {r['rmse']:6.3f} "
@@ -109,8 +111,10 @@ def main() -> None:
             elif np.all(np.ptp(pooled, axis=1) == 0):
                 rhat = float("inf")  # constant chains at different counts
             tv = max(0.5 * np.abs(p - q).sum() for p in laws for q in laws)
+            rhat_eff = float(az.rhat(np.concatenate(effs, axis=0))) if all(e is not None for e in effs) else float("nan")
             print(f"{seed:4d} {sampler:>7s} {'all':>6s} pooled R-hat of #active over the {pooled.shape[0]} chains "
-                  f"{_fmt(rhat, '.3f')}, largest TV between starts {tv:.3f}", flush=True)
+                  f"{_fmt(rhat, '.3f')} (of the effective rank {_fmt(rhat_eff, '.3f')}), largest TV between starts "
+                  f"{tv:.3f}", flush=True)
 
 
 if __name__ == "__main__":
