@@ -56,6 +56,83 @@ def test_column_log_marginal_matches_brute_force():
         np.testing.assert_allclose(float(got[0]), brute, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("use_bias", [False, True])
+@pytest.mark.parametrize("latent", [False, True])
+@pytest.mark.parametrize("prior", [bmc.priors.InverseGamma(1.0, 0.5), bmc.priors.Discrete(2.0, 0.4, 0.3)],
+                         ids=["inverse-gamma", "discrete"])
+def test_gram_moves_equal_the_per_rating_reference(prior, latent, use_bias):
+    """The moves computed from per-row Gram matrices (``_column_side``: O(m K^2) per
+    column) equal the per-rating formulation they replaced (``_column_moves_reference``:
+    a residual over every rating and segment sums), with the same random numbers, in
+    float64: the same accept/reject decisions and gamma, factors within rounding.  64
+    random chains (own column, biases, per-chain values for a latent likelihood), so that
+    accepted and rejected moves of both kinds occur (checked)."""
+    from . import _column_moves_reference as ref
+
+    rng = np.random.default_rng(7)
+    m1, m2, n, K, C = 7, 9, 30, 4, 64
+    keys = np.sort(rng.choice(m1 * m2, n, replace=False))
+    r, c = np.divmod(keys, m2)
+    r[:2], c[:2] = 0, np.arange(2)  # some rows and columns of the pattern stay empty (row 6 maybe)
+    data = bmc.RatingData(*np.unique(np.stack([r, c]), axis=1), rng.normal(size=len(np.unique(keys))), (m1, m2))
+    problem = gibbs.build_problem(data, 1.0, dtype=jnp.float64)
+    M, N = jnp.asarray(rng.normal(size=(C, m1, K))), jnp.asarray(rng.normal(size=(C, m2, K)))
+    if isinstance(prior, bmc.priors.Discrete):
+        gamma = jnp.asarray(np.where(rng.random((C, K)) < 0.5, prior.C, prior.eps))
+    else:
+        gamma = jnp.asarray(rng.gamma(2.0, size=(C, K)))
+    b, cb = jnp.asarray(rng.normal(size=(C, m1))), jnp.asarray(rng.normal(size=(C, m2)))
+    tb = jnp.asarray(rng.uniform(0.5, 2.0, size=C))
+    vals = jnp.asarray(rng.normal(size=(C, data.n))) if latent else problem.rows.values[None]
+    ks = jax.random.split(jax.random.key(3), C)
+    args = (problem.rows, M, N, b, cb, gamma, tb, ks, prior, m1 + m2, use_bias, vals)
+    own, other, g = gibbs._column_side(*args)
+    own_ref, other_ref, g_ref = ref.column_side(*args)
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(g_ref))
+    tol = 1e3 * np.finfo(np.float64).eps  # sums of a few dozen O(1) terms, in another order
+    np.testing.assert_allclose(np.asarray(own), np.asarray(own_ref), rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(other), np.asarray(other_ref), rtol=tol, atol=tol)
+    moved = np.asarray(g != gamma)
+    assert moved.sum() > 0 and (~moved).sum() > 0
+    if isinstance(prior, bmc.priors.Discrete):  # switched on and switched off both accepted
+        assert np.any(moved & (np.asarray(gamma) == prior.C)) and np.any(moved & (np.asarray(gamma) == prior.eps))
+
+
+def test_reflected_flip_leaves_the_columns_outside_its_block_alone():
+    """The reflection of the discrete prior's flip acts within the slab plus column ``h``
+    only: every other column (a spike column: another scale) is left bit for bit, also
+    where the slab is a single column and ``w = e_h`` up to rounding (found by the
+    reference comparison above: a Householder map built from a rounding-noise ``u``
+    reflected along a random direction and mixed spike and slab columns)."""
+    from bmczoo.inference.kernels import outer, pack_upper, unpack_upper
+
+    rng = np.random.default_rng(11)
+    m1, m2, K, C = 6, 8, 5, 128
+    keys = np.sort(rng.choice(m1 * m2, 30, replace=False))
+    data = bmc.RatingData(*np.divmod(keys, m2), rng.normal(size=30), (m1, m2))
+    problem = gibbs.build_problem(data, 1.0, dtype=jnp.float64)
+    prior = bmc.priors.Discrete(2.0, 0.4, 0.3)
+    own, other = jnp.asarray(rng.normal(size=(C, m1, K))), jnp.asarray(rng.normal(size=(C, m2, K)))
+    slab = rng.random((C, K)) < 0.25  # often a single slab column or none
+    gamma = jnp.asarray(np.where(slab, prior.C, prior.eps))
+    G0 = unpack_upper(gibbs._pattern_product(problem.rows, problem.rows.ones, pack_upper(outer(other))), K)
+    Y = gibbs._pattern_product(problem.rows, problem.rows.values, other)
+    S0 = jnp.einsum("cjk,cjl->ckl", other, other)
+    sums = functools.partial(gibbs._column_sums, G0, Y, S0)
+    T0 = jnp.broadcast_to(jnp.eye(K), (C, K, K))
+    k = jax.random.split(jax.random.key(0), 5)
+    for h in range(K):
+        new_own, T, _ = gibbs._reflected_flip(
+            h, (own, T0, gamma), sums, S0, prior, jnp.ones(C), m1 + m2, m2, jax.random.normal(k[0], (C, m1)),
+            jax.random.normal(k[1], (C, m1)), jax.random.normal(k[2], (C, K)), jax.random.normal(k[3], (C,)),
+            jnp.log(jax.random.uniform(k[4], (C,))))
+        outside = ~(slab | (np.arange(K) == h))
+        new_other = np.asarray(jnp.einsum("cjk,ckl->cjl", other, T))
+        for c in range(C):
+            np.testing.assert_array_equal(np.asarray(new_own)[c][:, outside[c]], np.asarray(own)[c][:, outside[c]])
+            np.testing.assert_array_equal(new_other[c][:, outside[c]], np.asarray(other)[c][:, outside[c]])
+
+
 # --------------------------------------------------------------------------- Geweke
 @functools.partial(jax.jit, static_argnames=("prior", "num_steps", "with_sweep"),
                    compiler_options={"xla_backend_optimization_level": 0})
@@ -195,3 +272,35 @@ def test_geweke_column_moves_with_learned_noise_and_biases(monkeypatch):
     # 400 x 150; 2.1 with 400 x 400 at seed 7), at about the same cost (compilation dominates)
     z, z_crit = gc.geweke_z(prior, gc.LEARNED, gc.BIASES, num_chains=400, num_steps=150, seed=5)
     assert np.max(np.abs(z)) < z_crit, f"max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
+
+
+# --------------------------------------------------------------------------- mixing of the rank
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::bmczoo.diagnostics.RankMixingWarning")
+def test_rank_posterior_mixes_on_the_rank3_simulation():
+    """Issue 15's check, shortened (seed 0, two chains per start, 100 + 400 sweeps): started
+    in the slab, in the spike and at random, the chains with column moves agree (rank
+    posteriors within total variation 0.1) and every chain's mode is the true rank 3;
+    plain Gibbs from the same starts does not (power: its chains stay where they start)."""
+    from bmczoo import diagnostics as dg
+
+    sim = bmc.datasets.simulate_paper(200, rank=3, seed=0)
+    prior = bmc.priors.Discrete(1.0, 0.05, 0.05)
+    starts = (None, prior.eps, tuple([prior.C, prior.eps] * 5))
+
+    def laws(moves):
+        out = []
+        with jax.enable_x64(False):  # float32, as users run it (the module's fixture turns float64 on)
+            for start in starts:
+                fit = bmc.fit(sim.train, K=10, prior=prior, num_warmup=100, num_samples=400, thinning=1,
+                              num_chains=2, init_gamma=start, progress_bar=False, seed=1, column_moves=moves)
+                out.append((dg.rank_posterior(fit, dg.gamma_threshold(fit)), dg.rank_mixing(fit)["chain_modes"]))
+        return out
+
+    def tv(ls):
+        return max(0.5 * np.abs(p - q).sum() for (p, _), (q, _) in zip(ls, ls[1:] + ls[:1]))
+
+    moved = laws(True)
+    assert all(list(modes) == [3, 3] for _, modes in moved), [modes for _, modes in moved]
+    assert tv(moved) < 0.1, [np.round(p, 3) for p, _ in moved]
+    assert tv(laws(False)) > 0.5  # plain Gibbs: slab, spike and the 5-column start stay apart

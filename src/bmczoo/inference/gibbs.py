@@ -711,8 +711,9 @@ def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: j
     ``gamma_h`` and ``N``.  Then the same with the roles of ``M`` and ``N`` swapped.  Each
     step is an exact block update of ``(gamma_h, M_h, N_h)``, so the posterior stays
     invariant.  Learned noise enters through the block precision, biases through the
-    residual.  O(n K) per call: the residual per rating is formed once per side and
-    updated column by column.  For a prior with a :meth:`~bmczoo.priors.Prior.column_block`
+    residual.  Per side, two sparse products of the shared hot path (the per-row Gram
+    matrices of the other factor and the per-row residual sums, as in a sweep), then
+    O(m K^2) per column (:func:`_column_side`).  For a prior with a :meth:`~bmczoo.priors.Prior.column_block`
     (the discrete prior's slab) the flip is aimed by a reflection of the slab
     (:func:`_reflected_flip`): without it the signal spreads over every slab column (the
     posterior is rotation-invariant there) and no single column can be switched off.
@@ -759,46 +760,49 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, pr
                  values):
     """The column moves with ``own`` (C, m, K) integrated out and ``other`` (C, m_other, K)
     rescaled, the ratings grouped by the rows of ``own`` (``csr``).  Returns the new
-    ``own``, ``other``, ``gamma``."""
+    ``own``, ``other``, ``gamma``.
+
+    Every quantity a move needs is a per-row sum over the ratings of the other factor's
+    rows: with ``F0 = other`` at entry, two sparse products of the shared hot path (as in
+    :func:`_side`) give ``G0_i = sum_j F0_j F0_j^T`` and ``Y_i = sum_j (Y_ij - b_i - c_j)
+    F0_j``.  The moves only rescale and reflect the columns of ``other``, so it stays ``F0
+    T`` for a (C, K, K) matrix ``T`` tracked alongside; then for column ``h`` (``t = T e_h``)
+    ``A_i = sum_j f_jh^2 = t^T G0_i t`` and the residual sum without column ``h`` is
+    ``B_i = t^T Y_i - (G0_i t)^T (T x_i) + a_i A_i`` (``x_i`` the row of ``own``): O(m K^2)
+    per column, with no pass over the ratings.  ``values`` (C, n) replace the ratings per
+    chain (a latent likelihood's ``z``)."""
     C, m, K = own.shape
-    m_other = other.shape[1]
-    n = csr.index.shape[0]
     dt = own.dtype
-    rid = jnp.repeat(jnp.arange(m, dtype=jnp.int32), jnp.diff(csr.indptr), total_repeat_length=n)
-    cid = csr.index
-    e = values - jnp.einsum("cnk,cnk->cn", own[:, rid], other[:, cid])
+    W = K * (K + 1) // 2
+    parts = [pack_upper(outer(other))]
     if use_bias:
-        e = e - bias_own[:, rid] - bias_other[:, cid]
+        parts += [other, bias_other[..., None] * other]
+    Gall = _pattern_product(csr, csr.ones, jnp.concatenate(parts, -1) if use_bias else parts[0])
+    G0 = unpack_upper(Gall[..., :W], K)
+    if values is None:
+        Y = _pattern_product(csr, csr.values, other)
+    else:
+        Y = jnp.stack([pattern_product(csr, values[i], other[i]) for i in range(C)])
+    if use_bias:
+        Y = Y - bias_own[..., None] * Gall[..., W:W + K] - Gall[..., W + K:W + 2 * K]
+    S0 = jnp.einsum("cjk,cjl->ckl", other, other)
     kk = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
     z = jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kk[:, 0])
     zq = jax.vmap(lambda k: jax.random.normal(k, (K,), dt))(kk[:, 1])
     log_u = jnp.log(jax.vmap(lambda k: jax.random.uniform(k, (K,), dt))(kk[:, 2]))
-
-    def segsum(x):  # (C, n) -> (C, m): sums over each row's ratings
-        return jax.ops.segment_sum(x.T, rid, num_segments=m, indices_are_sorted=True).T
+    sums = functools.partial(_column_sums, G0, Y, S0)
 
     def body(h, carry):
-        own, other, gamma, e = carry
-        a, f, g = own[:, :, h], other[:, :, h], gamma[:, h]
-        fk = f[:, cid]
-        w = e + a[:, rid] * fk  # the residual without column h
-        A, B = segsum(fk * fk), segsum(w * fk)
+        own, T, gamma = carry
+        g = gamma[:, h]
+        A, B, ff = sums(own, T, h)
         g2, log_s, log_r = prior.column_proposal(g, zq[:, h], d)
-        s = jnp.exp(log_s)
-        ff = jnp.sum(f * f, axis=-1)
-        # prior of the rescaled column and the Jacobian m_other log s (they cancel for
-        # s = sqrt(g2/g); kept general for proposals that rescale otherwise)
-        log_f = (-0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g)
-                 + _log_jacobian(m_other, log_s))
-        log_alpha = log_r + log_f + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb) - column_log_marginal(g, A, B, tb)
+        log_alpha = log_r + _flip_log_ratio(g, g2, log_s, A, B, ff, tb, other.shape[1])
         accept = log_u[:, h] < log_alpha
         g_new = jnp.where(accept, g2, g)
-        s_eff = jnp.where(accept, s, jnp.ones_like(s))
-        f_new = s_eff[:, None] * f
-        p = 1.0 / g_new[:, None] + tb[:, None] * (s_eff * s_eff)[:, None] * A
-        a_new = tb[:, None] * s_eff[:, None] * B / p + z[:, h] * lax.rsqrt(p)
-        e = w - a_new[:, rid] * f_new[:, cid]
-        return own.at[:, :, h].set(a_new), other.at[:, :, h].set(f_new), gamma.at[:, h].set(g_new), e
+        s_eff = jnp.where(accept, jnp.exp(log_s), jnp.ones_like(g))
+        a_new = _integrated_draw(g_new, s_eff, A, B, tb, z[:, h])
+        return own.at[:, :, h].set(a_new), T.at[:, :, h].multiply(s_eff[:, None]), gamma.at[:, h].set(g_new)
 
     if prior.column_block(gamma) is not None:
         # the reflected flip (see _reflected_flip); its extra draws from a folded key: the
@@ -808,11 +812,42 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, pr
         z2 = jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kr[:, 1])
 
         def body(h, carry):  # noqa: F811 - the reflected flip replaces the plain one
-            return _reflected_flip(h, carry, rid, cid, segsum, prior, tb, d, m_other, z[:, h], z2[:, h], xi[:, h],
+            return _reflected_flip(h, carry, sums, S0, prior, tb, d, other.shape[1], z[:, h], z2[:, h], xi[:, h],
                                    zq[:, h], log_u[:, h])
 
-    own, other, gamma, _ = lax.fori_loop(0, K, body, (own, other, gamma, e))
-    return own, other, gamma
+    T0 = jnp.broadcast_to(jnp.eye(K, dtype=dt), (C, K, K))
+    own, T, gamma = lax.fori_loop(0, K, body, (own, T0, gamma))
+    return own, jnp.einsum("cjk,ckl->cjl", other, T), gamma
+
+
+def _column_sums(G0, Y, S0, own, T, h):
+    """``A_i``, ``B_i`` (C, m) of column ``h`` and ``sum_j f_jh^2`` (C,) for the state
+    ``(own, F0 T)`` (see :func:`_column_side`)."""
+    t = T[:, :, h]
+    gt = jnp.einsum("cmkl,cl->cmk", G0, t)
+    A = jnp.einsum("cmk,ck->cm", gt, t)
+    fitted = jnp.einsum("ckl,cml->cmk", T, own)  # T x_i: row i's fit in F0's coordinates
+    B = jnp.einsum("cmk,ck->cm", Y, t) - jnp.sum(gt * fitted, axis=-1) + own[:, :, h] * A
+    return A, B, jnp.einsum("ck,ckl,cl->c", t, S0, t)
+
+
+def _flip_log_ratio(g, g2, log_s, A, B, ff, tb, m_other: int):
+    """Log target ratio of ``(gamma_h, f) -> (g2, s f)`` with the own column integrated
+    out: the prior of the rescaled column and the Jacobian ``m_other log s`` (they cancel for
+    ``s = sqrt(g2/g)``; kept general for proposals that rescale otherwise) and the marginal
+    likelihoods."""
+    s = jnp.exp(log_s)
+    log_f = (-0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g)
+             + _log_jacobian(m_other, log_s))
+    return log_f + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb) \
+        - column_log_marginal(g, A, B, tb)
+
+
+def _integrated_draw(g, s, A, B, tb, z):
+    """The own column's exact draw given ``gamma_h = g`` and the other column rescaled by
+    ``s``: ``N(tb s B / p, 1/p)``, ``p = 1/g + tb s^2 A``, per row."""
+    p = 1.0 / g[:, None] + tb[:, None] * (s * s)[:, None] * A
+    return tb[:, None] * s[:, None] * B / p + z * lax.rsqrt(p)
 
 
 #: concentration of the angular central Gaussian that aims the reflected flip at the
@@ -821,19 +856,19 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, pr
 #: a stray 10% of a strong column costs far more likelihood than the flip can gain).
 #: Measured on the rank-3 simulation of ``benchmarks/bench_rank_mixing.py``: with 100,
 #: chains entered rank 4 and stayed there for hundreds of sweeps (R-hat 1.13-1.15 over
-#: 2000 sweeps); with 1000 no chain of seeds 0-3 left rank 3 after warm-up and random
-#: starts with 4-7 active columns reached it within warm-up.
+#: 2000 sweeps); with 1000 every chain of seeds 0-3 (slab, spike and random starts) was at
+#: rank 3 within 59 sweeps and in every draw after the 200 warm-up sweeps.
 _ACG_LAMBDA = 1000.0
 
 
-def _block_direction(own, other, block):
-    """Unit direction (C, K) of least energy ``x^T (own^T own + other^T other) x`` within the
-    columns of ``block`` (C, K) bool (zero outside it)."""
-    G = jnp.einsum("cmk,cml->ckl", own, own) + jnp.einsum("cmk,cml->ckl", other, other)
-    big = jnp.trace(G, axis1=-2, axis2=-1) + 1.0  # above every eigenvalue of the block
+def _block_direction(gram, block):
+    """Unit direction (C, K) of least energy ``x^T gram x`` (``gram = own^T own + other^T
+    other``, (C, K, K)) within the columns of ``block`` (C, K) bool (zero outside it)."""
+    big = jnp.trace(gram, axis1=-2, axis2=-1) + 1.0  # above every eigenvalue of the block
     inside = block[:, :, None] & block[:, None, :]
-    G = jnp.where(inside, G, 0.0) + jax.vmap(jnp.diag)(jnp.where(block, 0.0, big[:, None]))
-    return jnp.linalg.eigh(G)[1][:, :, 0]
+    G = jnp.where(inside, gram, 0.0) + jax.vmap(jnp.diag)(jnp.where(block, 0.0, big[:, None]))
+    v = jnp.where(block, jnp.linalg.eigh(G)[1][:, :, 0], 0.0)  # exactly zero outside (eigh leaves ~eps there)
+    return v / jnp.linalg.norm(v, axis=-1, keepdims=True)
 
 
 def _acg_log_density(w, v, k):
@@ -847,15 +882,17 @@ def _acg_log_density(w, v, k):
 
 def _householder(h: int, w, K: int):
     """(C, K, K) reflections swapping ``e_h`` and the unit vectors ``w`` (C, K) (identity
-    where they coincide)."""
+    where they coincide to within sqrt(eps): there ``u = e_h - w`` is rounding noise, and
+    a reflection along it would mix columns at random)."""
     u = jax.nn.one_hot(h, K, dtype=w.dtype)[None] - w
     nu = jnp.sum(u * u, axis=-1)
-    safe = jnp.where(nu > 0, nu, 1.0)
+    ok = nu > jnp.finfo(w.dtype).eps
+    safe = jnp.where(ok, nu, 1.0)
     H = jnp.eye(K, dtype=w.dtype)[None] - 2.0 * u[:, :, None] * u[:, None, :] / safe[:, None, None]
-    return jnp.where((nu > 0)[:, None, None], H, jnp.eye(K, dtype=w.dtype)[None])
+    return jnp.where(ok[:, None, None], H, jnp.eye(K, dtype=w.dtype)[None])
 
 
-def _reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u):
+def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u):
     """The spike/slab flip of column ``h`` aimed by a reflection of the slab (a move of
     :func:`column_moves` for priors with a :meth:`~bmczoo.priors.Prior.column_block`).
 
@@ -874,59 +911,47 @@ def _reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int,
     rejection the state is kept; a rejected switch-on then redraws the own column from its
     conditional (a Gibbs step, fresh normals ``z2``; not after a rejected switch-off, whose
     acceptance depends on that column)."""
-    own, other, gamma, e = carry
+    own, T, gamma = carry
     C, m, K = own.shape
     dt = own.dtype
     slab = prior.column_block(gamma)
     block = slab | (jnp.arange(K) == h)[None]
     k = jnp.sum(block, axis=-1).astype(dt)
     off = slab[:, h]
+
+    def gram(own_x, T_x):  # own^T own + other^T other, other = F0 T
+        return jnp.einsum("cmk,cml->ckl", own_x, own_x) + jnp.einsum("cjk,cjl,clm->ckm", T_x, S0, T_x)
+
     xi = jnp.where(block, xi, 0.0)
-    v = _block_direction(own, other, block)
+    v = _block_direction(gram(own, T), block)
     aimed = xi + (math.sqrt(1.0 + _ACG_LAMBDA) - 1.0) * jnp.sum(v * xi, axis=-1, keepdims=True) * v
     w = jnp.where(off[:, None], aimed, xi)
+    # exactly inside the block: a reflection must not touch the other columns (their scales differ)
+    w = jnp.where(block, w, 0.0)
     w = w / jnp.linalg.norm(w, axis=-1, keepdims=True)
     H = _householder(h, w, K)
-    reflect = lambda x: jnp.einsum("cmk,ckl->cml", x, H)  # noqa: E731
-    own_b = jnp.where(off[:, None, None], reflect(own), own)
-    other_b = jnp.where(off[:, None, None], reflect(other), other)
-
-    def sums(own_x, other_x):
-        a, f = own_x[:, :, h], other_x[:, :, h]
-        fk = f[:, cid]
-        r = e + a[:, rid] * fk  # the residual without column h (theta is unchanged by H)
-        return f, r, segsum(fk * fk), segsum(r * fk)
-
+    own_r, T_r = jnp.einsum("cmk,ckl->cml", own, H), jnp.einsum("cjk,ckl->cjl", T, H)  # theta unchanged
+    own_b = jnp.where(off[:, None, None], own_r, own)
+    T_b = jnp.where(off[:, None, None], T_r, T)
     g = gamma[:, h]
-    f, r, A, B = sums(own_b, other_b)
+    A, B, ff = sums(own_b, T_b, h)
     g2, log_s, log_r = prior.column_proposal(g, zq, d)
+    log_alpha = log_r + _flip_log_ratio(g, g2, log_s, A, B, ff, tb, m_other)
     s = jnp.exp(log_s)
-    ff = jnp.sum(f * f, axis=-1)
-    log_f = (-0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g)
-             + _log_jacobian(m_other, log_s))
-    log_alpha = log_r + log_f + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb) \
-        - column_log_marginal(g, A, B, tb)
-    p = 1.0 / g2[:, None] + tb[:, None] * (s * s)[:, None] * A
-    a_prop = tb[:, None] * s[:, None] * B / p + z * lax.rsqrt(p)
-    f_prop = s[:, None] * f
-    own_p, other_p = own_b.at[:, :, h].set(a_prop), other_b.at[:, :, h].set(f_prop)
-    e_prop = r - a_prop[:, rid] * f_prop[:, cid]
-    own_p = jnp.where(off[:, None, None], own_p, reflect(own_p))  # switching on: reflect last
-    other_p = jnp.where(off[:, None, None], other_p, reflect(other_p))
-    log_q = jnp.where(off, -_acg_log_density(w, v, k), _acg_log_density(w, _block_direction(own_p, other_p, block), k))
+    own_p = own_b.at[:, :, h].set(_integrated_draw(g2, s, A, B, tb, z))
+    T_p = T_b.at[:, :, h].multiply(s[:, None])
+    own_p = jnp.where(off[:, None, None], own_p, jnp.einsum("cmk,ckl->cml", own_p, H))  # switching on: reflect last
+    T_p = jnp.where(off[:, None, None], T_p, jnp.einsum("cjk,ckl->cjl", T_p, H))
+    log_q = jnp.where(off, -_acg_log_density(w, v, k), _acg_log_density(w, _block_direction(gram(own_p, T_p), block), k))
     accept = log_u < log_alpha + log_q
     # rejected: the current state.  Switching on, whose acceptance does not depend on the
-    # current own column h, then redraws it from its conditional (a Gibbs step); switching
-    # off must not: its acceptance depends on that column through v(x), so a redraw only
-    # after a rejection would not keep the posterior (measured: Geweke z = -6 for gamma_min)
-    f0, r0, A0, B0 = sums(own, other)
-    p0 = 1.0 / g[:, None] + tb[:, None] * A0
-    a0 = tb[:, None] * B0 / p0 + z2 * lax.rsqrt(p0)
-    own_r = jnp.where(off[:, None, None], own, own.at[:, :, h].set(a0))
-    e_r = jnp.where(off[:, None], e, r0 - a0[:, rid] * f0[:, cid])
+    # current own column h, then redraws it from its conditional (a Gibbs step; its sums are
+    # A, B: nothing was reflected); switching off must not: its acceptance depends on that
+    # column through v(x), so a redraw only after a rejection would not keep the posterior
+    # (measured: Geweke z = -6 for gamma_min)
+    own_keep = jnp.where(off[:, None, None], own, own.at[:, :, h].set(_integrated_draw(g, jnp.ones_like(g), A, B, tb, z2)))
     acc = accept[:, None, None]
-    return (jnp.where(acc, own_p, own_r), jnp.where(acc, other_p, other), gamma.at[:, h].set(jnp.where(accept, g2, g)),
-            jnp.where(accept[:, None], e_prop, e_r))
+    return (jnp.where(acc, own_p, own_keep), jnp.where(acc, T_p, T), gamma.at[:, h].set(jnp.where(accept, g2, g)))
 
 
 def check_failure(state: GibbsState, *, dtype=None) -> None:
