@@ -85,9 +85,12 @@ def test_gram_moves_equal_the_per_rating_reference(prior, latent, use_bias):
     tb = jnp.asarray(rng.uniform(0.5, 2.0, size=C))
     vals = jnp.asarray(rng.normal(size=(C, data.n))) if latent else problem.rows.values[None]
     ks = jax.random.split(jax.random.key(3), C)
-    args = (problem.rows, M, N, b, cb, gamma, tb, ks, prior, m1 + m2, use_bias, vals)
-    own, other, g = gibbs._column_side(*args)
-    own_ref, other_ref, g_ref = ref.column_side(*args)
+    draws = gibbs._move_draws(ks, K, m1, jnp.float64, isinstance(prior, bmc.priors.Discrete))
+    own, T, g = gibbs._column_side(problem.rows, M, N, b, cb, gamma, tb, draws, prior, m1 + m2, m2, use_bias,
+                                   vals if latent else None)
+    other = jnp.einsum("cjk,ckl->cjl", N, T)
+    own_ref, other_ref, g_ref = ref.column_side(problem.rows, M, N, b, cb, gamma, tb, ks, prior, m1 + m2, use_bias,
+                                                vals)
     np.testing.assert_array_equal(np.asarray(g), np.asarray(g_ref))
     tol = 1e3 * np.finfo(np.float64).eps  # sums of a few dozen O(1) terms, in another order
     np.testing.assert_allclose(np.asarray(own), np.asarray(own_ref), rtol=tol, atol=tol)
@@ -244,8 +247,7 @@ def test_column_moves_through_fit_and_errors(tiny_ratings):
     with pytest.raises(ValueError, match="no column move"):  # a prior without column scales
         bmc.fit(tiny_ratings, K=2, prior=bmc.priors.NormalWishart(), num_warmup=1, num_samples=2, thinning=1,
                 column_moves=True, progress_bar=False)
-    with pytest.raises(ValueError, match="one device"):
-        bmc.inference.Gibbs(column_moves=True, devices=jax.devices()[:1])
+    assert bmc.inference.Gibbs(column_moves=True, devices=jax.devices()[:1]).column_moves  # sharded: test_sharding
 
 
 # --------------------------------------------------------------------------- with the other components

@@ -207,14 +207,11 @@ def build_problem(
     ``likelihood`` (a learned ``tau`` gets its block; ``tau`` is then its starting value)
     and ``biases`` (a :class:`~bmczoo.offsets.Biases` or None) are the model's other
     components.  ``column_moves`` ends each sweep with the column moves of
-    :func:`column_moves` (one device only for now).
+    :func:`column_moves`.
     """
     overrelax = check_overrelax(overrelax)
     if not isinstance(column_moves, (bool, np.bool_)):
         raise TypeError(f"column_moves must be True or False, got {column_moves!r}")
-    if column_moves and mesh is not None:
-        raise ValueError("column_moves=True runs on one device: the sharded column moves are not implemented "
-                         "(drop devices= or column_moves=)")
     m1, m2 = ratings.shape
     likelihood = bind_likelihood(likelihood, ratings)
     latent = getattr(likelihood, "latent", False)
@@ -720,25 +717,76 @@ def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: j
 
     ``keys`` (C,): one key per chain.
     """
-    if problem.mesh is not None:
-        raise ValueError("the column moves run on one device")
     if "gamma" not in state.prior_state or prior.column_proposal(state.gamma, jnp.zeros_like(state.gamma),
                                                                    2) is None:
         raise ValueError(f"the {prior.name or type(prior).__name__} prior has no column move "
                          "(column_moves=True needs a prior with column scales that defines column_proposal)")
     m1, m2 = problem.dims
+    K, dt = state.M.shape[-1], state.M.dtype
     tb = problem.block_precision(state.tau)
-    use_bias = problem.biases is not None
     k = jax.vmap(jax.random.split)(keys)
-    M, N, gamma = state.M, state.N, state.gamma
-    # a latent likelihood's z replace the ratings (per chain)
-    zr = state.lik_state["z"] if problem.latent else problem.rows.values[None]
-    zc = zr[:, problem.col_perm] if problem.latent else problem.cols.values[None]
-    M, N, gamma = _column_side(problem.rows, M, N, state.row_bias, state.col_bias, gamma, tb, k[:, 0], prior,
-                               m1 + m2, use_bias, zr)
-    N, M, gamma = _column_side(problem.cols, N, M, state.col_bias, state.row_bias, gamma, tb, k[:, 1], prior,
-                               m1 + m2, use_bias, zc)
+    reflected = prior.column_block(state.gamma) is not None
+    # the same draws on one device and sharded (the row draws padded and sliced there)
+    d1, d2 = _move_draws(k[:, 0], K, m1, dt, reflected), _move_draws(k[:, 1], K, m2, dt, reflected)
+    kw = dict(prior=prior, dims=(m1, m2), use_bias=problem.biases is not None)
+    if problem.mesh is None:
+        # a latent likelihood's z replace the ratings (per chain)
+        values = (state.lik_state["z"], state.lik_state["z"][:, problem.col_perm]) if problem.latent else (None, None)
+        M, N, gamma = _column_body(problem.rows, problem.cols, state.M, state.N, state.row_bias, state.col_bias,
+                                   state.gamma, tb, d1, d2, sh.LOCAL, values=values, **kw)
+    else:
+        p1, p2 = _padded_dims(problem)
+        d1, d2 = _pad_draws(d1, p1), _pad_draws(d2, p2)
+        f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
+        v = jax.sharding.PartitionSpec(None, sh.AXIS)
+        dspec = {name: jax.sharding.PartitionSpec(None, None, sh.AXIS) if name in ("z", "z2") else r for name in d1}
+        comm = sh.sharded_comm(problem.dims)
+
+        def body(rows, cols, M, N, b, c, gamma, tb, d1, d2):
+            return _column_body(sh.local_csr(rows), sh.local_csr(cols), M, N, b, c, gamma, tb, d1, d2, comm, **kw)
+
+        csr_spec = jax.sharding.PartitionSpec(sh.AXIS)
+        M, N, gamma = jax.shard_map(
+            body, mesh=problem.mesh, in_specs=(csr_spec, csr_spec, f, f, v, v, r, r, dspec, dspec),
+            out_specs=(f, f, r), check_vma=False,
+        )(problem.rows, problem.cols, state.M, state.N, state.row_bias, state.col_bias, state.gamma, tb, d1, d2)
     return state._replace(M=M, N=N, prior_state={**state.prior_state, "gamma": gamma})
+
+
+def _move_draws(keys, K: int, m: int, dt, reflected: bool) -> dict:
+    """The random numbers of one side's moves, per chain: ``z`` (C, K, m) for the integrated
+    column, ``zq`` (C, K) for the proposal, ``log_u`` (C, K); for the reflected flip also
+    ``xi`` (C, K, K) (its direction, from a folded key: the other priors' moves draw as
+    without it) and ``z2`` (C, K, m) (the redraw after a rejected switch-on)."""
+    kk = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
+    out = dict(z=jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kk[:, 0]),
+               zq=jax.vmap(lambda k: jax.random.normal(k, (K,), dt))(kk[:, 1]),
+               log_u=jnp.log(jax.vmap(lambda k: jax.random.uniform(k, (K,), dt))(kk[:, 2])))
+    if reflected:
+        kr = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, 1), 2))(keys)
+        out["xi"] = jax.vmap(lambda k: jax.random.normal(k, (K, K), dt))(kr[:, 0])
+        out["z2"] = jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kr[:, 1])
+    return out
+
+
+def _pad_draws(draws: dict, m_pad: int) -> dict:
+    """Zero draws for the padding rows (they have no ratings, so they stay exactly zero)."""
+    return {k: jnp.pad(x, ((0, 0), (0, 0), (0, m_pad - x.shape[2]))) if k in ("z", "z2") else x
+            for k, x in draws.items()}
+
+
+def _column_body(rows: CSR, cols: CSR, M, N, b, c, gamma, tb, d1, d2, comm: sh.Comm, *, prior, dims, use_bias,
+                 values=(None, None)):
+    """Both sides of the column moves on this device's rows (``comm``: see
+    :class:`~bmczoo.inference.sharding.Comm`): ``M`` integrated and ``N`` rescaled, then
+    the roles swapped.  Returns the new local ``M``, ``N`` and ``gamma``."""
+    m1, m2 = dims
+    M, T, gamma = _column_side(rows, M, comm.gather(N), b, comm.gather(c), gamma, tb, d1, prior, m1 + m2, m2,
+                               use_bias, values[0], comm.psum)
+    N = jnp.einsum("cjk,ckl->cjl", N, T)
+    N, T, gamma = _column_side(cols, N, comm.gather(M), c, comm.gather(b), gamma, tb, d2, prior, m1 + m2, m1,
+                               use_bias, values[1], comm.psum)
+    return jnp.einsum("cjk,ckl->cjl", M, T), N, gamma
 
 
 def column_log_marginal(gamma, A, B, tb):
@@ -756,11 +804,14 @@ def _log_jacobian(m: int, log_s):
     return m * log_s
 
 
-def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, prior, d: int, use_bias: bool,
-                 values):
+def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, draws: dict, prior, d: int, m_other: int,
+                 use_bias: bool, values, psum=lambda x: x):
     """The column moves with ``own`` (C, m, K) integrated out and ``other`` (C, m_other, K)
     rescaled, the ratings grouped by the rows of ``own`` (``csr``).  Returns the new
-    ``own``, ``other``, ``gamma``.
+    ``own``, the (C, K, K) matrix ``T`` that ``other`` must be multiplied by, and the new
+    ``gamma``.  ``m_other`` is the true number of rows of ``other``; sharded, ``own`` and
+    ``csr`` are this device's rows, ``other`` all rows (padding rows zero) and ``psum``
+    sums over the devices.
 
     Every quantity a move needs is a per-row sum over the ratings of the other factor's
     rows: with ``F0 = other`` at entry, two sparse products of the shared hot path (as in
@@ -770,7 +821,7 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, pr
     ``A_i = sum_j f_jh^2 = t^T G0_i t`` and the residual sum without column ``h`` is
     ``B_i = t^T Y_i - (G0_i t)^T (T x_i) + a_i A_i`` (``x_i`` the row of ``own``): O(m K^2)
     per column, with no pass over the ratings.  ``values`` (C, n) replace the ratings per
-    chain (a latent likelihood's ``z``)."""
+    chain (a latent likelihood's ``z``); ``draws``: :func:`_move_draws`."""
     C, m, K = own.shape
     dt = own.dtype
     W = K * (K + 1) // 2
@@ -786,10 +837,7 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, pr
     if use_bias:
         Y = Y - bias_own[..., None] * Gall[..., W:W + K] - Gall[..., W + K:W + 2 * K]
     S0 = jnp.einsum("cjk,cjl->ckl", other, other)
-    kk = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
-    z = jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kk[:, 0])
-    zq = jax.vmap(lambda k: jax.random.normal(k, (K,), dt))(kk[:, 1])
-    log_u = jnp.log(jax.vmap(lambda k: jax.random.uniform(k, (K,), dt))(kk[:, 2]))
+    z, zq, log_u = draws["z"], draws["zq"], draws["log_u"]
     sums = functools.partial(_column_sums, G0, Y, S0)
 
     def body(h, carry):
@@ -797,27 +845,20 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, keys, pr
         g = gamma[:, h]
         A, B, ff = sums(own, T, h)
         g2, log_s, log_r = prior.column_proposal(g, zq[:, h], d)
-        log_alpha = log_r + _flip_log_ratio(g, g2, log_s, A, B, ff, tb, other.shape[1])
+        log_alpha = log_r + _flip_log_ratio(g, g2, log_s, A, B, ff, tb, m_other, psum)
         accept = log_u[:, h] < log_alpha
         g_new = jnp.where(accept, g2, g)
         s_eff = jnp.where(accept, jnp.exp(log_s), jnp.ones_like(g))
         a_new = _integrated_draw(g_new, s_eff, A, B, tb, z[:, h])
         return own.at[:, :, h].set(a_new), T.at[:, :, h].multiply(s_eff[:, None]), gamma.at[:, h].set(g_new)
 
-    if prior.column_block(gamma) is not None:
-        # the reflected flip (see _reflected_flip); its extra draws from a folded key: the
-        # other priors' moves draw as before
-        kr = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, 1), 2))(keys)
-        xi = jax.vmap(lambda k: jax.random.normal(k, (K, K), dt))(kr[:, 0])
-        z2 = jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kr[:, 1])
-
+    if "xi" in draws:  # the reflected flip (see _reflected_flip)
         def body(h, carry):  # noqa: F811 - the reflected flip replaces the plain one
-            return _reflected_flip(h, carry, sums, S0, prior, tb, d, other.shape[1], z[:, h], z2[:, h], xi[:, h],
-                                   zq[:, h], log_u[:, h])
+            return _reflected_flip(h, carry, sums, S0, prior, tb, d, m_other, z[:, h], draws["z2"][:, h],
+                                   draws["xi"][:, h], zq[:, h], log_u[:, h], psum)
 
     T0 = jnp.broadcast_to(jnp.eye(K, dtype=dt), (C, K, K))
-    own, T, gamma = lax.fori_loop(0, K, body, (own, T0, gamma))
-    return own, jnp.einsum("cjk,ckl->cjl", other, T), gamma
+    return lax.fori_loop(0, K, body, (own, T0, gamma))
 
 
 def _column_sums(G0, Y, S0, own, T, h):
@@ -831,16 +872,16 @@ def _column_sums(G0, Y, S0, own, T, h):
     return A, B, jnp.einsum("ck,ckl,cl->c", t, S0, t)
 
 
-def _flip_log_ratio(g, g2, log_s, A, B, ff, tb, m_other: int):
+def _flip_log_ratio(g, g2, log_s, A, B, ff, tb, m_other: int, psum=lambda x: x):
     """Log target ratio of ``(gamma_h, f) -> (g2, s f)`` with the own column integrated
     out: the prior of the rescaled column and the Jacobian ``m_other log s`` (they cancel for
     ``s = sqrt(g2/g)``; kept general for proposals that rescale otherwise) and the marginal
-    likelihoods."""
+    likelihoods (summed over this device's rows, then ``psum``)."""
     s = jnp.exp(log_s)
     log_f = (-0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g)
              + _log_jacobian(m_other, log_s))
-    return log_f + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb) \
-        - column_log_marginal(g, A, B, tb)
+    return log_f + psum(column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb)
+                        - column_log_marginal(g, A, B, tb))
 
 
 def _integrated_draw(g, s, A, B, tb, z):
@@ -892,7 +933,8 @@ def _householder(h: int, w, K: int):
     return jnp.where(ok[:, None, None], H, jnp.eye(K, dtype=w.dtype)[None])
 
 
-def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u):
+def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u,
+                    psum=lambda x: x):
     """The spike/slab flip of column ``h`` aimed by a reflection of the slab (a move of
     :func:`column_moves` for priors with a :meth:`~bmczoo.priors.Prior.column_block`).
 
@@ -920,7 +962,7 @@ def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, 
     off = slab[:, h]
 
     def gram(own_x, T_x):  # own^T own + other^T other, other = F0 T
-        return jnp.einsum("cmk,cml->ckl", own_x, own_x) + jnp.einsum("cjk,cjl,clm->ckm", T_x, S0, T_x)
+        return psum(jnp.einsum("cmk,cml->ckl", own_x, own_x)) + jnp.einsum("cjk,cjl,clm->ckm", T_x, S0, T_x)
 
     xi = jnp.where(block, xi, 0.0)
     v = _block_direction(gram(own, T), block)
@@ -936,7 +978,7 @@ def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, 
     g = gamma[:, h]
     A, B, ff = sums(own_b, T_b, h)
     g2, log_s, log_r = prior.column_proposal(g, zq, d)
-    log_alpha = log_r + _flip_log_ratio(g, g2, log_s, A, B, ff, tb, m_other)
+    log_alpha = log_r + _flip_log_ratio(g, g2, log_s, A, B, ff, tb, m_other, psum)
     s = jnp.exp(log_s)
     own_p = own_b.at[:, :, h].set(_integrated_draw(g2, s, A, B, tb, z))
     T_p = T_b.at[:, :, h].multiply(s[:, None])

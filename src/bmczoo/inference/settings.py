@@ -110,7 +110,7 @@ class Gibbs(Settings):
     in one batched sweep); ``overrelax`` in (-1, 1): Adler over-relaxed row updates (0:
     plain Gibbs); ``column_moves``: end each sweep with the moves that change ``gamma_h``
     together with its column (DESIGN.md section 10; priors that define
-    ``column_proposal``, e.g. the discrete one; one device); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
+    ``column_proposal``, e.g. the discrete one); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
     whose theta is kept per draw (a number of random training entries, or (rows, cols));
     ``store_factors``: keep M, N of each kept draw (``"auto"``: when they take < 256 MiB);
     ``checkpoint``/``checkpoint_every``: save and resume (``.npz``); ``devices``: shard
@@ -143,9 +143,6 @@ class Gibbs(Settings):
             raise ValueError(f"store_factors must be True, False or 'auto', got {self.store_factors!r}")
         _check_checkpoint(self)
         object.__setattr__(self, "devices", _mesh(self.devices))
-        if self.devices is not None and self.column_moves:
-            raise ValueError("column_moves=True runs on one device: the sharded column moves are not implemented "
-                             "(drop devices= or column_moves=)")
         if self.devices is not None and self.chain_method == "parallel":
             raise ValueError("chain_method='parallel' maps chains to devices; with devices= use 'vectorized'")
         if self.checkpoint is not None and self.chain_method != "vectorized":

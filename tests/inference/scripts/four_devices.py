@@ -35,13 +35,18 @@ def main():
     out = {"devices": len(jax.devices())}
     kw = dict(K=4, num_warmup=10, num_samples=30, thinning=3, num_chains=2, progress_bar=False, seed=7,
               store_factors=True, test=test, dtype=jnp.float64)
-    # the gamma-prior runs use over-relaxed row updates (they read the current factors)
-    for name, prior, rho in (("discrete", bmc.priors.Discrete(), 0.0), ("gamma", bmc.priors.Gamma(beta=10.0), -0.7)):
-        one = bmc.fit(train, prior=prior, overrelax=rho, **kw)
-        four = bmc.fit(train, prior=prior, devices=jax.devices(), overrelax=rho, **kw)
+    # the gamma-prior runs use over-relaxed row updates (they read the current factors); the
+    # discrete-prior runs the column moves (reflected spike/slab flips: psum-ed marginals and
+    # Gram matrices, padded draws), the inverse-gamma ones the moves' log-scale walk with biases
+    runs = (("discrete", bmc.priors.Discrete(1.0, 0.5, 0.3), dict(column_moves=True)),
+            ("gamma", bmc.priors.Gamma(beta=10.0), dict(overrelax=-0.7)),
+            ("ig_moves_biases", bmc.priors.InverseGamma(), dict(column_moves=True, biases=True)))
+    for name, prior, extra in runs:
+        one = bmc.fit(train, prior=prior, **extra, **kw)
+        four = bmc.fit(train, prior=prior, devices=jax.devices(), **extra, **kw)
         with tempfile.TemporaryDirectory() as tmp:
             four_ck = bmc.fit(train, prior=prior, devices=jax.devices()[:3], checkpoint=os.path.join(tmp, "c.npz"),
-                              checkpoint_every=9, overrelax=rho, **kw)
+                              checkpoint_every=9, **extra, **kw)
         for tag, other in (("four", four), ("three_checkpointed", four_ck)):
             for k in one.samples:
                 scale = max(float(np.max(np.abs(one.samples[k]))), 1.0)
