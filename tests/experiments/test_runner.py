@@ -149,6 +149,35 @@ def test_format_table_shows_the_start():
     assert "-0.020" in table
 
 
+def test_column_moves_setting_is_keyed_only_when_on(monkeypatch):
+    """``Settings(column_moves=True)`` (``reproduce --column-moves``) puts the setting in the
+    cache key (the plain runs' keys stay as they were, checked above) and passes
+    ``column_moves=True`` to the Gibbs fits of priors that have a move, not to the others."""
+    moves = dataclasses.replace(TINY, column_moves=True)
+    (plain_row,) = plan_grid([CELLS[0]], settings=TINY, experiment="tiny")
+    (row,) = plan_grid([CELLS[0]], settings=moves, experiment="tiny")
+    plain, task = plain_row.units[0].candidates[1], row.units[0].candidates[1]
+    assert "column_moves" not in plain.key["settings"] and task.key["settings"]["column_moves"] is True
+    assert {**task.key, "settings": plain.key["settings"]} == plain.key
+    assert execute._cache_path(Path("/x"), task) != execute._cache_path(Path("/x"), plain)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_fit(train, **kw):
+        seen.append((type(kw["prior"]).__name__, kw.get("column_moves", False)))
+        raise Stop
+
+    monkeypatch.setattr("bmczoo.inference.fit", fake_fit)
+    fixed = plan_unit({"e": 1}, SimulationData(30, 0), method="gibbs", prior="fixed", hyper={"gamma": 1.0}, K=2,
+                      seed=0, settings=moves)
+    for t in (task, plain, fixed.candidates[0]):
+        with pytest.raises(Stop):
+            execute.fit_value(t)
+    assert seen == [("Discrete", True), ("Discrete", False), ("Fixed", False)]
+
+
 # ----------------------------------------------------------------------------- tiny fits
 def test_tiny_grid_by_prior_name(tmp_path):
     """Any registered prior by name, with its default hyper-parameters; the test fit of

@@ -94,6 +94,9 @@ class Settings:
     seeds : the simulated datasets (one unit per seed; MovieLens uses seed 0 only).
     num_warmup, num_samples, thinning : the Gibbs chains.
     vb_max_iter : the VB iterations.
+    column_moves : the Gibbs fits of priors with column moves run them
+        (``bmc.fit(column_moves=True)``; the paper's sweep when False, the default; part of
+        the cache key only when True, so caches of earlier runs stay valid).
     """
 
     seeds: tuple[int, ...]
@@ -101,6 +104,7 @@ class Settings:
     num_samples: int
     thinning: int
     vb_max_iter: int
+    column_moves: bool = False
 
 
 FULL = Settings(seeds=(0, 1, 2, 3), num_warmup=100, num_samples=900, thinning=10, vb_max_iter=200)
@@ -214,10 +218,12 @@ class FitTask:
     @property
     def key_json(self) -> str:
         """The cache key as canonical JSON (sorted keys): the tag, stage, hyper-parameters,
-        settings; when ``init_gamma`` is set, the start and ``init_gamma``; when not the
+        settings (``column_moves`` only when True); when ``init_gamma`` is set, the start and ``init_gamma``; when not the
         defaults, the likelihood and the biases (their descriptions)."""
-        key = {**dict(self.tag), "stage": self.stage, "hyper": dict(self.hyper),
-               "settings": dataclasses.asdict(self.settings)}
+        settings = dataclasses.asdict(self.settings)
+        if not settings["column_moves"]:
+            del settings["column_moves"]  # the keys of runs made before the setting existed
+        key = {**dict(self.tag), "stage": self.stage, "hyper": dict(self.hyper), "settings": settings}
         if self.init_gamma is not None:
             key["start"], key["init_gamma"] = self.start, self.init_gamma
         if self.likelihood:
