@@ -683,8 +683,14 @@ def _cmd_reproduce(args) -> int:
         from .experiments.tasks import FULL, QUICK
 
         settings = dataclasses.replace(QUICK if args.quick else FULL, column_moves=True)
-    rows = run_experiment(args.experiment, quick=args.quick, out=out, progress=not args.quiet,
-                          data_dir=args.data_dir, jobs=args.jobs, settings=settings)
+    priors = [p.strip() for p in args.priors.split(",")] if args.priors else None
+    try:
+        rows = run_experiment(args.experiment, quick=args.quick, out=out, progress=not args.quiet,
+                              data_dir=args.data_dir, jobs=args.jobs, settings=settings, priors=priors)
+    except ValueError as e:
+        if priors is None or ("priors" not in str(e) and "has no rows" not in str(e)):
+            raise
+        raise CLIError(f"--priors: {e}") from None
     print()
     print(format_table(rows))
     return 0
@@ -862,6 +868,8 @@ def _add_reproduce(sub) -> None:
     r.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run N fits at a time in separate processes (default 1; same results for any N)")
     r.add_argument("--quiet", action="store_true", help="print only the final table")
+    r.add_argument("--priors", default=None, metavar="NAMES",
+                   help="simulation-m / simulation-K: only these priors' rows, comma-separated (e.g. discrete)")
     r.add_argument("--column-moves", action="store_true",
                    help="the Gibbs fits of the discrete, inverse-gamma and gamma priors add the column moves "
                    "(bmc.fit(column_moves=True)) to the paper's sweep; cached apart from the plain runs")

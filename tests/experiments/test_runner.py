@@ -178,6 +178,21 @@ def test_column_moves_setting_is_keyed_only_when_on(monkeypatch):
     assert seen == [("Discrete", True), ("Discrete", False), ("Fixed", False)]
 
 
+def test_priors_selects_rows(monkeypatch):
+    """``run_experiment(priors=...)`` (``reproduce --priors``) keeps only those priors' cells;
+    unknown names and movielens are errors naming the problem."""
+    got = []
+    monkeypatch.setattr(runner, "run_grid", lambda cells, **kw: got.append([(c.setting, c.prior) for c in cells]))
+    run_experiment("simulation-K", priors=["discrete"])
+    assert got[-1] == [(f"K={K}", "discrete") for K in (2, 5, 10, 20)]
+    run_experiment("simulation-m", quick=True, priors=["fixed", "gamma"])
+    assert got[-1] == [("m=100", "fixed"), ("m=100", "gamma")]
+    with pytest.raises(ValueError, match="no rows for nope"):
+        run_experiment("simulation-m", priors=["nope"])
+    with pytest.raises(ValueError, match="simulation-m and simulation-K only"):
+        run_experiment("movielens", priors=["discrete"])
+
+
 # ----------------------------------------------------------------------------- tiny fits
 def test_tiny_grid_by_prior_name(tmp_path):
     """Any registered prior by name, with its default hyper-parameters; the test fit of

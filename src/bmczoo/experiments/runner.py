@@ -46,7 +46,7 @@ import dataclasses
 import math
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -417,7 +417,7 @@ def _movielens_entries(quick: bool, data_dir: str | Path | None, progress: bool)
 
 def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = None,
                    progress: bool = True, data_dir: str | Path | None = None, jobs: int = 1,
-                   settings: Settings | None = None) -> list[Result]:
+                   settings: Settings | None = None, priors: Sequence[str] | None = None) -> list[Result]:
     """Run (or resume) one experiment and return its rows.
 
     Parameters
@@ -442,6 +442,9 @@ def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = N
         Other sampler settings (e.g. very short chains for a smoke test; default
         :data:`~bmczoo.experiments.tasks.QUICK` or ``FULL`` by ``quick``).  They are part of
         every cache key, the cache subfolder is still ``quick`` / ``full``.
+    priors : sequence of str, optional
+        ``simulation-m`` / ``simulation-K``: only the rows of these priors (registry names,
+        e.g. ``["discrete"]``); default all of the paper's.
 
     Returns
     -------
@@ -450,9 +453,18 @@ def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = N
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}")
     jobs = _check_jobs(jobs)
+    if priors is not None and name == "movielens":
+        raise ValueError("priors= selects rows of simulation-m and simulation-K only")
     if name != "movielens":
-        return run_grid(_simulation_cells(name, quick), quick=quick, settings=settings, out=out, jobs=jobs,
-                        progress=progress, experiment=name)
+        cells = _simulation_cells(name, quick)
+        if priors is not None:
+            unknown = sorted(set(priors) - {c.prior for c in cells})
+            if unknown:
+                raise ValueError(f"{name} has no rows for {', '.join(unknown)}; its priors are "
+                                 f"{', '.join(dict.fromkeys(c.prior for c in cells))}")
+            cells = [c for c in cells if c.prior in priors]
+        return run_grid(cells, quick=quick, settings=settings, out=out, jobs=jobs, progress=progress,
+                        experiment=name)
     settings = settings if settings is not None else (QUICK if quick else FULL)
     rows = plan_movielens(_movielens_entries(quick, data_dir, progress), settings=settings)
     return _run_rows(rows, _folder(out, quick), jobs, progress)
