@@ -87,24 +87,8 @@ def _block_direction(own, other, block):
 
 
 def reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u):
-    """The spike/slab flip of column ``h`` aimed by a reflection of the slab (a move of
-    :func:`column_moves` for priors with a :meth:`~bmczoo.priors.Prior.column_block`).
-
-    Within the slab the posterior is invariant under rotations and reflections of the
-    columns (equal scales; ``theta = M N^T`` unchanged), so the signal spreads over all slab
-    columns and a plain flip is only accepted when column ``h`` happens to carry none.
-    Switching off (``h`` in the slab): draw ``w`` from an angular central Gaussian aimed at
-    the slab's least-energy direction ``v(x)`` (:func:`_block_direction`), reflect the slab
-    by the Householder map ``H_w`` (``e_h <-> w``), then flip ``h`` on the reflected state as
-    the plain move does (own column integrated out, the other rescaled).  Switching on (``h``
-    in the spike): draw ``w`` uniformly on the sphere of the slab plus ``h``, flip, draw the
-    own column from its conditional, then reflect.  The two are each other's reverse, with
-    the proposal ratio ``q_on(w) / q_off(w | x)`` (uniform over the angular central
-    Gaussian, the latter at the slab state: before the switch-off, after the switch-on) in
-    the acceptance; the reflections have unit Jacobian and leave the joint unchanged.  On
-    rejection the state is kept; a rejected switch-on then redraws the own column from its
-    conditional (a Gibbs step, fresh normals ``z2``; not after a rejected switch-off, whose
-    acceptance depends on that column)."""
+    """:func:`bmczoo.inference.gibbs._reflected_flip` (whose docstring explains the move)
+    on the per-rating residual ``e`` (in the carry) instead of per-row Gram matrices."""
     own, other, gamma, e = carry
     C, m, K = own.shape
     dt = own.dtype
