@@ -768,7 +768,7 @@ def _add_fit(sub) -> None:
                    "faster)")
     f.add_argument("--column-moves", action="store_const", const=True, default=None,
                    help="gibbs: end each sweep with the moves that change gamma_h together with its column (the "
-                   "discrete prior's aimed spike/slab flip, the continuous priors' scale walk; one device) "
+                   "discrete prior's aimed spike/slab flip, the continuous priors' scale walk) "
                    "(default: the paper's plain sweep)")
     f.add_argument("--checkpoint", default=None, metavar="FILE.npz",
                    help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
