@@ -443,8 +443,8 @@ def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = N
         :data:`~bmczoo.experiments.tasks.QUICK` or ``FULL`` by ``quick``).  They are part of
         every cache key, the cache subfolder is still ``quick`` / ``full``.
     priors : sequence of str, optional
-        ``simulation-m`` / ``simulation-K``: only the rows of these priors (registry names,
-        e.g. ``["discrete"]``); default all of the paper's.
+        ``simulation-m`` / ``simulation-K``: only the rows of these priors (their registry
+        names); default all of the paper's.
 
     Returns
     -------
