@@ -869,7 +869,8 @@ def _add_reproduce(sub) -> None:
                    help="run N fits at a time in separate processes (default 1; same results for any N)")
     r.add_argument("--quiet", action="store_true", help="print only the final table")
     r.add_argument("--priors", default=None, metavar="NAMES",
-                   help="simulation-m / simulation-K: only these priors' rows, comma-separated (e.g. discrete)")
+                   help="simulation-m / simulation-K: only these priors' rows, comma-separated, e.g. discrete "
+                   "(default: all rows)")
     r.add_argument("--column-moves", action="store_true",
                    help="the Gibbs fits of the discrete, inverse-gamma and gamma priors add the column moves "
                    "(bmc.fit(column_moves=True)) to the paper's sweep; cached apart from the plain runs")
