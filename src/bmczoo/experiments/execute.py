@@ -64,8 +64,6 @@ def fit_value(task: FitTask, *, progress_bar: bool = False) -> float:
     float
         Validation RMSE (stage ``"validation"``) or the dataset's test RMSE (``"test"``).
     """
-    import jax.numpy as jnp
-
     from ..inference import fit
 
     data = prepared(task.data)
@@ -77,9 +75,7 @@ def fit_value(task: FitTask, *, progress_bar: bool = False) -> float:
         f = fit(train, max_iter=st.vb_max_iter, **common)
     else:
         extra = {} if task.init_gamma is None else {"init_gamma": task.init_gamma}
-        prior = common["prior"]
-        if st.column_moves and prior.has_column_scales and prior.column_proposal(
-                jnp.ones(1), jnp.zeros(1), 2) is not None:  # the priors without a move run the plain sweep
+        if st.column_moves and common["prior"].has_column_move:  # the priors without a move run the plain sweep
             extra["column_moves"] = True
         f = fit(train, num_warmup=st.num_warmup, num_samples=st.num_samples, thinning=st.thinning,
                 store_factors=True, track=0, **common, **extra)

@@ -482,23 +482,9 @@ def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var,
     """
     C, m_other, K = other.shape
     dtype = other.dtype
-    T = K * (K + 1) // 2
-    parts = [pack_upper(outer(other))]
-    if use_bias:
-        parts += [other, bias_other[..., None] * other, bias_other[..., None]]
-    Gall = _pattern_product(csr, csr.ones, jnp.concatenate(parts, -1) if use_bias else parts[0])
-    vparts = [other] + ([jnp.ones((C, m_other, 1), dtype)] if use_bias else [])
-    Rdense = jnp.concatenate(vparts, -1) if use_bias else vparts[0]
-    if values is None:
-        Rall = _pattern_product(csr, csr.values, Rdense)
-    else:  # per-chain values (a latent z): one product per chain
-        Rall = jnp.stack([pattern_product(csr, values[i], Rdense[i]) for i in range(C)])
-    G = unpack_upper(Gall[..., :T], K)
-    r = Rall[..., :K]
+    G, r, sumO, sumBO, sumB, sumY = _row_sums(csr, other, bias_other, use_bias, values)
     part = jnp.zeros((C,), dtype)
     if use_bias:
-        sumO, sumBO, sumB = Gall[..., T : T + K], Gall[..., T + K : T + 2 * K], Gall[..., T + 2 * K]
-        sumY = Rall[..., K]
         count = jnp.diff(csr.indptr).astype(dtype)
         p = inv_var[:, None] + tb[:, None] * count
         mean = tb[:, None] * (sumY - sumB - jnp.sum(own * sumO, axis=-1)) / p
@@ -519,6 +505,32 @@ def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var,
         part = part + jnp.einsum("cmk,cmkl,cml->c", x, G, x) - 2.0 * jnp.sum(x * r, axis=(1, 2))
     # a failed Cholesky factorisation gives NaN factors, hence NaN draws
     return x, bias_own, ~jnp.all(jnp.isfinite(x), axis=-1), part
+
+
+def _row_sums(csr: CSR, other, bias_other, use_bias: bool, values=None):
+    """The per-row sums over the ratings that a half sweep and the column moves need, from
+    two sparse products with the rating pattern (``other`` (C, m_other, K) the other
+    factor, all rows): ``G_i = sum_j N_j N_j^T`` (C, m, K, K) and ``r_i = sum_j Y_ij N_j``
+    (C, m, K), and with biases ``sum_j N_j``, ``sum_j c_j N_j`` (C, m, K), ``sum_j c_j``
+    and ``sum_j Y_ij`` (C, m) (else None).  ``values`` (C, n), when given, replace the
+    ratings per chain (one product per chain)."""
+    C, m_other, K = other.shape
+    T = K * (K + 1) // 2
+    parts = [pack_upper(outer(other))]
+    if use_bias:
+        parts += [other, bias_other[..., None] * other, bias_other[..., None]]
+    Gall = _pattern_product(csr, csr.ones, jnp.concatenate(parts, -1) if use_bias else parts[0])
+    vparts = [other] + ([jnp.ones((C, m_other, 1), other.dtype)] if use_bias else [])
+    Rdense = jnp.concatenate(vparts, -1) if use_bias else vparts[0]
+    if values is None:
+        Rall = _pattern_product(csr, csr.values, Rdense)
+    else:  # per-chain values (a latent z): one product per chain
+        Rall = jnp.stack([pattern_product(csr, values[i], Rdense[i]) for i in range(C)])
+    G = unpack_upper(Gall[..., :T], K)
+    if not use_bias:
+        return G, Rall, None, None, None, None
+    return (G, Rall[..., :K], Gall[..., T:T + K], Gall[..., T + K:T + 2 * K], Gall[..., T + 2 * K],
+            Rall[..., K])
 
 
 def _pattern_product(csr: CSR, data, dense):
@@ -717,8 +729,7 @@ def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: j
 
     ``keys`` (C,): one key per chain.
     """
-    if "gamma" not in state.prior_state or prior.column_proposal(state.gamma, jnp.zeros_like(state.gamma),
-                                                                   2) is None:
+    if "gamma" not in state.prior_state or not prior.has_column_move:
         raise ValueError(f"the {prior.name or type(prior).__name__} prior has no column move "
                          "(column_moves=True needs a prior with column scales that defines column_proposal)")
     m1, m2 = problem.dims
@@ -814,8 +825,8 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, draws: d
     sums over the devices.
 
     Every quantity a move needs is a per-row sum over the ratings of the other factor's
-    rows: with ``F0 = other`` at entry, two sparse products of the shared hot path (as in
-    :func:`_side`) give ``G0_i = sum_j F0_j F0_j^T`` and ``Y_i = sum_j (Y_ij - b_i - c_j)
+    rows: with ``F0 = other`` at entry, the two sparse products of :func:`_row_sums` (as in
+    a half sweep) give ``G0_i = sum_j F0_j F0_j^T`` and ``Y_i = sum_j (Y_ij - b_i - c_j)
     F0_j``.  The moves only rescale and reflect the columns of ``other``, so it stays ``F0
     T`` for a (C, K, K) matrix ``T`` tracked alongside; then for column ``h`` (``t = T e_h``)
     ``A_i = sum_j f_jh^2 = t^T G0_i t`` and the residual sum without column ``h`` is
@@ -824,18 +835,9 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, draws: d
     chain (a latent likelihood's ``z``); ``draws``: :func:`_move_draws`."""
     C, m, K = own.shape
     dt = own.dtype
-    W = K * (K + 1) // 2
-    parts = [pack_upper(outer(other))]
-    if use_bias:
-        parts += [other, bias_other[..., None] * other]
-    Gall = _pattern_product(csr, csr.ones, jnp.concatenate(parts, -1) if use_bias else parts[0])
-    G0 = unpack_upper(Gall[..., :W], K)
-    if values is None:
-        Y = _pattern_product(csr, csr.values, other)
-    else:
-        Y = jnp.stack([pattern_product(csr, values[i], other[i]) for i in range(C)])
-    if use_bias:
-        Y = Y - bias_own[..., None] * Gall[..., W:W + K] - Gall[..., W + K:W + 2 * K]
+    G0, Y, sumO, sumBO, _, _ = _row_sums(csr, other, bias_other, use_bias, values)
+    if use_bias:  # the residual of the biases too, as in _side
+        Y = Y - bias_own[..., None] * sumO - sumBO
     S0 = jnp.einsum("cjk,cjl->ckl", other, other)
     z, zq, log_u = draws["z"], draws["zq"], draws["log_u"]
     sums = functools.partial(_column_sums, G0, Y, S0)

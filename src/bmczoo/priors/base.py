@@ -188,6 +188,12 @@ class Prior(abc.ABC):
         move (the default)."""
         return None
 
+    @property
+    def has_column_move(self) -> bool:
+        """Whether the Gibbs column moves apply to this prior: column scales and a
+        :meth:`column_proposal`."""
+        return self.has_column_scales and self.column_proposal(jnp.ones(1), jnp.zeros(1), 2) is not None
+
     #: step of the log-scale random walk of :meth:`log_walk_proposal`
     column_step: ClassVar[float] = 0.5
 
