@@ -679,10 +679,10 @@ def _cmd_reproduce(args) -> int:
     print(f"reproducing {args.experiment}" + (" (quick)" if args.quick else "") + "; each finished fit is cached, "
           "a rerun resumes", flush=True)
     settings = None
-    if args.column_moves:
+    if not args.column_moves:
         from .experiments.tasks import FULL, QUICK
 
-        settings = dataclasses.replace(QUICK if args.quick else FULL, column_moves=True)
+        settings = dataclasses.replace(QUICK if args.quick else FULL, column_moves=False)
     priors = [p.strip() for p in args.priors.split(",")] if args.priors else None
     # a bad --priors is the runner's ValueError (it names the rows there are): one line
     rows = run_experiment(args.experiment, quick=args.quick, out=out, progress=not args.quiet,
@@ -762,10 +762,10 @@ def _add_fit(sub) -> None:
     f.add_argument("--overrelax", type=float, default=None, metavar="RHO",
                    help="gibbs: over-relaxed row updates, RHO in (-1, 1) (default 0: plain Gibbs; -0.7 mixes "
                    "faster)")
-    f.add_argument("--column-moves", action="store_const", const=True, default=None,
+    f.add_argument("--column-moves", action=argparse.BooleanOptionalAction, default=None,
                    help="gibbs: end each sweep with the moves that change gamma_h together with its column (the "
-                   "discrete prior's aimed spike/slab flip, the continuous priors' scale walk) "
-                   "(default: the paper's plain sweep)")
+                   "discrete prior's aimed spike/slab flip, the continuous priors' scale walk); "
+                   "--no-column-moves: the paper's plain sweep (default: the moves wherever the prior has one)")
     f.add_argument("--checkpoint", default=None, metavar="FILE.npz",
                    help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
                         "rerun the same command to resume (an existing file that is not a bmczoo checkpoint is an "
@@ -867,9 +867,10 @@ def _add_reproduce(sub) -> None:
     r.add_argument("--priors", default=None, metavar="NAMES",
                    help="simulation-m / simulation-K: only these priors' rows, comma-separated, e.g. discrete "
                    "(default: all rows)")
-    r.add_argument("--column-moves", action="store_true",
-                   help="the Gibbs fits of the discrete, inverse-gamma and gamma priors add the column moves "
-                   "(bmc.fit(column_moves=True)) to the paper's sweep; cached apart from the plain runs")
+    r.add_argument("--column-moves", action=argparse.BooleanOptionalAction, default=True,
+                   help="the Gibbs fits of the discrete, inverse-gamma and gamma priors end each sweep with the "
+                   "column moves (bmc.fit's default); --no-column-moves: the paper's plain sweep for every prior, "
+                   "cached apart from the runs with the moves")
     _add_debug_option(r)
     r.set_defaults(func=_cmd_reproduce)
 

@@ -22,7 +22,8 @@ from bmczoo.experiments.tasks import MovieLensData, SimulationData
 from bmczoo.priors import Fixed, registry
 
 # a tiny simulation: 30 x 30, K = 2, short chains, one dataset
-TINY = Settings(seeds=(0,), num_warmup=5, num_samples=20, thinning=5, vb_max_iter=10)
+# the paper's plain sweep (reproduce --no-column-moves): the cache keys checked below are the plain runs'
+TINY = Settings(seeds=(0,), num_warmup=5, num_samples=20, thinning=5, vb_max_iter=10, column_moves=False)
 CELLS = [
     GridCell("m=30", 30, 2, "discrete", {"C": 1.0, "p": 0.05, "eps": 0.1}, 0.5),
     GridCell("m=30", 30, 2, "inverse-gamma", {"a": 1.0, "b": 0.01}, 0.5),
@@ -150,9 +151,14 @@ def test_format_table_shows_the_start():
 
 
 def test_column_moves_setting_is_keyed_only_when_on(monkeypatch):
-    """``Settings(column_moves=True)`` (``reproduce --column-moves``) puts the setting in the
-    cache key (the plain runs' keys stay as they were, checked above) and passes
-    ``column_moves=True`` to the Gibbs fits of priors that have a move, not to the others."""
+    """``Settings(column_moves=True)`` (the default, as ``bmc.fit``'s; ``reproduce
+    --no-column-moves`` turns it off) puts the setting in the cache key (the plain runs'
+    keys stay as they were, checked above) and passes ``column_moves=True`` to the Gibbs
+    fits of priors that have a move, False to the others and to every fit of a plain run."""
+    from bmczoo.experiments.tasks import FULL, QUICK
+
+    assert FULL.column_moves and QUICK.column_moves
+    assert Settings(seeds=(0,), num_warmup=5, num_samples=20, thinning=5, vb_max_iter=10).column_moves is True
     moves = dataclasses.replace(TINY, column_moves=True)
     (plain_row,) = plan_grid([CELLS[0]], settings=TINY, experiment="tiny")
     (row,) = plan_grid([CELLS[0]], settings=moves, experiment="tiny")
@@ -166,7 +172,7 @@ def test_column_moves_setting_is_keyed_only_when_on(monkeypatch):
         pass
 
     def fake_fit(train, **kw):
-        seen.append((type(kw["prior"]).__name__, kw.get("column_moves", False)))
+        seen.append((type(kw["prior"]).__name__, kw["column_moves"]))
         raise Stop
 
     monkeypatch.setattr("bmczoo.inference.fit", fake_fit)

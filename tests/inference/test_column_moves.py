@@ -250,6 +250,38 @@ def test_column_moves_through_fit_and_errors(tiny_ratings):
     assert bmc.inference.Gibbs(column_moves=True, devices=jax.devices()[:1]).column_moves  # sharded: test_sharding
 
 
+def test_moves_are_the_default_where_the_prior_has_one(tiny_ratings):
+    """``column_moves=None`` (the default of ``bmc.fit`` and ``ConjugateGibbs``) runs the
+    moves for the discrete, inverse-gamma and gamma priors (the same draws as
+    ``column_moves=True``, others than the plain sweep's) and the plain sweep for the
+    priors without a move; the resolved choice is recorded on the fit."""
+    from numpyro.infer import MCMC
+
+    assert bmc.inference.Gibbs().column_moves is None
+    for prior, on in ((bmc.priors.InverseGamma(), True), (bmc.priors.Gamma(), True), (bmc.priors.Fixed(1.0), False),
+                      (bmc.priors.NormalWishart(), False)):
+        assert bmc.inference.Gibbs().for_prior(prior).column_moves is on, prior
+        assert bmc.inference.Gibbs(column_moves=False).for_prior(prior).column_moves is False
+    run = dict(K=2, prior=bmc.priors.Discrete(1.0, 0.3, 0.05), num_warmup=3, num_samples=6, thinning=1, num_chains=2,
+               progress_bar=False, seed=3)
+    default, moves, plain = (bmc.fit(tiny_ratings, **run, **kw)
+                             for kw in ({}, {"column_moves": True}, {"column_moves": False}))
+    assert default.info.settings.column_moves is True and plain.info.settings.column_moves is False
+    np.testing.assert_array_equal(default.samples["gamma"], moves.samples["gamma"])
+    assert not np.array_equal(default.samples["gamma"], plain.samples["gamma"])
+    assert bmc.fit(tiny_ratings, **{**run, "prior": bmc.priors.Fixed(1.0)}).info.settings.column_moves is False
+    draws = {}
+    for moves in (None, True, False):
+        mcmc = MCMC(bmc.inference.ConjugateGibbs(num_samples=6, column_moves=moves), num_warmup=3, num_samples=6,
+                    progress_bar=False)
+        mcmc.run(jax.random.key(0), tiny_ratings, 2, bmc.priors.InverseGamma())
+        draws[moves] = np.asarray(mcmc.get_samples()["gamma"])
+    np.testing.assert_array_equal(draws[None], draws[True])
+    assert not np.array_equal(draws[None], draws[False])
+    with pytest.raises(TypeError, match="column_moves"):
+        bmc.inference.ConjugateGibbs(column_moves="yes")
+
+
 # --------------------------------------------------------------------------- with the other components
 def test_geweke_column_moves_with_learned_noise_and_biases(monkeypatch):
     """Sweep + column moves with a learned noise precision and row/column biases (the

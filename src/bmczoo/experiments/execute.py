@@ -75,8 +75,8 @@ def fit_value(task: FitTask, *, progress_bar: bool = False) -> float:
         f = fit(train, max_iter=st.vb_max_iter, **common)
     else:
         extra = {} if task.init_gamma is None else {"init_gamma": task.init_gamma}
-        if st.column_moves and common["prior"].has_column_move:  # the priors without a move run the plain sweep
-            extra["column_moves"] = True
+        # the priors without a move run the plain sweep; False: the paper's sweep for all
+        extra["column_moves"] = bool(st.column_moves) and common["prior"].has_column_move
         f = fit(train, num_warmup=st.num_warmup, num_samples=st.num_samples, thinning=st.thinning,
                 store_factors=True, track=0, **common, **extra)
     return float(f.rmse(data.valid) if task.stage == "validation" else data.evaluate(f))

@@ -180,4 +180,4 @@ def _compose(train: RatingData, K, prior, settings: Settings, shift, *, center, 
     prior = Discrete() if prior is None else check_prior(prior)
     return FitInfo(method=settings.method, prior=prior, likelihood=likelihood, K=check_K(K, train.shape),
                    shape=train.shape, shift=shift, center=center, seed=check_int("seed", seed, minimum=0),
-                   dtype=jnp.dtype(dtype).name, settings=settings, tau=likelihood.precision(train.n), biases=biases)
+                   dtype=jnp.dtype(dtype).name, settings=settings.for_prior(prior), tau=likelihood.precision(train.n), biases=biases)

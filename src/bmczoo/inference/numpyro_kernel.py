@@ -95,8 +95,10 @@ class ConjugateGibbs(MCMCKernel):
         equal those of a single-device run with the same key.
     overrelax : float
         Coefficient in (-1, 1) of the over-relaxed row updates (0: plain Gibbs draws).
-    column_moves : bool
-        End each sweep with the column moves (:func:`bmczoo.inference.gibbs.column_moves`).
+    column_moves : bool or None
+        End each sweep with the column moves (:func:`bmczoo.inference.gibbs.column_moves`);
+        None (the default): wherever the prior has a move
+        (:attr:`~bmczoo.priors.Prior.has_column_move`); False: the paper's plain sweep.
 
     After ``mcmc.run``, :func:`bmczoo.inference.gibbs.check_failure` on
     ``mcmc.last_state.core`` raises if any draw was non-finite (``bmc.fit`` does this).
@@ -119,7 +121,7 @@ class ConjugateGibbs(MCMCKernel):
         dtype=None,
         devices=None,
         overrelax: float = 0.0,
-        column_moves: bool = False,
+        column_moves: bool | None = None,
     ):
         self._model = model
         self._num_samples = num_samples
@@ -133,6 +135,9 @@ class ConjugateGibbs(MCMCKernel):
         self._dtype = dtype
         self._devices = devices
         self._overrelax = gibbs.check_overrelax(overrelax)
+        if column_moves is not None and not isinstance(column_moves, (bool, np.bool_)):
+            raise TypeError(f"column_moves must be True, False or None (on where the prior has a move), "
+                            f"got {column_moves!r}")
         self._column_moves = column_moves
         self._prior = None
         self._batched = False
@@ -206,7 +211,7 @@ class ConjugateGibbs(MCMCKernel):
             mesh=self._devices,
             overrelax=self._overrelax,
             likelihood=likelihood,
-            column_moves=self._column_moves,
+            column_moves=self._prior.has_column_move if self._column_moves is None else self._column_moves,
             biases=biases,
         )
         self._batched = not is_prng_key(rng_key)

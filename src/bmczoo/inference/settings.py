@@ -100,6 +100,10 @@ class Settings:
             out[f.name] = v
         return out
 
+    def for_prior(self, prior) -> "Settings":
+        """The settings as they apply to ``prior`` (choices left to the prior resolved)."""
+        return self
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Gibbs(Settings):
@@ -110,7 +114,9 @@ class Gibbs(Settings):
     in one batched sweep); ``overrelax`` in (-1, 1): Adler over-relaxed row updates (0:
     plain Gibbs); ``column_moves``: end each sweep with the moves that change ``gamma_h``
     together with its column (DESIGN.md section 10; priors that define
-    ``column_proposal``, e.g. the discrete one); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
+    ``column_proposal``: the discrete, inverse-gamma and gamma priors); None (the
+    default): on wherever the prior has a move, the plain sweep for the others; False:
+    the paper's plain sweep; ``init_gamma``: starting gamma (default the prior's); ``track``: entries
     whose theta is kept per draw (a number of random training entries, or (rows, cols));
     ``store_factors``: keep M, N of each kept draw (``"auto"``: when they take < 256 MiB);
     ``checkpoint``/``checkpoint_every``: save and resume (``.npz``); ``devices``: shard
@@ -123,7 +129,7 @@ class Gibbs(Settings):
     num_chains: int = 1
     chain_method: str = "vectorized"
     overrelax: float = 0.0
-    column_moves: bool = False
+    column_moves: bool | None = None
     init_gamma: Any = None
     track: Any = 8
     store_factors: Any = "auto"
@@ -132,11 +138,25 @@ class Gibbs(Settings):
     devices: Any = None
     method: ClassVar[str] = "gibbs"
 
+    def for_prior(self, prior) -> "Gibbs":
+        """``column_moves=None`` resolved: True where ``prior`` has a column move."""
+        if self.column_moves and not prior.has_column_move:
+            raise ValueError(f"the {prior.name or type(prior).__name__} prior has no column move (column_moves=True "
+                             "needs a prior with column scales that defines column_proposal; None: the moves "
+                             "where the prior has one)")
+        if self.column_moves is not None:
+            return self
+        return dataclasses.replace(self, column_moves=bool(prior.has_column_move))
+
     def __post_init__(self):
         _check_mcmc(self)
         check_choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
         object.__setattr__(self, "overrelax", check_overrelax(self.overrelax))
-        check_bool("column_moves", self.column_moves)
+        if self.column_moves is not None and not isinstance(self.column_moves, (bool, np.bool_)):
+            raise ArgumentTypeError(f"column_moves must be True, False or None (on where the prior has a move), "
+                                    f"got {self.column_moves!r}")
+        if self.column_moves is not None:
+            object.__setattr__(self, "column_moves", bool(self.column_moves))
         object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
         object.__setattr__(self, "track", _check_track(self.track))
         if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):
