@@ -47,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--K", type=int, default=10)
     ap.add_argument("--sweeps", type=int, default=500, help="Gibbs: warm-up 100 + the rest kept (default 500)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-column-moves", action="store_true",
+                    help="Gibbs: the paper's plain sweep (default: bmc.fit's, the column moves where the prior has one)")
     a = ap.parse_args(argv)
     import bmczoo as bmc
 
@@ -58,7 +60,8 @@ def main(argv=None) -> int:
     print("|---|" + "---|" * (len(PROBS) + 2))
     for name, kw in members().items():
         t0 = time.perf_counter()
-        extra = dict(num_warmup=100, num_samples=a.sweeps - 100, thinning=1) if kw["method"] == "gibbs" else {}
+        extra = dict(num_warmup=100, num_samples=a.sweeps - 100, thinning=1,
+                     column_moves=False if a.no_column_moves else None) if kw["method"] == "gibbs" else {}
         fit = bmc.fit(train, K=a.K, test=test, seed=a.seed, progress_bar=False, **kw, **extra)
         cover = []
         for p in PROBS:

@@ -134,8 +134,9 @@ def load_npz(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
 
 
 def check_settings(path, stored: dict, current: dict) -> None:
-    """Raise ``ValueError`` naming the first setting that differs."""
-    for k in sorted(set(stored) | set(current)):
+    """Raise ``ValueError`` naming the first setting that differs (the method first: the
+    other settings depend on it)."""
+    for k in sorted(set(stored) | set(current), key=lambda k: (k != "method", k)):
         if stored.get(k) != current.get(k):
             raise ValueError(
                 f"checkpoint {str(path)!r} was written by a different run: {k} is {stored.get(k)!r} there and "
