@@ -105,10 +105,19 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
     # stays in the slab) has undefined ESS/MCSE: NaN, without numpy's 0/0 warnings
     with _single_chain_quiet(post.sizes["chain"]), np.errstate(divide="ignore", invalid="ignore"):
         if post.sizes["chain"] * post.sizes["draw"] < 4:
-            table = _mean_table(post, var_names)
-        else:
-            table = az.summary(idata, var_names=var_names, kind=kind, round_to=round_to)
-    return _theta_on_data_scale(table, post)
+            return _theta_on_data_scale(_mean_table(post, var_names), post)
+        # unrounded, so that the offset is added before the rounding (not to rounded values)
+        table = az.summary(idata, var_names=var_names, kind=kind, round_to="none")
+    return _round_like_arviz(_theta_on_data_scale(table, post), round_to)
+
+
+def _round_like_arviz(table, round_to):
+    """``az.summary``'s rounding: ``round_to`` decimals, by default 3 (2 for R-hat, 0 for the ESS)."""
+    if round_to in ("None", "none"):
+        return table
+    if round_to is not None:
+        return table.round(round_to)
+    return table.round({c: 2 if c == "r_hat" else 0 if c in ("ess_bulk", "ess_tail") else 3 for c in table.columns})
 
 
 def _theta_on_data_scale(table, post):

@@ -48,6 +48,7 @@ def run_simulation_cell(
     num_samples: int = 900,
     thinning: int = 10,
     progress_bar: bool = False,
+    column_moves: bool = True,
 ) -> SimulationCell:
     """The test-stage fits of ``bmczoo reproduce`` for one prior, without selection.
 
@@ -72,13 +73,16 @@ def run_simulation_cell(
         The Gibbs chains (the paper: 100, 900, 10).
     progress_bar : bool
         The sampler's progress bar.
+    column_moves : bool
+        The column moves for the priors that have one (``bmc.fit``'s default); False:
+        the paper's plain sweep.
 
     Returns
     -------
     SimulationCell
     """
     seeds = tuple(int(s) for s in seeds)
-    settings = Settings(seeds, num_warmup, num_samples, thinning, FULL.vb_max_iter)
+    settings = Settings(seeds, num_warmup, num_samples, thinning, FULL.vb_max_iter, column_moves=column_moves)
     cell = GridCell("", m, K, prior.name, prior.hyperparameters(), factor_scale=factor_scale)
     (row,) = plan_grid([cell], settings=settings, experiment="simulation-cell")
     rmse = tuple(fit_value(base_test_task(unit), progress_bar=progress_bar) for unit in row.units)
