@@ -236,8 +236,8 @@ def rank_posterior(fit, threshold: float, *, num_draws: int = 500, seed: int = 0
         if mix is not None and mix["disagree"]:
             warnings.warn(f"the {mix['num_chains']} chains disagree on the number of active columns "
                           f"(threshold {threshold:.4g}): R-hat {mix['r_hat']:.3g}, most frequent count per chain "
-                          f"{mix['chain_modes']}; the rank posterior reflects the starting points (run longer, "
-                          "or use column_moves=True)", RankMixingWarning, stacklevel=2)
+                          f"{mix['chain_modes']}; the rank posterior reflects the starting points (run longer, with "
+                          "the column moves on: bmc.fit's default, column_moves=None)", RankMixingWarning, stacklevel=2)
     return _poisson_binomial(_draws_prob_above(fit, threshold)).mean(axis=0)
 
 
