@@ -13,7 +13,10 @@ N | M update like a noisy power iteration.  Scale moves on the columns do not he
 cannot rotate that subspace); Adler over-relaxation of the same exact row conditionals
 does: with ``overrelax=-0.7`` every tracked entry's |ACF| is below 0.1 within 5 lags (and
 the ESS of theta entries is about 3x that of plain Gibbs).  The test checks that on 16
-tracked entries.
+tracked entries, with the paper's sweep (``column_moves=False``).  With the column moves
+(``bmc.fit``'s default) and ``overrelax=-0.7`` the chains hold the true rank, two slab
+columns, in every draw, and 14 of the 16 entries are below 0.1 within 5 lags, the other
+two at lags 6 and 7 (seed 0): the claim is the paper's, about its sampler.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def test_acf_vanishes_within_five_lags(tmp_path):
     fit = bmc.fit(
         sim.train, K=5, prior=bmc.priors.Discrete(1.0, 0.05, 0.05), method="gibbs",
         num_warmup=100, num_samples=1000, thinning=1, num_chains=2, track=16, test=truth,
-        clip=False, progress_bar=False, seed=0, overrelax=-0.7,
+        clip=False, progress_bar=False, seed=0, overrelax=-0.7, column_moves=False,
     )
     acf = dg.autocorrelation(fit, max_lag=10)  # (entry, lag)
     print("ACF of tracked theta entries, lags 0..5:")
