@@ -42,6 +42,7 @@ from .._checks import check_K, check_prior, check_ratings
 from ..models import matrix_completion
 from ..models.matrix_completion import model_likelihood
 from . import gibbs
+from .settings import check_column_moves, resolve_column_moves
 
 __all__ = ["ConjugateGibbs", "ConjugateGibbsState"]
 
@@ -135,10 +136,7 @@ class ConjugateGibbs(MCMCKernel):
         self._dtype = dtype
         self._devices = devices
         self._overrelax = gibbs.check_overrelax(overrelax)
-        if column_moves is not None and not isinstance(column_moves, (bool, np.bool_)):
-            raise TypeError(f"column_moves must be True, False or None (on where the prior has a move), "
-                            f"got {column_moves!r}")
-        self._column_moves = column_moves
+        self._column_moves = check_column_moves(column_moves)
         self._prior = None
         self._batched = False
 
@@ -211,7 +209,7 @@ class ConjugateGibbs(MCMCKernel):
             mesh=self._devices,
             overrelax=self._overrelax,
             likelihood=likelihood,
-            column_moves=self._prior.has_column_move if self._column_moves is None else self._column_moves,
+            column_moves=resolve_column_moves(self._column_moves, self._prior),
             biases=biases,
         )
         self._batched = not is_prng_key(rng_key)

@@ -105,6 +105,19 @@ class Settings:
         return self
 
 
+def check_column_moves(value) -> bool | None:
+    """``column_moves``: True, False or None (the moves where the prior has one)."""
+    if value is not None and not isinstance(value, (bool, np.bool_)):
+        raise ArgumentTypeError(f"column_moves must be True, False or None (on where the prior has a move), "
+                                f"got {value!r}")
+    return None if value is None else bool(value)
+
+
+def resolve_column_moves(value, prior) -> bool:
+    """``column_moves`` for ``prior``: None means where the prior has a column move."""
+    return bool(prior.has_column_move) if value is None else bool(value)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Gibbs(Settings):
     """Conjugate blocked Gibbs sampling (:mod:`bmczoo.inference.gibbs`).
@@ -146,17 +159,13 @@ class Gibbs(Settings):
                              "where the prior has one)")
         if self.column_moves is not None:
             return self
-        return dataclasses.replace(self, column_moves=bool(prior.has_column_move))
+        return dataclasses.replace(self, column_moves=resolve_column_moves(None, prior))
 
     def __post_init__(self):
         _check_mcmc(self)
         check_choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
         object.__setattr__(self, "overrelax", check_overrelax(self.overrelax))
-        if self.column_moves is not None and not isinstance(self.column_moves, (bool, np.bool_)):
-            raise ArgumentTypeError(f"column_moves must be True, False or None (on where the prior has a move), "
-                                    f"got {self.column_moves!r}")
-        if self.column_moves is not None:
-            object.__setattr__(self, "column_moves", bool(self.column_moves))
+        object.__setattr__(self, "column_moves", check_column_moves(self.column_moves))
         object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
         object.__setattr__(self, "track", _check_track(self.track))
         if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):
