@@ -75,6 +75,34 @@ def test_ar1_diagnostics_match_arviz_on_raw_arrays(ar1_fit):
     assert table.loc["gamma_sorted[0]", "ess_bulk"] == pytest.approx(float(az.ess(g[..., 0])), abs=0.5)
 
 
+def test_one_chain_r_hat_is_split_r_hat_and_constants_have_no_ess():
+    """One MCMC chain: R-hat is ArviZ's on the chain's halves (Gelman et al.'s split
+    R-hat), the table says so; a quantity constant over all draws has undefined ESS, MCSE
+    and R-hat (ArviZ alone reports ESS = draws for it); VB's independent draws: no R-hat."""
+    rng = np.random.default_rng(7)
+    D = 1001  # odd: the last draw is left out of the halves
+    theta = ar1(rng, (1, D, 3), PHI)
+    theta[0, D // 2:, 1] += 1.0  # entry 1 shifts in the second half
+    gamma = np.exp(ar1(rng, (1, D, 2), PHI))
+    gamma[..., 1] = 1e-4  # a column scale that never moves (always the smaller)
+    fit = FakeMCMCFit({"gamma": gamma, "theta": theta}, track_rows=[0, 3, 7], track_cols=[1, 1, 4], shape=(8, 5))
+    table = dg.summary(fit, round_to="none")
+    assert "split R-hat" in table.attrs["r_hat"]
+    n = D // 2
+    for e, lab in enumerate(["theta[0,1]", "theta[3,1]", "theta[7,4]"]):
+        halves = theta[0, :2 * n, e].reshape(2, n)
+        assert table.loc[lab, "r_hat"] == pytest.approx(float(az.rhat(halves)), rel=1e-12)
+        assert table.loc[lab, "ess_bulk"] == pytest.approx(float(az.ess(theta[..., e], method="bulk")), rel=1e-12)
+    assert table.loc["theta[3,1]", "r_hat"] > 1.05 > table.loc["theta[0,1]", "r_hat"]
+    const = table.loc["gamma_sorted[1]"]
+    assert np.ptp(dg.to_arviz(fit).posterior["gamma_sorted"].values[..., 1]) == 0  # (its float sd need not be 0)
+    assert const[["ess_bulk", "ess_tail", "mcse_mean", "mcse_sd", "r_hat"]].isna().all()
+    assert np.isfinite(table.loc["gamma_sorted[0]", ["ess_bulk", "r_hat"]].astype(float)).all()
+    # several chains: ArviZ's R-hat across chains, no note
+    assert "r_hat" not in dg.summary(FakeMCMCFit({"gamma": np.concatenate([gamma] * 2), "theta": np.concatenate(
+        [theta] * 2)}, track_rows=[0, 3, 7], track_cols=[1, 1, 4], shape=(8, 5))).attrs
+
+
 def test_dims_and_coords(ar1_fit):
     idata = dg.to_arviz(ar1_fit)
     post = idata.posterior

@@ -16,6 +16,7 @@ import dataclasses
 import itertools
 import math
 
+import arviz as az
 import numpy as np
 import pytest
 
@@ -201,3 +202,30 @@ def test_rank_posterior_quiet_when_chains_agree():
     mix = dg.rank_mixing(_stuck_fit([[1, 2], [2, 1]]))
     assert not mix["disagree"] and mix["r_hat"] < 1.05 and np.isfinite(mix["ess_bulk"])
     assert dg.rank_mixing(_stuck_fit([3]))["num_chains"] == 1
+
+
+def test_one_chain_gets_the_split_r_hat_of_its_halves():
+    """One chain (``bmc.fit``'s default): R-hat is ArviZ's on the chain's two halves, so
+    drift within the chain is seen; a chain holding one count throughout has none."""
+    # the count moves between 1 and 2 in the first half and between 3 and 4 in the second
+    drift = _stuck_fit([[1, 2] * 25 + [3, 4] * 25], num_draws=100)
+    mix = dg.rank_mixing(drift)
+    x = np.resize([1, 2], 50).tolist() + np.resize([3, 4], 50).tolist()
+    assert mix["r_hat_kind"] == "split one chain" and not mix["disagree"] and mix["drifts"]
+    assert mix["r_hat"] == pytest.approx(float(az.rhat(np.asarray(x, float).reshape(2, 50))), rel=1e-12)
+    # each half constant at its own count: no within-half variance, R-hat infinite
+    halves = dg.rank_mixing(_stuck_fit([[2] * 25 + [3] * 25], num_draws=50))
+    assert halves["r_hat"] == float("inf") and halves["drifts"]
+    # a chain moving over the same range in both halves does not drift
+    steady = dg.rank_mixing(_stuck_fit([[1, 2]], num_draws=101))  # odd: the last draw left out
+    assert steady["r_hat"] < 1.05 and not steady["drifts"]
+    # too short to halve, and constant: undefined, not drift
+    for fit in (_stuck_fit([[1, 2]], num_draws=7), _stuck_fit([3])):
+        mix = dg.rank_mixing(fit)
+        assert np.isnan(mix["r_hat"]) and not mix["drifts"]
+    # rank_posterior warns only when several chains disagree (drift is reported, not warned)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dg.rank_posterior(drift, dg.gamma_threshold(drift))

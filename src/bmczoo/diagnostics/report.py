@@ -138,6 +138,10 @@ def _rank_mixing_markdown(table, mix) -> list[str]:
             lines.append("")
             lines.append("**Warning: the chains disagree on the number of active columns** (R-hat "
                          f"{_fmt(mix['r_hat'])}): the rank posterior reflects the starting points.")
+        if mix["drifts"]:
+            lines.append("")
+            lines.append("**Warning: the number of active columns drifts within the chain** (split R-hat "
+                         f"{_fmt(mix['r_hat'])}): run longer.")
         lines.append("")
     return lines
 
@@ -148,6 +152,8 @@ def _summary_markdown(fit, settings: dict, table, rank, thr, figure_names, mix=N
     lines = [f"# Diagnostics — {_describe(fit)}", ""]
     lines += [f"- **{k}**: {_fmt(v)}" for k, v in settings.items()]
     lines += ["", "## Summary (rotation- and label-invariant quantities)", "", _markdown_table(table), ""]
+    if table.attrs.get("r_hat"):  # one MCMC chain: its split R-hat
+        lines += [f"R-hat: {table.attrs['r_hat']}.", ""]
     lines += _rank_mixing_markdown(table, mix)
     if rank is not None:
         lines += [f"## Rank posterior (threshold {thr:.4g})", "",

@@ -24,6 +24,13 @@ __all__ = ["summary", "rank_posterior", "rank_mixing", "autocorrelation", "gamma
 #: R-hat of the number of active columns above which the chains are said to disagree
 RHAT_ACTIVE_MAX = 1.05
 
+#: fewest draws of a single chain for which its split R-hat (its two halves) is given
+MIN_DRAWS_SPLIT_RHAT = 8
+
+#: what ``r_hat`` measures for a single MCMC chain (``summary(...).attrs["r_hat"]``)
+SPLIT_RHAT_NOTE = ("one chain: R-hat of its two halves (split R-hat); it sees drift within the chain "
+                   "but not a dependence on the starting point: run several chains for that")
+
 
 class RankMixingWarning(UserWarning):
     """The chains of an MCMC fit disagree on the number of active columns."""
@@ -87,8 +94,11 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
         Quantities constant over all draws get NaN diagnostics.
     entries, num_draws, seed :
         Passed to :func:`~bmczoo.diagnostics.to_arviz` (VB: draws from q, one chain: the
-        ESS then measures those independent draws).  R-hat needs two chains or more: it
-        is NaN for a single chain (VB, SVI, one-chain MCMC).
+        ESS then measures those independent draws).  R-hat compares chains: for a
+        single MCMC chain (``bmc.fit``'s default) it is the split R-hat of the chain's
+        two halves (the table's ``attrs["r_hat"]`` says so): it flags drift within the
+        chain, not a dependence on the starting point, which only several chains show.
+        NaN for the independent draws of VB and SVI and for a chain of fewer than 8 draws.
     """
     import arviz as az
 
@@ -108,7 +118,39 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
             return _theta_on_data_scale(_mean_table(post, var_names), post)
         # unrounded, so that the offset is added before the rounding (not to rounded values)
         table = az.summary(idata, var_names=var_names, kind=kind, round_to="none")
+        if "r_hat" in table.columns and _split_rhat_applies(post):
+            split = az.summary(az.InferenceData(posterior=_split_halves(post)), var_names=var_names,
+                               kind="diagnostics", round_to="none")
+            table["r_hat"] = split["r_hat"].reindex(table.index).values
+            table.attrs["r_hat"] = SPLIT_RHAT_NOTE
+        # ArviZ gives a constant quantity (a chain stuck at one count) ESS = the number of
+        # draws, which reads as perfect mixing: its ESS, MCSE and R-hat are undefined
+        diag = [c for c in table.columns if c.startswith(("ess_", "mcse_")) or c == "r_hat"]
+        if diag:
+            # exact test (a float sd of equal values need not be 0): the mean |x - first draw|,
+            # through ArviZ so that the labels are its own
+            dev = abs(post[var_names] - post[var_names].isel(chain=0, draw=0))
+            moved = az.summary(az.InferenceData(posterior=dev), kind="stats", round_to="none")["mean"]
+            table.loc[(moved.reindex(table.index) == 0).values, diag] = np.nan
     return _round_like_arviz(_theta_on_data_scale(table, post), round_to)
+
+
+def _split_rhat_applies(post) -> bool:
+    """One chain of MCMC draws (not VB's or a guide's independent draws), long enough to halve."""
+    return (post.sizes["chain"] == 1 and post.sizes["draw"] >= MIN_DRAWS_SPLIT_RHAT
+            and post.attrs.get("representation") == "mcmc draws")
+
+
+def _split_halves(post):
+    """The one chain's first and second halves as two chains (an odd last draw dropped):
+    ArviZ's R-hat of these is the split R-hat of the chain (Gelman et al., BDA3 11.4)."""
+    import xarray as xr
+
+    n = post.sizes["draw"] // 2
+    first = post.isel(draw=slice(0, n))
+    second = post.isel(draw=slice(n, 2 * n)).assign_coords(draw=first["draw"].values,
+                                                             chain=first["chain"].values + 1)
+    return xr.concat([first, second], dim="chain")
 
 
 def _round_like_arviz(table, round_to):
@@ -245,10 +287,12 @@ def rank_mixing(fit, threshold: float | None = None) -> dict | None:
     """Convergence of the number of active columns ``#{h: gamma_h > threshold}`` of an
     MCMC fit (per draw ``sum_h P(gamma_h > threshold | draw)``): a dict with
     ``num_chains``, ``ess_bulk``, ``ess_tail``, ``r_hat`` (ArviZ, on the (chain, draw)
-    array; NaN where undefined, e.g. one chain or a constant count), ``chain_modes`` (the
-    most frequent rounded count of each chain), ``chain_means`` and ``disagree`` (R-hat >
-    1.05, or, where R-hat is undefined because every chain is constant, chain modes that
-    differ).  None for a fit without MCMC draws of gamma.
+    array; for one chain the split R-hat of its two halves; NaN where undefined, e.g. a
+    constant count or a chain of fewer than 8 draws), ``r_hat_kind`` (``"chains"`` or
+    ``"split one chain"``), ``chain_modes`` (the most frequent rounded count of each
+    chain), ``chain_means``, ``disagree`` (several chains: R-hat > 1.05, or, where R-hat
+    is undefined because every chain is constant, chain modes that differ) and ``drifts``
+    (one chain: its split R-hat > 1.05).  None for a fit without MCMC draws of gamma.
     ``threshold`` defaults to :func:`gamma_threshold`."""
     import arviz as az
 
@@ -260,15 +304,23 @@ def rank_mixing(fit, threshold: float | None = None) -> dict | None:
     t = gamma_threshold(fit) if threshold is None else _check_threshold(threshold)
     x = num_active_draws(fit, fit.samples, t)  # (chain, draw)
     C = x.shape[0]
+    r_hat_kind = "chains" if C >= 2 else "split one chain"
     if np.ptp(x) == 0:  # constant count: ESS and R-hat undefined (ArviZ would give the draw count)
         return {"num_chains": C, "threshold": t, "ess_bulk": float("nan"), "ess_tail": float("nan"),
-                "r_hat": float("nan"), "chain_modes": [int(np.rint(x[0, 0]))] * C,
-                "chain_means": [float(x[0, 0])] * C, "disagree": False}
+                "r_hat": float("nan"), "r_hat_kind": r_hat_kind, "chain_modes": [int(np.rint(x[0, 0]))] * C,
+                "chain_means": [float(x[0, 0])] * C, "disagree": False, "drifts": False}
     with _single_chain_quiet(C), np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         ess_bulk = float(az.ess(x, method="bulk")) if x.size >= 4 else float("nan")
         ess_tail = float(az.ess(x, method="tail")) if x.size >= 4 else float("nan")
-        r_hat = float(az.rhat(x)) if C >= 2 and x.shape[1] >= 4 else float("nan")
+        if C >= 2:
+            r_hat = float(az.rhat(x)) if x.shape[1] >= 4 else float("nan")
+        elif x.shape[1] >= MIN_DRAWS_SPLIT_RHAT:
+            halves = x[:, :2 * (x.shape[1] // 2)].reshape(2, -1)
+            # each half constant at its own count: R-hat infinite, as for chains below
+            r_hat = float("inf") if np.all(np.ptp(halves, axis=1) == 0) else float(az.rhat(halves))
+        else:
+            r_hat = float("nan")
     if C >= 2 and np.all(np.ptp(x, axis=1) == 0):
         # every chain constant, at different counts: no within-chain variance, R-hat is
         # infinite (ArviZ's rank-normalised estimate returns ~1e15 from rounding)
@@ -276,8 +328,10 @@ def rank_mixing(fit, threshold: float | None = None) -> dict | None:
     modes = [int(np.bincount(np.rint(row).astype(np.int64)).argmax()) for row in x]
     # R-hat is NaN or inf when every chain is constant: then differing values are disagreement
     disagree = C >= 2 and (r_hat > RHAT_ACTIVE_MAX if np.isfinite(r_hat) else len(set(modes)) > 1)
+    drifts = C == 1 and r_hat > RHAT_ACTIVE_MAX  # NaN (too short) is not drift
     return {"num_chains": C, "threshold": t, "ess_bulk": ess_bulk, "ess_tail": ess_tail, "r_hat": r_hat,
-            "chain_modes": modes, "chain_means": [float(v) for v in x.mean(axis=1)], "disagree": bool(disagree)}
+            "r_hat_kind": r_hat_kind, "chain_modes": modes, "chain_means": [float(v) for v in x.mean(axis=1)],
+            "disagree": bool(disagree), "drifts": bool(drifts)}
 
 
 def gamma_threshold(fit) -> float:
