@@ -125,3 +125,21 @@ def test_report(gibbs_fit, vb_fit, tmp_path):
     vpaths = dg.report(vb_fit, tmp_path / "vb", num_draws=100)
     assert [p.name for p in vpaths][-1] == "convergence.png"
     assert "acf.png" not in {p.name for p in vpaths}
+
+
+def test_report_of_one_chain_names_its_split_r_hat_and_drift(tmp_path):
+    """One chain: the report says R-hat is the split R-hat of its halves, and warns when
+    the number of active columns drifts between them (here 1-2 columns, then 3-4)."""
+    D, K = 100, 4
+    counts = np.r_[np.resize([1, 2], D // 2), np.resize([3, 4], D // 2)]
+    gamma = np.where(np.arange(K)[None, None] < counts[None, :, None], PRIOR.C, PRIOR.eps)
+    theta = np.random.default_rng(1).normal(size=(1, D, 2))
+    fit = FakeMCMCFit({"gamma": gamma, "theta": theta}, [0, 1], [1, 0], (6, 5), prior=PRIOR)
+    md = dg.report(fit, tmp_path / "one")[1].read_text()
+    assert "R-hat: one chain: R-hat of its two halves" in md
+    assert "**Warning: the number of active columns drifts within the chain**" in md
+    assert "chains disagree" not in md
+    steady = FakeMCMCFit({"gamma": np.where(np.arange(K)[None, None] < np.resize([1, 2], D)[None, :, None],
+                                            PRIOR.C, PRIOR.eps), "theta": theta}, [0, 1], [1, 0], (6, 5), prior=PRIOR)
+    md = dg.report(steady, tmp_path / "steady")[1].read_text()
+    assert "R-hat: one chain" in md and "drifts" not in md
