@@ -127,11 +127,11 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
         # draws, which reads as perfect mixing: its ESS, MCSE and R-hat are undefined
         diag = [c for c in table.columns if c.startswith(("ess_", "mcse_")) or c == "r_hat"]
         if diag:
-            # exact test (a float sd of equal values need not be 0): the mean |x - first draw|,
-            # through ArviZ so that the labels are its own
-            dev = abs(post[var_names] - post[var_names].isel(chain=0, draw=0))
-            moved = az.summary(az.InferenceData(posterior=dev), kind="stats", round_to="none")["mean"]
-            table.loc[(moved.reindex(table.index) == 0).values, diag] = np.nan
+            # exact test (a float sd of equal values need not be 0): the range over all
+            # draws, through ArviZ so that the labels are its own
+            spread = az.summary(idata, var_names=var_names, stat_funcs={"ptp": np.ptp}, extend=False,
+                                round_to="none")["ptp"]
+            table.loc[(spread.reindex(table.index) == 0).values, diag] = np.nan
     return _round_like_arviz(_theta_on_data_scale(table, post), round_to)
 
 
