@@ -313,16 +313,12 @@ def rank_mixing(fit, threshold: float | None = None) -> dict | None:
         warnings.simplefilter("ignore", RuntimeWarning)
         ess_bulk = float(az.ess(x, method="bulk")) if x.size >= 4 else float("nan")
         ess_tail = float(az.ess(x, method="tail")) if x.size >= 4 else float("nan")
-        if C >= 2:
-            r_hat = float(az.rhat(x)) if x.shape[1] >= 4 else float("nan")
-        elif x.shape[1] >= MIN_DRAWS_SPLIT_RHAT:
-            halves = x[:, :2 * (x.shape[1] // 2)].reshape(2, -1)
-            # each half constant at its own count: R-hat infinite, as for chains below
-            r_hat = float("inf") if np.all(np.ptp(halves, axis=1) == 0) else float(az.rhat(halves))
-        else:
-            r_hat = float("nan")
-    if C >= 2 and np.all(np.ptp(x, axis=1) == 0):
-        # every chain constant, at different counts: no within-chain variance, R-hat is
+        # what R-hat compares: the chains, or one chain's two halves (an odd last draw dropped)
+        groups = x if C >= 2 else x[:, :2 * (x.shape[1] // 2)].reshape(2, -1)
+        defined = x.shape[1] >= (4 if C >= 2 else MIN_DRAWS_SPLIT_RHAT)
+        r_hat = float(az.rhat(groups)) if defined else float("nan")
+    if (C >= 2 or defined) and np.all(np.ptp(groups, axis=1) == 0):
+        # every group constant, at different counts: no within-group variance, R-hat is
         # infinite (ArviZ's rank-normalised estimate returns ~1e15 from rounding)
         r_hat = float("inf")
     modes = [int(np.bincount(np.rint(row).astype(np.int64)).argmax()) for row in x]

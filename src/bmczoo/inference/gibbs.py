@@ -840,9 +840,10 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, draws: d
         Y = Y - bias_own[..., None] * sumO - sumBO
     S0 = jnp.einsum("cjk,cjl->ckl", other, other)
     z, zq, log_u = draws["z"], draws["zq"], draws["log_u"]
-    sums = functools.partial(_column_sums, G0, Y, S0)
 
     if "xi" in draws:  # the reflected flip (see _reflected_flip): T mixes the slab's columns
+        sums = functools.partial(_column_sums, G0, Y, S0)
+
         def body(h, carry):
             return _reflected_flip(h, carry, sums, S0, prior, tb, d, m_other, z[:, h], draws["z2"][:, h],
                                    draws["xi"][:, h], zq[:, h], log_u[:, h], psum)
