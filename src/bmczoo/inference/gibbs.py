@@ -878,7 +878,8 @@ def _column_sums_diagonal(G0, Y, S0, own, tdiag, h):
     gt = G0[:, :, :, h]
     A = gt[:, :, h]
     # an einsum, not jnp.sum(gt * x, -1): XLA on CPU reduces a fused product over a short
-    # minor axis slowly for one chain (~3x at ML-100K, K = 10); the einsum is a dot
+    # minor axis slowly for one chain (benchmarks/bench_column_moves.py --chains 1, ML-100K,
+    # K = 10: these moves alone 3.6 -> 1.9 ms); the einsum is a dot
     B = Y[:, :, h] - jnp.einsum("cmk,cmk->cm", gt, tdiag[:, None, :] * own) + own[:, :, h] * A
     return A, B, S0[:, h, h]
 
