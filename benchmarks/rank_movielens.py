@@ -2,14 +2,16 @@
 
     python benchmarks/rank_movielens.py [--data PATH] [--chains 2] [--warmup 100] [--samples 900]
                                         [--samplers plain,moves] [--K 10] [--start slab|spike]
-                                        [--dtype float32|float64]
+                                        [--dtype float32|float64] [--anneal-steps 50] [--anneal-every 10]
 
 The README's split (``compare_peers.load_split``, seed 0, 80/20), the paper's
 ``Discrete(1, .05, .07)``, ``--K`` columns, thinning 1, started in the slab (the default) or the spike (``--start``).
 Per sampler: test RMSE (the test entries predicted during the run), the rank posterior
 (threshold sqrt(C eps)), each chain's mode and mean count, the R-hat of the active-column
 count (n/a when every chain is constant) and the wall seconds of the fit (compilation
-included).
+included).  The sampler ``anneal`` is ``moves`` plus the annealed spike/slab switch
+(``anneal_steps``/``anneal_every``, :func:`bmczoo.inference.gibbs.annealed_switch`); per
+chain the number of sweeps at which its count changed (after warm-up) is printed too.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def main(argv=None) -> int:
     ap.add_argument("--start", default="slab", choices=("slab", "spike"),
                     help="every column in the slab (gamma = C, bmc.fit's default) or in the spike (gamma = eps)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    ap.add_argument("--anneal-steps", type=int, default=50, help="steps of the annealed switch (sampler 'anneal')")
+    ap.add_argument("--anneal-every", type=int, default=10, help="sweeps between two annealed switches")
     a = ap.parse_args(argv)
     if not a.data.exists():
         print(f"no data at {a.data}", file=sys.stderr)
@@ -53,8 +57,9 @@ def main(argv=None) -> int:
           f"{a.warmup} + {a.samples} sweeps, {a.start} start, {a.dtype}")
     for sampler in a.samplers.split(","):
         t = time.perf_counter()
+        anneal = dict(anneal_steps=a.anneal_steps, anneal_every=a.anneal_every) if sampler == "anneal" else {}
         fit = bmc.fit(train, K=a.K, prior=prior, num_warmup=a.warmup, num_samples=a.samples, thinning=1,
-                      num_chains=a.chains, progress_bar=False, seed=0, column_moves=(sampler == "moves"),
+                      num_chains=a.chains, progress_bar=False, seed=0, column_moves=(sampler != "plain"), **anneal,
                       test=test,  # predicted during the run: long chains store no factor draws
                       dtype=a.dtype,
                       init_gamma=prior.eps if a.start == "spike" else None)
@@ -63,12 +68,15 @@ def main(argv=None) -> int:
             warnings.simplefilter("ignore", dg.RankMixingWarning)
             law = dg.rank_posterior(fit, dg.gamma_threshold(fit))
         mix = dg.rank_mixing(fit)
+        counts = np.sum(np.asarray(fit.samples["gamma"]) > dg.gamma_threshold(fit), axis=-1)  # (chains, draws)
+        changes = [int(np.sum(np.diff(c) != 0)) for c in counts]
         r_hat = mix["r_hat"]
         print(f"{sampler:>6s}: test RMSE {fit.rmse(test):.4f}; P(r), r = 0..{a.K}: "
               + " ".join(f"{p:.2f}" for p in law)
               + f"; chain modes {','.join(map(str, mix['chain_modes']))}"
               + f" (means {','.join(f'{v:.2f}' for v in mix['chain_means'])}); R-hat "
               + ("n/a" if not np.isfinite(r_hat) and r_hat != np.inf else f"{r_hat:.3f}")
+              + f"; count changes per chain {','.join(map(str, changes))}"
               + f"; {secs:.0f} s ({1000 * secs / (a.warmup + a.samples):.0f} ms per sweep incl. compilation)",
               flush=True)
     return 0

@@ -2,6 +2,7 @@
 
     python benchmarks/rank_movielens_probe.py [--data PATH] [--chains 4] [--warmup 100] [--samples 300]
                                               [--proposals 20] [--dtype float64|float32]
+                                              [--anneal 20,100,400] [--replicas 4]
 
 Runs ``bmc.fit`` with the column moves (the README's split, the paper's
 ``Discrete(1, .05, .07)``, K = 10, seed 0) and takes each chain's last state.  Per chain:
@@ -20,7 +21,10 @@ Runs ``bmc.fit`` with the column moves (the README's split, the paper's
   reverse proposal (median and best log acceptance over ``--proposals`` draws);
 * for a chain with two slab columns, the switch-off that the reflected flip aims at (the
   slab reflected to its least-energy direction exactly: the mode of the move's angular
-  proposal, whose proposal ratio is left out).
+  proposal, whose proposal ratio is left out);
+* for every chain, the annealed switch (``anneal_steps``, :func:`bmczoo.inference.gibbs.annealed_path`)
+  of one spike column on and of one slab column off, over ``--anneal`` steps (median and
+  best log acceptance over ``--replicas`` paths).
 
 Each printed value is a log Metropolis-Hastings ratio: for the flips the log target ratio
 (a reflection of an equal-scale block leaves the target unchanged; an aimed reflection's
@@ -147,6 +151,8 @@ def main(argv=None) -> int:
     ap.add_argument("--proposals", type=int, default=20, help="data-aimed birth proposals per spike column")
     ap.add_argument("--dtype", default="float64", choices=("float32", "float64"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--anneal", default="20,100,400", help="path lengths of the annealed switch ('' for none)")
+    ap.add_argument("--replicas", type=int, default=4, help="annealed paths per chain and length")
     a = ap.parse_args(argv)
     if not a.data.exists():
         print(f"no data at {a.data}", file=sys.stderr)
@@ -199,7 +205,34 @@ def main(argv=None) -> int:
             print(f"    switch-off of the slab's least-energy direction (reflected into column {h}): "
                   f"log ratio {probe.flip(M2, N2, h, prior.C, prior.eps, 'M'):.1f} (M_h integrated), "
                   f"{probe.flip(M2, N2, h, prior.C, prior.eps, 'N'):.1f} (N_h integrated)")
+        for steps in [int(x) for x in a.anneal.split(",") if x.strip()]:
+            out = []
+            for name, cols_ in (("on", spike), ("off", slab)):
+                if len(cols_):
+                    la = _annealed(train, offset, fit.info.tau, prior, M, N, g, int(cols_[0]), steps, a.replicas,
+                                   a.seed + 100 * ch + steps)
+                    out.append(f"{name} ({len(slab)} -> {len(slab) + (1 if name == 'on' else -1)}) median "
+                               f"{np.median(la):.1f}, best {np.max(la):.1f}")
+            print(f"    annealed switch, {steps} steps, {a.replicas} paths: " + "; ".join(out))
     return 0
+
+
+def _annealed(train, offset, tau, prior, M, N, gamma, h: int, steps: int, replicas: int, seed: int):
+    """Log acceptance ratios of ``replicas`` annealed switches of column ``h`` (float64)."""
+    import jax
+    import jax.numpy as jnp
+
+    import bmczoo as bmc
+    from bmczoo.inference import gibbs
+
+    with jax.enable_x64(True):
+        data = bmc.RatingData(train.rows, train.cols, train.values - offset, train.shape)
+        problem = gibbs.build_problem(data, tau, dtype=jnp.float64)
+        keys = jax.random.split(jax.random.key(seed), replicas)
+        rep = lambda x: jnp.repeat(jnp.asarray(x, jnp.float64)[None], replicas, axis=0)  # noqa: E731
+        state = gibbs.init(keys, problem, prior, M.shape[1], gamma=rep(gamma), M=rep(M), N=rep(N))
+        path = jax.jit(lambda st, k: gibbs.annealed_path(st, problem, prior, k, jnp.full(replicas, h), steps)[3])
+        return np.asarray(path(state, jax.random.split(jax.random.key(seed + 1), replicas)))
 
 
 if __name__ == "__main__":

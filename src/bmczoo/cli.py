@@ -663,6 +663,7 @@ _METHOD_OPTIONS = {
     "num_warmup": "num_warmup", "num_samples": "num_samples", "thinning": "thinning", "num_chains": "chains",
     "max_iter": "max_iter", "num_steps": "num_steps", "overrelax": "overrelax", "checkpoint": "checkpoint",
     "checkpoint_every": "checkpoint_every", "store_factors": "store_factors", "column_moves": "column_moves",
+    "anneal_steps": "anneal_steps", "anneal_every": "anneal_every",
 }
 
 
@@ -766,6 +767,11 @@ def _add_fit(sub) -> None:
                    help="gibbs: end each sweep with the moves that change gamma_h together with its column (the "
                    "discrete prior's aimed spike/slab flip, the continuous priors' scale walk); "
                    "--no-column-moves: the paper's plain sweep (default: the moves wherever the prior has one)")
+    f.add_argument("--anneal-steps", type=int, default=None, metavar="T",
+                   help="gibbs, discrete prior: every --anneal-every sweeps, switch one column between spike and "
+                   "slab along a path of T steps (Metropolis-Hastings on the work; default 0: none)")
+    f.add_argument("--anneal-every", type=int, default=None, metavar="S",
+                   help="gibbs: sweeps between two annealed switches (default 50)")
     f.add_argument("--checkpoint", default=None, metavar="FILE.npz",
                    help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
                         "rerun the same command to resume (an existing file that is not a bmczoo checkpoint is an "

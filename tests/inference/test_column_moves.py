@@ -150,6 +150,8 @@ def _chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, num_s
         state = gibbs.init(k_move[None], prob, prior, gw.K, gamma=gamma[None], M=M[None], N=N[None])
         if with_sweep:  # the sweep with the moves at its end (problem.column_moves is True)
             state = gibbs.sweep(state, prob, prior)
+        elif problem.anneal_steps:  # the annealed switch alone (test_annealed_switch.py)
+            state = gibbs.annealed_switch(state, prob, prior, k_move[None])
         else:  # the moves alone
             state = gibbs.column_moves(state, prob, prior, k_move[None])
         gamma, M, N = state.gamma[0], state.M[0], state.N[0]
@@ -164,10 +166,12 @@ def _chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, num_s
     return jax.vmap(chain)(keys, gamma, M, N, Y)
 
 
-def column_geweke(prior, *, num_chains, num_steps, num_marginal=50_000, seed=0, with_sweep=False):
-    """Geweke z-scores of the column moves: ``(z, z_crit, report)``."""
+def column_geweke(prior, *, num_chains, num_steps, num_marginal=50_000, seed=0, with_sweep=False, anneal_steps=0):
+    """Geweke z-scores of the column moves (``anneal_steps > 0``: of the annealed switch
+    instead, every sweep): ``(z, z_crit, report)``."""
     template = bmc.RatingData(gw.ROWS, gw.COLS, np.zeros(gw.N_OBS), (gw.M1, gw.M2))
-    problem = gibbs.build_problem(template, gw.TAU, dtype=jnp.float64, column_moves=True)
+    problem = gibbs.build_problem(template, gw.TAU, dtype=jnp.float64, column_moves=not anneal_steps,
+                                  anneal_steps=anneal_steps, anneal_every=1)
     init = gw.joint_draws(prior, num_chains, seed + 1)
     keys = jax.random.split(jax.random.key(seed), num_chains)
     succ = np.asarray(_chains(problem, jnp.asarray(template.row_view.order), jnp.asarray(template.col_view.order),
@@ -283,14 +287,9 @@ def test_moves_are_the_default_where_the_prior_has_one(tiny_ratings):
 
 
 # --------------------------------------------------------------------------- with the other components
-def test_geweke_column_moves_with_learned_noise_and_biases(monkeypatch):
-    """Sweep + column moves with a learned noise precision and row/column biases (the
-    residual subtracts the biases, the marginal uses the block precision): the machinery
-    of ``test_geweke_components.py`` with the discrete prior."""
+def discrete_prior_draws(base_draws):
+    """``test_geweke_components._prior_draws`` extended to the discrete prior."""
     from . import test_geweke_components as gc
-
-    prior = bmc.priors.Discrete(C=2.0, p=0.4, eps=0.3)
-    base_draws = gc._prior_draws
 
     def prior_draws(p, size, rng):
         if not isinstance(p, bmc.priors.Discrete):
@@ -299,7 +298,17 @@ def test_geweke_column_moves_with_learned_noise_and_biases(monkeypatch):
         sd = np.sqrt(gamma)[:, None, :]
         return {"gamma": gamma}, rng.normal(size=(size, gc.M1, gc.K)) * sd, rng.normal(size=(size, gc.M2, gc.K)) * sd
 
-    monkeypatch.setattr(gc, "_prior_draws", prior_draws)
+    return prior_draws
+
+
+def test_geweke_column_moves_with_learned_noise_and_biases(monkeypatch):
+    """Sweep + column moves with a learned noise precision and row/column biases (the
+    residual subtracts the biases, the marginal uses the block precision): the machinery
+    of ``test_geweke_components.py`` with the discrete prior."""
+    from . import test_geweke_components as gc
+
+    prior = bmc.priors.Discrete(C=2.0, p=0.4, eps=0.3)
+    monkeypatch.setattr(gc, "_prior_draws", discrete_prior_draws(gc._prior_draws))
     monkeypatch.setattr(gc.gibbs, "build_problem", functools.partial(gibbs.build_problem, column_moves=True))
     # 400 chains: with 100 the chain means of the right-skewed squared quantities are too
     # few for the normal z (measured at seed 5: |z| = 3.7 with 100 x 150 steps, 1.8 with

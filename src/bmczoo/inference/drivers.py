@@ -94,6 +94,7 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
         test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
         num_warmup=s.num_warmup, thinning=s.thinning, num_total=s.num_warmup + s.num_samples, mesh=s.devices,
         overrelax=s.overrelax, likelihood=info.likelihood, biases=info.biases, column_moves=s.column_moves,
+        anneal_steps=s.anneal_steps, anneal_every=s.anneal_every,
     )
 
 
@@ -143,7 +144,7 @@ def _gibbs_with_numpyro(prep, info, s: st.Gibbs, track, store, gamma0, progress_
         num_samples=s.num_samples, thinning=s.thinning, predict=(prep.pred_rows, prep.pred_cols),
         test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
         store_factors=store, dtype=info.dtype, devices=s.devices, overrelax=s.overrelax,
-        column_moves=s.column_moves,
+        column_moves=s.column_moves, anneal_steps=s.anneal_steps, anneal_every=s.anneal_every,
     )
     mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning,
                 num_chains=s.num_chains, chain_method=s.chain_method, progress_bar=progress_bar)
@@ -171,6 +172,7 @@ def _gibbs_with_checkpoints(prep, info, s: st.Gibbs, track, store, gamma0, progr
         num_chains=s.num_chains, track=fingerprint(*track), store_factors=store,
         init_gamma=None if gamma0 is None else [float(x) for x in gamma0[0]], overrelax=s.overrelax,
         **({"column_moves": True} if s.column_moves else {}),  # old checkpoints (without moves) stay valid
+        **({"anneal_steps": s.anneal_steps, "anneal_every": s.anneal_every} if s.anneal_steps else {}),
     )
     core, samples = run_gibbs(
         core, problem, info.prior, store, num_warmup=s.num_warmup, num_samples=s.num_samples,

@@ -36,7 +36,7 @@ from ..offsets import shift_clip
 from ..priors import Prior
 from . import sharding as sh
 from . import thinning
-from .settings import check_overrelax
+from .settings import check_anneal, check_overrelax
 from jax import lax
 
 from .kernels import _row_ids
@@ -56,7 +56,7 @@ __all__ = [
         "clip_lo", "clip_hi", "track_rows", "track_cols", "sum_sq", "levels", "col_perm", "cut_step",
     ],
     meta_fields=["num_warmup", "thinning", "num_total", "has_test", "dims", "mesh", "overrelax",
-                 "likelihood", "biases", "num_ratings", "column_moves"],
+                 "likelihood", "biases", "num_ratings", "column_moves", "anneal_steps", "anneal_every"],
 )
 @dataclasses.dataclass(frozen=True)
 class GibbsProblem:
@@ -85,7 +85,10 @@ class GibbsProblem:
     biases : the :class:`~bmczoo.offsets.Biases` component or None.
     num_ratings : ``n``.
     column_moves : whether each sweep ends with the column moves of DESIGN.md section 10
-        (:func:`column_moves`).  These last eleven are static pytree metadata.
+        (:func:`column_moves`).
+    anneal_steps, anneal_every : the annealed spike/slab switch (:func:`annealed_switch`):
+        its number of steps (0: none) and every how many sweeps it runs.  These last
+        thirteen are static pytree metadata.
     sum_sq : ``sum_k Y_k^2`` of the fitted values (for the squared error of a learned tau).
     levels, col_perm, cut_step : a latent likelihood's data (probit, ordered probit; empty
         otherwise): the level index of each rating in row order (n,), the row-order position
@@ -118,6 +121,8 @@ class GibbsProblem:
     biases: object = None
     num_ratings: int = 0
     column_moves: bool = False
+    anneal_steps: int = 0
+    anneal_every: int = 1
 
     @property
     def learned_tau(self) -> bool:
@@ -196,6 +201,8 @@ def build_problem(
     likelihood=None,
     biases=None,
     column_moves: bool = False,
+    anneal_steps: int = 0,
+    anneal_every: int = 1,
 ) -> GibbsProblem:
     """Prepare the device arrays of a problem (once; reused by every sweep).
 
@@ -207,9 +214,13 @@ def build_problem(
     ``likelihood`` (a learned ``tau`` gets its block; ``tau`` is then its starting value)
     and ``biases`` (a :class:`~bmczoo.offsets.Biases` or None) are the model's other
     components.  ``column_moves`` ends each sweep with the column moves of
-    :func:`column_moves`.
+    :func:`column_moves`; ``anneal_steps > 0`` adds the annealed spike/slab switch
+    (:func:`annealed_switch`) every ``anneal_every`` sweeps.
     """
     overrelax = check_overrelax(overrelax)
+    anneal_steps, anneal_every = check_anneal(anneal_steps, anneal_every)
+    if anneal_steps and mesh is not None:
+        raise ValueError("the annealed switch runs on one device: anneal_steps > 0 with devices= is not implemented")
     if not isinstance(column_moves, (bool, np.bool_)):
         raise TypeError(f"column_moves must be True or False, got {column_moves!r}")
     m1, m2 = ratings.shape
@@ -251,6 +262,8 @@ def build_problem(
         biases=biases,
         num_ratings=int(ratings.n),
         column_moves=bool(column_moves),
+        anneal_steps=anneal_steps,
+        anneal_every=anneal_every,
         sum_sq=jnp.asarray(_sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype),
         **_latent_data(likelihood, ratings, dtype),
     )
@@ -662,6 +675,11 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     if problem.column_moves:
         # its own key stream (folded from the sweep's key): the other blocks draw as without it
         new = column_moves(new, problem, prior, jax.vmap(lambda k: jax.random.fold_in(k, _COLUMN_STREAM))(state.key))
+    if problem.anneal_steps:
+        # every anneal_every-th sweep; its own key stream, as the column moves
+        ka = jax.vmap(lambda k: jax.random.fold_in(k, _ANNEAL_STREAM))(state.key)
+        due = (state.iteration + 1) % problem.anneal_every == 0
+        new = lax.cond(due, lambda s: annealed_switch(s, problem, prior, ka), lambda s: s, new)
     failure = _first_failure(state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(_variables(new)[1])))
     return new._replace(failure=failure)
 
@@ -1017,6 +1035,126 @@ def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, 
     own_keep = jnp.where(off[:, None, None], own, own.at[:, :, h].set(_integrated_draw(g, jnp.ones_like(g), A, B, tb, z2)))
     acc = accept[:, None, None]
     return (jnp.where(acc, own_p, own_keep), jnp.where(acc, T_p, T), gamma.at[:, h].set(jnp.where(accept, g2, g)))
+
+
+# --------------------------------------------------------------------------- annealed switch
+_ANNEAL_STREAM = 0x616E6E  # "ann"
+
+
+def annealed_switch(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array) -> GibbsState:
+    """Switch one column between the spike and the slab along an annealing path, accepted
+    by Metropolis-Hastings on the work done (non-equilibrium candidate Monte Carlo).
+
+    Each chain picks a column ``h`` uniformly and proposes to move ``gamma_h`` to the
+    other value of the discrete prior (:meth:`~bmczoo.priors.Prior.column_proposal`):
+    over ``T = problem.anneal_steps`` steps ``gamma_h`` follows the geometric path from its
+    value to the other one, and after each step but the last the factors are updated by
+    a kernel that keeps the joint at the current ``gamma_h`` invariant and is reversible
+    (rows of ``M``, rows of ``N``, rows of ``M`` again: a palindrome of exact Gibbs
+    blocks; the other variables fixed).  The proposal is the path's end point; its log
+    acceptance ratio is the prior odds of the two values of ``gamma_h`` plus the work
+    ``sum_t [log p(M_h, N_h | g_t) - log p(M_h, N_h | g_(t-1))]`` at the states visited (the
+    likelihood does not depend on ``gamma_h``).  The reverse switch follows the reversed
+    path with the same reversible kernels, so the move keeps the posterior invariant
+    (Neal's tempered transitions; Nilmeier et al. 2011, PNAS 108, E1009).  Unlike the
+    column moves' flip (one step, the own column integrated out) the factors follow the
+    change of scale, so a switch that needs a column to grow or shrink a long way (a
+    second factor on MovieLens) is accepted where a one-step flip is not.
+
+    Costs ``1.5 (T - 1)`` sweeps of the factors; :func:`sweep` runs it every
+    ``problem.anneal_every`` sweeps.  One device only; biases and a learned noise
+    precision stay fixed during the move (the residual subtracts the biases), a latent
+    likelihood's ``z`` replace the ratings.  ``keys`` (C,): one key per chain.
+    """
+    if problem.mesh is not None:
+        raise ValueError("the annealed switch runs on one device (drop devices= or set anneal_steps=0)")
+    if "gamma" not in state.prior_state or prior.column_block(state.gamma) is None:
+        raise ValueError(f"the {prior.name or type(prior).__name__} prior has no spike and slab to switch between "
+                         "(anneal_steps > 0 needs the discrete prior)")
+    C, _, K = state.M.shape
+    dt = state.M.dtype
+    k = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)
+    h = jax.vmap(lambda kk: jax.random.randint(kk, (), 0, K))(k[:, 0])
+    log_u = jnp.log(jax.vmap(lambda kk: jax.random.uniform(kk, (), dt))(k[:, 2]))
+    M, N, gamma, log_ratio = annealed_path(state, problem, prior, k[:, 1], h, problem.anneal_steps)
+    accept = log_u < log_ratio  # a NaN work (a failed factorisation) rejects
+    acc = accept[:, None, None]
+    return state._replace(M=jnp.where(acc, M, state.M), N=jnp.where(acc, N, state.N),
+                          prior_state={**state.prior_state, "gamma": jnp.where(accept[:, None], gamma, state.gamma)})
+
+
+def annealed_path(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array, h: jax.Array, steps: int):
+    """The annealed path of :func:`annealed_switch` for column ``h`` (C,) int of each chain
+    over ``steps`` steps (``keys`` (C,): the kernels' keys).  Returns the path's end ``(M,
+    N, gamma)`` and its log acceptance ratio (C,): the prior odds of the two values of
+    ``gamma_h`` plus the work."""
+    C, m1, K = state.M.shape
+    m2 = state.N.shape[1]
+    dt = state.M.dtype
+    T = int(steps)
+    if T < 1:
+        raise ValueError(f"steps must be at least 1, got {steps!r}")
+    tb = problem.block_precision(state.tau)
+    onehot = jax.nn.one_hot(h, K, dtype=dt)  # (C, K)
+    g0 = jnp.sum(state.gamma * onehot, axis=-1)
+    g1, _, log_odds = prior.column_proposal(g0, jnp.zeros_like(g0), m1 + m2)
+    vals = _residual_values(state, problem)
+    zeros1, zeros2 = jnp.zeros((C, m1), dt), jnp.zeros((C, m2), dt)
+    ones = jnp.ones((C,), dt)
+
+    def with_scale(gamma, g):
+        return jnp.where(onehot > 0, g[:, None], gamma)
+
+    def half(csr, own, other, z, gamma, side, values):
+        priors = prior.row_priors({**state.prior_state, "gamma": gamma})[side]
+        zb = zeros1 if side == 0 else zeros2
+        return _side(csr, own, other, z, zb, zb, zeros2 if side == 0 else zeros1, priors, tb, ones, rho=0.0,
+                     use_bias=False, sse=False, cross=False, values=values)[0]
+
+    def perturb(t, M, N, gamma, work):
+        g_t = jnp.where(t == T, g1, g0 * jnp.exp((t / T) * (jnp.log(g1) - jnp.log(g0))))
+        g_prev = jnp.sum(gamma * onehot, axis=-1)
+        work = work + _log_column_prior(M, N, onehot, g_t) - _log_column_prior(M, N, onehot, g_prev)
+        return with_scale(gamma, g_t), work
+
+    def body(t, carry):  # step t + 1 of the path, then the kernel at g_(t+1)
+        M, N, gamma, work = carry
+        gamma, work = perturb(t + 1, M, N, gamma, work)
+        kk = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t), 3))(keys)
+        M = half(problem.rows, M, N, _normals(kk[:, 0], m1, K, dt), gamma, 0, vals[0])
+        N = half(problem.cols, N, M, _normals(kk[:, 1], m2, K, dt), gamma, 1, vals[1])
+        M = half(problem.rows, M, N, _normals(kk[:, 2], m1, K, dt), gamma, 0, vals[0])
+        return M, N, gamma, work
+
+    M, N, gamma, work = lax.fori_loop(0, T - 1, body, (state.M, state.N, state.gamma, jnp.zeros((C,), dt)))
+    gamma, work = perturb(T, M, N, gamma, work)
+    return M, N, gamma, work + log_odds
+
+
+def _log_column_prior(M, N, onehot, g):
+    """``log N(M_h; 0, g I) + log N(N_h; 0, g I)`` up to a constant, per chain (``h`` the
+    column of ``onehot`` (C, K)); its own function so that the Geweke power check can
+    break the annealed switch's work."""
+    d = M.shape[1] + N.shape[1]
+    sq = jnp.einsum("cmk,ck->c", M * M, onehot) + jnp.einsum("cjk,ck->c", N * N, onehot)
+    return -0.5 * d * jnp.log(g) - 0.5 * sq / g
+
+
+def _residual_values(state: GibbsState, problem: GibbsProblem):
+    """The fitted values without the biases, per chain, in row order and in column order
+    ((C, n) each): the ratings (a latent likelihood's ``z``) minus ``b_i + c_j``."""
+    rows, cols = problem.rows, problem.cols
+    if problem.latent:
+        z = state.lik_state["z"]
+        yr, yc = z, z[:, problem.col_perm]
+    else:
+        yr, yc = rows.values[None], cols.values[None]
+    C = state.M.shape[0]
+    if problem.biases is not None:
+        b, c = state.row_bias, state.col_bias
+        yr = yr - b[:, rows.row_ids] - c[:, rows.index]
+        yc = yc - c[:, cols.row_ids] - b[:, cols.index]
+    return jnp.broadcast_to(yr, (C, yr.shape[-1])), jnp.broadcast_to(yc, (C, yc.shape[-1]))
 
 
 def check_failure(state: GibbsState, *, dtype=None) -> None:

@@ -42,7 +42,7 @@ from .._checks import check_K, check_prior, check_ratings
 from ..models import matrix_completion
 from ..models.matrix_completion import model_likelihood
 from . import gibbs
-from .settings import check_column_moves, resolve_column_moves
+from .settings import check_anneal, check_column_moves, resolve_column_moves
 
 __all__ = ["ConjugateGibbs", "ConjugateGibbsState"]
 
@@ -100,6 +100,10 @@ class ConjugateGibbs(MCMCKernel):
         End each sweep with the column moves (:func:`bmczoo.inference.gibbs.column_moves`);
         None (the default): wherever the prior has a move
         (:attr:`~bmczoo.priors.Prior.has_column_move`); False: the paper's plain sweep.
+    anneal_steps, anneal_every : int
+        The annealed spike/slab switch of the discrete prior
+        (:func:`bmczoo.inference.gibbs.annealed_switch`): its number of steps (0, the
+        default: none) and every how many sweeps it runs (default 50).
 
     After ``mcmc.run``, :func:`bmczoo.inference.gibbs.check_failure` on
     ``mcmc.last_state.core`` raises if any draw was non-finite (``bmc.fit`` does this).
@@ -123,6 +127,8 @@ class ConjugateGibbs(MCMCKernel):
         devices=None,
         overrelax: float = 0.0,
         column_moves: bool | None = None,
+        anneal_steps: int = 0,
+        anneal_every: int = 50,
     ):
         self._model = model
         self._num_samples = num_samples
@@ -137,6 +143,7 @@ class ConjugateGibbs(MCMCKernel):
         self._devices = devices
         self._overrelax = gibbs.check_overrelax(overrelax)
         self._column_moves = check_column_moves(column_moves)
+        self._anneal = check_anneal(anneal_steps, anneal_every)
         self._prior = None
         self._batched = False
 
@@ -210,6 +217,8 @@ class ConjugateGibbs(MCMCKernel):
             overrelax=self._overrelax,
             likelihood=likelihood,
             column_moves=resolve_column_moves(self._column_moves, self._prior),
+            anneal_steps=self._anneal[0],
+            anneal_every=self._anneal[1],
             biases=biases,
         )
         self._batched = not is_prng_key(rng_key)

@@ -113,6 +113,19 @@ def check_column_moves(value) -> bool | None:
     return None if value is None else bool(value)
 
 
+def check_anneal(steps, every) -> tuple[int, int]:
+    """``anneal_steps`` (an int >= 0; 0: no annealed switch) and ``anneal_every`` (an int
+    >= 1), else an error naming the argument."""
+    return check_int("anneal_steps", steps, minimum=0), check_int("anneal_every", every, minimum=1)
+
+
+def _has_spike_and_slab(prior) -> bool:
+    """Whether ``prior``'s column scales have a slab (:meth:`~bmczoo.priors.Prior.column_block`)."""
+    import jax.numpy as jnp
+
+    return prior.has_column_move and prior.column_block(jnp.ones(1)) is not None
+
+
 def resolve_column_moves(value, prior) -> bool:
     """``column_moves`` for ``prior``: None means where the prior has a column move."""
     return bool(prior.has_column_move) if value is None else bool(value)
@@ -129,7 +142,10 @@ class Gibbs(Settings):
     together with its column (DESIGN.md section 10; priors that define
     ``column_proposal``: the discrete, inverse-gamma and gamma priors); None (the
     default): on wherever the prior has a move, the plain sweep for the others; False:
-    the paper's plain sweep; ``init_gamma``: starting gamma (default the prior's); ``track``: entries
+    the paper's plain sweep; ``anneal_steps`` > 0 (the discrete prior, one device): every
+    ``anneal_every`` sweeps, one spike/slab switch annealed over that many steps
+    (:func:`bmczoo.inference.gibbs.annealed_switch`; 0, the default: none);
+    ``init_gamma``: starting gamma (default the prior's); ``track``: entries
     whose theta is kept per draw (a number of random training entries, or (rows, cols));
     ``store_factors``: keep M, N of each kept draw (``"auto"``: when they take < 256 MiB);
     ``checkpoint``/``checkpoint_every``: save and resume (``.npz``); ``devices``: shard
@@ -143,6 +159,8 @@ class Gibbs(Settings):
     chain_method: str = "vectorized"
     overrelax: float = 0.0
     column_moves: bool | None = None
+    anneal_steps: int = 0
+    anneal_every: int = 50
     init_gamma: Any = None
     track: Any = 8
     store_factors: Any = "auto"
@@ -153,6 +171,9 @@ class Gibbs(Settings):
 
     def for_prior(self, prior) -> "Gibbs":
         """``column_moves=None`` resolved: True where ``prior`` has a column move."""
+        if self.anneal_steps and not _has_spike_and_slab(prior):
+            raise ValueError(f"the {prior.name or type(prior).__name__} prior has no spike and slab to switch between "
+                             "(anneal_steps > 0 needs the discrete prior)")
         if self.column_moves and not prior.has_column_move:
             raise ValueError(f"the {prior.name or type(prior).__name__} prior has no column move (column_moves=True "
                              "needs a prior with column scales that defines column_proposal; None: the moves "
@@ -166,12 +187,17 @@ class Gibbs(Settings):
         check_choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
         object.__setattr__(self, "overrelax", check_overrelax(self.overrelax))
         object.__setattr__(self, "column_moves", check_column_moves(self.column_moves))
+        steps, every = check_anneal(self.anneal_steps, self.anneal_every)
+        object.__setattr__(self, "anneal_steps", steps)
+        object.__setattr__(self, "anneal_every", every)
         object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
         object.__setattr__(self, "track", _check_track(self.track))
         if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):
             raise ValueError(f"store_factors must be True, False or 'auto', got {self.store_factors!r}")
         _check_checkpoint(self)
         object.__setattr__(self, "devices", _mesh(self.devices))
+        if self.devices is not None and self.anneal_steps:
+            raise ValueError("the annealed switch runs on one device: anneal_steps > 0 with devices= is not implemented")
         if self.devices is not None and self.chain_method == "parallel":
             raise ValueError("chain_method='parallel' maps chains to devices; with devices= use 'vectorized'")
         if self.checkpoint is not None and self.chain_method != "vectorized":
