@@ -92,6 +92,7 @@ def test_switch_runs_every_anneal_every_sweeps(tiny_ratings):
     assert every.info.settings.anneal_steps == 4 and every.info.settings.anneal_every == 1
 
 
+@pytest.mark.slow  # the switch runs inside the sweep, which the checkpoint tests cover in the default suite
 def test_switch_with_biases_learned_noise_and_checkpoint(tiny_ratings, tmp_path):
     """The other components stay fixed during the switch (no error, finite draws); a
     checkpointed run equals the run without checkpoints."""
