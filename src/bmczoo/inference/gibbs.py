@@ -18,6 +18,10 @@ While sampling, the state accumulates, without storing draws: the sum of ``theta
 requested entries over kept draws (the posterior mean) and of its square (the posterior
 variance), and, when test values are
 given, the RMSE per iteration of the current draw and of the running posterior mean.
+
+Optional moves at the end of a sweep: the column moves (:func:`column_moves`, DESIGN.md
+section 10) and, for the discrete prior, the annealed spike/slab switch
+(:func:`annealed_switch`, every ``anneal_every`` sweeps).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from .kernels import (CSR, cholesky_rows, csr_from_view, outer, overrelaxed_rows
 __all__ = [
     "GibbsProblem", "GibbsState", "build_problem", "init", "step", "sweep", "theta_at", "entries",
     "check_failure", "factors", "draws", "check_overrelax", "column_moves", "column_log_marginal",
+    "annealed_switch", "annealed_path",
 ]
 
 
