@@ -11,7 +11,8 @@ Per sampler: test RMSE (the test entries predicted during the run), the rank pos
 count (n/a when every chain is constant) and the wall seconds of the fit (compilation
 included).  The sampler ``anneal`` is ``moves`` plus the annealed spike/slab switch
 (``anneal_steps``/``anneal_every``, :func:`bmczoo.inference.gibbs.annealed_switch`); per
-chain the number of sweeps at which its count changed (after warm-up) is printed too.
+chain the number of sweeps at which its count changed (after warm-up) is printed too, and
+for ``anneal`` the accepted and attempted switches (warm-up included, ``fit.run_stats()``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ def main(argv=None) -> int:
               + f" (means {','.join(f'{v:.2f}' for v in mix['chain_means'])}); R-hat "
               + ("n/a" if not np.isfinite(r_hat) and r_hat != np.inf else f"{r_hat:.3f}")
               + f"; count changes per chain {','.join(map(str, changes))}"
+              + (f"; annealed switches accepted/attempted per chain "
+                 + ",".join(f"{x}/{y}" for x, y in zip(fit.run_stats()["switches_accepted"],
+                                                      fit.run_stats()["switches_attempted"]))
+                 if sampler == "anneal" else "")
               + f"; {secs:.0f} s ({1000 * secs / (a.warmup + a.samples):.0f} ms per sweep incl. compilation)",
               flush=True)
     return 0

@@ -90,6 +90,19 @@ def test_switch_runs_every_anneal_every_sweeps(tiny_ratings):
     assert not np.array_equal(base.samples["theta"], every.samples["theta"])
     assert np.all(np.isin(np.asarray(every.samples["gamma"]), [1.0, 0.5]))
     assert every.info.settings.anneal_steps == 4 and every.info.settings.anneal_every == 1
+    # the counts: one switch per chain and sweep (3 + 6 sweeps), some accepted (the draws differ)
+    stats = every.run_stats()
+    assert stats["switches_attempted"] == [9, 9]
+    assert all(0 <= a <= 9 for a in stats["switches_accepted"]) and sum(stats["switches_accepted"]) > 0
+    assert never.run_stats()["switches_attempted"] == [0, 0] and "switches_attempted" not in base.run_stats()
+
+
+def test_switch_counts_are_saved_and_loaded(tiny_ratings, tmp_path):
+    f = _fit(tiny_ratings, prior=bmc.priors.Discrete(1.0, 0.5, 0.5), anneal_steps=2, anneal_every=3)
+    f.save(tmp_path / "fit.npz")
+    g = bmc.load(tmp_path / "fit.npz")
+    np.testing.assert_array_equal(g.switches, f.switches)
+    assert g.run_stats()["switches_attempted"] == [3, 3]
 
 
 @pytest.mark.slow  # the switch runs inside the sweep, which the checkpoint tests cover in the default suite
@@ -101,6 +114,7 @@ def test_switch_with_biases_learned_noise_and_checkpoint(tiny_ratings, tmp_path)
     ck = _fit(tiny_ratings, checkpoint=tmp_path / "run.npz", checkpoint_every=4, **kw)
     assert np.all(np.isfinite(plain.samples["theta"]))
     np.testing.assert_array_equal(plain.samples["theta"], ck.samples["theta"])
+    np.testing.assert_array_equal(plain.switches, ck.switches)
 
 
 def test_switch_with_a_latent_likelihood(tiny_ratings):

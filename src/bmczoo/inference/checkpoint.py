@@ -167,6 +167,8 @@ def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsStat
     arrays = dict(arrays)
     if "state/proba_sum" not in arrays and not problem.latent:  # written before the latent likelihoods
         arrays["state/proba_sum"] = np.zeros(np.shape(arrays.get("state/pred_sum", np.zeros((0, 0)))) + (0,))
+    if "state/switches" not in arrays and "state/failure" in arrays:  # written before the annealed switch
+        arrays["state/switches"] = np.zeros((np.shape(arrays["state/failure"])[0], 2), np.int32)
     plain = [f for f in gibbs.GibbsState._fields if f not in _DICTS and f != "key"]
     missing = [f for f in plain if f"state/{f}" not in arrays]
     if missing:

@@ -210,6 +210,7 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
         pred_mean=pred_mean, pred_theta=pred_theta, pred_var=pred_var, pred_proba=pred_proba,
         rmse_draw=np.asarray(core.rmse_draw).reshape(C, -1), rmse_mean=np.asarray(core.rmse_mean).reshape(C, -1),
         track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=num_kept, mcmc=mcmc,
+        switches=np.asarray(core.switches).reshape(C, 2) if s.anneal_steps else None,
     )
 
 

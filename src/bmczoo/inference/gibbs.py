@@ -161,7 +161,8 @@ class GibbsState(NamedTuple):
     ``-1`` while none happened (see :func:`check_failure`), ``lik_state`` a latent
     likelihood's variables (``z`` (C, n) in row order, ``cuts`` (C, L-1); empty
     otherwise), ``proba_sum`` (C, P, L) the sum over kept draws of the level probabilities
-    at the requested entries (L = 0 for a Gaussian likelihood).
+    at the requested entries (L = 0 for a Gaussian likelihood), ``switches`` (C, 2) int32
+    the accepted and the attempted annealed switches of each chain (:func:`annealed_switch`).
     """
 
     M: jax.Array
@@ -181,6 +182,7 @@ class GibbsState(NamedTuple):
     failure: jax.Array
     lik_state: dict = {}
     proba_sum: jax.Array | None = None
+    switches: jax.Array | None = None
 
     @property
     def gamma(self) -> jax.Array:
@@ -443,6 +445,7 @@ def init(
         failure=jnp.full((C, 3), -1, jnp.int32),
         lik_state=lik_state,
         proba_sum=jnp.zeros((C, P, L), dtype),
+        switches=jnp.zeros((C, 2), jnp.int32),
     )
     return place(state, problem)
 
@@ -1084,8 +1087,10 @@ def annealed_switch(state: GibbsState, problem: GibbsProblem, prior: Prior, keys
     M, N, gamma, log_ratio = annealed_path(state, problem, prior, k[:, 1], h, problem.anneal_steps)
     accept = log_u < log_ratio  # a NaN work (a failed factorisation) rejects
     acc = accept[:, None, None]
+    counts = jnp.stack([accept.astype(jnp.int32), jnp.ones_like(accept, jnp.int32)], axis=-1)
     return state._replace(M=jnp.where(acc, M, state.M), N=jnp.where(acc, N, state.N),
-                          prior_state={**state.prior_state, "gamma": jnp.where(accept[:, None], gamma, state.gamma)})
+                          prior_state={**state.prior_state, "gamma": jnp.where(accept[:, None], gamma, state.gamma)},
+                          switches=state.switches + counts)
 
 
 def annealed_path(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array, h: jax.Array, steps: int):

@@ -342,6 +342,8 @@ class MCMCFit(FitResult):
     track_rows, track_cols : the tracked entries.
     num_kept : draws kept per chain.
     mcmc : NumPyro's ``MCMC`` object when it drove the run (else None).
+    switches : (chain, 2) accepted and attempted annealed spike/slab switches (Gibbs with
+        ``anneal_steps > 0``; else None); also in :meth:`run_stats`.
     """
 
     samples: dict = dataclasses.field(default_factory=dict)
@@ -357,6 +359,7 @@ class MCMCFit(FitResult):
     num_kept: int = 0
     mcmc: Any = None
     pred_proba: np.ndarray | None = None
+    switches: np.ndarray | None = None
     family: ClassVar[str] = "mcmc"
 
     def _level_proba(self, r, c) -> np.ndarray:
@@ -369,7 +372,11 @@ class MCMCFit(FitResult):
         return levels.draws_level_proba(out.draw_blocks(d, r, c), self._cut_draws(self.samples, d["M"].shape[0]))
 
     def run_stats(self):
-        return {"num_kept": self.num_kept}
+        out = {"num_kept": self.num_kept}
+        if self.switches is not None:  # per chain
+            sw = np.asarray(self.switches).reshape(-1, 2)
+            out["switches_accepted"], out["switches_attempted"] = sw[:, 0].tolist(), sw[:, 1].tolist()
+        return out
 
     def _lookup(self, r, c):
         """Positions of the entries among those requested at fit time, or None."""
