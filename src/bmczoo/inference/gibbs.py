@@ -40,7 +40,7 @@ from ..offsets import shift_clip
 from ..priors import Prior
 from . import sharding as sh
 from . import thinning
-from .settings import check_anneal, check_overrelax
+from .settings import check_anneal, check_overrelax, check_spike_and_slab
 from jax import lax
 
 from .kernels import _row_ids
@@ -1076,9 +1076,7 @@ def annealed_switch(state: GibbsState, problem: GibbsProblem, prior: Prior, keys
     """
     if problem.mesh is not None:
         raise ValueError("the annealed switch runs on one device (drop devices= or set anneal_steps=0)")
-    if "gamma" not in state.prior_state or prior.column_block(state.gamma) is None:
-        raise ValueError(f"the {prior.name or type(prior).__name__} prior has no spike and slab to switch between "
-                         "(anneal_steps > 0 needs the discrete prior)")
+    check_spike_and_slab(prior)
     C, _, K = state.M.shape
     dt = state.M.dtype
     k = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)
@@ -1151,19 +1149,23 @@ def _log_column_prior(M, N, onehot, g):
 
 
 def _residual_values(state: GibbsState, problem: GibbsProblem):
-    """The fitted values without the biases, per chain, in row order and in column order
-    ((C, n) each): the ratings (a latent likelihood's ``z``) minus ``b_i + c_j``."""
+    """The values the factors are fitted to, per chain, in row order and in column order
+    ((C, n) each): the ratings (a latent likelihood's ``z``) minus ``b_i + c_j``; ``(None,
+    None)`` when they are the ratings themselves (then the half sweeps use the ratings of
+    the pattern, one product for all chains)."""
     rows, cols = problem.rows, problem.cols
+    if not problem.latent and problem.biases is None:
+        return None, None
     if problem.latent:
         z = state.lik_state["z"]
         yr, yc = z, z[:, problem.col_perm]
     else:
         yr, yc = rows.values[None], cols.values[None]
-    C = state.M.shape[0]
     if problem.biases is not None:
         b, c = state.row_bias, state.col_bias
-        yr = yr - b[:, rows.row_ids] - c[:, rows.index]
-        yc = yc - c[:, cols.row_ids] - b[:, cols.index]
+        yr = yr - b[:, _row_ids(rows)] - c[:, rows.index]
+        yc = yc - c[:, _row_ids(cols)] - b[:, cols.index]
+    C = state.M.shape[0]
     return jnp.broadcast_to(yr, (C, yr.shape[-1])), jnp.broadcast_to(yc, (C, yc.shape[-1]))
 
 

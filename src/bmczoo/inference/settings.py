@@ -119,11 +119,14 @@ def check_anneal(steps, every) -> tuple[int, int]:
     return check_int("anneal_steps", steps, minimum=0), check_int("anneal_every", every, minimum=1)
 
 
-def _has_spike_and_slab(prior) -> bool:
-    """Whether ``prior``'s column scales have a slab (:meth:`~bmczoo.priors.Prior.column_block`)."""
+def check_spike_and_slab(prior) -> None:
+    """Raise unless ``prior``'s column scales have a slab to switch with
+    (:meth:`~bmczoo.priors.Prior.column_block`): what the annealed switch needs."""
     import jax.numpy as jnp
 
-    return prior.has_column_move and prior.column_block(jnp.ones(1)) is not None
+    if not (prior.has_column_move and prior.column_block(jnp.ones(1)) is not None):
+        raise ValueError(f"the {prior.name or type(prior).__name__} prior has no spike and slab to switch between "
+                         "(anneal_steps > 0 needs the discrete prior)")
 
 
 def resolve_column_moves(value, prior) -> bool:
@@ -171,9 +174,8 @@ class Gibbs(Settings):
 
     def for_prior(self, prior) -> "Gibbs":
         """``column_moves=None`` resolved: True where ``prior`` has a column move."""
-        if self.anneal_steps and not _has_spike_and_slab(prior):
-            raise ValueError(f"the {prior.name or type(prior).__name__} prior has no spike and slab to switch between "
-                             "(anneal_steps > 0 needs the discrete prior)")
+        if self.anneal_steps:
+            check_spike_and_slab(prior)
         if self.column_moves and not prior.has_column_move:
             raise ValueError(f"the {prior.name or type(prior).__name__} prior has no column move (column_moves=True "
                              "needs a prior with column scales that defines column_proposal; None: the moves "
