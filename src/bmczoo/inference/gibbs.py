@@ -226,8 +226,6 @@ def build_problem(
     """
     overrelax = check_overrelax(overrelax)
     anneal_steps, anneal_every = check_anneal(anneal_steps, anneal_every)
-    if anneal_steps and mesh is not None:
-        raise ValueError("the annealed switch runs on one device: anneal_steps > 0 with devices= is not implemented")
     if not isinstance(column_moves, (bool, np.bool_)):
         raise TypeError(f"column_moves must be True or False, got {column_moves!r}")
     m1, m2 = ratings.shape
@@ -1070,12 +1068,11 @@ def annealed_switch(state: GibbsState, problem: GibbsProblem, prior: Prior, keys
     second factor on MovieLens) is accepted where a one-step flip is not.
 
     Costs ``1.5 (T - 1)`` sweeps of the factors; :func:`sweep` runs it every
-    ``problem.anneal_every`` sweeps.  One device only; biases and a learned noise
-    precision stay fixed during the move (the residual subtracts the biases), a latent
-    likelihood's ``z`` replace the ratings.  ``keys`` (C,): one key per chain.
+    ``problem.anneal_every`` sweeps.  Sharded like the sweep on a mesh; biases and a
+    learned noise precision stay fixed during the move (the residual subtracts the
+    biases), a latent likelihood's ``z`` replace the ratings.  ``keys`` (C,): one key per
+    chain.
     """
-    if problem.mesh is not None:
-        raise ValueError("the annealed switch runs on one device (drop devices= or set anneal_steps=0)")
     check_spike_and_slab(prior)
     C, _, K = state.M.shape
     dt = state.M.dtype
@@ -1096,8 +1093,8 @@ def annealed_path(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: 
     over ``steps`` steps (``keys`` (C,): the kernels' keys).  Returns the path's end ``(M,
     N, gamma)`` and its log acceptance ratio (C,): the prior odds of the two values of
     ``gamma_h`` plus the work."""
-    C, m1, K = state.M.shape
-    m2 = state.N.shape[1]
+    C, _, K = state.M.shape
+    m1, m2 = problem.dims
     dt = state.M.dtype
     T = int(steps)
     if T < 1:
@@ -1106,32 +1103,23 @@ def annealed_path(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: 
     onehot = jax.nn.one_hot(h, K, dtype=dt)  # (C, K)
     g0 = jnp.sum(state.gamma * onehot, axis=-1)
     g1, _, log_odds = prior.column_proposal(g0, jnp.zeros_like(g0), m1 + m2)
-    vals = _residual_values(state, problem)
-    zeros1, zeros2 = jnp.zeros((C, m1), dt), jnp.zeros((C, m2), dt)
-    ones = jnp.ones((C,), dt)
 
     def with_scale(gamma, g):
         return jnp.where(onehot > 0, g[:, None], gamma)
 
-    def half(csr, own, other, z, gamma, side, values):
-        priors = prior.row_priors({**state.prior_state, "gamma": gamma})[side]
-        zb = zeros1 if side == 0 else zeros2
-        return _side(csr, own, other, z, zb, zb, zeros2 if side == 0 else zeros1, priors, tb, ones, rho=0.0,
-                     use_bias=False, sse=False, cross=False, values=values)[0]
-
     def perturb(t, M, N, gamma, work):
         g_t = jnp.where(t == T, g1, g0 * jnp.exp((t / T) * (jnp.log(g1) - jnp.log(g0))))
         g_prev = jnp.sum(gamma * onehot, axis=-1)
-        work = work + _log_column_prior(M, N, onehot, g_t) - _log_column_prior(M, N, onehot, g_prev)
+        work = (work + _log_column_prior(M, N, onehot, g_t, m1 + m2)
+                - _log_column_prior(M, N, onehot, g_prev, m1 + m2))
         return with_scale(gamma, g_t), work
 
     def body(t, carry):  # step t + 1 of the path, then the kernel at g_(t+1)
         M, N, gamma, work = carry
         gamma, work = perturb(t + 1, M, N, gamma, work)
         kk = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t), 3))(keys)
-        M = half(problem.rows, M, N, _normals(kk[:, 0], m1, K, dt), gamma, 0, vals[0])
-        N = half(problem.cols, N, M, _normals(kk[:, 1], m2, K, dt), gamma, 1, vals[1])
-        M = half(problem.rows, M, N, _normals(kk[:, 2], m1, K, dt), gamma, 0, vals[0])
+        z = (_normals(kk[:, 0], m1, K, dt), _normals(kk[:, 1], m2, K, dt), _normals(kk[:, 2], m1, K, dt))
+        M, N = _path_kernel(problem, state, prior, M, N, gamma, z, tb)
         return M, N, gamma, work
 
     M, N, gamma, work = lax.fori_loop(0, T - 1, body, (state.M, state.N, state.gamma, jnp.zeros((C,), dt)))
@@ -1139,34 +1127,75 @@ def annealed_path(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: 
     return M, N, gamma, work + log_odds
 
 
-def _log_column_prior(M, N, onehot, g):
+def _path_kernel(problem: GibbsProblem, state: GibbsState, prior: Prior, M, N, gamma, z, tb):
+    """The annealed path's kernel at the scales ``gamma``: rows of ``M``, rows of ``N``,
+    rows of ``M`` again (exact Gibbs blocks with the normals ``z``, three (C, m, K) arrays;
+    biases, ``tau`` and a latent likelihood's ``z`` fixed), on one device or sharded as
+    the sweep (:func:`_sweep_factors`)."""
+    priors = prior.row_priors({**state.prior_state, "gamma": gamma})
+    use_bias = problem.biases is not None
+    if problem.mesh is None:
+        latent = state.lik_state["z"] if problem.latent else None
+        values = (latent, latent[:, problem.col_perm]) if problem.latent else (None, None)
+        return _path_body(problem.rows, problem.cols, M, N, state.row_bias, state.col_bias, *z, priors, tb, sh.LOCAL,
+                          use_bias=use_bias, values=values)
+    p1, p2 = _padded_dims(problem)
+    z = (sh.pad_rows(z[0], p1), sh.pad_rows(z[1], p2), sh.pad_rows(z[2], p1))
+    f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
+    v = jax.sharding.PartitionSpec(None, sh.AXIS)
+    comm = sh.sharded_comm(problem.dims)
+
+    def body(rows, cols, M, N, b, c, z1, z2, z3, priors, tb):
+        return _path_body(sh.local_csr(rows), sh.local_csr(cols), M, N, b, c, z1, z2, z3, priors, tb, comm,
+                          use_bias=use_bias)
+
+    csr_spec = jax.sharding.PartitionSpec(sh.AXIS)
+    return jax.shard_map(
+        body, mesh=problem.mesh, in_specs=(csr_spec, csr_spec, f, f, v, v, f, f, f, r, r), out_specs=(f, f),
+        check_vma=False,
+    )(problem.rows, problem.cols, M, N, state.row_bias, state.col_bias, *z, priors, tb)
+
+
+def _path_body(rows: CSR, cols: CSR, M, N, b, c, z1, z2, z3, priors, tb, comm: sh.Comm, *, use_bias: bool,
+               values=(None, None)):
+    """:func:`_path_kernel` on this device's rows.  ``values``: a latent likelihood's
+    ``z`` (C, n) in row and column order (one device), or None: the ratings, minus the
+    (fixed) biases when the model has them."""
+    C = M.shape[0]
+    if use_bias:  # the residual Y_ij - b_i - c_j, per chain, in row and in column order
+        values = (_bias_residual(rows, values[0], b, comm.gather(c)), _bias_residual(cols, values[1], c, comm.gather(b)))
+    pM, pN = priors
+    ones = jnp.ones((C,), M.dtype)
+
+    def half(csr, own, other, z, prior_rows, vals, which):
+        zb = jnp.zeros(own.shape[:2], own.dtype)
+        zo = jnp.zeros(other.shape[:2], own.dtype)
+        new = _side(csr, own, other, z, zb, zb, zo, prior_rows, tb, ones, rho=0.0, use_bias=False, sse=False,
+                    cross=False, values=vals)[0]
+        return comm.mask(new, which)
+
+    M = half(rows, M, comm.gather(N), z1, pM, values[0], 0)
+    N = half(cols, N, comm.gather(M), z2, pN, values[1], 1)
+    M = half(rows, M, comm.gather(N), z3, pM, values[0], 0)
+    return M, N
+
+
+def _bias_residual(csr: CSR, values, bias_own, bias_other):
+    """``Y_ij - b_i - c_j`` (C, n) at the ratings of ``csr`` (grouped by the rows of
+    ``bias_own`` (C, m), this device's; ``bias_other`` (C, m_other) all rows); ``values``
+    (C, n) replace the ratings (a latent ``z``) when given."""
+    y = csr.values[None] if values is None else values
+    # a sharded block's padding entries have the row id b (out of range): clip, they are
+    # not read by the products
+    return y - jnp.take(bias_own, _row_ids(csr), axis=1, mode="clip") - bias_other[:, csr.index]
+
+
+def _log_column_prior(M, N, onehot, g, d: int):
     """``log N(M_h; 0, g I) + log N(N_h; 0, g I)`` up to a constant, per chain (``h`` the
-    column of ``onehot`` (C, K)); its own function so that the Geweke power check can
-    break the annealed switch's work."""
-    d = M.shape[1] + N.shape[1]
+    column of ``onehot`` (C, K), ``d = m1 + m2``: padding rows of a sharded run are zero);
+    its own function so that the Geweke power check can break the annealed switch's work."""
     sq = jnp.einsum("cmk,ck->c", M * M, onehot) + jnp.einsum("cjk,ck->c", N * N, onehot)
     return -0.5 * d * jnp.log(g) - 0.5 * sq / g
-
-
-def _residual_values(state: GibbsState, problem: GibbsProblem):
-    """The values the factors are fitted to, per chain, in row order and in column order
-    ((C, n) each): the ratings (a latent likelihood's ``z``) minus ``b_i + c_j``; ``(None,
-    None)`` when they are the ratings themselves (then the half sweeps use the ratings of
-    the pattern, one product for all chains)."""
-    rows, cols = problem.rows, problem.cols
-    if not problem.latent and problem.biases is None:
-        return None, None
-    if problem.latent:
-        z = state.lik_state["z"]
-        yr, yc = z, z[:, problem.col_perm]
-    else:
-        yr, yc = rows.values[None], cols.values[None]
-    if problem.biases is not None:
-        b, c = state.row_bias, state.col_bias
-        yr = yr - b[:, _row_ids(rows)] - c[:, rows.index]
-        yc = yc - c[:, _row_ids(cols)] - b[:, cols.index]
-    C = state.M.shape[0]
-    return jnp.broadcast_to(yr, (C, yr.shape[-1])), jnp.broadcast_to(yc, (C, yc.shape[-1]))
 
 
 def check_failure(state: GibbsState, *, dtype=None) -> None:

@@ -145,7 +145,7 @@ class Gibbs(Settings):
     together with its column (DESIGN.md section 10; priors that define
     ``column_proposal``: the discrete, inverse-gamma and gamma priors); None (the
     default): on wherever the prior has a move, the plain sweep for the others; False:
-    the paper's plain sweep; ``anneal_steps`` > 0 (the discrete prior, one device): every
+    the paper's plain sweep; ``anneal_steps`` > 0 (the discrete prior): every
     ``anneal_every`` sweeps, one spike/slab switch annealed over that many steps
     (:func:`bmczoo.inference.gibbs.annealed_switch`; 0, the default: none);
     ``init_gamma``: starting gamma (default the prior's); ``track``: entries
@@ -198,8 +198,6 @@ class Gibbs(Settings):
             raise ValueError(f"store_factors must be True, False or 'auto', got {self.store_factors!r}")
         _check_checkpoint(self)
         object.__setattr__(self, "devices", _mesh(self.devices))
-        if self.devices is not None and self.anneal_steps:
-            raise ValueError("the annealed switch runs on one device: anneal_steps > 0 with devices= is not implemented")
         if self.devices is not None and self.chain_method == "parallel":
             raise ValueError("chain_method='parallel' maps chains to devices; with devices= use 'vectorized'")
         if self.checkpoint is not None and self.chain_method != "vectorized":
