@@ -1103,6 +1103,7 @@ def annealed_path(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: 
     onehot = jax.nn.one_hot(h, K, dtype=dt)  # (C, K)
     g0 = jnp.sum(state.gamma * onehot, axis=-1)
     g1, _, log_odds = prior.column_proposal(g0, jnp.zeros_like(g0), m1 + m2)
+    values = _path_values(state, problem)
 
     def with_scale(gamma, g):
         return jnp.where(onehot > 0, g[:, None], gamma)
@@ -1119,7 +1120,8 @@ def annealed_path(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: 
         gamma, work = perturb(t + 1, M, N, gamma, work)
         kk = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t), 3))(keys)
         z = (_normals(kk[:, 0], m1, K, dt), _normals(kk[:, 1], m2, K, dt), _normals(kk[:, 2], m1, K, dt))
-        M, N = _path_kernel(problem, state, prior, M, N, gamma, z, tb)
+        priors = prior.row_priors({**state.prior_state, "gamma": gamma})
+        M, N = _path_kernel(problem, priors, M, N, z, tb, values)
         return M, N, gamma, work
 
     M, N, gamma, work = lax.fori_loop(0, T - 1, body, (state.M, state.N, state.gamma, jnp.zeros((C,), dt)))
@@ -1127,45 +1129,67 @@ def annealed_path(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: 
     return M, N, gamma, work + log_odds
 
 
-def _path_kernel(problem: GibbsProblem, state: GibbsState, prior: Prior, M, N, gamma, z, tb):
-    """The annealed path's kernel at the scales ``gamma``: rows of ``M``, rows of ``N``,
-    rows of ``M`` again (exact Gibbs blocks with the normals ``z``, three (C, m, K) arrays;
-    biases, ``tau`` and a latent likelihood's ``z`` fixed), on one device or sharded as
-    the sweep (:func:`_sweep_factors`)."""
-    priors = prior.row_priors({**state.prior_state, "gamma": gamma})
+def _path_values(state: GibbsState, problem: GibbsProblem):
+    """The values the path's half sweeps fit, per chain, in row and in column order ((C,
+    n) each; sharded: this device's ratings): the ratings (a latent likelihood's ``z``)
+    minus the biases, which stay fixed along the path, so computed once per switch;
+    ``(None, None)`` when they are the ratings themselves (then the half sweeps use the
+    ratings of the pattern, one product for all chains)."""
     use_bias = problem.biases is not None
+    if not problem.latent and not use_bias:
+        return None, None
+    b, c = state.row_bias, state.col_bias
     if problem.mesh is None:
-        latent = state.lik_state["z"] if problem.latent else None
-        values = (latent, latent[:, problem.col_perm]) if problem.latent else (None, None)
-        return _path_body(problem.rows, problem.cols, M, N, state.row_bias, state.col_bias, *z, priors, tb, sh.LOCAL,
-                          use_bias=use_bias, values=values)
+        z = state.lik_state["z"] if problem.latent else None
+        yr, yc = (z, z[:, problem.col_perm]) if problem.latent else (None, None)
+        if use_bias:
+            yr, yc = _bias_residual(problem.rows, yr, b, c), _bias_residual(problem.cols, yc, c, b)
+        return yr, yc
+    comm = sh.sharded_comm(problem.dims)  # sharded: biases only (a latent likelihood runs on one device)
+
+    def body(rows, cols, b, c):
+        return (_bias_residual(sh.local_csr(rows), None, b, comm.gather(c)),
+                _bias_residual(sh.local_csr(cols), None, c, comm.gather(b)))
+
+    csr_spec, v = jax.sharding.PartitionSpec(sh.AXIS), jax.sharding.PartitionSpec(None, sh.AXIS)
+    return jax.shard_map(body, mesh=problem.mesh, in_specs=(csr_spec, csr_spec, v, v), out_specs=(v, v),
+                         check_vma=False)(problem.rows, problem.cols, b, c)
+
+
+def _path_kernel(problem: GibbsProblem, priors, M, N, z, tb, values):
+    """The annealed path's kernel at the rows' ``priors``: rows of ``M``, rows of ``N``,
+    rows of ``M`` again (exact Gibbs blocks with the normals ``z``, three (C, m, K) arrays,
+    fitting ``values`` of :func:`_path_values`; biases, ``tau`` and a latent likelihood's
+    ``z`` fixed), on one device or sharded as the sweep (:func:`_sweep_factors`)."""
+    if problem.mesh is None:
+        return _path_body(problem.rows, problem.cols, M, N, *z, priors, tb, sh.LOCAL, values)
     p1, p2 = _padded_dims(problem)
     z = (sh.pad_rows(z[0], p1), sh.pad_rows(z[1], p2), sh.pad_rows(z[2], p1))
     f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
     v = jax.sharding.PartitionSpec(None, sh.AXIS)
     comm = sh.sharded_comm(problem.dims)
-
-    def body(rows, cols, M, N, b, c, z1, z2, z3, priors, tb):
-        return _path_body(sh.local_csr(rows), sh.local_csr(cols), M, N, b, c, z1, z2, z3, priors, tb, comm,
-                          use_bias=use_bias)
-
     csr_spec = jax.sharding.PartitionSpec(sh.AXIS)
-    return jax.shard_map(
-        body, mesh=problem.mesh, in_specs=(csr_spec, csr_spec, f, f, v, v, f, f, f, r, r), out_specs=(f, f),
-        check_vma=False,
-    )(problem.rows, problem.cols, M, N, state.row_bias, state.col_bias, *z, priors, tb)
+    args = (problem.rows, problem.cols, M, N, *z, priors, tb)
+    specs = (csr_spec, csr_spec, f, f, f, f, f, r, r)
+    if values[0] is not None:  # the residual without the biases, per device
+
+        def body(rows, cols, M, N, z1, z2, z3, priors, tb, vr, vc):
+            return _path_body(sh.local_csr(rows), sh.local_csr(cols), M, N, z1, z2, z3, priors, tb, comm, (vr, vc))
+
+        args, specs = args + tuple(values), specs + (v, v)
+    else:
+
+        def body(rows, cols, M, N, z1, z2, z3, priors, tb):
+            return _path_body(sh.local_csr(rows), sh.local_csr(cols), M, N, z1, z2, z3, priors, tb, comm, values)
+
+    return jax.shard_map(body, mesh=problem.mesh, in_specs=specs, out_specs=(f, f), check_vma=False)(*args)
 
 
-def _path_body(rows: CSR, cols: CSR, M, N, b, c, z1, z2, z3, priors, tb, comm: sh.Comm, *, use_bias: bool,
-               values=(None, None)):
-    """:func:`_path_kernel` on this device's rows.  ``values``: a latent likelihood's
-    ``z`` (C, n) in row and column order (one device), or None: the ratings, minus the
-    (fixed) biases when the model has them."""
-    C = M.shape[0]
-    if use_bias:  # the residual Y_ij - b_i - c_j, per chain, in row and in column order
-        values = (_bias_residual(rows, values[0], b, comm.gather(c)), _bias_residual(cols, values[1], c, comm.gather(b)))
+def _path_body(rows: CSR, cols: CSR, M, N, z1, z2, z3, priors, tb, comm: sh.Comm, values):
+    """:func:`_path_kernel` on this device's rows (``values``: :func:`_path_values`, or
+    None: the ratings)."""
     pM, pN = priors
-    ones = jnp.ones((C,), M.dtype)
+    ones = jnp.ones((M.shape[0],), M.dtype)
 
     def half(csr, own, other, z, prior_rows, vals, which):
         zb = jnp.zeros(own.shape[:2], own.dtype)
