@@ -8,7 +8,28 @@ same context manager under its current name.)
 
 from __future__ import annotations
 
-import jax
+import os
+from pathlib import Path
+
+# JAX's persistent compilation cache, shared by every test process of a run (xdist workers,
+# the subprocess tests, the notebooks' kernels: they inherit these variables) and by later
+# runs.  Most of the suite's time is XLA compilation of the same programs in many tests
+# (each fit builds fresh jitted closures, so JAX's in-memory cache misses); the cache is
+# keyed by the program, JAX's version and the compile options, so a hit is the program a
+# compilation would give.  Set JAX_COMPILATION_CACHE_DIR to put it elsewhere; delete
+# ``.jax_cache/`` to reclaim the space.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+
+import jax  # noqa: E402  (after the cache's environment variables, which JAX reads at import)
+
+# a plugin may have imported JAX before this file: set the same values explicitly
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                  float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+jax.config.update("jax_persistent_cache_min_entry_size_bytes",
+                  int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
 import numpy as np
 import pytest
 
