@@ -21,6 +21,18 @@ from pathlib import Path
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+# The programs the tests compile are small and run briefly, so XLA's CPU backend
+# optimisation (LLVM's passes) costs more than it saves: off for the tests, measured on
+# tests/inference/test_gibbs_kernel.py at 0.58x the module's time.  It changes how the
+# code is generated, not what is computed (no fast-math either way; tests compare paths
+# within one process or with tolerances).  The benchmarks run at XLA's default.
+# BMCZOO_TEST_XLA_OPT=1 keeps the default (XLA_FLAGS is read when the backend starts,
+# after this file; the child processes of the tests inherit it).
+if os.environ.get("BMCZOO_TEST_XLA_OPT", "0") != "1" and "xla_backend_optimization_level" not in os.environ.get(
+        "XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join(
+        [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0",
+         "--xla_llvm_disable_expensive_passes=true"]).strip()
 
 import jax  # noqa: E402  (after the cache's environment variables, which JAX reads at import)
 

@@ -142,7 +142,7 @@ def test_gibbs_agrees_with_nuts(config):
 # ============================================================================ sharding
 @pytest.mark.slow
 def test_sharded_equals_serial_with_all_components():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
     res = subprocess.run([sys.executable, str(SHARD_SCRIPT)], env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])

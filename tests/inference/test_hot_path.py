@@ -189,7 +189,7 @@ def test_sharded_segment_path_equals_one_device_bcsr():
     from pathlib import Path
 
     script = Path(__file__).parent / "scripts" / "four_devices_segment.py"
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
     res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     diffs = json.loads(res.stdout.strip().splitlines()[-1])

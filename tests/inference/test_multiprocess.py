@@ -44,6 +44,10 @@ def _free_port() -> int:
 def _env() -> dict:
     src = str(Path(bmc.__file__).resolve().parents[1])  # the bmczoo under test
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    # the scripts set the device count; other XLA flags (the suite's compile options) carry over
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
+    if flags:
+        env["XLA_FLAGS"] = " ".join(flags)
     env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["JAX_PLATFORMS"] = "cpu"
     return env

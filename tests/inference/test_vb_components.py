@@ -368,7 +368,7 @@ def test_sharded_equals_serial():
     come only from the summation order of psums and all-gathered products: float64
     rounding carried through 12 iterations, bounded by ``sqrt(eps)`` as in
     ``test_sharding`` (a wrong row, padding or mask gives differences of order one)."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
     res = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT], env=env, capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
