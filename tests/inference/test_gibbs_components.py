@@ -33,7 +33,6 @@ by the Geweke tests (``test_geweke_components.py``); here:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +46,8 @@ import tqdm.auto
 
 import bmczoo as bmc
 from bmczoo.inference import checkpoint as ck
+
+from ._devices import four_cpu_devices_env
 
 FAMILYWISE_ALPHA = 0.01
 EPS = np.finfo(np.float64).eps
@@ -142,7 +143,7 @@ def test_gibbs_agrees_with_nuts(config):
 # ============================================================================ sharding
 @pytest.mark.slow
 def test_sharded_equals_serial_with_all_components():
-    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    env = four_cpu_devices_env()
     res = subprocess.run([sys.executable, str(SHARD_SCRIPT)], env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])

@@ -15,6 +15,8 @@ import bmczoo as bmc
 from bmczoo.inference import gibbs
 from bmczoo.inference import kernels as kr
 
+from ._devices import four_cpu_devices_env
+
 RTOL = 1e-12  # float64: only the summation order differs
 
 
@@ -183,13 +185,12 @@ def test_sharded_segment_path_equals_one_device_bcsr():
     """Four CPU devices (a child process), segment sums over the padded per-device blocks,
     against the one-device BCSR run: equal up to float64 rounding."""
     import json
-    import os
     import subprocess
     import sys
     from pathlib import Path
 
     script = Path(__file__).parent / "scripts" / "four_devices_segment.py"
-    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    env = four_cpu_devices_env()
     res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     diffs = json.loads(res.stdout.strip().splitlines()[-1])

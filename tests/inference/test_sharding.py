@@ -5,7 +5,6 @@ be set before JAX starts).  Sharded runs equal single-device runs with the same 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,8 @@ import pytest
 
 import bmczoo as bmc
 from bmczoo.inference import sharding
+
+from ._devices import four_cpu_devices_env
 
 SCRIPT = Path(__file__).parent / "scripts" / "four_devices.py"
 
@@ -28,7 +29,7 @@ TOL = np.sqrt(np.finfo(np.float64).eps)
 
 
 def _four_devices(*args) -> dict:
-    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    env = four_cpu_devices_env()
     res = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])

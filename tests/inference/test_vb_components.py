@@ -30,7 +30,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -46,6 +45,8 @@ from bmczoo.inference import vb
 from bmczoo.inference.gibbs import build_problem
 from bmczoo.likelihoods import LearnedNoise, Tempered
 from bmczoo.offsets import Biases
+
+from ._devices import four_cpu_devices_env
 
 PRIORS = {
     "fixed": bmc.priors.Fixed(1.0),
@@ -368,7 +369,7 @@ def test_sharded_equals_serial():
     come only from the summation order of psums and all-gathered products: float64
     rounding carried through 12 iterations, bounded by ``sqrt(eps)`` as in
     ``test_sharding`` (a wrong row, padding or mask gives differences of order one)."""
-    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    env = four_cpu_devices_env()
     res = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT], env=env, capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
