@@ -100,6 +100,7 @@ def test_fit_movielens_file_vb(capsys):
     assert last.startswith("test_rmse=") and float(last.split("=")[1]) <= 0.925
 
 
+@pytest.mark.slow  # 1000 sweeps of ML-100K (~1 min); ML-100K Gibbs: tests/experiments/test_movielens_gibbs.py
 @pytest.mark.skipif(not U_DATA.exists(), reason=f"{U_DATA} not present")
 def test_fit_movielens_file_gibbs_discrete(capsys):
     """The CLI's Gibbs fit of ML-100K with the discrete prior (the paper's (C, p, eps) =

@@ -34,6 +34,11 @@ TIMEOUT = 150  # seconds for each of the two steps (about 10 s and 20 s on two i
 # block, key, padding or gather gives differences of order one.
 TOL = np.sqrt(np.finfo(np.float64).eps)
 
+# three child processes starting JAX and compiling every fit afresh (~1 min on two cores):
+# the slow suite's; the default suite shards over four devices of one process in
+# test_sharding.py
+pytestmark = pytest.mark.slow
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

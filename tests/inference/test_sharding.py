@@ -52,8 +52,20 @@ def _check_equal(out: dict) -> dict:
 
 
 def test_four_devices_equal_one_device(four_device_run):
+    """The discrete prior with the column moves (reflected spike/slab flips: psum-ed
+    marginals and Gram matrices, padded draws), sharded over four devices and resumed
+    from a checkpoint on three, and VB, equal one device."""
     diffs = _check_equal(four_device_run)
-    assert any(k.startswith("vb_ig/") for k in diffs) and any("/three_checkpointed/" in k for k in diffs)
+    assert any(k.startswith("vb_ig/") for k in diffs) and any(k.startswith("discrete/three_checkpointed/")
+                                                                 for k in diffs)
+
+
+@pytest.mark.slow  # a child process compiling six more fits (~1 min); one prior in the default suite
+def test_four_devices_other_priors():
+    """The gamma prior's over-relaxed rows (they read the current factors) and the
+    inverse-gamma prior's column moves with biases, sharded, equal one device."""
+    diffs = _check_equal(_four_devices("more"))
+    assert {k.split("/")[0] for k in diffs} == {"gamma", "ig_moves_biases"}
 
 
 @pytest.mark.slow

@@ -186,6 +186,9 @@ def test_new_prior_module_end_to_end(tmp_path):
     dst = _copy_with_probe(tmp_path)
     env = {"PYTHONPATH": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAX_PLATFORMS": "cpu",
            "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp_path / "mpl"), "HOME": str(tmp_path)}
+    # the suite's compile options and compilation cache (tests/conftest.py) carry over
+    env.update({k: v for k, v in os.environ.items() if k == "XLA_FLAGS" or k.startswith(("JAX_COMPILATION_CACHE",
+                                                                                           "JAX_PERSISTENT_CACHE"))})
     code = CHECKS.replace("# EXPERIMENTS\n", EXPERIMENTS)
     assert "run_grid" in code
     cli = ["fit", "--data", "sim:30", "--prior", "probe-point", "-K", "2", "--quiet"]

@@ -1,7 +1,9 @@
 """Run by ``tests/inference/test_sharding.py`` in a child process with four CPU devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=4``, which must be set before JAX
 starts): the same fits on one device and sharded over four; prints the largest
-differences as JSON.  With the argument ``anneal``: only the annealed switch's run."""
+differences as JSON.  Without an argument: the discrete prior with the column moves, and
+VB; with ``more``: the gamma prior over-relaxed and the inverse-gamma prior with the moves
+and biases; with ``anneal``: the annealed switch's run."""
 
 from __future__ import annotations
 
@@ -38,10 +40,14 @@ def main():
     # the gamma-prior runs use over-relaxed row updates (they read the current factors); the
     # discrete-prior runs the column moves (reflected spike/slab flips: psum-ed marginals and
     # Gram matrices, padded draws), the inverse-gamma ones the moves' log-scale walk with biases
-    runs = (("discrete", bmc.priors.Discrete(1.0, 0.5, 0.3), dict(column_moves=True)),
-            ("gamma", bmc.priors.Gamma(beta=10.0), dict(overrelax=-0.7)),
-            ("ig_moves_biases", bmc.priors.InverseGamma(), dict(column_moves=True, biases=True)))
-    anneal_only = "anneal" in sys.argv[1:]
+    runs = (("discrete", bmc.priors.Discrete(1.0, 0.5, 0.3), dict(column_moves=True)),)
+    part = sys.argv[1] if len(sys.argv) > 1 else ""
+    if part not in ("", "more", "anneal"):
+        raise SystemExit(f"unknown argument {part!r}: none, 'more' or 'anneal'")
+    if part == "more":
+        runs = (("gamma", bmc.priors.Gamma(beta=10.0), dict(overrelax=-0.7)),
+                ("ig_moves_biases", bmc.priors.InverseGamma(), dict(column_moves=True, biases=True)))
+    anneal_only = part == "anneal"
     if anneal_only:
         # only the annealed switch (a slow test): sharded half sweeps, the work over padded
         # rows, the biases' residual per device, with learned noise; eps close to C so that
@@ -67,7 +73,7 @@ def main():
                 out[f"{name}/{tag}/switches"] = float(np.max(np.abs(one.switches - other.switches)))
         if one.switches is not None:
             out[f"{name}/accepted"] = int(np.min(one.switches[:, 0]))
-    for name, prior in () if anneal_only else (("vb_ig", bmc.priors.InverseGamma()),):
+    for name, prior in (("vb_ig", bmc.priors.InverseGamma()),) if part == "" else ():
         vkw = dict(K=4, method="vb", max_iter=15, tol=0.0, num_chains=2, progress_bar=False, seed=7, test=test,
                    dtype=jnp.float64)
         one = bmc.fit(train, prior=prior, **vkw)
