@@ -143,7 +143,6 @@ def main(argv=None) -> int:
         p.error("--fits and --sweeps must be >= 1, --ratings >= 1000")
 
     import jax
-    import numpy as np
 
     import bmczoo as bmc
 

@@ -42,7 +42,7 @@ from bmczoo.inference import gibbs
 from bmczoo.likelihoods import OrderedProbit, Probit
 from bmczoo.likelihoods import probit as probit_mod
 
-from .test_geweke import COLS, K, M1, M2, N_OBS, ROWS
+from .test_geweke import COLS, K, M1, M2, ROWS
 from .test_geweke_components import BIASES, E_COLS, E_ROWS, IG, NW, _prior_draws, bias_draws, z_scores
 
 pytestmark = pytest.mark.usefixtures("x64")

@@ -39,7 +39,6 @@ from pathlib import Path
 from statistics import NormalDist
 
 import arviz as az
-import jax
 import numpy as np
 import pytest
 import tqdm.auto

@@ -194,7 +194,7 @@ def test_biases_posterior_is_exact():
     cov = np.linalg.inv(P)
     mean = cov @ X.T @ y / s**2
     draws = np.concatenate([fit.samples["row_bias"], fit.samples["col_bias"]], axis=-1).astype(np.float64)
-    zc = _agreement(draws, mean, np.sqrt(np.diag(cov)), "biases")
+    _agreement(draws, mean, np.sqrt(np.diag(cov)), "biases")
     # the truth is within the posterior's uncertainty (it was drawn from the prior)
     z_truth = (np.concatenate([b, c]) - mean) / np.sqrt(np.diag(cov))
     assert np.max(np.abs(z_truth)) < _z_crit(M1 + M2), z_truth

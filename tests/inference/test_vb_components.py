@@ -27,7 +27,6 @@ What is checked (float64 unless said otherwise):
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import subprocess

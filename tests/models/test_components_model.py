@@ -19,7 +19,6 @@ import math
 from statistics import NormalDist
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import numpyro
 import pytest

@@ -40,7 +40,6 @@ import zipfile
 from pathlib import Path
 from types import MappingProxyType
 
-import jax.numpy as jnp
 import numpy as np
 import numpyro
 import pytest

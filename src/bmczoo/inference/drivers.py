@@ -16,7 +16,7 @@ from numpyro.infer import MCMC
 
 from ..data import RatingData
 from . import settings as st
-from .results import FitInfo, GibbsFit, MAPFit, NUTSFit, SVIFit, theta_mean
+from .results import FitInfo, GibbsFit, MAPFit, NUTSFit, SVIFit
 from .sharding import to_host
 
 __all__ = ["Prepared", "DRIVERS", "run_settings"]

@@ -611,7 +611,6 @@ class VBFit(FitResult):
         bv, cv = self._bias_vars()
         if by == "thompson":
             V, W = self.covariances()
-            K = self.info.K
             if getattr(self, "_chol_W", None) is None:
                 self._chol_W = np.linalg.cholesky(np.asarray(W, np.float64))
             LV = np.linalg.cholesky(np.asarray(V[users], np.float64))

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._checks import ArgumentTypeError, check_bool, check_choice, check_int, check_path, check_real
+from .._checks import ArgumentTypeError, check_choice, check_int, check_path, check_real
 
 __all__ = ["Settings", "Gibbs", "VB", "NUTS", "SVI", "MAP", "SETTINGS", "settings_for", "check_overrelax"]
 

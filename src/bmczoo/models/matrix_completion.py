@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
