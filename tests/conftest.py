@@ -35,6 +35,11 @@ _FAST_COMPILE = ["--xla_backend_optimization_level=0", "--xla_llvm_disable_expen
                  "--xla_cpu_parallel_codegen_split_count=1", "--xla_cpu_use_fusion_emitters=false"]
 
 
+def _xla_flags_with(flags: list[str]) -> str:
+    """``XLA_FLAGS`` with ``flags`` appended."""
+    return " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
+
+
 def _xla_accepts(flags: list[str]) -> bool:
     """Whether this jaxlib starts its CPU backend with ``flags`` (XLA aborts on a flag it
     does not know, and a newer jaxlib may drop one): tried in a child process, once per
@@ -42,8 +47,7 @@ def _xla_accepts(flags: list[str]) -> bool:
     import subprocess
     import sys
 
-    env = {**os.environ, "XLA_FLAGS": " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip(),
-           "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": _xla_flags_with(flags), "JAX_PLATFORMS": "cpu"}
     try:
         res = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True,
                              timeout=120)
@@ -56,7 +60,7 @@ if os.environ.get("BMCZOO_TEST_XLA_OPT", "0") != "1" and "xla_backend_optimizati
         "XLA_FLAGS", ""):
     for _flags in (_FAST_COMPILE, _FAST_COMPILE[:2]):
         if _xla_accepts(_flags):
-            os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *_flags]).strip()
+            os.environ["XLA_FLAGS"] = _xla_flags_with(_flags)
             break
 
 import jax  # noqa: E402  (after the cache's environment variables, which JAX reads at import)

@@ -30,6 +30,25 @@ def data():
     return tr.subset(np.flatnonzero(keep))
 
 
+# the Gibbs runs of each part (name, prior, settings).  The discrete prior runs the column
+# moves (reflected spike/slab flips: psum-ed marginals and Gram matrices, padded draws);
+# "more": the gamma prior's over-relaxed row updates (they read the current factors) and
+# the inverse-gamma prior's log-scale walk with biases; "anneal" (a slow test): only the
+# annealed switch: sharded half sweeps, the work over padded rows, the biases' residual per
+# device, with learned noise; eps close to C so that its three-step switches are accepted
+# on these data, without the column moves (with eps ~ C their reflections are aimed by
+# eigenvectors of a nearly degenerate Gram matrix, which amplifies the psum's rounding: two
+# float64 runs part after ~30 sweeps).  VB runs with the first part only.
+PARTS = {
+    "": (("discrete", bmc.priors.Discrete(1.0, 0.5, 0.3), dict(column_moves=True)),),
+    "more": (("gamma", bmc.priors.Gamma(beta=10.0), dict(overrelax=-0.7)),
+             ("ig_moves_biases", bmc.priors.InverseGamma(), dict(column_moves=True, biases=True))),
+    "anneal": (("discrete_anneal", bmc.priors.Discrete(1.0, 0.5, 0.9),
+                dict(column_moves=False, anneal_steps=3, anneal_every=4, biases=True,
+                     likelihood=bmc.likelihoods.LearnedNoise())),),
+}
+
+
 def main():
     assert len(jax.devices()) == 4, jax.devices()
     train = data()
@@ -37,26 +56,10 @@ def main():
     out = {"devices": len(jax.devices())}
     kw = dict(K=4, num_warmup=10, num_samples=30, thinning=3, num_chains=2, progress_bar=False, seed=7,
               store_factors=True, test=test, dtype=jnp.float64)
-    # the gamma-prior runs use over-relaxed row updates (they read the current factors); the
-    # discrete-prior runs the column moves (reflected spike/slab flips: psum-ed marginals and
-    # Gram matrices, padded draws), the inverse-gamma ones the moves' log-scale walk with biases
-    runs = (("discrete", bmc.priors.Discrete(1.0, 0.5, 0.3), dict(column_moves=True)),)
     part = sys.argv[1] if len(sys.argv) > 1 else ""
-    if part not in ("", "more", "anneal"):
+    if part not in PARTS:
         raise SystemExit(f"unknown argument {part!r}: none, 'more' or 'anneal'")
-    if part == "more":
-        runs = (("gamma", bmc.priors.Gamma(beta=10.0), dict(overrelax=-0.7)),
-                ("ig_moves_biases", bmc.priors.InverseGamma(), dict(column_moves=True, biases=True)))
-    anneal_only = part == "anneal"
-    if anneal_only:
-        # only the annealed switch (a slow test): sharded half sweeps, the work over padded
-        # rows, the biases' residual per device, with learned noise; eps close to C so that
-        # its three-step switches are accepted on these data, without the column moves (with
-        # eps ~ C their reflections are aimed by eigenvectors of a nearly degenerate Gram
-        # matrix, which amplifies the psum's rounding: two float64 runs part after ~30 sweeps)
-        runs = (("discrete_anneal", bmc.priors.Discrete(1.0, 0.5, 0.9),
-                 dict(column_moves=False, anneal_steps=3, anneal_every=4, biases=True,
-                      likelihood=bmc.likelihoods.LearnedNoise())),)
+    runs = PARTS[part]
     for name, prior, extra in runs:
         one = bmc.fit(train, prior=prior, **extra, **kw)
         four = bmc.fit(train, prior=prior, devices=jax.devices(), **extra, **kw)
