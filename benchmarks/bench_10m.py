@@ -62,7 +62,7 @@ def worker(method: str, size: str, K: int, iters: int, seed: int) -> dict:
     t = time.perf_counter()
     if method == "gibbs":
         f = bmc.fit(train, K=K, prior=prior, method="gibbs", num_warmup=0, num_samples=iters, thinning=1,
-                    test=test, progress_bar=False, store_factors=False, track=8, seed=seed)
+                    num_chains=1, test=test, progress_bar=False, store_factors=False, track=8, seed=seed)
     else:
         f = bmc.fit(train, K=K, prior=prior, method="vb", max_iter=iters, tol=0.0, test=test,
                     progress_bar=False, seed=seed)

@@ -87,7 +87,7 @@ def run_fits(method: str, train, test, fits: int, K: int, sweeps: int, seed: int
         t0 = time.perf_counter()
         if method == "gibbs":
             result = bmc.fit(train, K=K, prior=prior, method="gibbs", num_warmup=sweeps, num_samples=sweeps,
-                             thinning=1, seed=seed + i, progress_bar=False, test=test)
+                             thinning=1, num_chains=1, seed=seed + i, progress_bar=False, test=test)
         else:
             result = bmc.fit(train, K=K, prior=prior, method="vb", max_iter=sweeps, seed=seed + i,
                              progress_bar=False, test=test)

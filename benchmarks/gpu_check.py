@@ -144,7 +144,7 @@ def worker_ml100k(path: str, samples: int, seed: int) -> None:
     test = bmc.RatingData(rows[test_mask], cols[test_mask], vals[test_mask], shape)
     t0 = time.perf_counter()
     fit = bmc.fit(train, K=10, prior=bmc.priors.InverseGamma(), num_warmup=samples // 2, num_samples=samples,
-                  thinning=5, seed=seed, progress_bar=False, test=test)
+                  thinning=5, num_chains=1, seed=seed, progress_bar=False, test=test)
     t_fit = time.perf_counter() - t0
     print("RESULT " + json.dumps(dict(kind="ml100k", rmse=float(fit.rmse(test)), seconds=t_fit, n_train=train.n,
                                       n_test=test.n, sweeps=samples + samples // 2,

@@ -9,7 +9,8 @@ from . import data, datasets, diagnostics, evaluation, inference, likelihoods, m
 from .data import RatingData
 from .inference import fit
 from .inference.saving import load
+from ._cache import enable_compilation_cache
 
 __version__ = "0.1.0"
 
-__all__ = ["RatingData", "fit", "load", "evaluation", "data", "datasets", "diagnostics", "inference", "likelihoods", "models", "offsets", "priors", "__version__"]
+__all__ = ["RatingData", "fit", "load", "enable_compilation_cache", "evaluation", "data", "datasets", "diagnostics", "inference", "likelihoods", "models", "offsets", "priors", "__version__"]

@@ -77,8 +77,9 @@ def fit_value(task: FitTask, *, progress_bar: bool = False) -> float:
         extra = {} if task.init_gamma is None else {"init_gamma": task.init_gamma}
         # the priors without a move run the plain sweep; False: the paper's sweep for all
         extra["column_moves"] = bool(st.column_moves) and common["prior"].has_column_move
+        # the paper's tables are single-chain runs: one chain whatever bmc.fit's default
         f = fit(train, num_warmup=st.num_warmup, num_samples=st.num_samples, thinning=st.thinning,
-                store_factors=True, track=0, **common, **extra)
+                num_chains=1, store_factors=True, track=0, **common, **extra)
     return float(f.rmse(data.valid) if task.stage == "validation" else data.evaluate(f))
 
 

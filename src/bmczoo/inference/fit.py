@@ -109,8 +109,9 @@ def fit(
         object (``bmc.inference.Gibbs(num_samples=2000)``, ...) gives method and settings.
     num_warmup, num_samples, thinning, num_chains : int, optional
         Gibbs/NUTS: ``num_warmup + num_samples`` sweeps per chain, every ``thinning``-th
-        post-warm-up draw kept (defaults 100, 900, 10, 1).  VB: ``num_chains`` random
-        starts run side by side, the highest final ELBO kept.
+        post-warm-up draw kept (defaults 100, 900, 10, 4: four chains, vectorised, so that
+        R-hat compares chains).  VB: ``num_chains`` random starts run side by side, the
+        highest final ELBO kept (default 1).
     lam, noise_sd : float
         Shorthand for ``likelihood=bmc.likelihoods.Tempered(lam, noise_sd)``.
     seed : int

@@ -158,7 +158,7 @@ class Gibbs(Settings):
     num_warmup: int = 100
     num_samples: int = 900
     thinning: int = 10
-    num_chains: int = 1
+    num_chains: int = 4
     chain_method: str = "vectorized"
     overrelax: float = 0.0
     column_moves: bool | None = None
@@ -235,7 +235,7 @@ class NUTS(Settings):
     num_warmup: int = 100
     num_samples: int = 900
     thinning: int = 10
-    num_chains: int = 1
+    num_chains: int = 4
     track: Any = 8
     target_accept_prob: float = 0.8
     method: ClassVar[str] = "nuts"
