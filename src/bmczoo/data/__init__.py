@@ -1,5 +1,9 @@
-"""Rating data: the validated container and its index views."""
+"""Rating data: the validated container, its index views, and side-information features."""
 
-from .ratings import RatingData, SortedView
+from .features import Features, features_from_table, hstack_features, implicit_features
+from .ratings import OFFICIAL_FOLDS, RatingData, SortedView
 
-__all__ = ["RatingData", "SortedView"]
+__all__ = [
+    "OFFICIAL_FOLDS", "Features", "RatingData", "SortedView", "features_from_table", "hstack_features",
+    "implicit_features",
+]

@@ -11,9 +11,27 @@ from __future__ import annotations
 from functools import cached_property
 from typing import NamedTuple
 
+import hashlib
+
 import numpy as np
 
-__all__ = ["RatingData", "SortedView", "check_entries"]
+from .features import Features
+
+__all__ = ["OFFICIAL_FOLDS", "RatingData", "SortedView", "check_entries"]
+
+#: Names of the official MovieLens 100K folds made by ``mku.sh`` (see
+#: :meth:`RatingData.official_split`).
+OFFICIAL_FOLDS = ("u1", "u2", "u3", "u4", "u5", "ua", "ub")
+
+# ML-100K's u.data: 100,000 lines, 943 users, 1682 movies; mku.sh's blocks of 20,000
+# lines and allbut.pl's held-out rating numbers per user (1-10 for ua, 11-20 for ub) with
+# at most 100,000 test lines.
+_ML100K_N, _ML100K_SHAPE, _ML100K_BLOCK, _ML100K_MAXTEST = 100_000, (943, 1682), 20_000, 100_000
+_ALLBUT = {"ua": (1, 10), "ub": (11, 20)}
+# SHA-256 of the 0-based (user, movie) pairs of u.data in file order, as little-endian
+# int32 rows then cols: the folds are defined by line positions, so official_split checks
+# it is given that order (tests/data/test_official_split.py recomputes it from the file).
+_ML100K_PAIRS_SHA256 = "bf16594b7287cfaf17641920286d2a666a384577651f6b32574008651f9316d3"
 
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -89,23 +107,30 @@ class RatingData:
         Observed values; must be finite.
     shape : tuple of int, optional
         ``(m1, m2)``.  Defaults to ``(max(rows) + 1, max(cols) + 1)``.
+    row_features, col_features : Features, optional
+        Side information: one feature row per matrix row (``m1`` rows) and per column
+        (``m2`` rows).  Kept by every transformation (:meth:`split`, :meth:`subset`,
+        :meth:`official_split`, :meth:`centered`, ...).
 
     Raises
     ------
     ValueError
         On mismatched lengths, empty data, non-integer / negative / out-of-range indices,
         NaN or infinite values, or duplicate ``(row, col)`` pairs.  The message names the
-        field and the first offending position.
+        field and the first offending position.  Also for feature tables whose number of
+        rows is not ``m1`` / ``m2``.
 
     Notes
     -----
     The object is immutable: its arrays are read-only, and transformations
-    (:meth:`split`, :meth:`centered`, :meth:`subset`) return new objects.
+    (:meth:`split`, :meth:`centered`, :meth:`subset`) return new objects.  Equality
+    (``==``) compares the entries and the shape, not the feature tables.
     """
 
-    __slots__ = ("_rows", "_cols", "_values", "_shape", "__dict__")
+    __slots__ = ("_rows", "_cols", "_values", "_shape", "_row_features", "_col_features", "__dict__")
 
-    def __init__(self, rows, cols, values, shape: tuple[int, int] | None = None):
+    def __init__(self, rows, cols, values, shape: tuple[int, int] | None = None, *,
+                 row_features: Features | None = None, col_features: Features | None = None):
         r = np.asarray(rows)
         c = np.asarray(cols)
         v = np.asarray(values)
@@ -127,6 +152,7 @@ class RatingData:
         v = _as_values(v)
         self._rows, self._cols, self._values = _frozen(r), _frozen(c), _frozen(v)
         self._shape = shape
+        self._row_features, self._col_features = self._check_features(row_features, col_features)
         # duplicate check uses the row view (built here once, cached for the hot path); the
         # sorted keys are a temporary (not cached: 8 bytes a rating)
         v = self.row_view
@@ -158,6 +184,17 @@ class RatingData:
             out.append(int(m))
         return out[0], out[1]
 
+    def _check_features(self, row_features, col_features) -> tuple[Features | None, Features | None]:
+        for name, f, m in (("row_features", row_features, self._shape[0]),
+                           ("col_features", col_features, self._shape[1])):
+            if f is None:
+                continue
+            if not isinstance(f, Features):
+                raise ValueError(f"{name} must be a bmczoo.data.Features or None, got {type(f).__name__}")
+            if f.n_rows != m:
+                raise ValueError(f"{name} has {f.n_rows} rows; the matrix has {m} {name[:3]}s")
+        return row_features, col_features
+
     # ------------------------------------------------------------------ basic fields
     @property
     def rows(self) -> np.ndarray:
@@ -178,6 +215,25 @@ class RatingData:
     def shape(self) -> tuple[int, int]:
         """``(m1, m2)``."""
         return self._shape
+
+    @property
+    def row_features(self) -> Features | None:
+        """Side information of the rows (``m1`` feature rows), or ``None``."""
+        return self._row_features
+
+    @property
+    def col_features(self) -> Features | None:
+        """Side information of the columns (``m2`` feature rows), or ``None``."""
+        return self._col_features
+
+    def with_features(self, row_features: Features | None | str = "keep",
+                      col_features: Features | None | str = "keep") -> "RatingData":
+        """Same entries with other feature tables (``"keep"``: unchanged; ``None``: none)."""
+        out = self.with_values(self._values)
+        rf = self._row_features if isinstance(row_features, str) and row_features == "keep" else row_features
+        cf = self._col_features if isinstance(col_features, str) and col_features == "keep" else col_features
+        out._row_features, out._col_features = out._check_features(rf, cf)
+        return out
 
     @property
     def n(self) -> int:
@@ -252,7 +308,8 @@ class RatingData:
         elif idx.size and (idx.min() < 0 or idx.max() >= self.n):
             k = int(np.flatnonzero((idx < 0) | (idx >= self.n))[0])
             raise ValueError(f"index[{k}] = {int(idx[k])} is not a position in 0..{self.n - 1}")
-        return RatingData(self._rows[idx], self._cols[idx], self._values[idx], self.shape)
+        return RatingData(self._rows[idx], self._cols[idx], self._values[idx], self.shape,
+                          row_features=self._row_features, col_features=self._col_features)
 
     def split(self, test_fraction: float = 0.2, seed: int = 0) -> tuple["RatingData", "RatingData"]:
         """Uniform random split of the ratings into train and test.
@@ -267,6 +324,8 @@ class RatingData:
             Fraction of ratings in the test set, in (0, 1).
         seed : int
             Seed of the permutation.
+
+        Both parts keep the feature tables.
         """
         if isinstance(test_fraction, (str, bytes, bool, np.bool_)) or not isinstance(test_fraction, (int, float, np.number)) \
                 or not (0.0 < float(test_fraction) < 1.0):
@@ -280,6 +339,77 @@ class RatingData:
         train_idx = np.sort(perm[: self.n - n_test])
         test_idx = np.sort(perm[self.n - n_test :])
         return self.subset(train_idx), self.subset(test_idx)
+
+    def official_split(self, fold: str, *, check_order: bool = True) -> tuple["RatingData", "RatingData"]:
+        """One of the official MovieLens 100K train/test folds (``u1.base``/``u1.test``, ...).
+
+        The folds are reproduced from ``u.data`` by the rules of the release's ``mku.sh``
+        and ``allbut.pl``:
+
+        - ``"u1"`` .. ``"u5"``: the test set of ``uk`` is lines ``20000 (k-1) + 1`` ..
+          ``20000 k`` of ``u.data`` (five consecutive blocks of 20,000 ratings), the
+          training set the other 80,000 lines;
+        - ``"ua"`` / ``"ub"``: reading ``u.data`` in order, the 1st-10th (``ua``) or
+          11th-20th (``ub``) rating of each user go to the test set (at most 100,000 test
+          lines, a limit never reached), the rest to training: 9,430 test ratings, 10 per
+          user.
+
+        Both parts are sorted like the released files (by user id, then movie id), keep
+        the full ``shape`` and the feature tables.
+
+        Parameters
+        ----------
+        fold : str
+            ``"u1"`` .. ``"u5"``, ``"ua"`` or ``"ub"`` (case-insensitive).
+        check_order : bool
+            The folds are defined by line positions, so the entries must be the ML-100K
+            ratings in ``u.data`` line order (as :func:`bmczoo.datasets.load_movielens`
+            returns them).  By default this is checked against a SHA-256 of the
+            ``(user, movie)`` pairs; ``False`` applies the rules to any data of the same
+            size and shape.
+
+        Returns
+        -------
+        train, test : RatingData
+
+        Raises
+        ------
+        ValueError
+            An unknown fold; data that are not 100,000 ratings of a 943 x 1682 matrix;
+            pairs not in ``u.data``'s order (with ``check_order``).
+
+        Examples
+        --------
+        >>> data = bmc.datasets.load_movielens("100k", path="data/ml-100k")  # doctest: +SKIP
+        >>> train, test = data.official_split("u3")                          # doctest: +SKIP
+        >>> train.n, test.n                                                  # doctest: +SKIP
+        (80000, 20000)
+        """
+        key = fold.strip().lower() if isinstance(fold, str) else fold
+        if key not in OFFICIAL_FOLDS:
+            raise ValueError(f"unknown MovieLens 100K fold {fold!r}; the official folds are {', '.join(OFFICIAL_FOLDS)}")
+        if not isinstance(check_order, (bool, np.bool_)):
+            raise ValueError(f"check_order must be True or False, got {check_order!r}")
+        if self.n != _ML100K_N or self.shape != _ML100K_SHAPE:
+            raise ValueError(
+                f"official_split needs the MovieLens 100K ratings ({_ML100K_N} ratings of a "
+                f"{_ML100K_SHAPE[0]} x {_ML100K_SHAPE[1]} matrix, as load_movielens('100k') returns them); "
+                f"got {self.n} ratings of a {self.shape[0]} x {self.shape[1]} matrix"
+            )
+        if check_order and _pairs_sha256(self._rows, self._cols) != _ML100K_PAIRS_SHA256:
+            raise ValueError(
+                "official_split: these are not the MovieLens 100K (user, movie) pairs in u.data's line "
+                "order (the folds are defined by line positions); load the data with "
+                "bmczoo.datasets.load_movielens('100k', ...) and split before any reordering, or pass "
+                "check_order=False to apply mku.sh's rules to these entries as they are"
+            )
+        test = _official_test_mask(self._rows, key, _ML100K_BLOCK, _ML100K_MAXTEST)
+        return self.subset(self._sorted_positions(~test)), self.subset(self._sorted_positions(test))
+
+    def _sorted_positions(self, mask: np.ndarray) -> np.ndarray:
+        """Positions where ``mask`` holds, ordered by (row, column) like ``sort -k1,1n -k2,2n``."""
+        pos = np.flatnonzero(mask)
+        return pos[np.lexsort((self._cols[pos], self._rows[pos]))]
 
     def mean(self) -> float:
         """Mean of the observed values (the global mean used for centring)."""
@@ -300,6 +430,7 @@ class RatingData:
             raise ValueError(f"values must be 1-D with the same length as the {self.n} entries, got shape {v.shape}")
         out = object.__new__(RatingData)
         out._rows, out._cols, out._values, out._shape = self._rows, self._cols, _frozen(_as_values(v)), self._shape
+        out._row_features, out._col_features = self._row_features, self._col_features
         cache = self.__dict__
         for name in ("row_view", "col_view"):
             if name in cache:
@@ -331,6 +462,39 @@ class RatingData:
     def check_entries(self, rows, cols, name: str = "entries") -> tuple[np.ndarray, np.ndarray]:
         """Validate query indices against this shape; returns int32/int64 arrays."""
         return check_entries(rows, cols, self.shape, name)
+
+
+def _pairs_sha256(rows: np.ndarray, cols: np.ndarray) -> str:
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(rows, dtype="<i4").tobytes())
+    h.update(np.ascontiguousarray(cols, dtype="<i4").tobytes())
+    return h.hexdigest()
+
+
+def _official_test_mask(rows: np.ndarray, fold: str, block: int, maxtest: int) -> np.ndarray:
+    """Test-set mask of an official fold over the lines of a ``u.data``-like file.
+
+    ``"u1"``..``"u5"`` (mku.sh): lines ``block*(k-1)`` .. ``block*k - 1`` (0-based) are
+    the test set.  ``"ua"``/``"ub"`` (allbut.pl): a line is a test line when its user's
+    running count of lines (1-based, in file order) is within the fold's range and fewer
+    than ``maxtest`` test lines came before it.
+    """
+    n = rows.shape[0]
+    test = np.zeros(n, dtype=bool)
+    if fold in _ALLBUT:
+        start, stop = _ALLBUT[fold]
+        order = np.argsort(rows, kind="stable")  # each user's lines, in file order
+        sorted_rows = rows[order]
+        first = np.r_[0, np.flatnonzero(sorted_rows[1:] != sorted_rows[:-1]) + 1]
+        count = np.empty(n, dtype=np.int64)
+        count[order] = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n])) + 1
+        test = (count >= start) & (count <= stop)
+        if maxtest > 0:  # allbut.pl: maxtest <= 0 means no limit
+            test &= np.cumsum(test) <= maxtest
+        return test
+    k = int(fold[1:])
+    test[block * (k - 1): block * k] = True
+    return test
 
 
 def check_entries(rows, cols, shape: tuple[int, int], name: str = "entries") -> tuple[np.ndarray, np.ndarray]:

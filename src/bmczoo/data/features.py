@@ -1,0 +1,599 @@
+"""Side information: sparse feature tables aligned with the rows or columns of a matrix.
+
+:class:`Features` is an ``m x F`` table with a name for every feature, stored CSR-style in
+NumPy arrays (no SciPy needed; :meth:`Features.to_scipy` converts when SciPy is
+installed).  It is what the MovieLens loaders attach as ``RatingData.row_features`` /
+``RatingData.col_features`` and what a feature link in a prior consumes.
+
+:func:`features_from_table` builds one from any user or item table (a mapping from column
+names to equal-length columns, e.g. a dict of lists or a pandas DataFrame): one-hot
+categories, string prefixes (zip codes), bucketed numbers (ages, years), multi-label sets
+(genres) and raw numbers.  :func:`implicit_features` builds the SVD++-style implicit
+feedback matrix (which columns each row rated, scaled by ``|R(i)|^-1/2``) from the pairs of
+a :class:`~bmczoo.data.RatingData`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .ratings import RatingData
+
+__all__ = ["Features", "features_from_table", "hstack_features", "implicit_features"]
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    a.setflags(write=False)
+    return a
+
+
+def _group_of(name: str) -> str:
+    return name.split("=", 1)[0]
+
+
+class Features:
+    """An ``n_rows x n_features`` sparse table of real features with names.
+
+    Stored in compressed sparse row form: the non-zeros of row ``i`` are
+    ``values[indptr[i]:indptr[i+1]]`` in the columns ``indices[indptr[i]:indptr[i+1]]``
+    (strictly increasing within a row).  Row ``i`` describes row (or column) ``i`` of the
+    rating matrix it belongs to.  Immutable: the arrays are read-only.
+
+    Parameters
+    ----------
+    indptr : array_like of int, shape (n_rows + 1,)
+    indices : array_like of int, shape (nnz,)
+    values : array_like of float, shape (nnz,)
+        Must be finite.
+    names : sequence of str, length n_features
+        One distinct name per feature, e.g. ``"occupation=writer"``, ``"age=[20,25)"``.
+    groups : sequence of str, optional
+        The group (source column) of each feature, e.g. ``"occupation"``; by default the
+        part of the name before the first ``"="``.  Models may give each group its own
+        prior scale (as myFM's ``group_shapes``).
+
+    Raises
+    ------
+    ValueError
+        On inconsistent shapes, unsorted or out-of-range indices, non-finite values,
+        duplicate or non-string names.
+    """
+
+    __slots__ = ("_indptr", "_indices", "_values", "_names", "_groups")
+
+    def __init__(self, indptr, indices, values, names: Sequence[str], groups: Sequence[str] | None = None):
+        names = tuple(names)
+        if any(not isinstance(s, str) for s in names):
+            raise ValueError("feature names must be strings")
+        if len(set(names)) != len(names):
+            seen: set[str] = set()
+            dup = next(s for s in names if s in seen or seen.add(s))
+            raise ValueError(f"duplicate feature name {dup!r}")
+        groups = tuple(_group_of(s) for s in names) if groups is None else tuple(groups)
+        if len(groups) != len(names) or any(not isinstance(g, str) for g in groups):
+            raise ValueError(f"groups must be {len(names)} strings, one per feature")
+        f = len(names)
+        indptr = np.asarray(indptr)
+        indices = np.asarray(indices)
+        values = np.asarray(values, dtype=np.float64)
+        if indptr.ndim != 1 or indptr.size < 1 or not np.issubdtype(indptr.dtype, np.integer):
+            raise ValueError(f"indptr must be a 1-D integer array of length n_rows + 1, got shape {indptr.shape}")
+        if indices.ndim != 1 or (indices.size and not np.issubdtype(indices.dtype, np.integer)):
+            raise ValueError("indices must be a 1-D integer array")
+        if values.shape != indices.shape:
+            raise ValueError(f"values and indices must have the same length, got {values.size} and {indices.size}")
+        if indptr[0] != 0 or indptr[-1] != indices.size or (np.diff(indptr) < 0).any():
+            raise ValueError("indptr must start at 0, be non-decreasing and end at len(indices)")
+        if indices.size and (indices.min() < 0 or indices.max() >= f):
+            raise ValueError(f"feature indices must lie in 0..{f - 1} (there are {f} names)")
+        if not np.isfinite(values).all():
+            k = int(np.flatnonzero(~np.isfinite(values))[0])
+            row = int(np.searchsorted(indptr, k, side="right") - 1)
+            raise ValueError(f"feature values must be finite; row {row} has {values[k]}")
+        # strictly increasing columns within each row (what to_dense / matmul assume)
+        if indices.size > 1:
+            step = np.diff(indices.astype(np.int64))
+            same_row = np.ones(indices.size - 1, dtype=bool)
+            starts = indptr[1:-1]
+            same_row[starts[(starts > 0) & (starts < indices.size)] - 1] = False
+            if (step[same_row] <= 0).any():
+                raise ValueError("feature indices must be strictly increasing within each row")
+        self._indptr = _frozen(indptr.astype(np.int64))
+        self._indices = _frozen(indices.astype(np.int32))
+        self._values = _frozen(values)
+        self._names = names
+        self._groups = groups
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_dense(cls, matrix, names: Sequence[str] | None = None, groups: Sequence[str] | None = None) -> "Features":
+        """Features from a dense ``(n_rows, n_features)`` array (zeros are not stored).
+
+        ``names`` default to ``"x0"``, ``"x1"``, ...
+        """
+        a = np.asarray(matrix, dtype=np.float64)
+        if a.ndim != 2:
+            raise ValueError(f"matrix must be 2-D, got shape {a.shape}")
+        if names is None:
+            names = [f"x{j}" for j in range(a.shape[1])]
+        if len(names) != a.shape[1]:
+            raise ValueError(f"{len(names)} names for {a.shape[1]} columns")
+        if not np.isfinite(a).all():
+            i, j = np.argwhere(~np.isfinite(a))[0]
+            raise ValueError(f"feature values must be finite; row {i}, column {j} is {a[i, j]}")
+        nz = a != 0
+        indptr = np.zeros(a.shape[0] + 1, dtype=np.int64)
+        np.cumsum(nz.sum(axis=1), out=indptr[1:])
+        rows, cols = np.nonzero(nz)  # row-major: columns ascending within a row
+        return cls(indptr, cols, a[rows, cols], names, groups)
+
+    @classmethod
+    def from_scipy(cls, matrix, names: Sequence[str] | None = None, groups: Sequence[str] | None = None) -> "Features":
+        """Features from a SciPy sparse matrix (any format; converted to canonical CSR)."""
+        csr = matrix.tocsr(copy=True)
+        csr.sum_duplicates()
+        csr.sort_indices()
+        if names is None:
+            names = [f"x{j}" for j in range(csr.shape[1])]
+        if len(names) != csr.shape[1]:
+            raise ValueError(f"{len(names)} names for {csr.shape[1]} columns")
+        return cls(csr.indptr, csr.indices, csr.data, names, groups)
+
+    # ------------------------------------------------------------------ fields
+    @property
+    def indptr(self) -> np.ndarray:
+        """Row pointers, shape (n_rows + 1,), int64, read-only."""
+        return self._indptr
+
+    @property
+    def indices(self) -> np.ndarray:
+        """Feature index of each stored value, shape (nnz,), int32, read-only."""
+        return self._indices
+
+    @property
+    def values(self) -> np.ndarray:
+        """Stored values, shape (nnz,), float64, read-only."""
+        return self._values
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The feature names."""
+        return self._names
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The group of each feature."""
+        return self._groups
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows (users, or items)."""
+        return int(self._indptr.size - 1)
+
+    @property
+    def n_features(self) -> int:
+        """Number of features ``F``."""
+        return len(self._names)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n_rows, n_features)``."""
+        return self.n_rows, self.n_features
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored values."""
+        return int(self._values.size)
+
+    def group_sizes(self) -> list[tuple[str, int]]:
+        """``[(group, number of consecutive features), ...]`` in feature order (myFM's
+        ``group_shapes`` are the counts)."""
+        out: list[tuple[str, int]] = []
+        for g in self._groups:
+            if out and out[-1][0] == g:
+                out[-1] = (g, out[-1][1] + 1)
+            else:
+                out.append((g, 1))
+        return out
+
+    def row_ids(self) -> np.ndarray:
+        """Row index of every stored value, shape (nnz,) (COO rows)."""
+        return np.repeat(np.arange(self.n_rows, dtype=np.int64), np.diff(self._indptr))
+
+    def __repr__(self) -> str:
+        return f"Features(n_rows={self.n_rows}, n_features={self.n_features}, nnz={self.nnz})"
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Features):
+            return NotImplemented
+        return (
+            self._names == other._names and self._groups == other._groups
+            and np.array_equal(self._indptr, other._indptr) and np.array_equal(self._indices, other._indices)
+            and np.array_equal(self._values, other._values)
+        )
+
+    __hash__ = None
+
+    # ------------------------------------------------------------------ conversions
+    def to_dense(self) -> np.ndarray:
+        """The ``(n_rows, n_features)`` float64 array."""
+        out = np.zeros(self.shape, dtype=np.float64)
+        out[self.row_ids(), self._indices] = self._values
+        return out
+
+    def to_scipy(self):
+        """A ``scipy.sparse.csr_matrix`` copy (needs SciPy)."""
+        import scipy.sparse as sp
+
+        return sp.csr_matrix((self._values.copy(), self._indices.copy(), self._indptr.copy()), shape=self.shape)
+
+    def take(self, rows) -> "Features":
+        """The rows at the given indices, in that order (repeats allowed)."""
+        idx = np.asarray(rows)
+        if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+            raise ValueError("rows must be a 1-D array of integer indices")
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_rows):
+            k = int(np.flatnonzero((idx < 0) | (idx >= self.n_rows))[0])
+            raise ValueError(f"rows[{k}] = {int(idx[k])} is not a row index in 0..{self.n_rows - 1}")
+        counts = np.diff(self._indptr)[idx]
+        indptr = np.zeros(idx.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        # positions of the selected rows' values, in the new order
+        pos = np.repeat(self._indptr[idx] - indptr[:-1], counts) + np.arange(indptr[-1])
+        return Features(indptr, self._indices[pos], self._values[pos], self._names, self._groups)
+
+    # ------------------------------------------------------------------ products
+    def dot(self, b) -> np.ndarray:
+        """``X @ b`` for a dense ``(n_features,)`` or ``(n_features, K)`` array."""
+        b = np.asarray(b, dtype=np.float64)
+        if b.shape[:1] != (self.n_features,):
+            raise ValueError(f"b must have {self.n_features} rows, got shape {b.shape}")
+        contrib = self._values.reshape((-1,) + (1,) * (b.ndim - 1)) * b[self._indices]
+        out = np.zeros((self.n_rows,) + b.shape[1:], dtype=np.float64)
+        np.add.at(out, self.row_ids(), contrib)
+        return out
+
+    def tdot(self, e) -> np.ndarray:
+        """``X^T @ e`` for a dense ``(n_rows,)`` or ``(n_rows, K)`` array."""
+        e = np.asarray(e, dtype=np.float64)
+        if e.shape[:1] != (self.n_rows,):
+            raise ValueError(f"e must have {self.n_rows} rows, got shape {e.shape}")
+        contrib = self._values.reshape((-1,) + (1,) * (e.ndim - 1)) * e[self.row_ids()]
+        out = np.zeros((self.n_features,) + e.shape[1:], dtype=np.float64)
+        np.add.at(out, self._indices, contrib)
+        return out
+
+    def gram(self) -> np.ndarray:
+        """``X^T X``, dense ``(n_features, n_features)`` (for a few thousand features)."""
+        f = self.n_features
+        out = np.zeros((f, f), dtype=np.float64)
+        # dense blocks of rows, about 4M entries each, through BLAS
+        step = max(1, (1 << 22) // max(f, 1))
+        for lo in range(0, self.n_rows, step):
+            block = self.take(np.arange(lo, min(lo + step, self.n_rows))).to_dense()
+            out += block.T @ block
+        return out
+
+
+def hstack_features(*parts: Features) -> Features:
+    """Side-by-side concatenation of feature tables with the same number of rows.
+
+    Names must stay distinct across the parts."""
+    if not parts:
+        raise ValueError("hstack_features needs at least one Features")
+    if any(not isinstance(p, Features) for p in parts):
+        raise ValueError("hstack_features takes Features objects")
+    m = parts[0].n_rows
+    if any(p.n_rows != m for p in parts):
+        raise ValueError(f"all parts must have the same number of rows, got {[p.n_rows for p in parts]}")
+    offsets = np.cumsum([0] + [p.n_features for p in parts])
+    counts = sum(np.diff(p.indptr) for p in parts)
+    indptr = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    rows = np.concatenate([p.row_ids() for p in parts])
+    cols = np.concatenate([p.indices.astype(np.int64) + off for p, off in zip(parts, offsets)])
+    vals = np.concatenate([p.values for p in parts])
+    order = np.lexsort((cols, rows))
+    return Features(indptr, cols[order], vals[order], sum((p.names for p in parts), ()),
+                    sum((p.groups for p in parts), ()))
+
+
+# --------------------------------------------------------------------------- from tables
+def _is_missing(v: Any) -> bool:
+    if v is None:
+        return True
+    if isinstance(v, (float, np.floating)):
+        return bool(np.isnan(v))
+    if isinstance(v, (str, np.str_)):
+        return v.strip() == ""
+    return False
+
+
+def _plain(v: Any) -> Any:
+    """NumPy scalars to Python scalars; strings stripped."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, str):
+        v = v.strip()
+    return v
+
+
+def _sort_key(v: Any) -> tuple:
+    if isinstance(v, bool):
+        return (1, str(v))
+    if isinstance(v, (int, float)):
+        return (0, v)
+    return (1, str(v))
+
+
+def _label(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _column(table, name: str, n: int | None) -> list:
+    try:
+        col = table[name]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(f"the table has no column {name!r}") from None
+    values = list(col.tolist() if hasattr(col, "tolist") else col)
+    if n is not None and len(values) != n:
+        raise ValueError(f"column {name!r} has {len(values)} values, expected {n} (one per row)")
+    return values
+
+
+def _one_hot(name: str, labels: list, *, categories: list | None = None) -> tuple[list[list[int]], list[str]]:
+    """Per-row feature index lists and the feature names of a one-hot group (``None`` =
+    missing: no feature)."""
+    if categories is None:
+        categories = sorted({v for v in labels if v is not None}, key=_sort_key)
+    where = {c: k for k, c in enumerate(categories)}
+    rows = [[] if v is None else [where[v]] for v in labels]
+    return rows, [f"{name}={_label(c)}" for c in categories]
+
+
+def _bucket_labels(name: str, values: list, spec) -> tuple[list, list]:
+    """The bucket of each value as ``(order, label)`` (``None`` when missing) and the
+    buckets that get a feature, in order: those present for a width, all of them for
+    explicit edges."""
+    nums: list[float | None] = []
+    for k, v in enumerate(values):
+        if _is_missing(v):
+            nums.append(None)
+            continue
+        try:
+            x = float(_plain(v))
+        except (TypeError, ValueError):
+            raise ValueError(f"column {name!r}, row {k}: {v!r} is not a number") from None
+        if not math.isfinite(x):
+            raise ValueError(f"column {name!r}, row {k}: {v!r} is not finite")
+        nums.append(x)
+    if isinstance(spec, (int, float, np.integer, np.floating)) and not isinstance(spec, (bool, np.bool_)):
+        width = float(spec)
+        if not width > 0:
+            raise ValueError(f"numeric_buckets[{name!r}]: a bucket width must be positive, got {spec!r}")
+        labels = []
+        for x in nums:
+            if x is None:
+                labels.append(None)
+                continue
+            b = math.floor(x / width)
+            labels.append((b, f"[{b * width:g},{(b + 1) * width:g})"))
+        return labels, sorted({t for t in labels if t is not None})
+    try:
+        edges = [float(e) for e in spec]
+    except (TypeError, ValueError):
+        raise ValueError(f"numeric_buckets[{name!r}] must be a width or a sequence of edges, got {spec!r}") from None
+    if not edges or any(not math.isfinite(e) for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"numeric_buckets[{name!r}]: edges must be finite and strictly increasing, got {spec!r}")
+    buckets = list(enumerate([f"<{edges[0]:g}"] + [f"[{a:g},{b:g})" for a, b in zip(edges, edges[1:])]
+                             + [f">={edges[-1]:g}"]))
+    labels = [None if x is None else buckets[int(np.searchsorted(edges, x, side="right"))] for x in nums]
+    return labels, buckets
+
+
+def features_from_table(
+    table,
+    *,
+    categorical: Sequence[str] = (),
+    prefix: Mapping[str, int] | None = None,
+    numeric_buckets: Mapping[str, float | Sequence[float]] | None = None,
+    multilabel: Mapping[str, str | None] | None = None,
+    numeric: Sequence[str] = (),
+    n_rows: int | None = None,
+) -> Features:
+    """Encode columns of a user or item table as sparse features.
+
+    Parameters
+    ----------
+    table : mapping of column name to column
+        Anything indexable by column name giving equal-length sequences: a dict of lists
+        or arrays, a pandas DataFrame.  Row ``i`` of the table becomes row ``i`` of the
+        result (align it with the matrix first, e.g. ``features.take(...)``).
+    categorical : sequence of str
+        Columns one-hot encoded, one feature per distinct value (sorted), named
+        ``"column=value"``.
+    prefix : mapping of column name to int, optional
+        One-hot of the first ``k`` characters of a string column (``{"zip": 1}``: the
+        zip-code region), named ``"column=prefix"``.
+    numeric_buckets : mapping of column name to a width or to bucket edges, optional
+        A number ``w`` one-hot encodes ``floor(x / w) * w`` (``{"age": 5}``: five-year
+        buckets, one feature per bucket present, named ``"age=[20,25)"``); a sequence of
+        strictly increasing edges ``e`` gives the ``len(e) + 1`` buckets ``x < e[0]``,
+        ``e[k] <= x < e[k+1]``, ``x >= e[-1]`` (named ``"age=<18"``, ``"age=[18,25)"``,
+        ``"age=>=56"``), all of them present even when empty.
+    multilabel : mapping of column name to separator, optional
+        Columns holding sets of labels, either as strings split on the separator
+        (``{"genres": "|"}``) or as sequences of labels (separator ``None``): one feature
+        per distinct label, 1 for each label of the row.
+    numeric : sequence of str
+        Columns kept as real-valued features (named by the column; must be finite).
+    n_rows : int, optional
+        Number of rows; inferred from the columns if omitted (needed when no column is
+        encoded).
+
+    Returns
+    -------
+    Features
+        The groups in the order categorical, prefix, numeric_buckets, multilabel, numeric
+        (each in the order given); every feature's group is its column name.  A missing
+        value (``None``, NaN or an empty string) gives the row no feature of that group.
+
+    Raises
+    ------
+    ValueError
+        A missing column, columns of different lengths, a non-numeric value in a
+        numeric column, bad bucket edges, or a column used twice.
+
+    Examples
+    --------
+    >>> users = {"age": [24, 53, 23], "gender": ["M", "F", "M"], "zip": ["85711", "94043", "32067"]}
+    >>> x = features_from_table(users, categorical=["gender"], prefix={"zip": 1}, numeric_buckets={"age": 10})
+    >>> x.names
+    ('gender=F', 'gender=M', 'zip=3', 'zip=8', 'zip=9', 'age=[20,30)', 'age=[50,60)')
+    """
+    prefix = dict(prefix or {})
+    numeric_buckets = dict(numeric_buckets or {})
+    multilabel = dict(multilabel or {})
+    categorical, numeric = list(categorical), list(numeric)
+    for arg, name in ((categorical, "categorical"), (numeric, "numeric")):
+        if any(not isinstance(c, str) for c in arg):
+            raise ValueError(f"{name} must be a sequence of column names")
+    used = categorical + list(prefix) + list(numeric_buckets) + list(multilabel) + numeric
+    dup = {c for c in used if used.count(c) > 1}
+    if dup:
+        raise ValueError(f"column(s) {sorted(dup)} used more than once")
+    n = n_rows
+    if n is None and not used:
+        raise ValueError("no columns to encode: pass n_rows for an empty feature table")
+    blocks: list[tuple[list, list[str]]] = []  # (per-row [(feature, value)] lists, names)
+
+    def add_one_hot(name: str, labels: list, categories: list | None = None) -> None:
+        rows, names = _one_hot(name, labels, categories=categories)
+        blocks.append(([[(j, 1.0) for j in r] for r in rows], names))
+
+    for name in categorical:
+        col = _column(table, name, n)
+        n = len(col)
+        add_one_hot(name, [None if _is_missing(v) else _plain(v) for v in col])
+    for name, k in prefix.items():
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"prefix[{name!r}] must be a positive integer, got {k!r}")
+        col = _column(table, name, n)
+        n = len(col)
+        add_one_hot(name, [None if _is_missing(v) else str(_plain(v))[: int(k)] for v in col])
+    for name, spec in numeric_buckets.items():
+        col = _column(table, name, n)
+        n = len(col)
+        labels, buckets = _bucket_labels(name, col, spec)
+        rows, _ = _one_hot(name, labels, categories=buckets)
+        blocks.append(([[(j, 1.0) for j in r] for r in rows], [f"{name}={b[1]}" for b in buckets]))
+    for name, sep in multilabel.items():
+        col = _column(table, name, n)
+        n = len(col)
+        sets: list[list] = []
+        for k, v in enumerate(col):
+            if _is_missing(v):
+                sets.append([])
+            elif isinstance(v, (str, np.str_)):
+                if sep is None:
+                    raise ValueError(f"multilabel[{name!r}]: row {k} is a string; give a separator")
+                sets.append([s.strip() for s in str(v).split(sep) if s.strip()])
+            elif isinstance(v, Iterable):
+                sets.append([_plain(s) for s in v if not _is_missing(s)])
+            else:
+                raise ValueError(f"column {name!r}, row {k}: {v!r} is neither a string nor a sequence of labels")
+        labels = sorted({s for row in sets for s in row}, key=_sort_key)
+        where = {s: j for j, s in enumerate(labels)}
+        blocks.append(([sorted({(where[s], 1.0) for s in row}) for row in sets],
+                       [f"{name}={_label(s)}" for s in labels]))
+    for name in numeric:
+        col = _column(table, name, n)
+        n = len(col)
+        x = np.empty(n, dtype=np.float64)
+        for k, v in enumerate(col):
+            try:
+                x[k] = float(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"column {name!r}, row {k}: {v!r} is not a number") from None
+            if not math.isfinite(x[k]):
+                raise ValueError(f"column {name!r}, row {k}: {v!r} is not finite (numeric features cannot be missing)")
+        blocks.append(([[(0, float(v))] if v != 0 else [] for v in x], [name]))
+
+    assert n is not None
+    names: list[str] = []
+    groups: list[str] = []
+    per_row: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for (rows, bnames), gname in zip(blocks, categorical + list(prefix) + list(numeric_buckets)
+                                     + list(multilabel) + numeric):
+        off = len(names)
+        for i, r in enumerate(rows):
+            per_row[i].extend((off + j, v) for j, v in r)
+        names.extend(bnames)
+        groups.extend([gname] * len(bnames))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in per_row], out=indptr[1:])
+    idx = np.fromiter((j for r in per_row for j, _ in r), dtype=np.int64, count=int(indptr[-1]))
+    val = np.fromiter((v for r in per_row for _, v in r), dtype=np.float64, count=int(indptr[-1]))
+    return Features(indptr, idx, val, names, groups)
+
+
+# --------------------------------------------------------------------------- implicit feedback
+def implicit_features(
+    data: "RatingData",
+    axis: Literal["rows", "cols"] = "rows",
+    *,
+    extra: "RatingData | Sequence[RatingData] | None" = None,
+) -> Features:
+    """SVD++-style implicit feedback: which columns each row rated, ``|R(i)|^-1/2`` scaled.
+
+    For ``axis="rows"`` row ``i`` of the result is ``|R(i)|^-1/2 1_{R(i)}`` over the
+    ``m2`` columns, ``R(i)`` the set of columns rated by row ``i``; ``axis="cols"`` gives
+    the ``m2 x m1`` transpose construction (for column ``j``, the rows that rated it).
+    Only which pairs are observed matters, not the values.  A row without ratings is a
+    zero row.
+
+    Parameters
+    ----------
+    data : RatingData
+        The pairs (usually the training set).
+    axis : {"rows", "cols"}
+        Which side the features describe.
+    extra : RatingData or sequence of RatingData, optional
+        Further known pairs of the same shape (e.g. the test set's pairs, in settings
+        where which entries will be asked about is known in advance); a pair present in
+        several sources counts once.
+
+    Returns
+    -------
+    Features
+        ``m1 x m2`` (``axis="rows"``; features named ``"implicit=<j>"``) or ``m2 x m1``
+        (``axis="cols"``), group ``"implicit"``.
+    """
+    if axis not in ("rows", "cols"):
+        raise ValueError(f"axis must be 'rows' or 'cols', got {axis!r}")
+    sources = [data] + ([] if extra is None else ([extra] if not isinstance(extra, (list, tuple)) else list(extra)))
+    shape = tuple(data.shape)
+    for k, s in enumerate(sources):
+        if not hasattr(s, "rows") or not hasattr(s, "shape"):
+            raise ValueError(f"implicit_features takes RatingData, got {type(s).__name__}")
+        if tuple(s.shape) != shape:
+            raise ValueError(f"extra[{k - 1}] has shape {s.shape}, data has {shape}")
+    major = np.concatenate([np.asarray(s.rows if axis == "rows" else s.cols, dtype=np.int64) for s in sources])
+    minor = np.concatenate([np.asarray(s.cols if axis == "rows" else s.rows, dtype=np.int64) for s in sources])
+    m_major, m_minor = (shape[0], shape[1]) if axis == "rows" else (shape[1], shape[0])
+    key = np.unique(major * m_minor + minor)  # sorted: grouped by major, minor ascending
+    major, minor = np.divmod(key, m_minor)
+    counts = np.bincount(major, minlength=m_major)
+    indptr = np.zeros(m_major + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    values = 1.0 / np.sqrt(counts[major].astype(np.float64))
+    names = [f"implicit={j}" for j in range(m_minor)]
+    return Features(indptr, minor, values, names, ["implicit"] * m_minor)
