@@ -27,6 +27,10 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Features", "features_from_table", "hstack_features", "implicit_features"]
 
 
+#: Entries of the dense row blocks that :meth:`Features.gram` multiplies (32 MiB).
+_GRAM_BLOCK_ENTRIES = 1 << 22
+
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     a = np.ascontiguousarray(a)
     a.setflags(write=False)
@@ -273,8 +277,8 @@ class Features:
         """``X^T X``, dense ``(n_features, n_features)`` (for a few thousand features)."""
         f = self.n_features
         out = np.zeros((f, f), dtype=np.float64)
-        # dense blocks of rows, about 4M entries each, through BLAS
-        step = max(1, (1 << 22) // max(f, 1))
+        # dense blocks of rows through BLAS, bounded in memory
+        step = max(1, _GRAM_BLOCK_ENTRIES // max(f, 1))
         for lo in range(0, self.n_rows, step):
             block = self.take(np.arange(lo, min(lo + step, self.n_rows))).to_dense()
             out += block.T @ block
@@ -385,7 +389,9 @@ def _bucket_labels(name: str, values: list, spec) -> tuple[list, list]:
                 labels.append(None)
                 continue
             b = math.floor(x / width)
-            labels.append((b, f"[{b * width:g},{(b + 1) * width:g})"))
+            # width 1 buckets of whole numbers (years) are named by the number
+            label = f"{b:g}" if width == 1 else f"[{b * width:g},{(b + 1) * width:g})"
+            labels.append((b, label))
         return labels, sorted({t for t in labels if t is not None})
     try:
         edges = [float(e) for e in spec]
@@ -425,7 +431,8 @@ def features_from_table(
         zip-code region), named ``"column=prefix"``.
     numeric_buckets : mapping of column name to a width or to bucket edges, optional
         A number ``w`` one-hot encodes ``floor(x / w) * w`` (``{"age": 5}``: five-year
-        buckets, one feature per bucket present, named ``"age=[20,25)"``); a sequence of
+        buckets, one feature per bucket present, named ``"age=[20,25)"``; width 1 names
+        the bucket by its number: ``"year=1995"``); a sequence of
         strictly increasing edges ``e`` gives the ``len(e) + 1`` buckets ``x < e[0]``,
         ``e[k] <= x < e[k+1]``, ``x >= e[-1]`` (named ``"age=<18"``, ``"age=[18,25)"``,
         ``"age=>=56"``), all of them present even when empty.

@@ -3,13 +3,27 @@
 - :func:`simulate_paper` draws the paper's synthetic low-rank design and returns a
   :class:`Simulation` (observed entries, true matrix, full-matrix RMSE helper).
 - :func:`load_movielens` reads a MovieLens release from a local file or folder, or from a
-  user cache filled by a checksum-verified download; :data:`DATASETS` holds the metadata
+  user cache filled by a checksum-verified download, with the side files found beside the
+  ratings as ``row_features`` / ``col_features``; :data:`DATASETS` holds the metadata
   of the supported releases.
+- :func:`load_movielens_side` gives the raw user and movie tables for other encodings;
+  :func:`movielens_features` encodes them as the loader does (:data:`SIDE_FEATURES`).
 
 Nothing here touches the network at import time.
 """
 
-from .movielens import DATASETS, MovieLensInfo, cache_root, load_movielens
+from .movielens import (
+    DATASETS,
+    SIDE_FEATURES,
+    MovieLensInfo,
+    cache_root,
+    load_movielens,
+    load_movielens_side,
+    movielens_features,
+)
 from .simulate import Simulation, simulate_paper
 
-__all__ = ["DATASETS", "MovieLensInfo", "Simulation", "cache_root", "load_movielens", "simulate_paper"]
+__all__ = [
+    "DATASETS", "SIDE_FEATURES", "MovieLensInfo", "Simulation", "cache_root", "load_movielens",
+    "load_movielens_side", "movielens_features", "simulate_paper",
+]

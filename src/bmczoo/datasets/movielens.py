@@ -22,7 +22,10 @@ Nothing touches the network at import time.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
+import math
 import os
 import re
 import shutil
@@ -33,15 +36,18 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal, overload
 
 import numpy as np
 
-from ..data import RatingData
+from ..data import Features, RatingData, features_from_table
 from ._parse import parse_numeric_table
 
-__all__ = ["DATASETS", "MovieLensInfo", "load_movielens", "cache_root", "resolve_name"]
+__all__ = [
+    "DATASETS", "SIDE_FEATURES", "MovieLensInfo", "cache_root", "load_movielens", "load_movielens_side",
+    "movielens_features", "resolve_name",
+]
 
 _BASE_URL = "https://files.grouplens.org/datasets/movielens/"
 
@@ -230,6 +236,264 @@ def _load_bytes(data: bytes, info: MovieLensInfo, source: str) -> tuple[RatingDa
     return _to_ratingdata(table, source, first_line)
 
 
+# --------------------------------------------------------------------------- side files
+#: The 19 genres of ML-100K's ``u.item`` flags, in column order (its ``u.genre``).
+_ML100K_GENRES = (
+    "unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
+    "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western",
+)
+
+#: ML-1M's occupation codes (its README).
+_ML1M_OCCUPATIONS = (
+    "other", "academic/educator", "artist", "clerical/admin", "college/grad student", "customer service",
+    "doctor/health care", "executive/managerial", "farmer", "homemaker", "K-12 student", "lawyer",
+    "programmer", "retired", "sales/marketing", "scientist", "self-employed", "technician/engineer",
+    "tradesman/craftsman", "unemployed", "writer",
+)
+
+#: The side files of each release: ``(users file, items file)`` (``None``: none shipped).
+_SIDE_FILES = {
+    "100k": ("u.user", "u.item"), "1m": ("users.dat", "movies.dat"), "10m": (None, "movies.dat"),
+    "20m": (None, "movies.csv"), "25m": (None, "movies.csv"), "32m": (None, "movies.csv"),
+    "latest-small": (None, "movies.csv"),
+}
+
+#: How :func:`load_movielens` turns the side tables into features: the keyword arguments
+#: of :func:`bmczoo.data.features_from_table` for the users' and the movies' table, as in
+#: myFM's MovieLens example (five-year age buckets, gender, occupation, first zip-code
+#: character; release year, genres).  ML-1M's ages are already coded in ranges, bucketed
+#: at those ranges' edges.
+SIDE_FEATURES: Mapping[str, Mapping[str, Mapping]] = MappingProxyType({
+    "users-100k": MappingProxyType(dict(categorical=("gender", "occupation"), prefix={"zip": 1},
+                                        numeric_buckets={"age": 5})),
+    "users-1m": MappingProxyType(dict(categorical=("gender", "occupation"), prefix={"zip": 1},
+                                      numeric_buckets={"age": (18, 25, 35, 45, 50, 56)})),
+    "items": MappingProxyType(dict(numeric_buckets={"year": 1}, multilabel={"genres": None})),
+})
+
+_TITLE_YEAR = re.compile(r"\((\d{4})(?:[-\u2013]\d{0,4})?\)\s*$")
+
+
+def _text(data: bytes, source: str) -> list[tuple[int, str]]:
+    """Non-blank lines with their 1-based line numbers; UTF-8, else Latin-1 (ML-100K's
+    ``u.item`` and ML-1M's ``movies.dat`` are Latin-1)."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")
+    return [(k, line) for k, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def _side_id(field: str, source: str, lineno: int) -> int:
+    try:
+        v = int(field)
+    except ValueError:
+        raise ValueError(f"{source}, line {lineno}: the id {field!r} is not an integer") from None
+    if v < 0:
+        raise ValueError(f"{source}, line {lineno}: the id {v} is negative")
+    return v
+
+
+def _fields(line: str, sep: str, n: int, source: str, lineno: int) -> list[str]:
+    parts = line.split(sep)
+    if len(parts) != n:
+        raise ValueError(
+            f"{source}, line {lineno}: expected {n} fields separated by {sep!r}, found {len(parts)} "
+            f"(file corrupt or truncated?): {line[:80]!r}"
+        )
+    return parts
+
+
+def _year_of_title(title: str) -> float:
+    m = _TITLE_YEAR.search(title)
+    return float(m.group(1)) if m else math.nan
+
+
+def _table(columns: dict[str, list], source: str) -> dict[str, np.ndarray]:
+    ids = columns["id"]
+    if len(set(ids)) != len(ids):
+        seen: set[int] = set()
+        dup = next(i for i in ids if i in seen or seen.add(i))
+        raise ValueError(f"{source}: id {dup} appears on more than one line")
+    out = {}
+    for name, col in columns.items():
+        if name == "genres":
+            arr = np.empty(len(col), dtype=object)
+            arr[:] = [tuple(g) for g in col]
+        elif name == "id":
+            arr = np.asarray(col, dtype=np.int64)
+        elif name in ("age", "year"):
+            arr = np.asarray(col, dtype=np.float64)
+        else:
+            arr = np.asarray(col, dtype=object)
+        arr.setflags(write=False)
+        out[name] = arr
+    return out
+
+
+def _parse_users(data: bytes, name: str, source: str) -> dict[str, np.ndarray]:
+    cols: dict[str, list] = {"id": [], "age": [], "gender": [], "occupation": [], "zip": []}
+    for lineno, line in _text(data, source):
+        if name == "100k":  # id|age|gender|occupation|zip
+            uid, age, gender, occ, zipc = _fields(line, "|", 5, source, lineno)
+        else:  # 1m: id::gender::age::occupation code::zip
+            uid, gender, age, occ, zipc = _fields(line, "::", 5, source, lineno)
+            try:
+                code = int(occ)
+                occ = _ML1M_OCCUPATIONS[code] if 0 <= code < len(_ML1M_OCCUPATIONS) else occ
+            except ValueError:
+                pass  # kept as written
+        try:
+            a = float(age) if age.strip() else math.nan
+        except ValueError:
+            raise ValueError(f"{source}, line {lineno}: the age {age!r} is not a number") from None
+        cols["id"].append(_side_id(uid, source, lineno))
+        cols["age"].append(a)
+        cols["gender"].append(gender.strip())
+        cols["occupation"].append(occ.strip())
+        cols["zip"].append(zipc.strip())
+    if not cols["id"]:
+        raise ValueError(f"{source}: no lines")
+    return _table(cols, source)
+
+
+def _parse_items(data: bytes, name: str, source: str, genre_names: Sequence[str]) -> dict[str, np.ndarray]:
+    cols: dict[str, list] = {"id": [], "title": [], "year": [], "genres": []}
+    lines = _text(data, source)
+    if name in ("100k",):
+        n_flags = len(genre_names)
+        cols["release_date"] = []
+        for lineno, line in lines:  # id|title|release date|video release date|url|flags
+            f = _fields(line, "|", 5 + n_flags, source, lineno)
+            flags = f[5:]
+            if any(v not in ("0", "1") for v in flags):
+                raise ValueError(f"{source}, line {lineno}: the genre flags must be 0 or 1: {line[:80]!r}")
+            date = f[2].strip()
+            m = re.search(r"(\d{4})$", date)
+            cols["id"].append(_side_id(f[0], source, lineno))
+            cols["title"].append(f[1])
+            cols["release_date"].append(date)
+            cols["year"].append(float(m.group(1)) if m else math.nan)
+            cols["genres"].append([g for g, v in zip(genre_names, flags) if v == "1"])
+    else:
+        if name in ("1m", "10m"):  # id::title::genres
+            rows = []
+            for lineno, line in lines:
+                uid, sep, rest = line.partition("::")
+                title, sep2, genres = rest.rpartition("::")
+                if not sep or not sep2:
+                    raise ValueError(f"{source}, line {lineno}: expected 3 fields separated by '::': {line[:80]!r}")
+                rows.append((lineno, uid, title, genres))
+        else:  # movies.csv: movieId,title,genres with a header, titles quoted
+            body = [line for _, line in lines]
+            reader = csv.reader(io.StringIO("\n".join(body)))
+            rows = []
+            for k, rec in enumerate(reader):
+                lineno = lines[k][0] if k < len(lines) else k + 1
+                if k == 0 and rec and rec[0].strip().lower() == "movieid":
+                    continue
+                if len(rec) != 3:
+                    raise ValueError(f"{source}, line {lineno}: expected 3 comma-separated fields, found {len(rec)}")
+                rows.append((lineno, *rec))
+        for lineno, uid, title, genres in rows:
+            genres = genres.strip()
+            cols["id"].append(_side_id(uid, source, lineno))
+            cols["title"].append(title.strip())
+            cols["year"].append(_year_of_title(title))
+            cols["genres"].append([] if genres in ("", "(no genres listed)") else
+                                  [g.strip() for g in genres.split("|") if g.strip()])
+    if not cols["id"]:
+        raise ValueError(f"{source}: no lines")
+    return _table(cols, source)
+
+
+def _genre_names(side: "_SideFiles") -> tuple[str, ...]:
+    """ML-100K's genre names from ``u.genre`` (``name|index`` lines) when present."""
+    got = side.read("u.genre")
+    if got is None:
+        return _ML100K_GENRES
+    data, source = got
+    names: dict[int, str] = {}
+    for lineno, line in _text(data, source):
+        genre, _, idx = line.rpartition("|")
+        try:
+            names[int(idx)] = genre
+        except ValueError:
+            raise ValueError(f"{source}, line {lineno}: expected 'name|index': {line[:80]!r}") from None
+    if sorted(names) != list(range(len(names))):
+        raise ValueError(f"{source}: the genre indices must be 0..{len(names) - 1}")
+    return tuple(names[k] for k in range(len(names)))
+
+
+def _read_side_tables(info: MovieLensInfo, side: "_SideFiles") -> tuple[dict | None, dict | None]:
+    users_file, items_file = _SIDE_FILES[info.name]
+    users = items = None
+    if users_file is not None and (got := side.read(users_file)) is not None:
+        users = _parse_users(got[0], info.name, got[1])
+        users["_source"] = got[1]
+    if items_file is not None and (got := side.read(items_file)) is not None:
+        genres = _genre_names(side) if info.name == "100k" else ()
+        items = _parse_items(got[0], info.name, got[1], genres)
+        items["_source"] = got[1]
+    return users, items
+
+
+def _aligned(table: dict, ids: np.ndarray, what: str) -> dict[str, np.ndarray]:
+    """The rows of ``table`` for the matrix's ``ids`` (in that order); every id must be in
+    the table."""
+    source = table["_source"]
+    order = np.argsort(table["id"], kind="stable")
+    sorted_ids = table["id"][order]
+    pos = np.searchsorted(sorted_ids, ids)
+    pos = np.minimum(pos, sorted_ids.size - 1)
+    missing = sorted_ids[pos] != ids
+    if missing.any():
+        bad = ids[missing]
+        raise ValueError(
+            f"{source}: no line for {what} id {int(bad[0])} ({int(missing.sum())} rated {what}s missing); "
+            "the side file does not match the ratings"
+        )
+    rows = order[pos]
+    return {k: v[rows] for k, v in table.items() if k != "_source"}
+
+
+def movielens_features(
+    name: str, users: Mapping | None, items: Mapping | None, user_ids: np.ndarray, item_ids: np.ndarray,
+) -> tuple[Features | None, Features | None]:
+    """The default feature tables (:data:`SIDE_FEATURES`) of MovieLens side tables, aligned
+    with the matrix rows (``user_ids``) and columns (``item_ids``) of the loaded ratings.
+
+    Parameters
+    ----------
+    name : str
+        The release (its users table's ages are coded differently in ML-1M).
+    users, items : mapping or None
+        Side tables as returned by :func:`load_movielens_side` (``None``: no features).
+    user_ids, item_ids : numpy.ndarray
+        Original ids of the rows and columns (``load_movielens(..., return_ids=True)``).
+
+    Raises
+    ------
+    ValueError
+        A rated user or movie has no line in its side table.
+    """
+    key = resolve_name(name)
+    out: list[Features | None] = []
+    for table, ids, what, spec in ((users, user_ids, "user", SIDE_FEATURES["users-1m" if key == "1m" else "users-100k"]),
+                                   (items, item_ids, "movie", SIDE_FEATURES["items"])):
+        if table is None:
+            out.append(None)
+            continue
+        t = dict(table)
+        t.setdefault("_source", f"the {what} table")
+        aligned = _aligned(t, np.asarray(ids, dtype=np.int64), what)
+        out.append(features_from_table(aligned, **{k: (dict(v) if isinstance(v, Mapping) else v)
+                                                   for k, v in spec.items()}))
+    return out[0], out[1]
+
+
 # --------------------------------------------------------------------------- locating files
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     """The cache folder: ``cache_dir``, else ``$BMCZOO_CACHE``, else
@@ -401,6 +665,35 @@ def _check_flags(**flags) -> None:
             raise ValueError(f"{flag_name} must be True or False, got {flag!r}")
 
 
+class _SideFiles:
+    """Where the side files of a ratings file are: its folder, or its folder in a zip."""
+
+    def __init__(self, folder: Path | None = None, archive: Path | None = None, prefix: str = ""):
+        self.folder, self.archive, self.prefix = folder, archive, prefix
+
+    def read(self, filename: str) -> tuple[bytes, str] | None:
+        """The bytes of ``filename`` beside the ratings and its name for messages, or
+        ``None`` when there is no such file."""
+        if self.folder is not None:
+            p = self.folder / filename
+            return (p.read_bytes(), str(p)) if p.is_file() else None
+        if self.archive is not None:
+            member = self.prefix + filename
+            with zipfile.ZipFile(self.archive) as zf:
+                if member in set(zf.namelist()):
+                    return zf.read(member), f"{self.archive}!{member}"
+        return None
+
+
+def _side_of(path: Path, source: str) -> _SideFiles:
+    """The side files beside the ratings read from ``path`` (as given to the loader) and
+    named ``source`` in messages (``<archive>!<member>`` for a zip archive)."""
+    if path.is_file() and path.suffix.lower() == ".zip":
+        member = source[len(str(path)) + 1:]
+        return _SideFiles(archive=path, prefix=member.rpartition("/")[0] + "/" if "/" in member else "")
+    return _SideFiles(folder=Path(source).parent)
+
+
 def _read_given(p: Path, info: MovieLensInfo) -> tuple[bytes, str]:
     """The bytes of the ratings file at ``p`` (the file, a folder holding it, or the
     ``.zip`` archive) and the name to use in error messages."""
@@ -434,17 +727,55 @@ def _read_cached(info: MovieLensInfo, root: Path, download: bool) -> tuple[bytes
 
 
 # --------------------------------------------------------------------------- public API
+def _locate(info: MovieLensInfo, path, cache_dir, download: bool) -> tuple[bytes, str, _SideFiles]:
+    """The ratings bytes, their name for messages, and where their side files are."""
+    if path is not None:
+        p = Path(path).expanduser()
+        data, source = _read_given(p, info)
+        return data, source, _side_of(p, source)
+    data, source = _read_cached(info, cache_root(cache_dir), download)
+    return data, source, _SideFiles(folder=Path(source).parent)
+
+
+def _locate_side(info: MovieLensInfo, path, cache_dir, download: bool) -> _SideFiles:
+    """Where the side files are (the ratings file is found as by ``_locate``, not read)."""
+    if path is None:
+        found = cache_root(cache_dir) / "movielens" / info.folder / info.filename
+        if not found.is_file():
+            _read_cached(info, cache_root(cache_dir), download)  # the cache's error, or a download
+        return _SideFiles(folder=found.parent)
+    p = Path(path).expanduser()
+    if p.is_dir():
+        found = _find_in_folder(p, info)
+        if found is None:
+            _read_given(p, info)  # raises the loader's error
+        p = found
+    elif not p.is_file():
+        raise FileNotFoundError(f"{p}: no such file or folder")
+    if p.suffix.lower() == ".zip":
+        member = f"{info.folder}/{info.filename}"
+        try:
+            with zipfile.ZipFile(p) as zf:
+                names = set(zf.namelist())
+        except (zipfile.BadZipFile, zlib.error) as exc:
+            raise ValueError(f"{p}: not a valid zip archive ({exc})") from exc
+        if member not in names and info.filename not in names:
+            raise ValueError(f"{p}: the archive has no member {member!r}")
+        return _SideFiles(archive=p, prefix=f"{info.folder}/" if member in names else "")
+    return _SideFiles(folder=p.parent)
+
+
 @overload
 def load_movielens(
     name: str, path: str | os.PathLike | None = ..., *, cache_dir: str | os.PathLike | None = ...,
-    download: bool = ..., return_ids: Literal[False] = ...,
+    download: bool = ..., return_ids: Literal[False] = ..., side_info: bool = ...,
 ) -> RatingData: ...
 
 
 @overload
 def load_movielens(
     name: str, path: str | os.PathLike | None = ..., *, cache_dir: str | os.PathLike | None = ...,
-    download: bool = ..., return_ids: Literal[True],
+    download: bool = ..., return_ids: Literal[True], side_info: bool = ...,
 ) -> tuple[RatingData, np.ndarray, np.ndarray]: ...
 
 
@@ -455,6 +786,7 @@ def load_movielens(
     cache_dir: str | os.PathLike | None = None,
     download: bool = True,
     return_ids: bool = False,
+    side_info: bool = True,
 ) -> RatingData | tuple[RatingData, np.ndarray, np.ndarray]:
     """Load a MovieLens ratings file as a :class:`~bmczoo.data.RatingData`.
 
@@ -478,13 +810,23 @@ def load_movielens(
         Whether a missing cache entry may be downloaded from files.grouplens.org.
     return_ids : bool
         Also return the original ids.
+    side_info : bool
+        Read the side files found beside the ratings (in the same folder or archive
+        folder) into ``row_features`` / ``col_features``: ML-100K's ``u.user`` and
+        ``u.item`` (with ``u.genre``), ML-1M's ``users.dat`` and ``movies.dat``, the
+        ``movies.dat`` / ``movies.csv`` of the larger releases and ``latest-small``.
+        Absent files give ``None``.  The features are those of :data:`SIDE_FEATURES`
+        (age buckets, gender, occupation, first zip character; release year, genres);
+        :func:`load_movielens_side` gives the raw tables for other encodings.
 
     Returns
     -------
     RatingData
         Users as rows, movies as columns, ``shape = (distinct users, distinct movies)``,
         float64 ratings in file order.  Row ``i`` is the ``i``-th smallest user id, column
-        ``j`` the ``j``-th smallest movie id.
+        ``j`` the ``j``-th smallest movie id; feature row ``i`` describes row ``i`` (users
+        or movies of a side file without ratings are not rows of the matrix and are left
+        out).
     user_ids, item_ids : numpy.ndarray of int64
         Only with ``return_ids=True``: ``user_ids[i]`` is the original id of row ``i``,
         ``item_ids[j]`` that of column ``j`` (both sorted, read-only).
@@ -496,7 +838,7 @@ def load_movielens(
         file (wrong number of fields, empty or non-numeric field, negative or non-integer
         id, non-finite rating, duplicate rating): the message names the file and the line;
         a corrupt zip archive; a download whose checksum does not match or an unsafe
-        archive.
+        archive; a malformed side file, or one without a line for a rated user or movie.
     FileNotFoundError
         ``path`` does not exist or holds no ratings file; or the data is not cached and
         ``download=False``.
@@ -508,10 +850,54 @@ def load_movielens(
     (100000, (943, 1682))
     """
     info = DATASETS[resolve_name(name)]
-    _check_flags(download=download, return_ids=return_ids)
-    if path is not None:
-        data, source = _read_given(Path(path).expanduser(), info)
-    else:
-        data, source = _read_cached(info, cache_root(cache_dir), download)
+    _check_flags(download=download, return_ids=return_ids, side_info=side_info)
+    data, source, side = _locate(info, path, cache_dir, download)
     ratings, user_ids, item_ids = _load_bytes(data, info, source)
+    if side_info:
+        users, items = _read_side_tables(info, side)
+        if users is not None or items is not None:
+            rf, cf = movielens_features(info.name, users, items, user_ids, item_ids)
+            ratings = ratings.with_features(rf, cf)
     return (ratings, user_ids, item_ids) if return_ids else ratings
+
+
+def load_movielens_side(
+    name: str,
+    path: str | os.PathLike | None = None,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    download: bool = False,
+) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray] | None]:
+    """The raw user and movie tables of a MovieLens release, for custom features.
+
+    The files are looked for where :func:`load_movielens` finds the ratings (same
+    ``path`` / cache rules).  Each table is a dict of read-only columns, one entry per
+    line of the side file, in file order:
+
+    - users (ML-100K ``u.user``, ML-1M ``users.dat``): ``id``, ``age`` (years in ML-100K;
+      ML-1M's range code 1, 18, 25, 35, 45, 50 or 56), ``gender``, ``occupation`` (ML-1M's
+      codes as their names), ``zip`` (strings);
+    - movies (``u.item``, ``movies.dat``, ``movies.csv``): ``id``, ``title``, ``year``
+      (release year, NaN when unknown: from ML-100K's release date, else from the title),
+      ``genres`` (tuples of genre names), and ML-100K's ``release_date``.
+
+    Returns ``(users, movies)``, ``None`` for a table whose file is absent.  Align them
+    with a matrix through the ids ``load_movielens(..., return_ids=True)`` returns, e.g.
+    with :func:`movielens_features`, or encode them with
+    :func:`bmczoo.data.features_from_table`.
+
+    Examples
+    --------
+    >>> data, uid, iid = load_movielens("100k", "data/ml-100k", return_ids=True)   # doctest: +SKIP
+    >>> users, movies = load_movielens_side("100k", "data/ml-100k")               # doctest: +SKIP
+    >>> users["age"][0], users["occupation"][0]                                   # doctest: +SKIP
+    (24.0, 'technician')
+    """
+    info = DATASETS[resolve_name(name)]
+    _check_flags(download=download)
+    side = _locate_side(info, path, cache_dir, download)
+    users, items = _read_side_tables(info, side)
+    for t in (users, items):
+        if t is not None:
+            t.pop("_source")
+    return users, items
