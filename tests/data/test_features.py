@@ -200,6 +200,23 @@ class TestFromTable:
             features_from_table({"a": [1]})
         assert features_from_table({}, n_rows=4).shape == (4, 0)
 
+    def test_new_rows_in_the_columns_of_an_existing_table(self):
+        spec = dict(categorical=["gender", "occupation"], numeric_buckets={"age": 10})
+        old = features_from_table(USERS, **spec)
+        new = {"gender": ["F", "X"], "occupation": ["pilot", "writer"], "age": [25, 99]}
+        x = features_from_table(new, **spec).reindex(old)
+        assert x.names == old.names and x.groups == old.groups
+        # unseen categories (X, pilot, [90,100)) give no feature
+        assert _dense(x) == [[("age=[20,30)", 1.0), ("gender=F", 1.0)], [("occupation=writer", 1.0)]]
+        # by names; absent names are zero columns
+        y = old.reindex(["zz", "gender=M", "age=[50,60)"])
+        cols = [old.names.index("gender=M"), old.names.index("age=[50,60)")]
+        np.testing.assert_array_equal(y.to_dense(), np.c_[np.zeros(5), old.to_dense()[:, cols]])
+        assert y.groups == ("zz", "gender", "age")
+        assert old.reindex(old) == old
+        with pytest.raises(ValueError, match="distinct"):
+            old.reindex(["a", "a"])
+
     def test_numeric_non_finite(self):
         with pytest.raises(ValueError, match="not finite"):
             features_from_table({"a": [1.0, math.inf]}, numeric=["a"])

@@ -252,6 +252,34 @@ class Features:
         pos = np.repeat(self._indptr[idx] - indptr[:-1], counts) + np.arange(indptr[-1])
         return Features(indptr, self._indices[pos], self._values[pos], self._names, self._groups)
 
+    def reindex(self, like: "Features | Sequence[str]") -> "Features":
+        """The same rows over another list of features, matched by name.
+
+        Features named in ``like`` but absent here are zero columns; features not in
+        ``like`` are dropped (a category never seen when ``like`` was built).  With
+        ``like`` a :class:`Features`, its groups are kept too.  This encodes new rows
+        (users or items without ratings) in the columns of an existing table::
+
+            new = features_from_table(new_users, **spec).reindex(data.row_features)
+        """
+        if isinstance(like, Features):
+            names, groups = like.names, like.groups
+        else:
+            names = tuple(like)
+            groups = None
+        where = {s: k for k, s in enumerate(names)}
+        if len(where) != len(names):
+            raise ValueError("the target feature names must be distinct")
+        new_index = np.array([where.get(s, -1) for s in self._names], dtype=np.int64)
+        col = new_index[self._indices] if self.nnz else np.zeros(0, dtype=np.int64)
+        keep = col >= 0
+        rows = self.row_ids()[keep]
+        col, val = col[keep], self._values[keep]
+        order = np.lexsort((col, rows))
+        indptr = np.zeros(self.n_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=self.n_rows), out=indptr[1:])
+        return Features(indptr, col[order], val[order], names, groups)
+
     # ------------------------------------------------------------------ products
     def dot(self, b) -> np.ndarray:
         """``X @ b`` for a dense ``(n_features,)`` or ``(n_features, K)`` array."""
