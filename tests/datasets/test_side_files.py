@@ -96,6 +96,11 @@ def test_100k_raw_tables(tmp_path):
     data, uid, iid = load_movielens("100k", path=tmp_path / "ml-100k", return_ids=True)
     rf, cf = movielens_features("100k", users, movies, uid, iid)
     assert rf == data.row_features and cf == data.col_features
+    # plain lists work too
+    as_lists = {k: v.tolist() for k, v in movies.items()}
+    assert movielens_features("100k", None, as_lists, uid, iid) == (None, cf)
+    with pytest.raises(ValueError, match="no 'id' column"):
+        movielens_features("100k", {"age": [1]}, None, uid, iid)
 
 
 def test_100k_zip_and_file_paths_read_the_same_side_files(tmp_path):

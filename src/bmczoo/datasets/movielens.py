@@ -263,12 +263,18 @@ _SIDE_FILES = {
 #: myFM's MovieLens example (five-year age buckets, gender, occupation, first zip-code
 #: character; release year, genres).  ML-1M's ages are already coded in ranges, bucketed
 #: at those ranges' edges.
-SIDE_FEATURES: Mapping[str, Mapping[str, Mapping]] = MappingProxyType({
-    "users-100k": MappingProxyType(dict(categorical=("gender", "occupation"), prefix={"zip": 1},
-                                        numeric_buckets={"age": 5})),
-    "users-1m": MappingProxyType(dict(categorical=("gender", "occupation"), prefix={"zip": 1},
-                                      numeric_buckets={"age": (18, 25, 35, 45, 50, 56)})),
-    "items": MappingProxyType(dict(numeric_buckets={"year": 1}, multilabel={"genres": None})),
+SIDE_FEATURES: Mapping[str, Mapping[str, object]] = MappingProxyType({
+    "users-100k": MappingProxyType({
+        "categorical": ("gender", "occupation"), "prefix": MappingProxyType({"zip": 1}),
+        "numeric_buckets": MappingProxyType({"age": 5}),
+    }),
+    "users-1m": MappingProxyType({
+        "categorical": ("gender", "occupation"), "prefix": MappingProxyType({"zip": 1}),
+        "numeric_buckets": MappingProxyType({"age": (18, 25, 35, 45, 50, 56)}),
+    }),
+    "items": MappingProxyType({
+        "numeric_buckets": MappingProxyType({"year": 1}), "multilabel": MappingProxyType({"genres": None}),
+    }),
 })
 
 _TITLE_YEAR = re.compile(r"\((\d{4})(?:[-\u2013]\d{0,4})?\)\s*$")
@@ -453,10 +459,24 @@ def _aligned(table: dict, ids: np.ndarray, what: str) -> dict[str, np.ndarray]:
         bad = ids[missing]
         raise ValueError(
             f"{source}: no line for {what} id {int(bad[0])} ({int(missing.sum())} rated {what}s missing); "
-            "the side file does not match the ratings"
+            "the side file does not match the ratings (side_info=False loads the ratings alone)"
         )
     rows = order[pos]
     return {k: v[rows] for k, v in table.items() if k != "_source"}
+
+
+def _as_column(v) -> np.ndarray:
+    """A table column as a 1-D array (object dtype for anything but numbers, so that a
+    list of label tuples stays one entry per row)."""
+    if isinstance(v, np.ndarray) and v.ndim == 1:
+        return v
+    values = list(v)
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    if values and all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+                      for x in values):
+        return arr.astype(np.float64 if any(isinstance(x, (float, np.floating)) for x in values) else np.int64)
+    return arr
 
 
 def movielens_features(
@@ -486,8 +506,11 @@ def movielens_features(
         if table is None:
             out.append(None)
             continue
-        t = dict(table)
-        t.setdefault("_source", f"the {what} table")
+        t = {k: _as_column(v) for k, v in table.items() if k != "_source"}
+        if "id" not in t:
+            raise ValueError(f"the {what} table has no 'id' column")
+        t["id"] = t["id"].astype(np.int64)
+        t["_source"] = table.get("_source", f"the {what} table")
         aligned = _aligned(t, np.asarray(ids, dtype=np.int64), what)
         out.append(features_from_table(aligned, **{k: (dict(v) if isinstance(v, Mapping) else v)
                                                    for k, v in spec.items()}))
