@@ -1,9 +1,8 @@
 """Argument checks shared by the model, the samplers, the settings objects and the CLI.
 
-One set of validators: a value of the wrong *type* raises :class:`ArgumentTypeError`
-(a ``TypeError``; it is also a ``ValueError`` so that code written against earlier
-versions, which raised ``ValueError`` for every bad argument, keeps working), a value of
-the right type outside its range raises ``ValueError``.  Every message names the argument.
+One set of validators: a value of the wrong *type* raises ``TypeError`` (a bool is not
+an integer or a real number), a value of the right type outside its range raises
+``ValueError``.  Every message names the argument.
 """
 
 from __future__ import annotations
@@ -14,12 +13,12 @@ import os
 
 import numpy as np
 
-from ._errors import ArgumentTypeError
+from ._errors import ArgumentTypeError  # noqa: F401 - still imported from here by other modules
 from .data import RatingData
 from .priors import Prior
 
 __all__ = [
-    "ArgumentTypeError", "check_ratings", "check_K", "check_prior", "check_int", "check_positive_int",
+    "check_ratings", "check_K", "check_prior", "check_int", "check_positive_int",
     "check_real", "check_bool", "check_choice", "check_path",
 ]
 
@@ -29,12 +28,12 @@ def _is_int(value) -> bool:
 
 
 def check_int(name: str, value, *, minimum: int | None = None) -> int:
-    """``value`` as an int: ``ArgumentTypeError`` unless an integer (bools refused),
+    """``value`` as an int: ``TypeError`` unless an integer (bools refused),
     ``ValueError`` below ``minimum``."""
     what = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(
         minimum, f"an integer >= {minimum}")
     if not _is_int(value):
-        raise ArgumentTypeError(f"{name} must be {what}, got {value!r}")
+        raise TypeError(f"{name} must be {what}, got {value!r}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be {what}, got {value!r}")
     return int(value)
@@ -46,7 +45,7 @@ def check_positive_int(name: str, value) -> int:
 
 def check_real(name: str, value, *, low: float | None = None, high: float | None = None,
                low_open: bool = False, high_open: bool = False) -> float:
-    """``value`` as a finite float in the given range (``ArgumentTypeError`` for
+    """``value`` as a finite float in the given range (``TypeError`` for
     non-numbers and bools, ``ValueError`` for NaN, inf or out of range)."""
     parts = []
     if low is not None:
@@ -55,7 +54,7 @@ def check_real(name: str, value, *, low: float | None = None, high: float | None
         parts.append(f"{'<' if high_open else '<='} {high:g}")
     what = "finite" + (" and " + " and ".join(parts) if parts else "")
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-        raise ArgumentTypeError(f"{name} must be a real number, {what}, got {value!r}")
+        raise TypeError(f"{name} must be a real number, {what}, got {value!r}")
     v = float(value)
     bad = not math.isfinite(v)
     bad |= low is not None and (v < low or (low_open and v == low))
@@ -67,13 +66,13 @@ def check_real(name: str, value, *, low: float | None = None, high: float | None
 
 def check_bool(name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise ArgumentTypeError(f"{name} must be True or False, got {value!r}")
+        raise TypeError(f"{name} must be True or False, got {value!r}")
     return bool(value)
 
 
 def check_choice(name: str, value, choices) -> str:
     if not isinstance(value, str):
-        raise ArgumentTypeError(f"{name} must be one of {tuple(choices)} (a string), got {value!r}")
+        raise TypeError(f"{name} must be one of {tuple(choices)} (a string), got {value!r}")
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
@@ -81,13 +80,13 @@ def check_choice(name: str, value, choices) -> str:
 
 def check_path(name: str, value):
     if not isinstance(value, (str, os.PathLike)):
-        raise ArgumentTypeError(f"{name} must be a file path, got {value!r}")
+        raise TypeError(f"{name} must be a file path, got {value!r}")
     return value
 
 
 def check_ratings(ratings, name: str = "ratings") -> RatingData:
     if not isinstance(ratings, RatingData):
-        raise ArgumentTypeError(f"{name} must be a bmczoo.RatingData, got {type(ratings).__name__}")
+        raise TypeError(f"{name} must be a bmczoo.RatingData, got {type(ratings).__name__}")
     return ratings
 
 
@@ -103,5 +102,5 @@ def check_prior(prior) -> Prior:
         from .priors import registry
 
         names = ", ".join(cls.__name__ for cls in registry().values())
-        raise ArgumentTypeError(f"prior must be one of bmczoo.priors ({names}), got {prior!r}")
+        raise TypeError(f"prior must be one of bmczoo.priors ({names}), got {prior!r}")
     return prior

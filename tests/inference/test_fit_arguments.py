@@ -14,36 +14,71 @@ def train():
 
 
 @pytest.mark.parametrize(
-    "kw, name",
+    "kw, name, error",
     [
-        (dict(seed=1.5), "seed"),
-        (dict(seed=-1), "seed"),
-        (dict(num_warmup=2.7), "num_warmup"),
-        (dict(num_warmup=True), "num_warmup"),
-        (dict(track=-1), "track"),
-        (dict(track=None), "track"),
-        (dict(clip=1), "clip"),
-        (dict(clip=(1.0,)), "clip"),
-        (dict(clip=(2.0, 1.0)), "clip"),
-        (dict(predict=([1],)), "predict"),
-        (dict(predict=([1], [99])), "predict"),
-        (dict(center="no"), "center"),
-        (dict(progress_bar="yes"), "progress_bar"),
-        (dict(store_factors="yes"), "store_factors"),
-        (dict(dtype=jnp.int32), "dtype"),
-        (dict(dtype=jnp.float16), "dtype"),
-        (dict(method="svi", learning_rate=-1.0), "learning_rate"),
-        (dict(method="map", guide="bogus"), "guide"),
-        (dict(lam=3.0, noise_sd=-5.0), "noise_sd"),
-        (dict(lam=0.0), "lam"),
-        (dict(method="vb", max_iter=0), "max_iter"),
-        (dict(method="vb", num_chains=0), "num_chains"),
-        (dict(devices=["cpu"]), "devices"),
+        (dict(seed=1.5), "seed", TypeError),
+        (dict(seed=-1), "seed", ValueError),
+        (dict(num_warmup=2.7), "num_warmup", TypeError),
+        (dict(num_warmup=True), "num_warmup", TypeError),
+        (dict(track=-1), "track", ValueError),
+        (dict(track=None), "track", TypeError),
+        (dict(clip=1), "clip", TypeError),
+        (dict(clip=(1.0,)), "clip", TypeError),
+        (dict(clip=(2.0, 1.0)), "clip", ValueError),
+        (dict(predict=([1],)), "predict", TypeError),
+        (dict(predict=([1], [99])), "predict", ValueError),
+        (dict(center="no"), "center", TypeError),
+        (dict(progress_bar="yes"), "progress_bar", TypeError),
+        (dict(store_factors="yes"), "store_factors", ValueError),
+        (dict(dtype=jnp.int32), "dtype", ValueError),
+        (dict(dtype=jnp.float16), "dtype", ValueError),
+        (dict(method="svi", learning_rate=-1.0), "learning_rate", ValueError),
+        (dict(method="map", guide="bogus"), "guide", ValueError),
+        (dict(lam=3.0, noise_sd=-5.0), "noise_sd", ValueError),
+        (dict(lam=0.0), "lam", ValueError),
+        (dict(method="vb", max_iter=0), "max_iter", ValueError),
+        (dict(method="vb", num_chains=0), "num_chains", ValueError),
+        (dict(devices=["cpu"]), "devices", ValueError),
     ],
 )
-def test_bad_argument_names_itself(train, kw, name):
-    with pytest.raises(ValueError, match=name):
+def test_bad_argument_names_itself(train, kw, name, error):
+    # a wrong type is a TypeError and only that (no ValueError), a wrong value a ValueError
+    with pytest.raises(error, match=name) as info:
         bmc.fit(train, 2, **{"progress_bar": False, **kw})
+    other = ValueError if error is TypeError else TypeError
+    if type(info.value).__name__ != "ArgumentTypeError":  # offsets.py's clip check still raises both
+        assert not isinstance(info.value, other)
+
+
+@pytest.mark.parametrize("value", [2.5, True, "3", None])
+def test_K_of_the_wrong_type_is_a_type_error(train, value):
+    with pytest.raises(TypeError, match="K must be a positive integer") as info:
+        bmc.fit(train, K=value, progress_bar=False)
+    assert not isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(n_chains=4), "fit() got an unexpected keyword argument 'n_chains'; did you mean 'num_chains'?"),
+        (dict(num_step=10), "unexpected keyword argument 'num_step'; did you mean 'num_steps'?"),
+        (dict(method="vb", max_iters=3), "unexpected keyword argument 'max_iters'; did you mean 'max_iter'?"),
+        (dict(progressbar=False), "unexpected keyword argument 'progressbar'; did you mean 'progress_bar'?"),
+        (dict(zzz=1), "unexpected keyword argument 'zzz'"),
+    ],
+)
+def test_unknown_argument_is_named_with_the_closest_valid_name(train, kw, message):
+    with pytest.raises(TypeError) as info:
+        bmc.fit(train, 2, **kw)
+    assert str(info.value) == message or str(info.value).endswith(message)
+    assert "did you mean" not in message or "did you mean" in str(info.value)
+    if "zzz" in kw:
+        assert "did you mean" not in str(info.value)
+
+
+def test_unknown_argument_with_a_settings_object_is_a_type_error(train):
+    with pytest.raises(TypeError, match="'n_chains'; did you mean 'num_chains'"):
+        bmc.fit(train, 2, method=bmc.inference.Gibbs(num_samples=2, thinning=1), n_chains=2)
 
 
 def test_positional_arguments_follow_the_api(train):
@@ -81,7 +116,6 @@ def test_get_prior_errors():
         (dict(method="vb", num_steps=0), "num_steps"),
         (dict(method="vb", overrelax=-0.5), "overrelax= applies to method='gibbs', not to method='vb'"),
         (dict(overrelax=1.0), r"overrelax must be in \(-1, 1\)"),
-        (dict(overrelax="a lot"), "overrelax must be a number"),
     ],
 )
 def test_arguments_are_checked_whatever_the_method(kw, match):
@@ -91,11 +125,17 @@ def test_arguments_are_checked_whatever_the_method(kw, match):
         bmc.fit(train, 2, progress_bar=False, **kw)
 
 
+def test_a_setting_of_the_wrong_type_is_a_type_error():
+    train = bmc.datasets.simulate_paper(20, seed=1).train
+    with pytest.raises(TypeError, match="overrelax must be a number"):
+        bmc.fit(train, 2, progress_bar=False, overrelax="a lot")
+
+
 def test_rank_posterior_threshold_is_checked():
     train = bmc.datasets.simulate_paper(20, seed=1).train
     fit = bmc.fit(train, 2, method="vb", max_iter=3, progress_bar=False)
-    for bad in ("x", None, float("nan")):
-        with pytest.raises(ValueError, match="threshold"):
+    for bad, error in (("x", TypeError), (True, TypeError), (float("nan"), ValueError)):
+        with pytest.raises(error, match="threshold"):
             fit.rank_posterior(bad)
 
 

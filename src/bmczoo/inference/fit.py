@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import ArgumentTypeError, check_bool, check_int, check_K, check_prior, check_ratings
+from .._checks import check_bool, check_int, check_K, check_prior, check_ratings
 from ..data import RatingData
 from ..likelihoods import Likelihood
 from ..models.matrix_completion import model_likelihood
@@ -22,7 +22,7 @@ from ..priors import Discrete, Prior
 from .baselines import _x64_context
 from .drivers import DRIVERS, Prepared
 from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVIFit, VBFit
-from .settings import Settings, settings_for
+from .settings import Settings, all_argument_names, check_known, settings_for
 
 __all__ = ["fit", "GibbsFit", "NUTSFit", "MCMCFit", "VBFit", "SVIFit", "MAPFit", "FitResult", "looks_like_ratings"]
 
@@ -35,7 +35,7 @@ def _check_dtype(dtype):
     try:
         dt = jnp.dtype(dtype)
     except TypeError:
-        raise ArgumentTypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
+        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
     if dt not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
         raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
     return dt
@@ -54,13 +54,20 @@ def _prepare(train: RatingData, test, predict, offsets: GlobalMean):
         test_values = np.asarray(test.values, np.float64)
     if predict is not None:
         if not (isinstance(predict, (tuple, list)) and len(predict) == 2):
-            raise ArgumentTypeError(f"predict must be a pair (rows, cols), got {type(predict).__name__}")
+            raise TypeError(f"predict must be a pair (rows, cols), got {type(predict).__name__}")
         r, c = train.check_entries(*predict, name="predict")
         pr.append(r), pc.append(c)
     return Prepared(train, fit_data, np.concatenate(pr), np.concatenate(pc), test_values), shift
 
 
+def _fit_argument_names() -> set[str]:
+    import inspect
+
+    return {n for n, p in inspect.signature(fit).parameters.items() if p.kind is not p.VAR_KEYWORD}
+
+
 def _method_settings(method, positional: dict, kwargs: dict) -> Settings:
+    check_known(kwargs, _fit_argument_names() | all_argument_names())
     given = {k: v for k, v in positional.items() if v is not None}
     if isinstance(method, Settings):
         extra = sorted({**given, **kwargs})
@@ -139,7 +146,8 @@ def fit(
         Row and column biases ``b_i + c_j`` (``True``: the default ``Biases()``).
     **method_kwargs :
         The method's other settings (:mod:`bmczoo.inference.settings`); an argument of
-        another method raises ``ValueError`` naming it and the method.
+        another method raises ``ValueError`` naming it and the method, an argument that no
+        method takes ``TypeError`` naming it and the closest valid name.
 
     Returns
     -------

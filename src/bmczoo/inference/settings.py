@@ -3,7 +3,8 @@
 Each settings object is checked once, when built; the driver of a fit is picked by the
 settings' type (:data:`DRIVERS` in :mod:`bmczoo.inference.fit`).  ``bmc.fit(...,
 method="gibbs", num_samples=...)`` builds :class:`Gibbs` from its keyword arguments and
-rejects an argument that does not belong to the method, naming the method's arguments::
+rejects an argument that belongs to another method, naming the method's arguments (an
+argument that no method takes is a ``TypeError`` naming the closest valid one)::
 
     bmc.fit(train, K=10, prior=prior, method=bmc.inference.Gibbs(num_samples=2000, num_chains=4))
 """
@@ -11,12 +12,13 @@ rejects an argument that does not belong to the method, naming the method's argu
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import numbers
 from typing import Any, ClassVar
 
 import numpy as np
 
-from .._checks import ArgumentTypeError, check_choice, check_int, check_path, check_real
+from .._checks import check_choice, check_int, check_path, check_real
 
 __all__ = ["Settings", "Gibbs", "VB", "NUTS", "SVI", "MAP", "SETTINGS", "settings_for", "check_overrelax"]
 
@@ -24,7 +26,7 @@ __all__ = ["Settings", "Gibbs", "VB", "NUTS", "SVI", "MAP", "SETTINGS", "setting
 def check_overrelax(rho) -> float:
     """``rho`` as a float in (-1, 1), else an error naming ``overrelax``."""
     if isinstance(rho, (bool, np.bool_)) or not isinstance(rho, (numbers.Real, np.floating, np.integer)):
-        raise ArgumentTypeError(f"overrelax must be a number in (-1, 1), got {rho!r}")
+        raise TypeError(f"overrelax must be a number in (-1, 1), got {rho!r}")
     rho = float(rho)
     if not -1.0 < rho < 1.0:
         raise ValueError(f"overrelax must be in (-1, 1) (0: plain Gibbs), got {rho!r}")
@@ -37,7 +39,7 @@ def _check_init_gamma(value):
     try:
         g = np.asarray(value, np.float64)
     except (ValueError, TypeError):
-        raise ArgumentTypeError(f"init_gamma must be a positive number or an array of them, got {value!r}") from None
+        raise TypeError(f"init_gamma must be a positive number or an array of them, got {value!r}") from None
     if g.ndim > 1 or not np.all(np.isfinite(g) & (g > 0)):
         raise ValueError(f"init_gamma must be finite and > 0, got {value!r}")
     return float(g) if g.ndim == 0 else tuple(float(x) for x in g)
@@ -49,7 +51,7 @@ def _check_track(track):
             raise ValueError(f"track must be >= 0 or (rows, cols), got {track!r}")
         return int(track)
     if not (isinstance(track, (tuple, list)) and len(track) == 2):
-        raise ArgumentTypeError(f"track must be a number of entries or a pair (rows, cols), got {track!r}")
+        raise TypeError(f"track must be a number of entries or a pair (rows, cols), got {track!r}")
     return (np.asarray(track[0]), np.asarray(track[1]))
 
 
@@ -108,7 +110,7 @@ class Settings:
 def check_column_moves(value) -> bool | None:
     """``column_moves``: True, False or None (the moves where the prior has one)."""
     if value is not None and not isinstance(value, (bool, np.bool_)):
-        raise ArgumentTypeError(f"column_moves must be True, False or None (on where the prior has a move), "
+        raise TypeError(f"column_moves must be True, False or None (on where the prior has a move), "
                                 f"got {value!r}")
     return None if value is None else bool(value)
 
@@ -297,17 +299,36 @@ def methods_taking(name: str) -> list[str]:
     return [m for m, cls in SETTINGS.items() if name in cls.argument_names() or name in _ALIASES.get(m, {})]
 
 
+def all_argument_names() -> set[str]:
+    """Every argument that some method's settings take (under ``bmc.fit``'s names)."""
+    names = set()
+    for m, cls in SETTINGS.items():
+        names |= set(cls.argument_names()) | set(_ALIASES.get(m, {}))
+    return names
+
+
+def check_known(names, valid, where: str = "fit()") -> None:
+    """``TypeError`` for the first of ``names`` not in ``valid``, naming it and, where one
+    is close (``difflib.get_close_matches``), the valid name it resembles."""
+    for name in names:
+        if name not in valid:
+            close = difflib.get_close_matches(name, sorted(valid), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{where} got an unexpected keyword argument {name!r}{hint}")
+
+
 def settings_for(method: str, **kwargs) -> Settings:
-    """Build the settings of ``method`` from ``bmc.fit``'s keyword arguments, rejecting
-    any argument that the method does not take with an error naming it and the method."""
+    """Build the settings of ``method`` from ``bmc.fit``'s keyword arguments.  An argument
+    that no method takes raises ``TypeError`` naming it (and the closest valid name); an
+    argument of another method raises ``ValueError`` naming it and the method."""
     check_choice("method", method, tuple(SETTINGS))
+    check_known(kwargs, all_argument_names())
     cls = SETTINGS[method]
     aliases = _ALIASES.get(method, {})
     own = set(cls.argument_names()) | set(aliases)
     for name in kwargs:
         if name not in own:
-            owners = methods_taking(name)
-            where = " or ".join(repr(m) for m in owners) if owners else "no method"
+            where = " or ".join(repr(m) for m in methods_taking(name))
             takes = ", ".join(sorted(own))
             raise ValueError(f"{name}= applies to method={where}, not to method={method!r} "
                              f"(whose arguments are {takes})")
