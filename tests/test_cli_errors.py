@@ -298,3 +298,167 @@ def test_movielens_zip_accepted_whatever_its_name(tmp_path, capsys):
     assert main(["fit", "--data", str(archive), *FAST]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("data: RatingData(n=160, shape=(30, 20)") and out[-1].startswith("test_rmse=")
+
+
+# --------------------------------------------------------------------------- checked before the data is read
+@pytest.fixture
+def no_load(monkeypatch):
+    """Records reads of ``--data``: a cheap argument's error must come before the data is read."""
+    import bmczoo.cli as cli
+
+    calls = []
+    monkeypatch.setattr(cli, "_load", lambda *a, **k: calls.append(a))
+    return calls
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["-K", "0"], "-K (the latent dimension) must be at least 1, got 0"),
+    (["-K", "-3"], "-K (the latent dimension) must be at least 1, got -3"),
+    (["-K", "abc"], "argument -K: invalid int value: 'abc'"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--binarize", "nan"], "--binarize THRESHOLD must be a finite number"),
+    (["--method", "gibbs", "--num-samples", "0"], "--num-samples must be"),
+    (["--method", "gibbs", "--thinning", "10", "--num-samples", "5"], "--thinning 10 > --num-samples 5"),
+    (["--method", "gibbs", "--overrelax", "1.5"], "--overrelax must be in (-1, 1)"),
+    (["--method", "gibbs", "--max-iter", "5"], "--max-iter applies to --method vb, not to --method gibbs"),
+    (["--method", "svi", "--chains", "2"], "--chains applies to --method gibbs or vb or nuts, not to --method svi"),
+    (["--method", "nuts", "--checkpoint", "run.npz"], "--checkpoint applies to --method gibbs or vb"),
+    (["--method", "vb", "--tol", "-1"], "--tol"),
+    (["--method", "vb", "--checkpoint-every", "0"], "--checkpoint-every must be"),
+])
+def test_cheap_arguments_checked_before_the_data(argv, needle, tmp_path, monkeypatch, capsys, no_load, no_fit):
+    """``bmczoo fit --data BIG -K 0`` fails at once: every argument that needs no data is
+    checked before the data is read, named as the command line spells it."""
+    monkeypatch.chdir(tmp_path)
+    big = tmp_path / "big.data"
+    write_ratings(big)
+    assert main(["fit", "--data", str(big), "--quiet", *argv]) == 2
+    err = one_line_error(capsys, needle)
+    assert "num_" not in err and "whose arguments" not in err, err  # bmc.fit's names stay out of it
+    assert not no_load and not no_fit
+
+
+def test_tol_reaches_vb(monkeypatch, capsys):
+    seen = {}
+    real_fit = bmczoo.fit
+
+    def recording_fit(train, **kwargs):
+        seen.update(kwargs)
+        return real_fit(train, **kwargs)
+
+    monkeypatch.setattr(bmczoo, "fit", recording_fit)
+    assert main(["fit", "--data", "sim:20", *FAST, "--tol", "0"]) == 0
+    assert seen["tol"] == 0.0 and seen["max_iter"] == 3
+
+
+# --------------------------------------------------------------------------- Ctrl-C (in process; tests/test_cli_interrupt.py sends real signals)
+def _interrupting_fit(message: str = ""):
+    def fit(*args, **kwargs):
+        raise KeyboardInterrupt(message) if message else KeyboardInterrupt
+
+    return fit
+
+
+@pytest.mark.parametrize("method", ["gibbs", "vb"])
+def test_interrupted_without_checkpoint_names_the_option(method, monkeypatch, capsys):
+    """Without --checkpoint an interrupted fit says that nothing was saved and how to make a
+    run resumable; exit code 130."""
+    monkeypatch.setattr(bmczoo, "fit", _interrupting_fit())
+    assert main(["fit", "--data", "sim:20", "--method", method, "--quiet"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err], err
+    assert err.startswith("bmczoo: interrupted; nothing was saved") and "--checkpoint FILE.npz" in err, err
+
+
+def test_interrupted_with_checkpoint_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    """The run loop's message (where its work is) in command-line terms."""
+    ckpt = tmp_path / "run.npz"
+    monkeypatch.setattr(bmczoo, "fit", _interrupting_fit(
+        f"interrupted after 40 of 1000 sweeps; the work done is saved in {str(ckpt)!r}: call fit again with the "
+        "same arguments to resume"))
+    assert main(["fit", "--data", "sim:20", "--checkpoint", str(ckpt), "--quiet"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == (f"bmczoo: interrupted after 40 of 1000 sweeps; the work done is saved in {str(ckpt)!r}: rerun "
+                   "the same command to resume"), err
+
+
+def test_interrupted_before_the_first_checkpoint(tmp_path, monkeypatch, capsys):
+    ckpt = tmp_path / "run.npz"
+    monkeypatch.setattr(bmczoo, "fit", _interrupting_fit())
+    assert main(["fit", "--data", "sim:20", "--checkpoint", str(ckpt), "--quiet"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == f"bmczoo: interrupted before any work was saved in {ckpt}; rerun the same command to start again"
+
+
+def test_interrupted_while_writing_outputs_keeps_the_result(tmp_path, monkeypatch, capsys):
+    import bmczoo.cli as cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_write_outputs", interrupted)
+    assert main(["fit", "--data", "sim:20", *FAST, "--out", str(tmp_path / "out")]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bmczoo: interrupted while writing the outputs; the fit itself finished (theta_rmse="), err
+
+
+def test_python_keeps_its_sigint_handler(capsys):
+    """``main(argv)`` from Python (a notebook, these tests) leaves SIGINT to Python: Ctrl-C
+    in ``bmc.fit`` stays a KeyboardInterrupt."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    assert main(["fit", "--data", "sim:20", *FAST]) == 0
+    assert signal.getsignal(signal.SIGINT) is before
+    assert signal.set_wakeup_fd(-1) == -1  # no wake-up descriptor installed either
+
+
+# --------------------------------------------------------------------------- NaN ratings, file modes
+@pytest.mark.parametrize("bad, shown", [("nan", "'nan'"), ("NaN", "'NaN'"), ("-inf", "'-inf'"), ("Infinity", "'Infinity'")])
+def test_nan_rating_is_named_as_such(bad, shown, tmp_path, capsys, no_fit):
+    path = tmp_path / "ratings.csv"
+    path.write_text(f"1,2,3\n2,3,4\n3,4,{bad}\n")
+    assert main(["fit", "--data", str(path), *FAST]) == 2
+    one_line_error(capsys, "line 3", f"field 3 is {shown}", "NaN or infinity is not a valid rating")
+
+
+def test_overflowing_rating_is_named_as_such(tmp_path, capsys, no_fit):
+    path = tmp_path / "ratings.csv"
+    path.write_text("1,2,3\n2,3,1e999\n")
+    assert main(["fit", "--data", str(path), *FAST]) == 2
+    one_line_error(capsys, "line 2, field 3: '1e999' is not a finite number", "not a valid rating")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_checkpoint_honours_the_umask(umask, tmp_path):
+    """A checkpoint (and a saved fit written the same way) gets 0o666 less the umask,
+    like any file the user writes, not mkstemp's 0o600."""
+    from bmczoo.inference import checkpoint as ck
+
+    old = os.umask(umask)
+    try:
+        assert ck.current_umask() == umask
+        ck.save_npz(tmp_path / "run.npz", {"a": 1}, {"x": np.arange(3)})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "run.npz").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert ck.load_npz(tmp_path / "run.npz")[0] == {"a": 1}
+
+
+def test_experiment_cache_honours_the_umask(tmp_path):
+    from bmczoo.experiments import execute
+    from bmczoo.experiments.tasks import FitTask
+
+    class Task:  # what _write_cached reads of a FitTask
+        key = {"a": 1}
+        key_json = '{"a": 1}'
+
+    assert hasattr(FitTask, "key_json")
+    old = os.umask(0o002)
+    try:
+        execute._write_cached(tmp_path, Task(), 0.5)
+    finally:
+        os.umask(old)
+    (path,) = tmp_path.glob("*.json")
+    assert path.stat().st_mode & 0o777 == 0o664
+    assert execute.read_cached(tmp_path, Task()) == 0.5

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
+import signal
+import socket
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -463,8 +467,16 @@ def _cmd_fit(args) -> int:
 
     prior = _make_prior(args.prior, _parse_hyper(args.hyper))
     likelihood = _make_likelihood(args.likelihood, _parse_hyper(args.likelihood_opt, option="--likelihood-opt"))
+    # every cheap argument is checked before the data is read
     if not 0.0 < args.test_fraction < 1.0:
         raise CLIError(f"--test-fraction must be in (0, 1), got {args.test_fraction:g}")
+    if args.K < 1:
+        raise CLIError(f"-K (the latent dimension) must be at least 1, got {args.K}")
+    if args.seed < 0:
+        raise CLIError(f"--seed must be >= 0, got {args.seed}")
+    if args.binarize is not None and not np.isfinite(args.binarize):
+        raise CLIError(f"--binarize THRESHOLD must be a finite number, got {args.binarize:g}")
+    given = _method_settings(args)
     # every output path is checked before the data is read and the fit runs
     out = Path(args.out).expanduser() if args.out else None
     if out is not None:
@@ -493,10 +505,6 @@ def _cmd_fit(args) -> int:
     if sim is not None:
         m = sim.theta.shape[0]
         predict = np.divmod(np.arange(m * m), m)
-    # only the method settings given on the command line: fit names an option of another method
-    given = {name: getattr(args, dest) for name, dest in _METHOD_OPTIONS.items() if getattr(args, dest) is not None}
-    if "store_factors" in given:
-        given["store_factors"] = {"auto": "auto", "yes": True, "no": False}[given["store_factors"]]
     fit = bmc.fit(train, K=args.K, prior=prior, method=args.method, seed=args.seed, test=test, predict=predict,
                   progress_bar=not args.quiet, dtype=args.dtype, likelihood=likelihood, biases=args.biases, **given)
     if sim is not None:
@@ -504,6 +512,7 @@ def _cmd_fit(args) -> int:
     else:
         _print_level_metrics(fit, test)
         metric = f"test_rmse={fit.rmse(test):.4f}"
+    _INTERRUPTS.phase, _INTERRUPTS.metric = "outputs", metric
     if save_path is not None:  # first: the fit itself is what a later failure must not lose
         _save_model(fit, save_path, loaded, metric)
         print(f"wrote {save_path}")
@@ -658,10 +667,37 @@ def _cmd_recommend(args) -> int:
     return 0
 
 
+def _method_settings(args) -> dict:
+    """``bmc.fit``'s method options given on the command line (those left out keep the
+    method's defaults), checked before the data is read: an option of another method or
+    a bad value is one ``CLIError`` naming the option as the command line spells it."""
+    from .inference.settings import settings_for
+
+    given = {name: getattr(args, dest) for name, dest in _METHOD_OPTIONS.items() if getattr(args, dest) is not None}
+    if "store_factors" in given:
+        given["store_factors"] = {"auto": "auto", "yes": True, "no": False}[given["store_factors"]]
+    try:
+        settings_for(args.method, **given)
+    except (TypeError, ValueError) as e:
+        # the names of bmc.fit's arguments (num_warmup=) as the options that set them (--num-warmup)
+        names = sorted(_METHOD_OPTIONS, key=len, reverse=True)
+        text = re.sub(r"\s*\(whose arguments are [^)]*\)", "", str(e))  # bmc.fit's names, not options
+        pattern = r"\b(" + "|".join(names) + r")\b(=?)"
+        text = re.sub(pattern, lambda m: _option_flag(m.group(1)) + (" " if m.group(2) else ""), text)
+        text = re.sub(r"\bmethod=('\w+'(?: or '\w+')*)", lambda m: "--method " + m.group(1).replace("'", ""), text)
+        raise CLIError(" ".join(text.split())) from None
+    return given
+
+
+def _option_flag(name: str) -> str:
+    """The command-line option of ``bmc.fit``'s argument ``name`` (``num_chains`` -> ``--chains``)."""
+    return "--" + _METHOD_OPTIONS[name].replace("_", "-")
+
+
 # bmc.fit's name of each method-specific option -> argparse dest
 _METHOD_OPTIONS = {
     "num_warmup": "num_warmup", "num_samples": "num_samples", "thinning": "thinning", "num_chains": "chains",
-    "max_iter": "max_iter", "num_steps": "num_steps", "overrelax": "overrelax", "checkpoint": "checkpoint",
+    "max_iter": "max_iter", "tol": "tol", "num_steps": "num_steps", "overrelax": "overrelax", "checkpoint": "checkpoint",
     "checkpoint_every": "checkpoint_every", "store_factors": "store_factors", "column_moves": "column_moves",
     "anneal_steps": "anneal_steps", "anneal_every": "anneal_every",
 }
@@ -758,6 +794,9 @@ def _add_fit(sub) -> None:
     f.add_argument("--chains", type=int, default=None,
                    help="gibbs/nuts: chains; vb: random starts, the best ELBO kept (default 1)")
     f.add_argument("--max-iter", type=int, default=None, help="vb: maximum iterations (default 200)")
+    f.add_argument("--tol", type=float, default=None,
+                   help="vb: stop when the relative change of the ELBO is below TOL (default 1e-4; 0: run "
+                   "--max-iter iterations)")
     f.add_argument("--num-steps", type=int, default=None, help="svi/map: optimisation steps (default 2000)")
     f.add_argument("--seed", type=int, default=0, help="seed of the simulation and of the fit")
     f.add_argument("--overrelax", type=float, default=None, metavar="RHO",
@@ -898,19 +937,151 @@ def _error_line(e: BaseException) -> str:
         f"{type(e).__name__} (rerun with --debug for the traceback)"
 
 
+# --------------------------------------------------------------------------- Ctrl-C
+class _Interrupts:
+    """Ctrl-C of the console command: one line on stderr and exit code 130, whatever the
+    process is doing.
+
+    Python's own handling raises ``KeyboardInterrupt`` at the next bytecode of the main
+    thread, which may be inside JAX's tracing, a garbage-collector callback of XLA (where
+    the exception is printed as "ignored" and the run goes on) or code that XLA's threads
+    depend on; and after it the interpreter's teardown can race XLA's compilation and
+    execution threads into a segmentation fault.  So the console command (:func:`main`
+    with ``argv=None``) takes SIGINT off the main thread: Python's C-level handler only
+    writes the signal to a socket (``signal.set_wakeup_fd``; the Python-level handler does
+    nothing), which a watcher thread reads at once, even while the main thread is inside
+    XLA.  The watcher then either asks a checkpointed run loop holding unsaved work to
+    save and stop at its next boundary between compiled calls
+    (:func:`bmczoo.inference.checkpoint.request_stop`; it raises ``KeyboardInterrupt``,
+    which :func:`main` reports) or, with nothing to save (or on a second Ctrl-C), prints
+    the line and ends the process with ``os._exit(130)``, after any checkpoint or model
+    file being written is complete (``checkpoint.WRITE_LOCK``).  No teardown runs after
+    an interrupt.  ``main(argv)`` called from Python keeps Python's ``KeyboardInterrupt``.
+    """
+
+    def __init__(self):
+        self.installed = False
+        self.count = 0
+        self.args = None  # the parsed command line, for the message
+        self.phase = "start"  # "start" (reading data, compiling, fitting) or "outputs"
+        self.metric = ""  # the fit's result, once known
+
+    def install(self) -> bool:
+        """Take SIGINT for the rest of the process (main thread only); False if not possible."""
+        if self.installed:
+            return True
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)  # set_wakeup_fd needs a non-blocking descriptor
+        signal.signal(signal.SIGINT, _sigint_noted)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._sockets = (reader, writer)  # kept open for the life of the process
+        threading.Thread(target=self._watch, args=(reader,), name="bmczoo-ctrl-c", daemon=True).start()
+        self.installed = True
+        return True
+
+    def _watch(self, reader) -> None:
+        while True:
+            try:
+                received = reader.recv(64)
+            except OSError:
+                return
+            if not received:
+                return
+            if signal.SIGINT in received:
+                self._on_sigint()
+
+    def _on_sigint(self) -> None:
+        self.count += 1
+        # a run loop can be waiting only if its module was imported (never import from here)
+        ck = sys.modules.get("bmczoo.inference.checkpoint")
+        if self.count == 1 and ck is not None and ck.request_stop():
+            return  # the loop saves, raises KeyboardInterrupt, and main() reports it
+        self.exit(self.line(again=self.count > 1))
+
+    def line(self, again: bool = False) -> str:
+        """The message for an interrupt without a message of a run loop."""
+        a = self.args
+        if a is None or a.command != "fit":
+            return "interrupted"
+        if self.phase == "outputs":
+            return f"interrupted while writing the outputs; the fit itself finished ({self.metric})"
+        if a.checkpoint:
+            path = Path(a.checkpoint).expanduser()
+            if path.exists():
+                lead = "interrupted again before the checkpoint was updated" if again else "interrupted"
+                return f"{lead}; {path} keeps the work saved so far: rerun the same command to resume"
+            return f"interrupted before any work was saved in {path}; rerun the same command to start again"
+        if a.method in ("gibbs", "vb"):
+            return ("interrupted; nothing was saved (run with --checkpoint FILE.npz to make a fit resumable: "
+                    "Ctrl-C then saves the work done, and the same command resumes it)")
+        return "interrupted; nothing was saved"
+
+    def exit(self, line: str) -> None:
+        """Print ``bmczoo: LINE`` and end the process with exit code 130, without the
+        interpreter's teardown, once no checkpoint or model file is half-written."""
+        ck = sys.modules.get("bmczoo.inference.checkpoint")
+        if ck is not None:
+            ck.WRITE_LOCK.acquire()  # never released: the process ends holding it
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or broken stream: the line still goes out
+                pass
+        newline = "\n" if _bar_showing() else ""  # below a progress bar's last line
+        try:
+            os.write(2, f"{newline}bmczoo: {line}\n".encode("utf-8", "replace"))
+        finally:
+            os._exit(130)
+
+
+def _sigint_noted(signum, frame) -> None:
+    """The Python-level SIGINT handler of the console command: nothing (the watcher
+    thread of :class:`_Interrupts` acts on the signal)."""
+
+
+def _bar_showing() -> bool:
+    """Whether a tqdm progress bar is displayed now (its line has no newline yet)."""
+    std = sys.modules.get("tqdm.std")
+    try:
+        return any(not getattr(bar, "disable", True) for bar in list(getattr(std.tqdm, "_instances", ())))
+    except Exception:  # noqa: BLE001 - tqdm not imported, or its set changed meanwhile
+        return False
+
+
+_INTERRUPTS = _Interrupts()
+
+
+def _interrupted_line(e: KeyboardInterrupt) -> str:
+    """The message of an interrupt: the run loop's (where its checkpoint is), in
+    command-line terms, else the one that fits the phase of the command."""
+    text = " ".join(str(e).split())
+    if not text:
+        return _INTERRUPTS.line()
+    return text.replace("call fit again with the same arguments", "rerun the same command")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (0, 2 on any error, 130 on Ctrl-C).
 
     Every error is one line on stderr, ``bmczoo: error: ...``, without a traceback, unless
-    ``--debug`` is given or ``BMCZOO_DEBUG`` is set to a non-empty value other than 0."""
+    ``--debug`` is given or ``BMCZOO_DEBUG`` is set to a non-empty value other than 0.
+    Called without ``argv`` (the console command), Ctrl-C ends the process from a watcher
+    thread (:class:`_Interrupts`): one line and exit code 130 at any moment."""
     debug = os.environ.get("BMCZOO_DEBUG", "") not in ("", "0")
+    if argv is None:
+        _INTERRUPTS.install()
     try:
         args = build_parser().parse_args(argv)
+        _INTERRUPTS.args = args
         debug = debug or getattr(args, "debug", False)
         return args.func(args)
     except KeyboardInterrupt as e:
-        # with --checkpoint the message says where the work was saved
-        print(f"bmczoo: interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
+        line = _interrupted_line(e)
+        if _INTERRUPTS.installed:  # no teardown racing XLA's threads
+            _INTERRUPTS.exit(line)
+        print(f"bmczoo: {line}", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - the command line never ends in a traceback
         if debug:

@@ -188,6 +188,12 @@ CORRUPT = [  # (name, text, pattern that the error message must match)
     ("25m", "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,4.5\n", r"line 3: expected 4 fields"),
     ("25m", "user,movie,rating,timestamp\n1,2,3.5,4\n", r"line 1: unexpected header"),
     ("25m", "userId,movieId,rating,timestamp\n", r"no data lines"),
+    # NaN and infinity are numbers to float(), not ratings
+    ("100k", "1\t2\t3\t4\n1\t3\tnan\t4\n", r"line 2: .*field 3 is 'nan', and NaN or infinity is not a valid rating"),
+    ("1m", "1::2::3::4\n1::3::-Inf::4\n", r"line 2: .*field 3 is '-Inf', and NaN or infinity is not a valid rating"),
+    ("25m", "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,NaN,4\n", r"ratings\.csv, line 3: .*field 3 is 'NaN'"),
+    ("100k", "1\t2\t3\t4\n1\t3\t1e999\t4\n", r"line 2, field 3: '1e999' is not a finite number"),
+    ("100k", "1\t2\t3\t4\n1\t3\t" + "9" * 400 + "\t4\n", r"line 2, field 3: '9{37}\.\.\.' is not a finite number"),
 ]
 
 

@@ -36,11 +36,20 @@ def read_cached(out: str | Path, task: FitTask) -> float | None:
 
 def _write_cached(out: Path, task: FitTask, value: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    # write-then-rename: an interrupted run never leaves a half-written cell
+    from ..inference.checkpoint import current_umask
+
+    # write-then-rename: an interrupted run never leaves a half-written cell; the file gets
+    # a plain file's permissions (0o666 less the umask), not mkstemp's 0o600
     fd, tmp = tempfile.mkstemp(dir=out, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"key": task.key, "value": value}, f, sort_keys=True, default=float)
-    os.replace(tmp, _cache_path(out, task))
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())
+            json.dump({"key": task.key, "value": value}, f, sort_keys=True, default=float)
+        os.replace(tmp, _cache_path(out, task))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 # ----------------------------------------------------------------------------- one fit

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,7 +43,7 @@ from .sharding import to_host
 from .thinning import is_kept, num_kept
 
 __all__ = ["fingerprint", "save_npz", "load_npz", "check_settings", "run_gibbs", "ResumeGuarantee",
-           "resume_guarantee"]
+           "resume_guarantee", "write_npz_atomic", "request_stop", "WRITE_LOCK"]
 
 FORMAT = "bmczoo-checkpoint-2"  # 2: the prior's state, tau and biases stored by name
 
@@ -103,17 +104,104 @@ def save_npz(path: str | os.PathLike, settings: dict, arrays: dict[str, np.ndarr
 
 def write_npz_atomic(path: str | os.PathLike, **arrays) -> None:
     """``np.savez(path, **arrays)`` through a temporary file in the same folder renamed
-    over ``path``: a reader never sees a half-written file (checkpoints, saved fits)."""
+    over ``path``: a reader never sees a half-written file (checkpoints, saved fits).
+    The file gets the permissions a plain ``open(path, "w")`` would give it (``0o666``
+    less the umask), not ``mkstemp``'s ``0o600``; an exit of the command line on Ctrl-C
+    waits for the write to end (:data:`WRITE_LOCK`)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with WRITE_LOCK:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), 0o666 & ~current_umask())
+                np.savez(f, **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux shows it
+    (``/proc/self/status``; ``os.umask`` must set a mask to read one, which another
+    thread creating a file at that moment would see)."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: Held while :func:`write_npz_atomic` writes a file and renames it into place: the
+#: command line's exit on Ctrl-C takes it first, so that it never leaves a temporary file
+#: behind or stops a rename half-way.
+WRITE_LOCK = threading.RLock()
+
+
+class _StopRequest:
+    """A stop asked of the running checkpointed loop (:func:`run_gibbs`, the VB driver's)
+    from another thread: the command line's Ctrl-C watcher.
+
+    The command line does not let Ctrl-C raise ``KeyboardInterrupt`` wherever the main
+    thread happens to be: raised inside JAX's tracing, XLA's compilation or a garbage
+    collector callback, it can be swallowed ("Exception ignored in ...") or end the
+    interpreter while XLA's threads still run (a segmentation fault at exit).  Its watcher
+    thread asks the loop to stop instead; a loop that holds work it can save
+    (:meth:`arm`) raises ``KeyboardInterrupt`` at its next boundary between two compiled
+    calls (:meth:`check`, :meth:`finish`), saves its checkpoint and re-raises with the
+    message that says where; with nothing to save the watcher exits at once.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._armed = False
+        self._pending = False
+
+    def request(self) -> bool:
+        """Ask the armed loop to stop; False when no loop holds work to save (the caller
+        exits on its own)."""
+        with self._lock:
+            self._pending = self._armed
+            return self._armed
+
+    def arm(self) -> None:
+        """The calling loop has work a checkpoint can save: a stop request goes to it."""
+        with self._lock:
+            self._armed = True
+
+    def check(self) -> None:
+        """Raise ``KeyboardInterrupt`` if a stop was requested (a loop's boundary)."""
+        if self._pending:
+            raise KeyboardInterrupt
+
+    def finish(self) -> None:
+        """The loop is done: no later request goes to it; raise ``KeyboardInterrupt``
+        if one came before (its checkpoint holds the finished run)."""
+        with self._lock:
+            pending, self._armed, self._pending = self._pending, False, False
+        if pending:
+            raise KeyboardInterrupt
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._armed = self._pending = False
+
+
+#: The one stop request of the process (a command line runs one fit at a time).
+STOP = _StopRequest()
+
+
+def request_stop() -> bool:
+    """Ask the running checkpointed loop to save its work and raise ``KeyboardInterrupt``
+    at its next boundary; False when no loop holds work a checkpoint would save.  Called
+    from the command line's Ctrl-C watcher thread."""
+    return STOP.request()
 
 
 def load_npz(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
@@ -259,12 +347,17 @@ def run_gibbs(
         try:
             for it, nxt in _segments(int(state.iteration), total, every, keep):
                 state = advance(state, problem, nxt - it)
+                if checkpoint is not None:  # compiled and dispatched: from now on there is work to save
+                    STOP.arm()
                 if keep(nxt):
                     draws.append(collect(state, problem))
                 bar.update(nxt - it)
                 if checkpoint is not None and (nxt % every == 0 or nxt == total):
                     gibbs.check_failure(state)
                     save(state)
+                STOP.check()
+            if checkpoint is not None:
+                STOP.finish()
         except KeyboardInterrupt:
             if checkpoint is None:
                 raise
@@ -273,6 +366,9 @@ def run_gibbs(
                 f"interrupted after {int(state.iteration)} of {total} sweeps; the work done is saved in "
                 f"{str(checkpoint)!r}: call fit again with the same arguments to resume"
             ) from None
+        finally:
+            if checkpoint is not None:
+                STOP.disarm()
     gibbs.check_failure(state)
     stacked = {}
     if draws:

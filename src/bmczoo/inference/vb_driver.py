@@ -189,11 +189,15 @@ class _Run:
         return probs @ np.asarray(lik.level_values, np.float64)
 
     def loop(self, progress_bar: bool):
+        from .checkpoint import STOP
+
         s = self.s
         with tqdm(total=s.max_iter, initial=len(self.elbos), disable=not progress_bar, desc="vb") as bar:
             try:
                 while len(self.elbos) < s.max_iter and not self.converged:
                     self.one_iteration()
+                    if s.checkpoint is not None:  # a Ctrl-C of the command line now saves (checkpoint.STOP)
+                        STOP.arm()
                     bar.update(1)
                     post = f"elbo {self.elbos[-1].max():.6g}"
                     bar.set_postfix_str(post + (f" rmse {self.rmses[-1].min():.4f}" if self.rmses else ""),
@@ -202,6 +206,9 @@ class _Run:
                     if s.checkpoint is not None and (n % s.checkpoint_every == 0 or self.converged
                                                      or n == s.max_iter):
                         self.save()
+                    STOP.check()
+                if s.checkpoint is not None:
+                    STOP.finish()
             except KeyboardInterrupt:
                 if s.checkpoint is None:
                     raise
@@ -209,6 +216,9 @@ class _Run:
                 raise KeyboardInterrupt(
                     f"interrupted after {len(self.elbos)} VB iterations; the work done is saved in "
                     f"{str(s.checkpoint)!r}: call fit again with the same arguments to resume") from None
+            finally:
+                if s.checkpoint is not None:
+                    STOP.disarm()
 
 
 def fit_vb(prep, info, progress_bar: bool) -> VBFit:
