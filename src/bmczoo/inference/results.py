@@ -119,7 +119,7 @@ class FitInfo:
         }
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class FitResult(out.PredictiveMixin):
     """Base of the result classes: predictions and their RMSE, diagnostics delegation,
     and the Bayesian outputs (:mod:`bmczoo.inference.outputs`): ``predict(...,
@@ -138,6 +138,29 @@ class FitResult(out.PredictiveMixin):
     family: ClassVar[str] = ""
 
     # ------------------------------------------------------------------ info
+    def __repr__(self) -> str:
+        """A few lines: the class and method, the model's components, ``K``, what the fit
+        holds (chains x draws, iterations), the dtype, the data's shape and the test RMSE
+        when the fit recorded one (the arrays themselves are attributes)."""
+        info = self.info
+        m1, m2 = info.shape
+        n = "" if self.seen_rows is None else f", {len(self.seen_rows)} training ratings"
+        rmse = self._repr_rmse()
+        lines = [f"{type(self).__name__}(method={info.method!r}, K={info.K}, {self._repr_holds()}, dtype={info.dtype})",
+                 f"  prior: {info.prior!r}",
+                 f"  likelihood: {info.likelihood!r}",
+                 f"  biases: {info.biases!r}",
+                 f"  data: {m1} x {m2}{n}"]
+        if rmse:
+            lines.append(f"  test RMSE: {rmse}")
+        return "\n".join(lines)
+
+    def _repr_holds(self) -> str:
+        return ""
+
+    def _repr_rmse(self) -> str:
+        return ""
+
     @property
     def shape(self) -> tuple[int, int]:
         return self.info.shape
@@ -254,13 +277,20 @@ class FitResult(out.PredictiveMixin):
         probs = self._level_proba(test.rows, test.cols)
         return float(np.mean(levels.level_lpd(probs, lik.level_index(test.values))))
 
-    def save(self, path) -> None:
+    def save(self, path, *, factor_draws: int | str = 100) -> None:
         """Write the fit to ``path`` (``.npz`` + JSON metadata, no pickle); ``bmc.load``
-        reads it back, and its predictions equal this fit's bit for bit
-        (:mod:`bmczoo.inference.saving`)."""
+        reads it back (:mod:`bmczoo.inference.saving`).
+
+        ``factor_draws``: an MCMC fit keeps at most this many draws of its factors ``M``,
+        ``N`` (and biases) in all chains pooled, evenly spaced over each chain (default
+        100), or every draw with ``"all"``.  The loaded fit's ``predict`` (``return_std``)
+        and ``predictive_interval`` equal this fit's bit for bit at the entries whose
+        moments were accumulated during the fit (the test set, ``predict=``); elsewhere,
+        and for ``log_predictive_density``, ``recommend`` and ``fold_in``, it averages
+        over the kept factor draws (bit for bit with ``"all"``)."""
         from .saving import save
 
-        save(self, path)
+        save(self, path, factor_draws=factor_draws)
 
     def fold_in(self, new):
         """Fold new rows (a RatingData of shape ``(U, m2)``: new users over the same items)
@@ -324,7 +354,7 @@ def _entry_keys(rows, cols, m2: int) -> np.ndarray:
     return np.asarray(rows, np.int64) * m2 + np.asarray(cols, np.int64)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class MCMCFit(FitResult):
     """Draws of an MCMC run (Gibbs or NUTS).
 
@@ -342,6 +372,10 @@ class MCMCFit(FitResult):
     track_rows, track_cols : the tracked entries.
     num_kept : draws kept per chain.
     mcmc : NumPyro's ``MCMC`` object when it drove the run (else None).
+    factor_samples : None, or (a fit loaded from a file saved with thinned factor draws,
+        :mod:`bmczoo.inference.saving`) every per-draw site at the kept factor draws
+        (leading axes (chain, kept draw)); ``samples`` then has every draw of the other
+        sites and no factor draws.
     switches : (chain, 2) accepted and attempted annealed spike/slab switches (Gibbs with
         ``anneal_steps > 0``; else None); also in :meth:`run_stats`.
     """
@@ -360,7 +394,31 @@ class MCMCFit(FitResult):
     mcmc: Any = None
     pred_proba: np.ndarray | None = None
     switches: np.ndarray | None = None
+    factor_samples: dict | None = dataclasses.field(default=None, repr=False)
     family: ClassVar[str] = "mcmc"
+
+    def _repr_holds(self) -> str:
+        lead = next((np.shape(v)[:2] for v in self.samples.values() if np.ndim(v) >= 2), None)
+        if lead is None:
+            return "no draws"
+        text = f"{lead[0]} chain{'s' if lead[0] != 1 else ''} x {lead[1]} draws"
+        if "M" in self.samples:
+            return text + ", factor draws: all"
+        if self.factor_samples is not None and "M" in self.factor_samples:
+            return text + f", factor draws: {np.shape(self.factor_samples['M'])[1]} per chain"
+        return text + ", no factor draws"
+
+    def _repr_rmse(self) -> str:
+        r = np.asarray(self.rmse_mean)
+        if r.ndim != 2 or r.shape[1] == 0:
+            return ""
+        last = ", ".join(f"{v:.4f}" for v in r[:8, -1]) + (", ..." if r.shape[0] > 8 else "")
+        return f"{last} (posterior mean of {'each chain' if r.shape[0] > 1 else 'the chain'} at the last sweep)"
+
+    @property
+    def _factor_src(self) -> dict:
+        """The draws in which the factor draws and the other per-draw sites align."""
+        return self.samples if self.factor_samples is None else self.factor_samples
 
     def _level_proba(self, r, c) -> np.ndarray:
         """Level probabilities (P, L): at entries requested at fit time from the running
@@ -369,7 +427,7 @@ class MCMCFit(FitResult):
         if idx is not None and self.pred_proba is not None:
             return self.pred_proba[idx]
         d = self._draws()
-        return levels.draws_level_proba(out.draw_blocks(d, r, c), self._cut_draws(self.samples, d["M"].shape[0]))
+        return levels.draws_level_proba(out.draw_blocks(d, r, c), self._cut_draws(self._factor_src, d["M"].shape[0]))
 
     def run_stats(self):
         out = {"num_kept": self.num_kept}
@@ -395,11 +453,11 @@ class MCMCFit(FitResult):
         return None
 
     def _draws(self, what: str = "these entries were not requested at fit time and"):
-        if "M" not in self.samples:
+        if "M" not in self._factor_src:
             hint = ("pass them as fit(..., predict=(rows, cols)) or use store_factors=True" if what.startswith("these")
                     else "refit with store_factors=True")
             raise ValueError(f"{what} no factor draws were stored: {hint}")
-        return out.flat_draws(self.samples, self.info.K)
+        return out.flat_draws(self._factor_src, self.info.K)
 
     def _predict_mean(self, r, c) -> np.ndarray:
         """Posterior mean of ``theta`` at the given entries (1-D array, data scale).
@@ -411,7 +469,7 @@ class MCMCFit(FitResult):
         if idx is not None:
             return self.pred_mean[idx]
         self._draws()
-        return self._finish(draws_theta_mean(self.samples, r, c))
+        return self._finish(draws_theta_mean(self._factor_src, r, c))
 
     def _theta_moments(self, r, c):
         """Mean and variance of ``theta`` over the kept draws (all chains pooled): from the
@@ -439,7 +497,7 @@ class MCMCFit(FitResult):
         test = self._check_test(test)
         if self._latent:
             return self._level_lpd(test)
-        if "M" not in self.samples:
+        if "M" not in self._factor_src:
             return self._gaussian_lpd(test)
         d = self._draws()
         lp = out.draws_lpd(d, test.rows, test.cols, test.values, self.info.shift.offset, self.info.tau)
@@ -451,7 +509,7 @@ class MCMCFit(FitResult):
 
     def _fold_in(self, new):
         d = self._draws("fold_in needs the factor draws of N, and")
-        return _fold_in_draws(self, new, d, self.samples)
+        return _fold_in_draws(self, new, d, self._factor_src)
 
 
 def _fold_in_draws(fit, new, d, src):
@@ -487,17 +545,17 @@ def _fold_in_draws(fit, new, d, src):
                                          col_bias=col_bias, row_bias_prec=rb_prec, offset=info.shift.offset)
     return out.FoldInFit(fit, new, means, covs, d["N"], None, col_bias, None, fit.noise_var(),
                          info.biases is not None)
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class GibbsFit(MCMCFit):
     """Result of ``bmc.fit(..., method="gibbs")``: draws of the conjugate Gibbs sampler."""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class NUTSFit(MCMCFit):
     """Result of ``bmc.fit(..., method="nuts")``: draws of NumPyro's NUTS."""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class VBFit(FitResult):
     """Result of ``bmc.fit(..., method="vb")``: the mean-field variational posterior.
 
@@ -540,6 +598,14 @@ class VBFit(FitResult):
     iteration_seconds: tuple = ()
     final_elbo_per_run: tuple = ()
     family: ClassVar[str] = "vb"
+
+    def _repr_holds(self) -> str:
+        return (f"{self.num_iter} iterations, {'converged' if self.converged else 'not converged'}, "
+                f"best of {self.info.settings.restarts} start{'s' if self.info.settings.restarts != 1 else ''}")
+
+    def _repr_rmse(self) -> str:
+        r = np.asarray(self.rmse_trace)
+        return f"{float(r[-1]):.4f} (last iteration)" if r.size else ""
 
     def run_stats(self):
         return {"num_iter": self.num_iter, "num_runs": self.info.settings.restarts, "best_run": self.best_run,
@@ -677,7 +743,7 @@ def no_gamma(prior) -> dict:
     return _NoGamma(prior.name)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class SVIFit(FitResult):
     """Result of ``bmc.fit(..., method="svi")``: a fitted NumPyro autoguide.
 
@@ -695,6 +761,12 @@ class SVIFit(FitResult):
     losses: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     guide: Any = None
     family: ClassVar[str] = "svi"
+
+    def _repr_holds(self) -> str:
+        if isinstance(self, MAPFit):
+            return f"a point, {np.size(self.losses)} steps"
+        S = next((np.shape(v)[0] for v in self.draws.values() if np.ndim(v) >= 1), 0)
+        return f"{S} draws from the {self.info.settings.guide!r} guide, {np.size(self.losses)} steps"
 
     def _predict_mean(self, r, c) -> np.ndarray:
         """``E_q[M_i . N_j]`` (plus ``E_q[row_bias_i + col_bias_j]`` with biases, plus the
@@ -750,7 +822,7 @@ class SVIFit(FitResult):
         return _fold_in_draws(self, new, out.flat_draws(src, self.info.K), src)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class MAPFit(SVIFit):
     """Result of ``bmc.fit(..., method="map")``: ``AutoDelta`` (one point, gamma integrated out).
 

@@ -12,21 +12,44 @@ The file is an ``.npz`` (``np.load(..., allow_pickle=False)`` reads it) holding
   VB fit its :class:`~bmczoo.inference.vb.VBState` (the full covariances) under
   ``vb/...``.
 
-Arrays keep their dtype, so the loaded fit's ``predict`` (also ``return_std=True``),
-``predictive_interval``, ``recommend`` and ``fold_in`` equal the original's bit for bit,
-without the data.  Not saved: NumPyro's ``MCMC`` object (``fit.mcmc``) and an SVI
-guide (``fit.guide``): they are None after loading.
+Factor draws of an MCMC fit (``M``, ``N``, ``row_bias``, ``col_bias`` of every kept draw)
+are the bulk of a fit (the 4-chain, 1,600-draw ML-100K fit of the README: 187 MB).  By
+default ``save`` keeps at most :data:`FACTOR_DRAWS` (100) of them in all chains pooled:
+``max(1, 100 // chains)`` per chain, evenly spaced over each chain's kept draws (first and
+last included), with every other per-draw site at the same draws, as the fit's
+``factor_samples``; ``samples`` keeps every draw of the small sites (gamma, tau, tracked
+theta, the prior's variables) and gains ``theta_sv``, the singular values of theta of every
+draw, so that the diagnostics (``to_arviz``, ``summary``, ``rank_posterior``) of the loaded
+fit are those of the original.  ``fit.save(path, factor_draws="all")`` keeps every draw;
+``factor_draws=n`` keeps at most ``n``.
+
+Arrays keep their dtype, so the loaded fit's ``predict`` (also ``return_std=True``) and
+``predictive_interval`` equal the original's bit for bit at the entries whose moments were
+accumulated during the fit (the test set, ``predict=``), without the data, and so do
+VB, SVI and MAP fits everywhere.  With thinned factor draws, the quantities computed from
+the factor draws (predictions at other entries, ``log_predictive_density``, ``recommend``,
+``fold_in``) average over the kept draws: a Monte Carlo estimate from fewer draws (with
+``factor_draws="all"`` they are equal bit for bit too).  Not saved: NumPyro's ``MCMC``
+object (``fit.mcmc``) and an SVI guide (``fit.guide``): they are None after loading.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["save", "load", "load_extra", "FORMAT", "VERSION"]
+__all__ = ["save", "load", "load_extra", "FORMAT", "VERSION", "FACTOR_DRAWS"]
+
+#: factor draws kept by ``save`` by default, in all chains pooled
+FACTOR_DRAWS = 100
+#: the per-draw sites thinned by ``save`` (those with a row or column axis)
+FACTOR_SITES = ("M", "N", "row_bias", "col_bias")
 
 VERSION = 1
 FORMAT = f"bmczoo-fit-{VERSION}"
@@ -50,23 +73,65 @@ def _classes():
                                      results.MAPFit, results.MCMCFit)}
 
 
-def save(fit, path, *, extra: dict | None = None) -> None:
+def _check_factor_draws(factor_draws) -> int | None:
+    """``factor_draws`` as a bound (None: keep all)."""
+    if isinstance(factor_draws, str):
+        if factor_draws != "all":
+            raise ValueError(f"factor_draws must be a positive integer or 'all', got {factor_draws!r}")
+        return None
+    from .._checks import check_int
+
+    return check_int("factor_draws", factor_draws, minimum=1)
+
+
+def kept_factor_draws(num_chains: int, num_draws: int, limit: int) -> np.ndarray:
+    """Positions along the draw axis of the factor draws kept for each chain:
+    ``max(1, limit // num_chains)`` (at most ``num_draws``) evenly spaced positions, the
+    first and last draws included."""
+    n = min(num_draws, max(1, limit // num_chains))
+    return np.unique(np.rint(np.linspace(0, num_draws - 1, n)).astype(np.int64))
+
+
+def thin_factor_draws(fit, limit: int | None) -> tuple[dict, dict | None]:
+    """``(samples, factor_samples)`` of an MCMC fit as saved with at most ``limit`` factor
+    draws (None: all; see the module docstring)."""
+    src = fit.factor_samples if getattr(fit, "factor_samples", None) is not None else fit.samples
+    if "M" not in src:
+        return fit.samples, fit.factor_samples
+    C, D = np.shape(src["M"])[:2]
+    if limit is None or C * D <= limit:
+        return fit.samples, fit.factor_samples
+    idx = kept_factor_draws(C, D, limit)
+    per_draw = {k: np.asarray(v)[:, idx] for k, v in src.items() if np.ndim(v) >= 2 and np.shape(v)[:2] == (C, D)}
+    samples = {k: v for k, v in fit.samples.items() if k not in FACTOR_SITES}
+    if "theta_sv" not in samples:
+        from ..diagnostics.convert import theta_singular_values
+
+        samples["theta_sv"] = theta_singular_values(src["M"], src["N"])
+    return samples, per_draw
+
+
+def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACTOR_DRAWS) -> None:
     """Write ``fit`` to ``path`` (see the module docstring).  ``extra``: arrays stored
     beside the fit under ``x/<name>`` (e.g. the command line's dataset ids), read back by
-    :func:`load_extra`; :func:`load` ignores them."""
+    :func:`load_extra`; :func:`load` ignores them.  ``factor_draws``: at most this many
+    factor draws of an MCMC fit in all chains pooled (default :data:`FACTOR_DRAWS`), or
+    ``"all"``.  The file gets the permissions ``0o666`` less the process's umask."""
     from .results import _NoGamma
 
     if type(fit).__name__ not in _classes():
         raise TypeError(f"cannot save a {type(fit).__name__}")
+    limit = _check_factor_draws(factor_draws)
     info = fit.info
     arrays: dict[str, np.ndarray] = {}
     fields: dict = {}
     kinds: dict = {}
-    for f in dataclasses.fields(fit):
-        name = f.name
+    values = {f.name: getattr(fit, f.name) for f in dataclasses.fields(fit)}
+    if fit.family == "mcmc":
+        values["samples"], values["factor_samples"] = thin_factor_draws(fit, limit)
+    for name, v in values.items():
         if name in _SKIP:
             continue
-        v = getattr(fit, name)
         if v is None:
             kinds[name] = "none"
         elif isinstance(v, _NoGamma):
@@ -101,10 +166,31 @@ def save(fit, path, *, extra: dict | None = None) -> None:
     }
     for k, v in (extra or {}).items():
         arrays[f"x/{k}"] = np.asarray(v)
-    from .checkpoint import write_npz_atomic
+    _write_npz(path, __format__=np.asarray(FORMAT), __meta__=np.asarray(json.dumps(meta, default=_json_default)),
+               **arrays)
 
-    write_npz_atomic(path, __format__=np.asarray(FORMAT),
-                     __meta__=np.asarray(json.dumps(meta, default=_json_default)), **arrays)
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write_npz(path, **arrays) -> None:
+    """``np.savez`` through a temporary file in the same folder renamed over ``path`` (a
+    reader never sees a half-written file), with the permissions an ordinary ``open``
+    would give (``0o666`` less the umask; ``mkstemp`` makes the file ``0o600``)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _settings(method: str, d: dict):
@@ -121,20 +207,35 @@ def _settings(method: str, d: dict):
         return cls()
 
 
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _read_npz(path) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` file ``path``: ``FileNotFoundError`` when there is no
+    such file, ``ValueError`` naming the path when it is not an ``.npz`` archive (a text
+    file, an ``.npy`` array, ...: never read with pickle)."""
+    not_fit = f"{str(path)!r} is not a saved bmczoo fit (a file written by fit.save or bmczoo fit --save)"
+    with open(path, "rb") as fh:  # FileNotFoundError, IsADirectoryError name the path
+        if fh.read(len(_ZIP_MAGIC)) != _ZIP_MAGIC:
+            raise ValueError(f"{not_fit}: it is not an .npz archive")
+        fh.seek(0)
+        try:
+            with np.load(fh, allow_pickle=False) as f:
+                return {k: f[k] for k in f.files}
+        except Exception as err:  # noqa: BLE001 - a damaged or foreign zip file: reported as such
+            raise ValueError(f"{not_fit}: its .npz archive cannot be read ({type(err).__name__})") from None
+
+
 def load(path):
-    """Read a fit written by ``fit.save`` (``ValueError`` for another kind of file or a
-    newer format)."""
+    """Read a fit written by ``fit.save``: ``FileNotFoundError`` when ``path`` does not
+    exist, ``ValueError`` naming the path for another kind of file or a newer format."""
     from ..likelihoods import get_likelihood
     from ..offsets import Biases, Shift
     from ..priors import get_prior
     from . import vb
     from .results import FitInfo, no_gamma
 
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            data = {k: f[k] for k in f.files}
-    except (OSError, ValueError, EOFError) as err:
-        raise ValueError(f"{str(path)!r} is not a saved bmczoo fit (not a readable .npz file: {err})") from None
+    data = _read_npz(path)
     found = str(data.pop("__format__", ""))
     m = re.fullmatch(r"bmczoo-fit-(\d+)", found)
     if m is None:
@@ -179,8 +280,7 @@ def load(path):
 
 def load_extra(path) -> dict:
     """The ``extra`` arrays saved with a fit (``{}`` when there are none)."""
-    with np.load(path, allow_pickle=False) as f:
-        return {k[2:]: f[k] for k in f.files if k.startswith("x/")}
+    return {k[2:]: v for k, v in _read_npz(path).items() if k.startswith("x/")}
 
 
 def _vb_state(arrays: dict, VBState):
