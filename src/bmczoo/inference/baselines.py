@@ -34,9 +34,14 @@ def _x64_context(dtype):
 
 
 def run_nuts(data, K, prior, likelihood, *, seed, num_warmup, num_samples, thinning, num_chains,
-             progress_bar, dtype, chain_method="sequential", target_accept_prob=0.8, biases=None):
+             progress_bar, dtype, chain_method="sequential", target_accept_prob=0.8, biases=None,
+             init_params=None):
     """NUTS on the NumPyro model; returns the grouped samples (chain, draw, ...) and the MCMC.
-    ``biases``: the model's :class:`~bmczoo.offsets.Biases` component or None."""
+    ``biases``: the model's :class:`~bmczoo.offsets.Biases` component or None.
+    ``init_params``: where the chains start, NumPyro's ``MCMC.run(init_params=...)``: a dict
+    of the model's sample sites in their unconstrained space (``{"M": (num_chains, m1, K),
+    "N": (num_chains, m2, K)}``; without a chain axis for one chain); None: NumPyro's
+    default (``init_to_uniform``)."""
     with _x64_context(dtype):
         mcmc = MCMC(
             NUTS(matrix_completion, target_accept_prob=target_accept_prob),
@@ -49,8 +54,10 @@ def run_nuts(data, K, prior, likelihood, *, seed, num_warmup, num_samples, thinn
         )
         from .drivers import run_mcmc_detached
 
+        if init_params is not None:
+            init_params = {k: jnp.asarray(v, dtype) for k, v in init_params.items()}
         mcmc = run_mcmc_detached(mcmc, jax.random.key(seed), data, K, prior, likelihood=likelihood,
-                                 biases=biases)
+                                 biases=biases, init_params=init_params)
         samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     return samples, mcmc
 
