@@ -130,7 +130,10 @@ class Biases:
         import jax.numpy as jnp
 
         g = jax.random.gamma(key, jnp.asarray(self.a + 0.5 * m, sumsq.dtype), jnp.shape(sumsq), dtype=sumsq.dtype)
-        return (self.b + 0.5 * sumsq) / g
+        # kept in the positive normal floats: a gamma variate at its extreme must not make
+        # the variance 0 or infinite (an infinite or zero bias precision)
+        fi = jnp.finfo(sumsq.dtype)
+        return jnp.clip((self.b + 0.5 * sumsq) / g, fi.tiny, fi.max)
 
     # ------------------------------------------------------------------ VB
     # q(b_i) = N(b_mean_i, b_var_i), q(c_j) = N(c_mean_j, c_var_j), q(s_b^2) =

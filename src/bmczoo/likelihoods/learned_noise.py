@@ -54,7 +54,11 @@ class LearnedNoise(Likelihood):
     def sample_tau(self, key, sse, n):
         shape = self.a + 0.5 * self.temper * n
         rate = self.b + 0.5 * self.temper * sse
-        return jax.random.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype) / rate
+        tau = jax.random.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype) / rate
+        # a draw below the smallest normal float (a gamma variate at its extreme over a
+        # large SSE) would flush to 0, an infinite noise variance: represented by tiny
+        fi = jnp.finfo(sse.dtype)
+        return jnp.clip(tau, fi.tiny, fi.max)
 
     # ------------------------------------------------------------------ VB
     # q(tau) = Gamma(shape, rate), state {"shape": (C,), "rate": (C,)}

@@ -161,8 +161,7 @@ class LatentLikelihood(Likelihood):
         if self.fixed_cuts() is None:
             cuts = jax.vmap(lambda k, t, c: self.cut_move(k, t, level, c, cut_step))(split[:, 0], theta, cuts)
         lo, hi = jax.vmap(lambda c: self.latent_interval(c, level, dt))(cuts)
-        tiny = jnp.finfo(dt).tiny  # u > 0: an infinite bound is never returned
-        u = jax.vmap(lambda k: jax.random.uniform(k, (n,), dt, minval=tiny, maxval=1.0))(split[:, 1])
+        u = jax.vmap(lambda k: truncnorm.uniform(k, (n,), dt))(split[:, 1])
         return cuts, truncnorm.sample_uniform(u, theta, lo, hi)
 
     def latent_interval(self, cuts, level, dtype):

@@ -28,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import erf, erfc, erfcx, ndtri
 
-__all__ = ["log_ndtri", "log_mass", "sample_std", "sample", "sample_uniform", "moments", "entropy"]
+__all__ = ["log_ndtri", "log_mass", "sample_std", "sample", "sample_uniform", "uniform", "unit_interval",
+           "moments", "entropy"]
 
 _LOG_HALF = math.log(0.5)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -222,17 +223,20 @@ def sample_std(u: jax.typing.ArrayLike, a: jax.typing.ArrayLike, b: jax.typing.A
     Parameters
     ----------
     u : array_like
-        Probabilities in the open interval (0, 1) (at 0 or 1 an infinite bound is returned).
+        Probabilities in [0, 1], clamped into :func:`unit_interval` (``[tiny, 1 - eps/2]``):
+        at 0 (or a subnormal, which XLA flushes to 0) and 1 the quantile would be an
+        infinite bound.
     a, b : array_like
         Bounds with ``a <= b``; ``a`` may be ``-inf`` and ``b`` ``+inf``.
 
     Returns
     -------
     jax.Array
-        The quantile, in ``[a, b]``, broadcast shape of ``u, a, b``.
+        The quantile, in ``[a, b]`` and finite, broadcast shape of ``u, a, b``.
     """
     dtype = _float_dtype(u, a, b)
-    u = jnp.asarray(u, dtype)
+    u_min, u_max = unit_interval(dtype)
+    u = jnp.clip(jnp.asarray(u, dtype), u_min, u_max)
     a = jnp.asarray(a, dtype)
     b = jnp.asarray(b, dtype)
     log_z = log_mass(a, b)
@@ -259,19 +263,30 @@ def _sample_std_bulk(u, a, b):
     in :func:`sample_std`.  Accurate (a few ulp of the probabilities, hence of the
     quantile) when neither the interval's mass nor its nearer CDF value is small:
     ``Phi(b) >= 1e-6`` after the reflection and ``Z >= 1e-2 Phi(b)`` (no cancellation in
-    ``Phi(b) - Phi(a)``).  Returns the quantile and that mask."""
+    ``Phi(b) - Phi(a)``), and when the probability inverted is at least
+    ``_BULK_MIN_P``.  Returns the quantile and that mask."""
     flip = a + b > 0
     lo, hi = jnp.where(flip, -b, a), jnp.where(flip, -a, b)
     uu = jnp.where(flip, 1.0 - u, u)
     pa, pb = _ndtr(lo), _ndtr(hi)
     z = pb - pa
-    ok = (pb >= 1e-6) & (z >= 1e-2 * pb)
     p = pa + uu * z
     q = _ndtr(-hi) + (1.0 - uu) * z
     lower = p < 0.5
+    # u Z (or (1 - u) Z) near the smallest normal float loses its precision, and flushes
+    # to 0 below it (u = tiny on a one-sided interval: p = 0, ndtri(0) = -inf); such u
+    # go to the log-space inverse, which takes log(u) instead.
+    ok = (pb >= 1e-6) & (z >= 1e-2 * pb) & (jnp.where(lower, p, q) >= _BULK_MIN_P)
     x = jnp.where(lower, ndtri(jnp.where(lower, p, 0.5)), -ndtri(jnp.where(lower, 0.5, q)))
     x = jnp.where(flip, -x, x)
     return jnp.clip(x, a, b), ok
+
+
+#: the smallest probability inverted in probability space.  Far above the smallest normal
+#: float of float32 (1.2e-38); far below what a uniform other than the generator's
+#: smallest value gives (u >= 2^-23 in float32, 2^-52 in float64, times Z >= 1e-8): only
+#: u = tiny and the like leave the probability-space path.
+_BULK_MIN_P = 1e-30
 
 
 def _ndtr(x):
@@ -342,9 +357,25 @@ def sample(
     lo = jnp.asarray(lo, dtype)
     hi = jnp.asarray(hi, dtype)
     shape = jnp.broadcast_shapes(mean.shape, lo.shape, hi.shape)
-    # minval = tiny keeps u > 0, so an infinite bound is never returned.
-    u = jax.random.uniform(key, shape, dtype, minval=jnp.finfo(dtype).tiny, maxval=1.0)
-    return sample_uniform(u, mean, lo, hi)
+    return sample_uniform(uniform(key, shape, dtype), mean, lo, hi)
+
+
+def uniform(key: jax.Array, shape: tuple[int, ...], dtype: jax.typing.DTypeLike) -> jax.Array:
+    """The uniforms of :func:`sample`: ``jax.random.uniform`` on ``[tiny, 1)``.
+
+    Its values run from ``finfo(dtype).tiny`` (all random bits zero) to ``1 - eps``
+    (``eps = 2^-23`` in float32, ``2^-52`` in float64); :func:`sample_uniform` is finite
+    and inside its interval at both ends (``tests/likelihoods/test_random_extremes.py``).
+    """
+    dtype = jnp.dtype(dtype)
+    return jax.random.uniform(key, shape, dtype, minval=jnp.finfo(dtype).tiny, maxval=1.0)
+
+
+def unit_interval(dtype: jax.typing.DTypeLike) -> tuple[float, float]:
+    """``(tiny, 1 - eps/2)``: the smallest positive normal float and the largest float
+    below 1 of ``dtype``, the range :func:`sample_uniform` clamps ``u`` into."""
+    fi = jnp.finfo(dtype)
+    return float(fi.tiny), float(1.0 - fi.epsneg)
 
 
 @jax.jit
@@ -352,11 +383,18 @@ def sample_uniform(u: jax.typing.ArrayLike, mean: jax.typing.ArrayLike, lo: jax.
                    hi: jax.typing.ArrayLike) -> jax.Array:
     """The draw of :func:`sample` from given uniforms ``u`` in (0, 1): ``mean`` plus the
     inverse CDF of the standard normal truncated to ``[lo - mean, hi - mean]`` at ``u``
-    (in probability space for most entries, in log space for the far tails and narrow
-    intervals), clipped into ``[lo, hi]``.  Call it outside ``vmap``: under ``vmap`` its
-    ``lax.cond`` would evaluate the log-space inverse for every entry."""
+    (in probability space for most entries, in log space for the far tails, narrow
+    intervals and extreme ``u``), clipped into ``[lo, hi]``.  Call it outside ``vmap``:
+    under ``vmap`` its ``lax.cond`` would evaluate the log-space inverse for every entry.
+
+    ``u`` is clamped into :func:`unit_interval` (``[tiny, 1 - eps/2]``), so the draw is
+    finite for every ``u`` in ``[0, 1]``: 0, a subnormal (which XLA flushes to 0) or 1
+    would otherwise give an infinite bound.  :func:`uniform` never returns those, so its
+    draws are unchanged."""
     dtype = _float_dtype(u, mean, lo, hi)
     u, mean, lo, hi = (jnp.asarray(x, dtype) for x in (u, mean, lo, hi))
+    u_min, u_max = unit_interval(dtype)
+    u = jnp.clip(u, u_min, u_max)
     z = mean + _sample_std_fast(u, lo - mean, hi - mean)
     # mean + x can round outside [lo, hi] when |mean| >> |x|.
     return jnp.clip(z, lo, hi)

@@ -68,7 +68,11 @@ class Gamma(Prior):
         gamma = jnp.where(u * (1.0 + 1.0 / denom) <= 1.0, denom / mu, 1.0 / (mu * denom))
         # S = 0 (a column of zeros): the conditional is GIG(1/2, beta^2, 0) = Gamma(1/2, rate beta^2/2)
         g0 = jax.random.gamma(k_s, jnp.asarray(0.5, dt), S.shape, dtype=dt) / (0.5 * lam)
-        return jnp.where(S > 0, gamma, g0)
+        # A draw below the smallest normal float (a collapsed column, S ~ tiny, or a gamma
+        # variate at its extreme) would flush to 0, an infinite column precision: such a
+        # draw is represented by tiny (and one above the largest float by the largest).
+        fi = jnp.finfo(dt)
+        return jnp.clip(jnp.where(S > 0, gamma, g0), fi.tiny, fi.max)
 
     def column_proposal(self, gamma, z, d):
         """The log-scale random walk of gamma_h with the column rescaled
