@@ -1,8 +1,10 @@
 """Diagnostics of a fit whose prior has no column scales gamma (``has_column_scales =
 False``, e.g. :class:`~bmczoo.priors.NormalWishart`): its draws hold the prior's own state
-(``mu_M``, ``Lambda_M``, ``mu_N``, ``Lambda_N``) instead of gamma.  The rank diagnostics
-refuse it with an error naming the prior; the conversion, summary and report skip gamma
-and keep the state draws."""
+(``mu_M``, ``Lambda_M``, ``mu_N``, ``Lambda_N``) instead of gamma.  The gamma diagnostics
+refuse it with an error naming the prior; ``rank_posterior`` answers with the posterior of
+the effective rank of theta (the number of its singular values above the threshold),
+checked against NumPy's SVD of ``M N^T`` draw by draw; the conversion, summary and report
+skip gamma and keep the state draws."""
 
 from __future__ import annotations
 
@@ -43,14 +45,48 @@ def _check_error(fn, *args, **kwargs):
         fn(*args, **kwargs)
 
 
-def test_rank_diagnostics_name_the_prior(nw_mcmc):
-    _check_error(dg.rank_posterior, nw_mcmc, 0.5)
+def test_gamma_diagnostics_name_the_prior(nw_mcmc):
     _check_error(dg.prob_gamma_above, nw_mcmc, 0.5)
     _check_error(dg.gamma_threshold, nw_mcmc)
     _check_error(dg.plot_gamma, nw_mcmc)
+
+
+def _svd_counts(M, N, t):
+    """#{k: s_k(M N^T) > t} per draw, by NumPy's SVD of the formed theta."""
+    M, N = M.reshape((-1,) + M.shape[-2:]), N.reshape((-1,) + N.shape[-2:])
+    return np.array([np.sum(np.linalg.svd(m @ n.T, compute_uv=False)[:K] > t) for m, n in zip(M, N)])
+
+
+def test_rank_posterior_is_the_effective_rank_of_theta(nw_mcmc):
+    s = nw_mcmc.samples
+    sv = np.concatenate([np.linalg.svd(m @ n.T, compute_uv=False)[None, :K] for m, n in
+                         zip(s["M"].reshape(-1, M1, K), s["N"].reshape(-1, M2, K))])
+    # thresholds between the singular values, so that the counts vary over the draws
+    for t in (np.median(sv[:, 0]), np.median(sv[:, 1]), np.median(sv[:, 2]), 0.0, 1e9):
+        want = np.bincount(_svd_counts(s["M"], s["N"], t), minlength=K + 1) / (C * D)
+        np.testing.assert_array_equal(dg.rank_posterior(nw_mcmc, t), want)
+        np.testing.assert_array_equal(dg.stats.theta_rank_posterior(nw_mcmc, t), want)
+    assert 0 < dg.rank_posterior(nw_mcmc, np.median(sv[:, 1]))[2] < 1
+    # default: 1% of the posterior mean of the largest singular value
+    t = dg.stats.SV_RELATIVE_THRESHOLD * sv[:, 0].mean()
+    want = np.bincount(_svd_counts(s["M"], s["N"], t), minlength=K + 1) / (C * D)
+    np.testing.assert_array_equal(dg.rank_posterior(nw_mcmc), want)
+    with pytest.raises(ValueError, match="threshold"):
+        dg.rank_posterior(nw_mcmc, float("nan"))
+    # without factor draws: a clear error
+    nofactors = FakeMCMCFit({k: v for k, v in s.items() if k not in ("M", "N")}, [0, 2, 5], [1, 4, 0], (M1, M2),
+                            prior=NW)
+    with pytest.raises(ValueError, match="store_factors=True"):
+        dg.rank_posterior(nofactors, 0.5)
+
+
+def test_rank_posterior_of_a_vb_fit_is_that_of_its_draws():
     vb = FakeVBFit(np.ones((M1, K)), np.ones((M2, K)), random_spd(np.random.default_rng(1), M1, K),
                    random_spd(np.random.default_rng(2), M2, K), {}, NW, elbo=[-3.0, -2.0])
-    _check_error(dg.rank_posterior, vb, 0.5)
+    sv = dg.to_arviz(vb, num_draws=50, seed=4).posterior["theta_sv"].values.reshape(-1, K)
+    t = float(np.median(sv[:, 1]))
+    want = np.bincount(np.sum(sv > t, axis=-1), minlength=K + 1) / 50
+    np.testing.assert_array_equal(dg.rank_posterior(vb, t, num_draws=50, seed=4), want)
 
 
 def test_to_arviz_keeps_the_state_draws(nw_mcmc):
@@ -84,7 +120,8 @@ def test_guide_draws_and_vb(nw_mcmc):
     post = dg.to_arviz(svi).posterior
     assert "gamma" not in post
     np.testing.assert_array_equal(post["Lambda_N"].values[0], draws["Lambda_N"])
-    _check_error(dg.rank_posterior, svi, 0.5)
+    r = dg.rank_posterior(svi, 0.5)
+    np.testing.assert_array_equal(r, np.bincount(_svd_counts(draws["M"], draws["N"], 0.5), minlength=K + 1) / S)
     vb = FakeVBFit(rng.normal(size=(M1, K)), rng.normal(size=(M2, K)), random_spd(rng, M1, K),
                    random_spd(rng, M2, K), {}, NW, elbo=[-3.0, -2.0])
     post = dg.to_arviz(vb, num_draws=20).posterior

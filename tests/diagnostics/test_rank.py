@@ -159,11 +159,16 @@ def test_vb_without_prior():
 
 def test_bad_thresholds():
     fit = _fake_vb(bmc.priors.Fixed(1.0), {"inv_mean": np.ones(3)})
-    for bad in (float("nan"), float("inf"), True, "0.1", None):
-        with pytest.raises(ValueError, match="threshold"):
+    for bad, error in ((float("nan"), ValueError), (float("inf"), ValueError), (True, TypeError),
+                       ("0.1", TypeError)):
+        with pytest.raises(error, match="threshold"):
             dg.rank_posterior(fit, bad)
-        with pytest.raises(ValueError, match="threshold"):
+        with pytest.raises(error, match="threshold"):
             dg.prob_gamma_above(fit, bad)
+    with pytest.raises(TypeError, match="threshold"):
+        dg.prob_gamma_above(fit, None)
+    # no threshold: the prior's (gamma_threshold)
+    np.testing.assert_array_equal(dg.rank_posterior(fit), dg.rank_posterior(fit, dg.gamma_threshold(fit)))
 
 
 def _stuck_fit(levels_per_chain, num_draws=50, K=4):

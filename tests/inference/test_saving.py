@@ -157,6 +157,10 @@ def test_default_save_keeps_a_bounded_set_of_factor_draws(long_fit, data, tmp_pa
     pf, pg = bmc.diagnostics.to_arviz(f).posterior, bmc.diagnostics.to_arviz(g).posterior
     for v in ("theta_sv", "eff_rank", "theta", "tau"):
         np.testing.assert_array_equal(pg[v].values, pf[v].values)
+    # a Normal-Wishart fit's rank posterior: the effective rank of theta, over every draw
+    rank = f.rank_posterior()
+    assert rank.shape == (4,) and rank.sum() == pytest.approx(1.0)
+    np.testing.assert_array_equal(g.rank_posterior(), rank)
     # a loaded fit saves again the same way
     g2, _ = _saved(g, tmp_path / "again.npz")
     for k, v in g.factor_samples.items():

@@ -16,9 +16,10 @@ import numpy as np
 
 from .._checks import check_real
 from ..priors.base import indicator_above
-from .convert import INVARIANT_VARS, _prior_of, _require_column_scales, _vb_q_gamma, fit_kind, to_arviz
+from .convert import (INVARIANT_VARS, _lacks_column_scales, _prior_of, _require_column_scales, _vb_q_gamma, fit_kind,
+                      to_arviz)
 
-__all__ = ["summary", "rank_posterior", "rank_mixing", "autocorrelation", "gamma_threshold", "prob_gamma_above",
+__all__ = ["summary", "rank_posterior", "theta_rank_posterior", "theta_sv_draws", "rank_mixing", "autocorrelation", "gamma_threshold", "prob_gamma_above",
            "RankMixingWarning"]
 
 #: R-hat of the number of active columns above which the chains are said to disagree
@@ -253,8 +254,46 @@ def prob_gamma_above(fit, threshold: float) -> np.ndarray:
     return _draws_prob_above(fit, threshold).mean(axis=0)
 
 
-def rank_posterior(fit, threshold: float, *, num_draws: int = 500, seed: int = 0) -> np.ndarray:
-    """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K (array of K+1).
+#: default threshold of :func:`theta_rank_posterior`, relative to the posterior mean of the
+#: largest singular value of theta
+SV_RELATIVE_THRESHOLD = 0.01
+
+
+def theta_sv_draws(fit, *, num_draws: int = 500, seed: int = 0) -> np.ndarray:
+    """Singular values of ``theta = M N^T`` (S, K), decreasing, for every draw of the fit:
+    MCMC and SVI draws (from the K x K Gram roots of the factors, without forming theta;
+    a saved fit keeps them for every draw), ``num_draws`` draws from a VB fit's ``q``
+    (``default_rng(seed)``), MAP's point."""
+    from .convert import fit_arrays
+
+    post = fit_arrays(fit, num_draws=num_draws, seed=seed).groups["posterior"]
+    if "theta_sv" not in post:
+        raise ValueError("the rank of theta needs the draws of the factors M, N, which this fit does not hold "
+                         "(refit with store_factors=True)")
+    sv = np.asarray(post["theta_sv"], np.float64)
+    return sv.reshape(-1, sv.shape[-1])
+
+
+def theta_rank_posterior(fit, threshold: float | None = None, *, num_draws: int = 500,
+                         seed: int = 0) -> np.ndarray:
+    """Posterior probabilities of the effective rank of theta, ``#{k: s_k(theta) >
+    threshold}`` = 0..K (array of K+1), ``s_k`` the singular values of ``theta = M N^T``
+    (centred scale, biases not included) of each draw (:func:`theta_sv_draws`): the
+    frequency of each count over the draws.  ``threshold`` defaults to
+    ``SV_RELATIVE_THRESHOLD`` (1%) of the posterior mean of the largest singular value.
+    Defined for every prior; :func:`rank_posterior` answers with it for a prior without
+    column scales (e.g. :class:`~bmczoo.priors.NormalWishart`)."""
+    sv = theta_sv_draws(fit, num_draws=num_draws, seed=seed)
+    if threshold is None:
+        threshold = SV_RELATIVE_THRESHOLD * float(np.mean(sv[:, 0]))
+    t = _check_threshold(threshold)
+    counts = np.sum(sv > t, axis=-1)
+    return np.bincount(counts, minlength=sv.shape[-1] + 1) / counts.size
+
+
+def rank_posterior(fit, threshold: float | None = None, *, num_draws: int = 500, seed: int = 0) -> np.ndarray:
+    """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K (array of K+1);
+    ``threshold`` defaults to :func:`gamma_threshold`.
 
     VB: exact under the mean-field ``q`` (independent ``q(gamma_h)``: the Poisson-binomial
     law of the tail probabilities :meth:`~bmczoo.priors.Prior.q_prob_above`).  MCMC and
@@ -266,11 +305,17 @@ def rank_posterior(fit, threshold: float, *, num_draws: int = 500, seed: int = 0
     exact given the fit).  With several MCMC chains, a :class:`RankMixingWarning` is
     issued when they disagree on the number of active columns (:func:`rank_mixing`:
     R-hat above 1.05, or chains each stuck at a different count): the pooled law then
-    reflects the starting points rather than the posterior.  A prior without column scales (``has_column_scales = False``,
-    e.g. :class:`~bmczoo.priors.NormalWishart`) has no such rank: ``ValueError``.
+    reflects the starting points rather than the posterior.
+
+    A prior without column scales (``has_column_scales = False``, e.g.
+    :class:`~bmczoo.priors.NormalWishart`) has no gamma: the answer is then the posterior
+    of the effective rank of theta, the number of its singular values above
+    ``threshold`` (:func:`theta_rank_posterior`; default threshold 1% of the posterior
+    mean of the largest singular value).
     """
-    threshold = _check_threshold(threshold)
-    _require_column_scales(fit, "rank_posterior")
+    if _lacks_column_scales(fit):
+        return theta_rank_posterior(fit, threshold, num_draws=num_draws, seed=seed)
+    threshold = gamma_threshold(fit) if threshold is None else _check_threshold(threshold)
     if fit_kind(fit) == "vb":
         return _poisson_binomial(_vb_prob_above(fit, threshold))
     if fit_kind(fit) == "mcmc":

@@ -333,8 +333,11 @@ class FitResult(out.PredictiveMixin):
         return float(np.sqrt(sse / (m1 * m2)))
 
     # ------------------------------------------------------------------ diagnostics
-    def rank_posterior(self, threshold: float) -> np.ndarray:
-        """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K; see
+    def rank_posterior(self, threshold: float | None = None) -> np.ndarray:
+        """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K (default
+        threshold: the prior's); for a prior without column scales (Normal-Wishart), of
+        the effective rank ``#{k: s_k(theta) > threshold}`` of theta (default threshold:
+        1% of the largest singular value's posterior mean); see
         :func:`bmczoo.diagnostics.rank_posterior`."""
         from .. import diagnostics
 
