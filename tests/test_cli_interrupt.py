@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -38,10 +39,10 @@ pytestmark = pytest.mark.slow
 BMCZOO = Path(sys.executable).with_name("bmczoo")
 ML100K = Path(os.environ.get("BMCZOO_ML100K", "/work/shared/data/ml-100k/u.data"))
 
-# a small Gibbs fit whose sampling outlasts the signal: ~2,100 sweeps of the paper's model at m = 40
+# a small Gibbs fit whose sampling outlasts the signal: 4,100 sweeps of the paper's model at m = 40
 SMALL = ["--data", "sim:40", "-K", "2", "--quiet"]
-GIBBS = SMALL + ["--num-warmup", "100", "--num-samples", "2000", "--thinning", "10", "--checkpoint-every", "200"]
-VB = SMALL + ["--method", "vb", "--max-iter", "1500", "--tol", "0", "--checkpoint-every", "100"]
+GIBBS = SMALL + ["--num-warmup", "100", "--num-samples", "4000", "--thinning", "20", "--checkpoint-every", "200"]
+VB = SMALL + ["--method", "vb", "--max-iter", "1500", "--tol", "0", "--checkpoint-every", "5"]
 ISSUE_MODEL = ["--prior", "normal-wishart", "--likelihood", "learned", "--biases", "-K", "10", "--quiet"]
 
 
@@ -131,11 +132,12 @@ class Try:
     def check_interrupted(self, rc: int, *needles: str) -> str:
         """Exit code 130, and stderr is the one ``bmczoo: interrupted...`` line (beside
         XLA's own log lines): no traceback, no 'Exception ignored', no fatal error."""
-        err = "\n".join(self.err)
+        lines = [line for line in self.err if not line.startswith("import time:")]  # PYTHONPROFILEIMPORTTIME
+        err = "\n".join(lines)
         assert rc == 130, (rc, self.out, err)
-        ours = [line for line in self.err if line.startswith("bmczoo:")]
+        ours = [line for line in lines if line.startswith("bmczoo:")]
         assert len(ours) == 1 and ours[0].startswith("bmczoo: interrupted"), err
-        assert self.err and self.err[-1] == ours[0], err
+        assert lines[-1] == ours[0], err
         for bad in ("Traceback", "Exception ignored", "Fatal Python error", "KeyboardInterrupt"):
             assert bad not in err, err
         for needle in needles:
@@ -152,13 +154,16 @@ def _finish(args, env, cwd) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- early phases
-@pytest.mark.parametrize("delay", [0.3, 0.8, 1.5, 2.5, 4.0])
+@pytest.mark.parametrize("delay", [0.1, 0.3, 0.6, 1.0, 2.0])
 def test_interrupt_from_the_start(delay, env, tmp_path):
-    """Import, argument parsing, data loading (and compilation, when they are quick)."""
+    """From the moment ``bmczoo.cli`` is imported (Python's import-time log): importing
+    JAX, NumPyro and the zoo, building the parser, reading or simulating the data (and
+    compiling, when those are quick).  Python's own start-up before that is not bmczoo's."""
     if not _import_is_lazy():
         pytest.xfail("bmczoo/__init__.py imports JAX and everything at once: a Ctrl-C during that import "
                      "comes before bmczoo.cli.main can handle it")
-    t = Try(SMALL, env, tmp_path)
+    t = Try(SMALL, {**env, "PYTHONPROFILEIMPORTTIME": "1"}, tmp_path)
+    assert t.wait_for(lambda: any(re.search(r"\|\s+bmczoo\.cli$", line) for line in t.err))
     t.check_interrupted(t.interrupt(delay))
 
 
@@ -199,7 +204,9 @@ def test_interrupt_after_a_checkpoint_resumes(method, delay, cached_env, tmp_pat
     t = Try(args, cached_env, tmp_path)
     assert t.wait_for(ckpt.exists), (t.out, t.err)
     line = t.check_interrupted(t.interrupt(delay), str(ckpt), "rerun the same command")
-    assert "interrupted after" in line, line
+    # VB can reach its fixed point (tol=0: an ELBO that no longer changes) before the signal:
+    # its last checkpoint then holds the finished run
+    assert "interrupted after" in line or (method == "vb" and "keeps the work saved so far" in line), line
     assert not list(tmp_path.glob("*.tmp")), list(tmp_path.iterdir())
     assert _finish(args, cached_env, tmp_path)[-1] == expected
 

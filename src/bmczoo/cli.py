@@ -7,7 +7,6 @@ import dataclasses
 import os
 import re
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -275,6 +274,11 @@ def _read_ratings_table(data: bytes, source: str):
             k = int(np.flatnonzero(bad)[0])
             raise CLIError(f"--data {source}, line {first_line + k}: {label} must be an integer, "
                            f"got {table[k].tolist()}")
+    bad = ~np.isfinite(table[:, 2])  # a number too large for a float64 (1e999) is read as infinity
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise CLIError(f"--data {source}, line {first_line + k}: rating must be finite, got {table[k, 2]} (a number "
+                       "beyond the float64 range)")
     try:
         return _to_ratingdata(table, source, first_line)
     except ValueError as e:  # a duplicate rating
@@ -948,7 +952,7 @@ class _Interrupts:
     depend on; and after it the interpreter's teardown can race XLA's compilation and
     execution threads into a segmentation fault.  So the console command (:func:`main`
     with ``argv=None``) takes SIGINT off the main thread: Python's C-level handler only
-    writes the signal to a socket (``signal.set_wakeup_fd``; the Python-level handler does
+    writes the signal to a pipe (``signal.set_wakeup_fd``; the Python-level handler does
     nothing), which a watcher thread reads at once, even while the main thread is inside
     XLA.  The watcher then either asks a checkpointed run loop holding unsaved work to
     save and stop at its next boundary between compiled calls
@@ -972,19 +976,18 @@ class _Interrupts:
             return True
         if threading.current_thread() is not threading.main_thread():
             return False
-        reader, writer = socket.socketpair()
-        writer.setblocking(False)  # set_wakeup_fd needs a non-blocking descriptor
+        reader, writer = os.pipe()  # kept open for the life of the process
+        os.set_blocking(writer, False)  # set_wakeup_fd needs a non-blocking descriptor
         signal.signal(signal.SIGINT, _sigint_noted)
-        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-        self._sockets = (reader, writer)  # kept open for the life of the process
+        signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
         threading.Thread(target=self._watch, args=(reader,), name="bmczoo-ctrl-c", daemon=True).start()
         self.installed = True
         return True
 
-    def _watch(self, reader) -> None:
+    def _watch(self, reader: int) -> None:
         while True:
             try:
-                received = reader.recv(64)
+                received = os.read(reader, 64)
             except OSError:
                 return
             if not received:
@@ -1072,6 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = os.environ.get("BMCZOO_DEBUG", "") not in ("", "0")
     if argv is None:
         _INTERRUPTS.install()
+    _INTERRUPTS.args, _INTERRUPTS.phase, _INTERRUPTS.metric = None, "start", ""
     try:
         args = build_parser().parse_args(argv)
         _INTERRUPTS.args = args

@@ -192,8 +192,8 @@ CORRUPT = [  # (name, text, pattern that the error message must match)
     ("100k", "1\t2\t3\t4\n1\t3\tnan\t4\n", r"line 2: .*field 3 is 'nan', and NaN or infinity is not a valid rating"),
     ("1m", "1::2::3::4\n1::3::-Inf::4\n", r"line 2: .*field 3 is '-Inf', and NaN or infinity is not a valid rating"),
     ("25m", "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,NaN,4\n", r"ratings\.csv, line 3: .*field 3 is 'NaN'"),
-    ("100k", "1\t2\t3\t4\n1\t3\t1e999\t4\n", r"line 2, field 3: '1e999' is not a finite number"),
-    ("100k", "1\t2\t3\t4\n1\t3\t" + "9" * 400 + "\t4\n", r"line 2, field 3: '9{37}\.\.\.' is not a finite number"),
+    ("100k", "1\t2\t3\t4\n1\t3\t1e999\t4\n", r"line 2: rating must be finite"),
+    ("100k", "1\t2\t3\t4\n1\t3\t" + "9" * 400 + "\t4\n", r"line 2: rating must be finite"),
 ]
 
 

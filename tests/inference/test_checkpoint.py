@@ -146,6 +146,52 @@ def test_resume_after_interrupt_gives_the_uninterrupted_run(tmp_path, method):
             _same(getattr(full, f), getattr(resumed, f), err_msg=f)
 
 
+@pytest.mark.parametrize("method", ["gibbs", "vb"])
+def test_stop_request_saves_at_the_next_boundary(tmp_path, monkeypatch, method):
+    """The command line's Ctrl-C (:func:`ck.request_stop` from its watcher thread): nothing
+    to stop before the loop holds work; then the loop saves at its next boundary and raises
+    KeyboardInterrupt saying where; the resumed run equals the uninterrupted one."""
+    train, test = _data()
+    if method == "gibbs":
+        kw = _gibbs_kw(test, num_chains=1, checkpoint_every=20)
+        target, name = ck, "_save"
+    else:
+        from bmczoo.inference import vb_driver
+
+        kw = dict(K=3, prior=bmc.priors.InverseGamma(), method="vb", tol=0.0, max_iter=30, checkpoint_every=4,
+                  progress_bar=False, seed=3, test=test)
+        target, name = vb_driver._Run, "one_iteration"
+    assert not ck.request_stop()  # no loop running
+    real = getattr(target, name)
+    calls = []
+
+    def stop_on_the_second(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:  # what the watcher thread does on Ctrl-C
+            assert ck.request_stop()
+        return out
+
+    monkeypatch.setattr(target, name, stop_on_the_second)
+    path = tmp_path / "run.npz"
+    with pytest.raises(KeyboardInterrupt, match="interrupted after .* saved in .*run.npz"):
+        bmc.fit(train, checkpoint=path, **kw)
+    monkeypatch.setattr(target, name, real)
+    assert not ck.request_stop()  # the loop is gone: no request goes to it
+    _, arrays = ck.load_npz(path)
+    if method == "gibbs":  # asked after the periodic checkpoint at sweep 40: stopped there, saved again
+        assert int(arrays["state/iteration"]) == 40 and len(calls) == 3
+    else:  # asked during the second iteration: stopped after it
+        assert arrays["elbo"].shape[0] == 2 and len(calls) == 2
+    resumed = bmc.fit(train, checkpoint=path, **kw)
+    full = bmc.fit(train, **kw)
+    if method == "gibbs":
+        _assert_same_gibbs(full, resumed)
+    else:
+        for f in ("m", "n", "V_diag", "W_diag", "elbo"):
+            _same(getattr(full, f), getattr(resumed, f), err_msg=f)
+
+
 def test_vb_checkpoint_continues_with_more_iterations(tmp_path):
     train, test = _data()
     kw = dict(K=3, prior=bmc.priors.InverseGamma(), method="vb", tol=0.0, num_chains=2, progress_bar=False,

@@ -282,39 +282,16 @@ def parse_numeric_table(
     ValueError
         If the text is empty, holds a byte that cannot belong to a number or a separator,
         a line with the wrong number of fields (e.g. a truncated last line), an empty or a
-        non-numeric field, or a NaN or infinite one (``nan``, ``inf``, ``1e999``).  The
-        message names ``source`` and the 1-based line number.
+        non-numeric field, or a NaN or infinite one written as such (``nan``, ``inf``; a
+        number that overflows, ``1e999``, is returned as infinity for the caller to
+        refuse).  The message names ``source`` and the 1-based line number.
     """
     cols = _check_layout(sep, ncols, usecols)
     data = _strip_line_ends(data, source)
     plain = _check_bytes(data, sep, source, first_line)
-    text = data
     if sep != b",":  # separator bytes -> commas ('::' -> ',,')
-        text = data.translate(bytes.maketrans(sep[:1], b","))
-    table = _parse_chunks(text, sep, ncols, cols, plain, source, first_line)
-    # '1e999' (or 400 digits) is read as infinity
-    _check_finite(table, data, sep, cols, source, first_line)
-    return table
-
-
-def _check_finite(table: np.ndarray, data: bytes, sep: bytes, cols: list[int], source: str,
-                  first_line: int) -> None:
-    """``ValueError`` naming the first field of ``table`` that is not finite (``1e999``)."""
-    bad = ~np.isfinite(table)
-    if not bad.any():
-        return
-    k, c = (int(i) for i in np.argwhere(bad)[0])
-    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n"))
-    start = int(ends[k - 1]) + 1 if k else 0
-    end = int(ends[k]) if k < ends.size else len(data)
-    line = data[start:end]
-    field = line.split(sep)[cols[c]].decode("utf-8", errors="replace")
-    field = field if len(field) <= 40 else field[:37] + "..."
-    shown = line.decode("utf-8", errors="replace")
-    raise ValueError(
-        f"{source}, line {first_line + k}, field {cols[c] + 1}: {field!r} is not a finite number, and infinity is "
-        f"not a valid rating; ratings, ids and timestamps must be finite numbers: {shown[:80]!r}"
-    )
+        data = data.translate(bytes.maketrans(sep[:1], b","))
+    return _parse_chunks(data, sep, ncols, cols, plain, source, first_line)
 
 
 def _check_layout(sep: bytes, ncols: int, usecols) -> list[int]:
