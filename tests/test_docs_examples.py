@@ -20,9 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ML100K = Path(os.environ.get("BMCZOO_ML100K", ROOT.parent / "shared" / "data" / "ml-100k"))
 
-# Files whose examples fit MovieLens 100K with the documented sizes or compile many
-# programs: minutes on a 2-core CPU.
-SLOW = {"README.md", "docs/getting-started.md"}
+# Pages whose examples run in seconds (no model is fitted) are in the default suite; the
+# others fit models (15 s to minutes each on a 2-core CPU, mostly compilation) and are slow.
+FAST = {"docs/user-guide/data.md"}
 
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 
@@ -39,7 +39,7 @@ def _documents() -> list[Path]:
 
 def _param(path: Path):
     rel = path.relative_to(ROOT).as_posix()
-    marks = [pytest.mark.slow] if rel in SLOW else []
+    marks = [] if rel in FAST else [pytest.mark.slow]
     return pytest.param(path, id=rel, marks=marks)
 
 
