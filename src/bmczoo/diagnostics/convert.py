@@ -20,7 +20,8 @@ Groups and variables
     draws from q): ``theta_sv`` (h) the singular values of ``theta = M N^T`` (decreasing),
     ``theta_fro`` = ``||theta||_F`` and ``eff_rank``, the entropy effective rank
     ``exp(-sum_k p_k log p_k)``, ``p = sv / sum(sv)`` (Roy and Vetterli, 2007), a
-    continuous rotation- and label-invariant measure of the rank of ``theta``.
+    continuous rotation- and label-invariant measure of the rank of ``theta``;
+    a likelihood that learns its noise: ``noise_sd`` = ``1 / sqrt(tau)`` (data scale).
     A prior without column scales (``has_column_scales = False``, e.g.
     :class:`~bmczoo.priors.NormalWishart`) has no gamma: its own state draws are
     included instead (``mu_M`` (h), ``Lambda_M`` (h, h2), ...; trailing axes of length
@@ -97,7 +98,7 @@ __all__ = [
 ]
 
 #: rotation- and label-invariant posterior variables (in display order)
-INVARIANT_VARS = ("theta", "gamma_sorted", "num_active", "theta_fro", "eff_rank")
+INVARIANT_VARS = ("theta", "gamma_sorted", "num_active", "theta_fro", "eff_rank", "noise_sd")
 
 _LEAD = {"posterior": ("chain", "draw"), "sample_stats": ("chain", "draw"), "convergence": ("chain", "iteration"),
          "log_likelihood": ("chain", "draw"), "posterior_predictive": ("chain", "draw"), "observed_data": ()}
@@ -322,6 +323,31 @@ def _add_factor_quantities(post: dict, sv: np.ndarray) -> None:
     post["theta_sv"] = sv
     post["theta_fro"] = np.sqrt(np.sum(sv**2, axis=-1))
     post["eff_rank"] = effective_rank(sv)
+
+
+def _add_noise_sd(post: dict, fit, kind: str, num_draws: int, seed: int) -> None:
+    """``noise_sd = 1 / sqrt(tau)`` per draw (data scale) for a likelihood that learns
+    its noise: MCMC and guide draws of tau; VB: ``num_draws`` draws from ``q(tau)``
+    (Gamma(shape, rate)) with ``default_rng([seed, 1])``, apart from the other draws."""
+    lik = getattr(_info(fit), "likelihood", None)
+    if not getattr(lik, "learned", False) or not post:
+        return
+    tau = None
+    if kind == "mcmc":
+        tau = fit.samples.get("tau")
+    elif kind == "svi":
+        src = fit.draws if "tau" in (fit.draws or {}) else (fit.point or {})
+        tau = None if src.get("tau") is None else np.reshape(src["tau"], (1, -1))
+    elif kind == "vb" and "shape" in (fit.q_noise or {}):
+        q = fit.q_noise
+        rng = np.random.default_rng([seed, 1])
+        tau = rng.gamma(float(q["shape"]), 1.0 / float(q["rate"]), size=(1, num_draws))
+    if tau is None:
+        return
+    tau = np.asarray(tau, np.float64)
+    lead = next(iter(post.values())).shape[:2]
+    if tau.shape == lead:
+        post["noise_sd"] = 1.0 / np.sqrt(tau)
 
 
 def _add_gamma(post: dict, gamma: np.ndarray) -> None:
@@ -949,6 +975,7 @@ def fit_arrays(fit, *, entries=None, num_draws: int = 500, seed: int = 0, log_li
     rows, cols, track_index = _resolve_entries(fit, kind, entries, seed)
     post, stats, conv, attrs = _method_arrays(fit, kind, rows, cols, track_index, entries is not None,
                                               num_draws, seed)
+    _add_noise_sd(post, fit, kind, num_draws, seed)
     if "theta" in post:
         attrs["theta_offset"] = _offset_of(fit)
     fa = _assemble(post, stats, conv, rows, cols, {**_base_attrs(fit, kind), **attrs}, _K_of(fit))

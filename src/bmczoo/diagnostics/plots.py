@@ -47,6 +47,7 @@ _VAR_LABELS = {
     "theta_fro": "‖θ‖_F",
     "eff_rank": "effective rank of θ",
     "theta_sv": "singular values of θ",
+    "noise_sd": "noise sd",
 }
 
 
@@ -211,8 +212,10 @@ def plot_acf(fit, *, entries=None, max_lag: int = 20, combined: bool = True, nco
 # --------------------------------------------------------------------------- traces
 def plot_trace(fit, *, var_names=None, entries=None, compact: bool = True, figsize=None, idata=None):
     """``az.plot_trace`` of the invariant quantities (``theta`` entries, sorted gamma,
-    ``||theta||_F``, effective rank, where available): one row per variable with its
-    marginal density (left) and trace (right)."""
+    ``||theta||_F``, effective rank, the learned noise sd, where available): one row per
+    variable with its marginal density (left) and trace (right).  ``theta`` is drawn on
+    the data's scale (the centring offset added), as :func:`~bmczoo.diagnostics.summary`
+    reports it."""
     import arviz as az
 
     idata = to_arviz(fit, entries=entries) if idata is None else idata
@@ -238,8 +241,12 @@ def plot_trace(fit, *, var_names=None, entries=None, compact: bool = True, figsi
         figsize = (11.0, 2.3 * nrows + 0.6)
     fig, axes = _figure(nrows, 2, figsize)
     legend = post.sizes["chain"] > 1
+    offset = float(post.attrs.get("theta_offset", 0.0) or 0.0)
+    data = idata
+    if offset != 0.0 and "theta" in var_names:
+        data = post.assign(theta=post["theta"] + offset)
     with _quiet_arviz_plots():
-        az.plot_trace(idata, var_names=var_names, compact=compact, axes=axes, legend=legend, show=False)
+        az.plot_trace(data, var_names=var_names, compact=compact, axes=axes, legend=legend, show=False)
     notes = {"theta": " (one colour per entry)", "gamma_sorted": " (one colour per rank order)",
              "theta_sv": " (one colour per rank order)"}
     for ax in axes[:, 0]:

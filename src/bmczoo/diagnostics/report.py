@@ -78,10 +78,26 @@ def _figures(fit, kind: str, fa, idata, threshold, num_draws: int, seed: int):
     return figures, rank, thr
 
 
+def _likelihood_settings(likelihood, tau) -> dict[str, object]:
+    """The likelihood and its noise as ``summary.md`` lists them: a learned noise has its
+    posterior in the summary table (``noise_sd``, data scale); a fixed one its ``lam``,
+    precision ``tau`` and sd ``1/sqrt(tau)``; a latent (probit) likelihood none."""
+    out: dict[str, object] = {"likelihood": repr(likelihood)}
+    if getattr(likelihood, "learned", False):
+        out["noise sd"] = "learned: its posterior is the noise_sd row of the summary table (data scale)"
+    elif not getattr(likelihood, "latent", False) and tau is not None:
+        lam = likelihood.describe().get("lam")
+        if lam is not None:
+            out["lam"] = lam
+        out["tau"] = tau
+        out["noise sd"] = 1.0 / math.sqrt(float(tau))
+    return out
+
+
 def _fit_settings(fit, kind: str, fa) -> dict[str, object]:
     """The settings listed in ``summary.md``, read from the fit's typed info (method,
-    prior and its hyper-parameters, K, likelihood, offset, the method's settings, seed)
-    and the conversion's representation."""
+    prior and its hyper-parameters, K, likelihood and its noise, biases, offset, the
+    method's settings, seed) and the conversion's representation."""
     info = _info(fit)
     out: dict[str, object] = {}
     if info is not None:
@@ -94,9 +110,9 @@ def _fit_settings(fit, kind: str, fa) -> dict[str, object]:
         if _K_of(fit) is not None:
             out["K"] = _K_of(fit)
         if likelihood is not None:
-            out["lam"] = likelihood.describe().get("lam")
-        if getattr(info, "tau", None) is not None:
-            out["tau"] = info.tau
+            out.update(_likelihood_settings(likelihood, getattr(info, "tau", None)))
+        if hasattr(info, "biases"):
+            out["biases"] = repr(info.biases) if info.biases is not None else "none"
         if getattr(info, "shift", None) is not None:
             out["offset"] = _offset_of(fit)
     for k in ("num_warmup", "num_samples", "thinning", "num_chains"):
