@@ -83,7 +83,7 @@ def test_gibbs_without_factors_needs_tracked_entries(sim):
     with pytest.raises(ValueError, match="store_factors=True.*track="):
         fit.to_arviz(log_likelihood=True)
     idata = fit.to_arviz(log_likelihood=part)
-    assert idata.log_likelihood["y"].shape == (1, 20, 25)
+    assert idata.log_likelihood["y"].shape == (fit.samples["theta"].shape[0], 20, 25)
     assert idata.log_likelihood.attrs["theta_source"] == "tracked entries"
     # summaries report theta on the data's scale
     table = bmc.diagnostics.summary(fit)
