@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -278,8 +277,3 @@ def run_sbc(prior, likelihood=None, *, design: SBCDesign = SBCDesign(), num_repl
                      num_bins=num_bins, alpha=alpha, chi2=np.asarray(chi2), p_values=np.asarray(p),
                      lag1_autocorr=_lag1(draws))
 
-
-def expected_lag1_bound(num_draws: int) -> float:
-    """A loose bound on the lag-1 autocorrelation that chance alone gives for ``num_draws``
-    independent draws (four standard errors, ``4 / sqrt(L)``)."""
-    return 4.0 / math.sqrt(num_draws)

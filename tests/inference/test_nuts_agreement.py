@@ -142,7 +142,7 @@ def check_agreement(name, *, nuts_warmup, nuts_samples, gibbs_warmup, gibbs_samp
     if discrete:
         assert np.all(np.asarray(fit.samples["gamma"]) == prior.C), "the plain sweep left the all-slab mode"
         init = {"M": jnp.asarray(fit.samples["M"][:, -1]), "N": jnp.asarray(fit.samples["N"][:, -1])}
-    th_nuts, nuts_samples_ = run_nuts(data, prior, er, ec, num_warmup=nuts_warmup, num_samples=nuts_samples,
+    th_nuts, nuts_draws = run_nuts(data, prior, er, ec, num_warmup=nuts_warmup, num_samples=nuts_samples,
                                       init_params=init)
     assert np.all(np.isfinite(th_nuts)) and np.all(np.isfinite(th_gibbs))
     a, b = _summaries(th_nuts), _summaries(th_gibbs)
@@ -165,7 +165,7 @@ def check_agreement(name, *, nuts_warmup, nuts_samples, gibbs_warmup, gibbs_samp
     if discrete:
         # NUTS stayed in the all-slab mode (its slab probabilities given M, N), and that
         # mode holds nearly all the posterior mass (the moves' rank posterior)
-        slab = np.asarray(nuts_samples_["gamma_slab_prob"])
+        slab = np.asarray(nuts_draws["gamma_slab_prob"])
         assert np.min(slab) > 0.5, f"NUTS left the all-slab mode: min slab probability {np.min(slab):.3g}"
         _, moves = run_gibbs(data, prior, er, ec, num_warmup=gibbs_warmup, num_samples=gibbs_samples // 4)
         p_all = moves.rank_posterior(prior.active_threshold())[K]
