@@ -77,6 +77,7 @@ numpydoc_validation_exclude = {
     r"^bmczoo\.inference\.outputs\.FoldInFit$",
     r"^bmczoo\.(diagnostics\.FitArrays|priors\.VBGamma|datasets\.(Simulation|MovieLensInfo)|data\.SortedView|offsets\.Shift)$",
     r"^bmczoo\.inference\.checkpoint\.ResumeGuarantee$",
+    r"\.[A-Z][A-Z0-9_]+$",  # constants: their pages and the guide say what they hold
     # NumPyro's own protocol methods, documented by NumPyro
     r"^bmczoo\.inference\.ConjugateGibbs\.(init|sample|postprocess_fn|get_diagnostics_str|default_fields)$",
 }

@@ -1,6 +1,6 @@
 """Ranking metrics of recommendations against held-out ratings.
 
-``items`` is what :meth:`FitResult.recommend` returns: (U, n) item indices per user, best
+``items`` is what :meth:`~bmczoo.inference.FitResult.recommend` returns: (U, n) item indices per user, best
 first (``-1`` for an empty place).  The relevant items of user ``u`` are the held-out
 ratings ``test`` of that user with value ``>= threshold`` (default 4: "liked" on a 1-5
 star scale).  Users without a relevant held-out item are left out of the mean (NaN when
@@ -26,7 +26,22 @@ __all__ = ["precision_at_k", "recall_at_k", "ndcg_at_k", "relevant_items", "log_
 
 
 def relevant_items(test, users, threshold: float = 4.0) -> list[set]:
-    """The set of held-out items with value ``>= threshold`` of each user."""
+    """The set of held-out items with value ``>= threshold`` of each user.
+
+    Parameters
+    ----------
+    test : RatingData
+        Held-out ratings.
+    users : array_like of int, shape (U,)
+        Row indices of the users.
+    threshold : float
+        Held-out values ``>= threshold`` are relevant.
+
+    Returns
+    -------
+    list of set
+        One set of column indices per user.
+    """
     test = check_ratings(test, "test")
     users = np.asarray(users)
     keep = np.asarray(test.values) >= threshold
@@ -50,7 +65,26 @@ def _prepare(users, items, k):
 
 
 def precision_at_k(test, users, items, k: int | None = None, threshold: float = 4.0) -> float:
-    """Mean over users (with a relevant held-out item) of ``|top k ∩ relevant| / k``."""
+    """Mean over users (with a relevant held-out item) of ``|top k ∩ relevant| / k``.
+
+    Parameters
+    ----------
+    test : RatingData
+        Held-out ratings.
+    users : array_like of int, shape (U,)
+        Row indices of the users.
+    items : array_like of int, shape (U, n)
+        Recommended item indices per user, best first (``fit.recommend(users, n)[0]``).
+    k : int, optional
+        Number of top items scored, ``1 <= k <= n`` (default ``n``).
+    threshold : float
+        Held-out values ``>= threshold`` are relevant.
+
+    Returns
+    -------
+    float
+        The mean over users with a relevant held-out item (NaN when none has one).
+    """
     items, k = _prepare(users, items, k)
     rel = relevant_items(test, users, threshold)
     vals = [sum(int(i) in R for i in row) / k for row, R in zip(items, rel) if R]
@@ -59,7 +93,26 @@ def precision_at_k(test, users, items, k: int | None = None, threshold: float = 
 
 def recall_at_k(test, users, items, k: int | None = None, threshold: float = 4.0) -> float:
     """Mean over users of ``|top k ∩ relevant| / min(k, |relevant|)`` (the
-    capped recall: 1 when the top k hold as many relevant items as they can)."""
+    capped recall: 1 when the top k hold as many relevant items as they can).
+
+    Parameters
+    ----------
+    test : RatingData
+        Held-out ratings.
+    users : array_like of int, shape (U,)
+        Row indices of the users.
+    items : array_like of int, shape (U, n)
+        Recommended item indices per user, best first (``fit.recommend(users, n)[0]``).
+    k : int, optional
+        Number of top items scored, ``1 <= k <= n`` (default ``n``).
+    threshold : float
+        Held-out values ``>= threshold`` are relevant.
+
+    Returns
+    -------
+    float
+        The mean over users with a relevant held-out item (NaN when none has one).
+    """
     items, k = _prepare(users, items, k)
     rel = relevant_items(test, users, threshold)
     vals = [sum(int(i) in R for i in row) / min(k, len(R)) for row, R in zip(items, rel) if R]
@@ -68,7 +121,26 @@ def recall_at_k(test, users, items, k: int | None = None, threshold: float = 4.0
 
 def ndcg_at_k(test, users, items, k: int | None = None, threshold: float = 4.0) -> float:
     """Mean over users of binary-relevance NDCG@k: ``sum_{rank r, item relevant}
-    1/log2(r + 1)`` over the ideal ``sum_{r <= min(k, |relevant|)} 1/log2(r + 1)``."""
+    1/log2(r + 1)`` over the ideal ``sum_{r <= min(k, |relevant|)} 1/log2(r + 1)``.
+
+    Parameters
+    ----------
+    test : RatingData
+        Held-out ratings.
+    users : array_like of int, shape (U,)
+        Row indices of the users.
+    items : array_like of int, shape (U, n)
+        Recommended item indices per user, best first (``fit.recommend(users, n)[0]``).
+    k : int, optional
+        Number of top items scored, ``1 <= k <= n`` (default ``n``).
+    threshold : float
+        Held-out values ``>= threshold`` are relevant.
+
+    Returns
+    -------
+    float
+        The mean over users with a relevant held-out item (NaN when none has one).
+    """
     items, k = _prepare(users, items, k)
     rel = relevant_items(test, users, threshold)
     disc = 1.0 / np.log2(np.arange(2, k + 2))
@@ -84,26 +156,61 @@ def ndcg_at_k(test, users, items, k: int | None = None, threshold: float = 4.0) 
 # --------------------------------------------------------------------------- binary / ordinal
 def log_loss(y, p) -> float:
     """Mean negative log-likelihood (natural log) of outcomes ``y`` in {0, 1} under predicted
-    ``P(Y = 1) = p`` (clipped to [1e-15, 1 - 1e-15])."""
+    ``P(Y = 1) = p`` (clipped to [1e-15, 1 - 1e-15]).
+
+    Parameters
+    ----------
+    y : array_like, shape (P,)
+        Observed outcomes in {0, 1}.
+    p : array_like, shape (P,)
+        Predicted ``P(Y = 1)``.
+    """
     return classification_metrics(y, p)["log_loss"]
 
 
 def auc(y, p) -> float:
     """Area under the ROC curve of scores ``p`` for outcomes ``y`` in {0, 1} (the rank
-    statistic, ties counted half; NaN when only one class is present)."""
+    statistic, ties counted half; NaN when only one class is present).
+
+    Parameters
+    ----------
+    y : array_like, shape (P,)
+        Observed outcomes in {0, 1}.
+    p : array_like, shape (P,)
+        Predicted ``P(Y = 1)``.
+    """
     return classification_metrics(y, p)["auc"]
 
 
 def accuracy(y, p) -> float:
-    """Fraction of outcomes ``y`` in {0, 1} predicted right by ``p >= 0.5``."""
+    """Fraction of outcomes ``y`` in {0, 1} predicted right by ``p >= 0.5``.
+
+    Parameters
+    ----------
+    y : array_like, shape (P,)
+        Observed outcomes in {0, 1}.
+    p : array_like, shape (P,)
+        Predicted ``P(Y = 1)``.
+    """
     return classification_metrics(y, p)["accuracy"]
 
 
 def level_log_loss(probs, level_index) -> float:
-    """Mean ``-log P(Y = y)`` of observed levels: ``probs`` (P, L) level probabilities
-    (rows summing to 1, e.g. ``fit.predict_proba`` of an ordered-probit fit), ``level_index``
-    (P,) the index of each observed level among the L levels (``likelihood.level_index``).
-    A zero probability of an observed level gives ``inf``."""
+    """Mean ``-log P(Y = y)`` of observed levels (natural log).
+
+    Parameters
+    ----------
+    probs : array_like, shape (P, L)
+        Level probabilities, rows summing to 1 (e.g. ``fit.predict_proba`` of an
+        ordered-probit fit).
+    level_index : array_like of int, shape (P,)
+        The index of each observed level among the L levels (``likelihood.level_index``).
+
+    Returns
+    -------
+    float
+        The level log-loss; a zero probability of an observed level gives ``inf``.
+    """
     from .inference.levels import level_lpd
 
     probs = np.asarray(probs, np.float64)
@@ -116,11 +223,24 @@ def level_log_loss(probs, level_index) -> float:
 
 
 def gaussian_level_proba(mean, sd, levels) -> np.ndarray:
-    """Level probabilities of a Gaussian predictive ``N(mean, sd^2)`` (P,), (P,): the mass
-    of the interval of each level between the mid-points of adjacent levels (the lowest and
-    highest levels take the tails), (P, L).  With ``fit.predict(rows, cols,
-    return_std=True)`` of a Gaussian fit it scores that fit by :func:`level_log_loss` (a
-    moment-matched approximation of its predictive)."""
+    """Level probabilities of a Gaussian predictive ``N(mean, sd^2)``: the mass of the
+    interval of each level between the mid-points of adjacent levels (the lowest and
+    highest levels take the tails).  With ``fit.predict(rows, cols, return_std=True)`` of a
+    Gaussian fit it scores that fit by :func:`level_log_loss` (a moment-matched
+    approximation of its predictive).
+
+    Parameters
+    ----------
+    mean, sd : array_like, shape (P,)
+        Predictive means and standard deviations (``sd > 0``).
+    levels : array_like, shape (L,)
+        The levels, strictly increasing (at least two).
+
+    Returns
+    -------
+    numpy.ndarray, shape (P, L)
+        The probability of each level.
+    """
     from scipy.special import ndtr
 
     lv = np.asarray(levels, np.float64)

@@ -119,7 +119,14 @@ class Features:
     def from_dense(cls, matrix, names: Sequence[str] | None = None, groups: Sequence[str] | None = None) -> "Features":
         """Features from a dense ``(n_rows, n_features)`` array (zeros are not stored).
 
-        ``names`` default to ``"x0"``, ``"x1"``, ...
+        Parameters
+        ----------
+        matrix : array_like, shape (n_rows, n_features)
+            The feature values.
+        names : sequence of str, optional
+            One name per column (default ``"x0"``, ``"x1"``, ...).
+        groups : sequence of str, optional
+            One group name per column (e.g. the source column of a one-hot encoding).
         """
         a = np.asarray(matrix, dtype=np.float64)
         if a.ndim != 2:
@@ -139,7 +146,17 @@ class Features:
 
     @classmethod
     def from_scipy(cls, matrix, names: Sequence[str] | None = None, groups: Sequence[str] | None = None) -> "Features":
-        """Features from a SciPy sparse matrix (any format; converted to canonical CSR)."""
+        """Features from a SciPy sparse matrix (any format; converted to canonical CSR).
+
+        Parameters
+        ----------
+        matrix : scipy.sparse matrix, shape (n_rows, n_features)
+            The feature values.
+        names : sequence of str, optional
+            One name per column (default ``"x0"``, ``"x1"``, ...).
+        groups : sequence of str, optional
+            One group name per column (e.g. the source column of a one-hot encoding).
+        """
         csr = matrix.tocsr(copy=True)
         csr.sum_duplicates()
         csr.sort_indices()
@@ -238,7 +255,13 @@ class Features:
         return sp.csr_matrix((self._values.copy(), self._indices.copy(), self._indptr.copy()), shape=self.shape)
 
     def take(self, rows) -> "Features":
-        """The rows at the given indices, in that order (repeats allowed)."""
+        """The rows at the given indices, in that order (repeats allowed).
+
+        Parameters
+        ----------
+        rows : array_like of int, shape (r,)
+            Row indices.
+        """
         idx = np.asarray(rows)
         if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
             raise ValueError("rows must be a 1-D array of integer indices")
@@ -261,6 +284,11 @@ class Features:
         (users or items without ratings) in the columns of an existing table::
 
             new = features_from_table(new_users, **spec).reindex(data.row_features)
+
+        Parameters
+        ----------
+        like : Features or sequence of str
+            The target table, or its feature names.
         """
         if isinstance(like, Features):
             names, groups = like.names, like.groups
@@ -282,7 +310,13 @@ class Features:
 
     # ------------------------------------------------------------------ products
     def dot(self, b) -> np.ndarray:
-        """``X @ b`` for a dense ``(n_features,)`` or ``(n_features, K)`` array."""
+        """``X @ b``.
+
+        Parameters
+        ----------
+        b : array_like, shape (n_features,) or (n_features, K)
+            The dense operand.
+        """
         b = np.asarray(b, dtype=np.float64)
         if b.shape[:1] != (self.n_features,):
             raise ValueError(f"b must have {self.n_features} rows, got shape {b.shape}")
@@ -292,7 +326,13 @@ class Features:
         return out
 
     def tdot(self, e) -> np.ndarray:
-        """``X^T @ e`` for a dense ``(n_rows,)`` or ``(n_rows, K)`` array."""
+        """``X^T @ e``.
+
+        Parameters
+        ----------
+        e : array_like, shape (n_rows,) or (n_rows, K)
+            The dense operand.
+        """
         e = np.asarray(e, dtype=np.float64)
         if e.shape[:1] != (self.n_rows,):
             raise ValueError(f"e must have {self.n_rows} rows, got shape {e.shape}")
@@ -316,7 +356,11 @@ class Features:
 def hstack_features(*parts: Features) -> Features:
     """Side-by-side concatenation of feature tables with the same number of rows.
 
-    Names must stay distinct across the parts."""
+    Parameters
+    ----------
+    *parts : Features
+        The tables, at least one; names must stay distinct across the parts.
+    """
     if not parts:
         raise ValueError("hstack_features needs at least one Features")
     if any(not isinstance(p, Features) for p in parts):

@@ -751,7 +751,21 @@ def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: j
     (:func:`_reflected_flip`): without it the signal spreads over every slab column (the
     posterior is rotation-invariant there) and no single column can be switched off.
 
-    ``keys`` (C,): one key per chain.
+    Parameters
+    ----------
+    state : GibbsState
+        The chains' state after a sweep.
+    problem : GibbsProblem
+        The ratings, the model's components and the run's settings.
+    prior : bmczoo.priors.Prior
+        The prior; it must have column scales and a column move.
+    keys : jax.Array, shape (C,)
+        One PRNG key per chain.
+
+    Returns
+    -------
+    GibbsState
+        The state after the move.
     """
     if "gamma" not in state.prior_state or not prior.has_column_move:
         raise ValueError(f"the {prior.name or type(prior).__name__} prior has no column move "
@@ -1070,8 +1084,23 @@ def annealed_switch(state: GibbsState, problem: GibbsProblem, prior: Prior, keys
     Costs ``1.5 (T - 1)`` sweeps of the factors; :func:`sweep` runs it every
     ``problem.anneal_every`` sweeps.  Sharded like the sweep on a mesh; biases and a
     learned noise precision stay fixed during the move (the residual subtracts the
-    biases), a latent likelihood's ``z`` replace the ratings.  ``keys`` (C,): one key per
-    chain.
+    biases), a latent likelihood's ``z`` replace the ratings.
+
+    Parameters
+    ----------
+    state : GibbsState
+        The chains' state after a sweep.
+    problem : GibbsProblem
+        The ratings, the model's components and the run's settings.
+    prior : bmczoo.priors.Prior
+        The prior; the discrete prior (spike and slab).
+    keys : jax.Array, shape (C,)
+        One PRNG key per chain.
+
+    Returns
+    -------
+    GibbsState
+        The state after the move.
     """
     check_spike_and_slab(prior)
     C, _, K = state.M.shape

@@ -101,8 +101,14 @@ def _check_hot_path(mode: str) -> str:
 
 def set_hot_path(mode: str) -> None:
     """Set the hot path of the CSRs built from now on (:func:`csr_from_view`,
-    :func:`bmczoo.inference.sharding.shard_csr`): ``"auto"`` (the default: BCSR on CPU,
-    sorted segment sums on other platforms), ``"bcsr"`` or ``"segment"``."""
+    :func:`bmczoo.inference.sharding.shard_csr`).
+
+    Parameters
+    ----------
+    mode : {"auto", "bcsr", "segment"}
+        ``"auto"`` (the default: BCSR on CPU, sorted segment sums on other platforms),
+        ``"bcsr"`` (JAX's BCSR product) or ``"segment"`` (chunked sorted segment sums).
+    """
     global _hot_path
     _hot_path = _check_hot_path(mode)
 
@@ -114,7 +120,13 @@ def get_hot_path() -> str:
 
 @contextlib.contextmanager
 def use_hot_path(mode: str):
-    """``with use_hot_path("segment"): ...``: :func:`set_hot_path` for a block."""
+    """``with use_hot_path("segment"): ...``: :func:`set_hot_path` for a block.
+
+    Parameters
+    ----------
+    mode : {"auto", "bcsr", "segment"}
+        The hot path inside the block; the previous setting is restored on exit.
+    """
     old = _hot_path
     set_hot_path(mode)
     try:
@@ -183,9 +195,20 @@ def row_ids_from_indptr(indptr, n: int | None = None) -> np.ndarray:
 
 
 def csr_from_view(view, shape: tuple[int, int], dtype, hot_path: str | None = None) -> CSR:
-    """Device CSR from a :class:`bmczoo.data.SortedView` (int32 indices, ``dtype`` data),
-    with the hot path ``hot_path`` (None: the :func:`set_hot_path` setting; ``"auto"``
-    is resolved by the default device's platform)."""
+    """Device CSR from a :class:`bmczoo.data.SortedView` (int32 indices, ``dtype`` data).
+
+    Parameters
+    ----------
+    view : bmczoo.data.SortedView
+        The rows' (or columns') sorted view of the ratings.
+    shape : tuple of int
+        ``(m, m_other)``.
+    dtype : dtype
+        Dtype of the values.
+    hot_path : {"auto", "bcsr", "segment"}, optional
+        None: the :func:`set_hot_path` setting; ``"auto"`` is resolved by the platform of
+        the default device.
+    """
     values = jnp.asarray(view.values, dtype=dtype)
     index = jnp.asarray(view.index, dtype=jnp.int32)
     return CSR(
@@ -266,10 +289,21 @@ def pattern_product(csr: CSR, data, dense, *, path: str | None = None, chunk_byt
     """``A @ dense`` for the rating pattern of ``csr`` with entries ``data`` (``csr.values``
     or ``csr.ones``): dense (m_other, W) -> (m, W) (or (m_other,) -> (m,)).
 
-    The hot path of every sparse product of the Gibbs sweep and of VB: ``path`` (None:
-    ``csr.hot_path``; ``"auto"`` resolved by ``jax.default_backend()``) is ``"bcsr"``
-    (:func:`csr_matmul`) or ``"segment"`` (:func:`segment_matmul`, chunked by
-    ``chunk_bytes``).
+    The hot path of every sparse product of the Gibbs sweep and of VB.
+
+    Parameters
+    ----------
+    csr : CSR
+        The rating pattern.
+    data : jax.Array, shape (n,)
+        The entries of the sparse matrix (``csr.values`` or ``csr.ones``).
+    dense : jax.Array, shape (m_other, W) or (m_other,)
+        The dense operand.
+    path : {"auto", "bcsr", "segment"}, optional
+        None: ``csr.hot_path``; ``"auto"`` is resolved by ``jax.default_backend()``;
+        ``"bcsr"``: :func:`csr_matmul`; ``"segment"``: :func:`segment_matmul`.
+    chunk_bytes : int, optional
+        The segment path's chunk size in bytes (default ``SEGMENT_CHUNK_BYTES``).
     """
     path = resolve_hot_path(csr.hot_path if path is None else path)
     if path == "bcsr":

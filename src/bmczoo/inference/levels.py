@@ -91,9 +91,22 @@ def level_lpd(probs, level_index) -> np.ndarray:
 
 
 def classification_metrics(y, p) -> dict:
-    """Binary outcomes ``y`` in {0, 1} and predicted ``P(Y = 1)`` ``p``: log-loss (mean
-    negative log-likelihood, natural log), AUC (rank statistic, ties counted half) and
-    accuracy at 0.5."""
+    """Log-loss, AUC and accuracy of predicted probabilities of binary outcomes.
+
+    Parameters
+    ----------
+    y : array_like, shape (P,)
+        Observed outcomes in {0, 1}.
+    p : array_like, shape (P,)
+        Predicted ``P(Y = 1)``.
+
+    Returns
+    -------
+    dict
+        ``"log_loss"`` (mean negative log-likelihood, natural log, ``p`` clipped to
+        [1e-15, 1 - 1e-15]), ``"auc"`` (rank statistic, ties counted half) and
+        ``"accuracy"`` (``p >= 0.5`` predicts 1).
+    """
     y = np.asarray(y, np.float64)
     p = np.clip(np.asarray(p, np.float64), 1e-15, 1.0 - 1e-15)
     if y.shape != p.shape:

@@ -101,8 +101,20 @@ def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh, hot_path: str | N
     padded after the block's last entry (ignored by the CSR product; their ``row_ids``
     are ``b``, out of range, so the segment sums drop them too).  The column indices
     refer to the all-gathered other factor (``m_other`` padded to a multiple of D rows).
-    ``hot_path`` as in :func:`bmczoo.inference.kernels.csr_from_view` (``"auto"`` is
-    resolved by the platform of the mesh's devices).
+
+    Parameters
+    ----------
+    view : bmczoo.data.SortedView
+        The rows' (or columns') sorted view of the ratings.
+    shape : tuple of int
+        ``(m, m_other)``.
+    dtype : dtype
+        Dtype of the values.
+    mesh : jax.sharding.Mesh
+        The one-axis device mesh.
+    hot_path : {"auto", "bcsr", "segment"}, optional
+        As in :func:`bmczoo.inference.kernels.csr_from_view` (``"auto"`` is resolved by
+        the platform of the mesh's devices).
     """
     D = mesh.devices.size
     m, m_other = shape

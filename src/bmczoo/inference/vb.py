@@ -38,14 +38,24 @@ _LOG_2PI = math.log(2.0 * math.pi)
 class VBState(NamedTuple):
     """Variational parameters of ``C`` independent runs.
 
-    ``m`` (C, m1, K), ``V`` (C, m1, K, K), ``n`` (C, m2, K), ``W`` (C, m2, K, K),
-    ``inv_gamma`` (C, K) ``E_q[1/gamma_h]`` (the column-scale priors' q-state; None for a
-    prior of another family), ``ES`` (C, K) ``E_q[S_h]`` (every prior).
-
-    ``prior``: the q-state of a prior outside the column-scale family (its
-    :meth:`~bmczoo.priors.Prior.vb_state`, e.g. Normal-Wishart's ``mu_M, beta_M, ...``),
-    ``noise``: ``q(tau)`` of a learned likelihood, ``bias``: the q of the biases
-    (:meth:`bmczoo.offsets.Biases.vb_state`); empty dicts when absent.
+    Parameters
+    ----------
+    m, V : jax.Array
+        Means (C, m1, K) and covariances (C, m1, K, K) of ``q(M_i)``.
+    n, W : jax.Array
+        Means (C, m2, K) and covariances (C, m2, K, K) of ``q(N_j)``.
+    inv_gamma : jax.Array or None
+        (C, K) ``E_q[1/gamma_h]``: the column-scale priors' q-state; None for a prior of
+        another family.
+    ES : jax.Array
+        (C, K) ``E_q[S_h]`` (every prior).
+    prior : dict
+        The q-state of a prior outside the column-scale family (its
+        :meth:`~bmczoo.priors.Prior.vb_state`, e.g. Normal-Wishart's ``mu_M, beta_M, ...``).
+    noise : dict
+        ``q(tau)`` of a learned likelihood.
+    bias : dict
+        The q of the biases (``bmczoo.offsets.Biases.vb_state``); empty dicts when absent.
     """
 
     m: jax.Array
