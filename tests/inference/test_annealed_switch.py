@@ -121,12 +121,16 @@ def test_switch_with_a_latent_likelihood(tiny_ratings):
 
 
 def test_annealed_switch_errors(tiny_ratings):
-    for bad in (-1, 1.5, True, "3"):
-        with pytest.raises(ValueError, match="anneal_steps"):
+    with pytest.raises(ValueError, match="anneal_steps"):
+        bmc.inference.Gibbs(anneal_steps=-1)
+    for bad in (1.5, True, "3"):  # not an int: a type error
+        with pytest.raises(TypeError, match="anneal_steps"):
             bmc.inference.Gibbs(anneal_steps=bad)
-    for bad in (0, -2, 2.0):
+    for bad in (0, -2):
         with pytest.raises(ValueError, match="anneal_every"):
             bmc.inference.Gibbs(anneal_steps=3, anneal_every=bad)
+    with pytest.raises(TypeError, match="anneal_every"):
+        bmc.inference.Gibbs(anneal_steps=3, anneal_every=2.0)
     for prior in (bmc.priors.InverseGamma(), bmc.priors.Fixed(1.0), bmc.priors.NormalWishart()):
         with pytest.raises(ValueError, match="no spike and slab"):
             _fit(tiny_ratings, prior=prior, anneal_steps=3)

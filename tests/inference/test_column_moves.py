@@ -243,7 +243,7 @@ def test_column_moves_through_fit_and_errors(tiny_ratings):
                 thinning=1, column_moves=True, progress_bar=False)
     assert np.all(np.isin(np.asarray(f.samples["gamma"]), [1.0, 0.05]))
     assert bmc.inference.Gibbs(column_moves=True).column_moves is True
-    with pytest.raises(ValueError, match="column_moves"):
+    with pytest.raises(TypeError, match="column_moves"):
         bmc.inference.Gibbs(column_moves="yes")
     with pytest.raises(ValueError, match="no column move"):
         bmc.fit(tiny_ratings, K=2, prior=bmc.priors.Fixed(1.0), num_warmup=1, num_samples=2, thinning=1,

@@ -244,27 +244,27 @@ def test_fit_without_test_or_predict_float32(data):
 
 # --------------------------------------------------------------------------- argument checks
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, match, error",
     [
-        (dict(num_samples=0), "num_samples"),
-        (dict(num_samples=-5), "num_samples"),
-        (dict(num_samples=2.5), "num_samples"),
-        (dict(thinning=0), "thinning"),
-        (dict(thinning=-1), "thinning"),
-        (dict(thinning=200), "thinning"),  # > num_samples: keeps no draw
-        (dict(num_chains=0), "num_chains"),
-        (dict(num_warmup=-1), "num_warmup"),
-        (dict(K=M2 + 1), "K"),
-        (dict(K=0), "K"),
-        (dict(method="hmc"), "method"),
-        (dict(prior="discrete"), "prior"),
-        (dict(noise_sd=0.0), "noise_sd"),
-        (dict(lam=-1.0), "lam"),
+        (dict(num_samples=0), "num_samples", ValueError),
+        (dict(num_samples=-5), "num_samples", ValueError),
+        (dict(num_samples=2.5), "num_samples", TypeError),
+        (dict(thinning=0), "thinning", ValueError),
+        (dict(thinning=-1), "thinning", ValueError),
+        (dict(thinning=200), "thinning", ValueError),  # > num_samples: keeps no draw
+        (dict(num_chains=0), "num_chains", ValueError),
+        (dict(num_warmup=-1), "num_warmup", ValueError),
+        (dict(K=M2 + 1), "K", ValueError),
+        (dict(K=0), "K", ValueError),
+        (dict(method="hmc"), "method", ValueError),
+        (dict(prior="discrete"), "prior", TypeError),
+        (dict(noise_sd=0.0), "noise_sd", ValueError),
+        (dict(lam=-1.0), "lam", ValueError),
     ],
 )
-def test_fit_rejects_bad_arguments(data, kwargs, match):
+def test_fit_rejects_bad_arguments(data, kwargs, match, error):
     train, _ = data
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         bmc.fit(train, **_fit_kwargs(**kwargs))
 
 
@@ -276,7 +276,7 @@ def test_fit_rejects_test_of_another_shape(data):
 
 
 def test_fit_rejects_non_ratings():
-    with pytest.raises(ValueError, match="RatingData"):
+    with pytest.raises(TypeError, match="RatingData"):
         bmc.fit(np.ones((3, 3)), **_fit_kwargs(K=1))
 
 
