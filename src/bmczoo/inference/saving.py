@@ -13,7 +13,8 @@ The file is an ``.npz`` (``np.load(..., allow_pickle=False)`` reads it) holding
   ``vb/...``.
 
 Factor draws of an MCMC fit (``M``, ``N``, ``row_bias``, ``col_bias`` of every kept draw)
-are the bulk of a fit (the 4-chain, 1,600-draw ML-100K fit of the README: 187 MB).  By
+are the bulk of a fit (4 chains x 400 draws at ML-100K's shape with K = 10 and biases:
+over 180 MB; ``tests/inference/test_saving.py``, slow).  By
 default ``save`` keeps at most :data:`FACTOR_DRAWS` (100) of them in all chains pooled:
 ``max(1, 100 // chains)`` per chain, evenly spaced over each chain's kept draws (first and
 last included), with every other per-draw site at the same draws, as the fit's
