@@ -236,21 +236,44 @@ def _dispersed_starts(fit, threshold: float, num_chains: int, seed: int) -> tupl
     active0 = int(np.sum(g0 > threshold))
     big, small = np.sqrt(g0.max()), np.sqrt(g0.min())
     counts = [int(round(x)) for x in np.linspace(1, K, num_chains)]
-    Ms, Ns = [], []
+    Ms, Ns, gs = [], [], []
     for r in counts:
-        M, N = M0.copy(), N0.copy()
+        M, N, g = M0.copy(), N0.copy(), g0.copy()
         for pos, h in enumerate(order):
             if pos < min(r, active0):
                 continue  # one of the state's active columns, kept
             scale = big if pos < r else small
             M[:, h] = rng.normal(size=M.shape[0]) * scale
             N[:, h] = rng.normal(size=N.shape[0]) * scale
-        Ms.append(M), Ns.append(N)
-    return {"M": np.stack(Ms), "N": np.stack(Ns)}, counts
+            g[h] = scale**2
+        Ms.append(M), Ns.append(N), gs.append(g)
+    return {"M": np.stack(Ms), "N": np.stack(Ns), "gamma": np.stack(gs)}, counts
+
+
+def _unconstrained_start(template, fit_data, values: dict) -> dict:
+    """NumPyro's ``init_params`` from values of the model's sites (a chain axis first):
+    each latent sample site of the model, mapped to its unconstrained space (``gamma`` of a
+    continuous prior to its log; the discrete prior's model has only ``M``, ``N``)."""
+    import jax.numpy as jnp
+    from numpyro import handlers
+    from numpyro.distributions import biject_to
+
+    import bmczoo as bmc
+
+    info = template.info
+    trace = handlers.trace(handlers.seed(bmc.models.matrix_completion, 0)).get_trace(
+        fit_data, info.K, info.prior, likelihood=info.likelihood)
+    out = {}
+    for name, site in trace.items():
+        if site["type"] == "sample" and not site["is_observed"]:
+            if name not in values:
+                raise ValueError(f"no starting value for the model's site {name!r}")
+            out[name] = np.asarray(biject_to(site["fn"].support).inv(jnp.asarray(values[name])))
+    return out
 
 
 def _nuts_from(template, train, init, args, track):
-    """NUTS from ``init`` (unconstrained sites, a chain axis), as ``bmc.fit(method="nuts")``
+    """NUTS from ``init`` (values of the sites, a chain axis), as ``bmc.fit(method="nuts")``
     runs it (same centred data, likelihood, dtype and seed), returned as a NUTS fit (the
     template's info) so that ``rank_posterior`` and the diagnostics apply."""
     from bmczoo.inference.baselines import run_nuts
@@ -259,6 +282,7 @@ def _nuts_from(template, train, init, args, track):
 
     info = template.info
     fit_data, shift = GlobalMean(center=info.center, clip="auto").prepare(train)
+    init = _unconstrained_start(template, fit_data, init)
     samples, mcmc = run_nuts(fit_data, info.K, info.prior, info.likelihood, seed=info.seed,
                              num_warmup=args.nuts_warmup, num_samples=args.nuts_samples, thinning=1,
                              num_chains=args.nuts_chains, progress_bar=args.progress, dtype=info.dtype,
@@ -308,7 +332,7 @@ def sampler_runs(train, prior, args, track, log=print) -> dict:
                                                num_chains=args.nuts_chains, **common))
     template = runs["NUTS, default start"]
     g = runs[ref]
-    last = {"M": np.asarray(g.samples["M"][:, -1]), "N": np.asarray(g.samples["N"][:, -1])}
+    last = {k: np.asarray(g.samples[k][:, -1]) for k in ("M", "N", "gamma") if k in g.samples}
     # the reference's chains cycle over the NUTS chains when their numbers differ
     pick = np.arange(args.nuts_chains) % args.gibbs_chains
     run("NUTS, from the moves' state" if has_moves else "NUTS, from Gibbs's state",
