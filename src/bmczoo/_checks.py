@@ -13,7 +13,6 @@ import os
 
 import numpy as np
 
-from ._errors import ArgumentTypeError  # noqa: F401 - still imported from here by other modules
 from .data import RatingData
 from .priors import Prior
 

@@ -69,7 +69,7 @@ class GlobalMean:
     name = "global-mean"
 
     def __post_init__(self):
-        from ._checks import ArgumentTypeError, check_bool
+        from ._checks import check_bool
 
         check_bool("center", self.center)
         c = self.clip
@@ -78,7 +78,7 @@ class GlobalMean:
                 raise ValueError(f"clip must be 'auto', a bool or (lo, hi), got {c!r}")
         elif not (c is None or isinstance(c, (bool, np.bool_))):
             if not (isinstance(c, (tuple, list)) and len(c) == 2):
-                raise ArgumentTypeError(f"clip must be 'auto', a bool or a pair (lo, hi), got {c!r}")
+                raise TypeError(f"clip must be 'auto', a bool or a pair (lo, hi), got {c!r}")
             lo, hi = (float(x) for x in c)
             if not lo < hi:
                 raise ValueError(f"clip range must have lo < hi, got {c!r}")
@@ -202,7 +202,6 @@ class Biases:
 def get_biases(biases) -> Biases | None:
     """``bmc.fit``'s ``biases=`` argument as a component: False/None -> None, True -> the
     default :class:`Biases`, a :class:`Biases` as given."""
-    from ._errors import ArgumentTypeError
 
     if biases is None or biases is False or biases is np.False_:
         return None
@@ -210,4 +209,4 @@ def get_biases(biases) -> Biases | None:
         return Biases()
     if isinstance(biases, Biases):
         return biases
-    raise ArgumentTypeError(f"biases must be True, False or a bmczoo.offsets.Biases, got {biases!r}")
+    raise TypeError(f"biases must be True, False or a bmczoo.offsets.Biases, got {biases!r}")

@@ -427,8 +427,9 @@ def test_movielens_100k_vb_inverse_gamma():
 
 
 # ----------------------------------------------------------------------------- argument checks
-@pytest.mark.parametrize("kw", [dict(max_iter=0), dict(max_iter=-5), dict(max_iter=2.5), dict(tol=-1e-4),
-                                dict(tol=float("nan")), dict(tol=float("inf"))])
-def test_vb_bad_arguments(tiny_ratings, kw):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("kw, error", [(dict(max_iter=0), ValueError), (dict(max_iter=-5), ValueError),
+                                       (dict(max_iter=2.5), TypeError), (dict(tol=-1e-4), ValueError),
+                                       (dict(tol=float("nan")), ValueError), (dict(tol=float("inf")), ValueError)])
+def test_vb_bad_arguments(tiny_ratings, kw, error):
+    with pytest.raises(error):
         bmc.fit(tiny_ratings, K=2, prior=bmc.priors.Fixed(), method="vb", progress_bar=False, **kw)

@@ -8,7 +8,6 @@ latent-Gaussian :class:`Probit` (binary) and :class:`OrderedProbit` (ordinal lev
 
 import dataclasses
 
-from .._errors import ArgumentTypeError
 from .base import Likelihood
 from .learned_noise import LearnedNoise
 from .probit import LatentLikelihood, OrderedProbit, Probit
@@ -32,7 +31,7 @@ def registry() -> dict[str, type[Likelihood]]:
 def get_likelihood(name: str, **settings) -> Likelihood:
     """Instantiate a likelihood by name, e.g. ``get_likelihood("tempered", noise_sd=0.9)``."""
     if not isinstance(name, str):
-        raise ArgumentTypeError(f"likelihood name must be a string, got {name!r}")
+        raise TypeError(f"likelihood name must be a string, got {name!r}")
     cls = registry().get(name.lower().replace("_", "-"))
     if cls is None:
         raise ValueError(f"unknown likelihood {name!r}; known: {', '.join(sorted(registry()))}")

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-from .._checks import ArgumentTypeError, check_bool, check_K, check_positive_int, check_prior, check_ratings
+from .._checks import check_bool, check_K, check_positive_int, check_prior, check_ratings
 from ..likelihoods import Likelihood, Tempered
 from ..data import RatingData
 from ..offsets import Biases, get_biases
@@ -147,7 +147,7 @@ def model_likelihood(likelihood, lam, noise_sd):
     if likelihood is None:
         return Tempered(lam=lam, noise_sd=noise_sd)
     if not isinstance(likelihood, Likelihood):
-        raise ArgumentTypeError(f"likelihood must be one of bmczoo.likelihoods, got {likelihood!r}")
+        raise TypeError(f"likelihood must be one of bmczoo.likelihoods, got {likelihood!r}")
     if lam is not None or noise_sd != 1.0:
         raise ValueError("give lam/noise_sd to the likelihood (e.g. bmc.likelihoods.Tempered(lam=...)), "
                          "not besides it")

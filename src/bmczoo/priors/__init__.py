@@ -11,7 +11,6 @@ import importlib
 import inspect
 import pkgutil
 
-from .._errors import ArgumentTypeError
 from .base import Prior, VBGamma
 from .discrete import ColumnSpikeSlabNormal, Discrete
 from .fixed import Fixed
@@ -47,7 +46,7 @@ def get_prior(name: str, **hyper) -> Prior:
     """Instantiate a prior by its ``name`` (``"fixed"``, ``"inverse-gamma"``, ``"gamma"``,
     ``"discrete"``, or any other subclass's), e.g. ``get_prior("discrete", eps=0.07)``."""
     if not isinstance(name, str):
-        raise ArgumentTypeError(f"prior name must be a string, got {name!r}")
+        raise TypeError(f"prior name must be a string, got {name!r}")
     key = name.lower().replace("_", "-")
     for sub in _all_subclasses(Prior):
         if sub.name == key:
