@@ -141,3 +141,28 @@ def test_fit_column_moves(capsys):
     assert main(["fit", "--data", "sim:30", "-K", "3", "--method", "vb", "--quiet", "--column-moves"]) == 2
     # a Gibbs setting given to VB: a one-line error naming the option as the command line spells it
     assert "--column-moves applies to --method gibbs" in capsys.readouterr().err
+
+
+def test_compilation_cache_on_by_default_and_off_with_the_flag(monkeypatch, tmp_path):
+    import jax
+
+    from bmczoo.cli import _enable_compilation_cache, build_parser
+
+    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+            "jax_persistent_cache_min_entry_size_bytes")
+    saved = {k: getattr(jax.config, k) for k in keys}
+    monkeypatch.setenv("BMCZOO_CACHE_DIR", str(tmp_path))
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        _enable_compilation_cache(build_parser().parse_args(["fit", "--data", "sim:20", "--no-compilation-cache"]))
+        assert jax.config.jax_compilation_cache_dir is None
+        _enable_compilation_cache(build_parser().parse_args(["fit", "--data", "sim:20"]))
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "jax")
+        assert (tmp_path / "jax").is_dir()
+        # a folder configured already (JAX_COMPILATION_CACHE_DIR, jax.config) is kept
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "own"))
+        _enable_compilation_cache(build_parser().parse_args(["predict", "--model", "m.npz", "--entries", "e.csv"]))
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "own")
+    finally:
+        for k, v in saved.items():
+            jax.config.update(k, v)

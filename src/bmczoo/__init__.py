@@ -5,12 +5,41 @@ Rousseau): the fixed, inverse-gamma, gamma and discrete (spike-and-slab) priors,
 conjugate Gibbs kernels, closed-form VB, NumPyro SVI/NUTS baselines, ArviZ diagnostics.
 """
 
-from . import data, datasets, diagnostics, evaluation, inference, likelihoods, models, offsets, priors
-from .data import RatingData
-from .inference import fit
-from .inference.saving import load
-from ._cache import enable_compilation_cache
+# The subpackages and names below are imported on first use (PEP 562), not here: importing
+# them pulls in JAX, and the command line installs its Ctrl-C handling before that happens
+# (a KeyboardInterrupt raised inside JAX's import or XLA's callbacks can be swallowed).
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["RatingData", "fit", "load", "enable_compilation_cache", "evaluation", "data", "datasets", "diagnostics", "inference", "likelihoods", "models", "offsets", "priors", "__version__"]
+_SUBMODULES = ("data", "datasets", "diagnostics", "evaluation", "inference", "likelihoods", "models", "offsets",
+               "priors")
+_NAMES = {"RatingData": "data", "fit": "inference", "load": "inference.saving",
+          "enable_compilation_cache": "_cache"}
+
+__all__ = ["RatingData", "fit", "load", "enable_compilation_cache", "evaluation", "data", "datasets", "diagnostics",
+           "inference", "likelihoods", "models", "offsets", "priors", "__version__"]
+
+if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
+    from . import data, datasets, diagnostics, evaluation, inference, likelihoods, models, offsets, priors
+    from ._cache import enable_compilation_cache
+    from .data import RatingData
+    from .inference import fit
+    from .inference.saving import load
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _NAMES:
+        value = getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -746,8 +746,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_debug_option(parser) -> None:
-    """``--debug``, which every subcommand takes."""
+    """``--debug`` and ``--no-compilation-cache``, which every subcommand takes."""
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
+    parser.add_argument("--no-compilation-cache", dest="compilation_cache", action="store_false",
+                        help="do not use JAX's persistent compilation cache (default: on, in ~/.cache/bmczoo/jax "
+                        "or $BMCZOO_CACHE_DIR/jax, unless JAX_COMPILATION_CACHE_DIR names another folder)")
+
+
+def _enable_compilation_cache(args) -> None:
+    """The persistent compilation cache for this command, unless turned off or configured
+    already (JAX_COMPILATION_CACHE_DIR / ``jax.config``: that folder is kept)."""
+    if not getattr(args, "compilation_cache", False):
+        return
+    import jax
+
+    if jax.config.jax_compilation_cache_dir:
+        return
+    from ._cache import enable_compilation_cache
+
+    try:
+        enable_compilation_cache()
+    except OSError as e:  # an unwritable cache folder costs time, not the run
+        print(f"bmczoo: note: compilation cache off ({e})", file=sys.stderr)
 
 
 def _add_fit(sub) -> None:
@@ -796,7 +816,8 @@ def _add_fit(sub) -> None:
     f.add_argument("--num-samples", type=int, default=None, help="gibbs/nuts: sweeps after warm-up (default 900)")
     f.add_argument("--thinning", type=int, default=None, help="gibbs/nuts: keep every N-th draw (default 10)")
     f.add_argument("--chains", type=int, default=None,
-                   help="gibbs/nuts: chains; vb: random starts, the best ELBO kept (default 1)")
+                   help="gibbs/nuts: chains advanced side by side (default 4); vb: random starts, the best "
+                   "ELBO kept (default 1)")
     f.add_argument("--max-iter", type=int, default=None, help="vb: maximum iterations (default 200)")
     f.add_argument("--tol", type=float, default=None,
                    help="vb: stop when the relative change of the ELBO is below TOL (default 1e-4; 0: run "
@@ -1080,6 +1101,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         _INTERRUPTS.args = args
         debug = debug or getattr(args, "debug", False)
+        _enable_compilation_cache(args)
         return args.func(args)
     except KeyboardInterrupt as e:
         line = _interrupted_line(e)

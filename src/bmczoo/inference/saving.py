@@ -38,12 +38,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import tempfile
-from pathlib import Path
 
 import numpy as np
+
+from .checkpoint import write_npz_atomic
 
 __all__ = ["save", "load", "load_extra", "FORMAT", "VERSION", "FACTOR_DRAWS"]
 
@@ -167,31 +166,8 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
     }
     for k, v in (extra or {}).items():
         arrays[f"x/{k}"] = np.asarray(v)
-    _write_npz(path, __format__=np.asarray(FORMAT), __meta__=np.asarray(json.dumps(meta, default=_json_default)),
+    write_npz_atomic(path, __format__=np.asarray(FORMAT), __meta__=np.asarray(json.dumps(meta, default=_json_default)),
                **arrays)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _write_npz(path, **arrays) -> None:
-    """``np.savez`` through a temporary file in the same folder renamed over ``path`` (a
-    reader never sees a half-written file), with the permissions an ordinary ``open``
-    would give (``0o666`` less the umask; ``mkstemp`` makes the file ``0o600``)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _settings(method: str, d: dict):
