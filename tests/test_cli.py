@@ -151,7 +151,7 @@ def test_compilation_cache_on_by_default_and_off_with_the_flag(monkeypatch, tmp_
     keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
             "jax_persistent_cache_min_entry_size_bytes")
     saved = {k: getattr(jax.config, k) for k in keys}
-    monkeypatch.setenv("BMCZOO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BMCZOO_CACHE", str(tmp_path))
     try:
         jax.config.update("jax_compilation_cache_dir", None)
         _enable_compilation_cache(build_parser().parse_args(["fit", "--data", "sim:20", "--no-compilation-cache"]))

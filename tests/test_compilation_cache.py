@@ -17,10 +17,10 @@ _CHILD = textwrap.dedent("""
 
 
 def test_default_folder_follows_environment(monkeypatch, tmp_path):
-    monkeypatch.delenv("BMCZOO_CACHE_DIR", raising=False)
+    monkeypatch.delenv("BMCZOO_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_compilation_cache_dir() == tmp_path / "xdg" / "bmczoo" / "jax"
-    monkeypatch.setenv("BMCZOO_CACHE_DIR", str(tmp_path / "own"))
+    monkeypatch.setenv("BMCZOO_CACHE", str(tmp_path / "own"))
     assert default_compilation_cache_dir() == tmp_path / "own" / "jax"
 
 

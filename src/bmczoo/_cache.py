@@ -14,9 +14,9 @@ __all__ = ["enable_compilation_cache", "default_compilation_cache_dir"]
 
 
 def default_compilation_cache_dir() -> Path:
-    """``$BMCZOO_CACHE_DIR/jax``, else ``$XDG_CACHE_HOME/bmczoo/jax``, else
+    """``$BMCZOO_CACHE/jax``, else ``$XDG_CACHE_HOME/bmczoo/jax``, else
     ``~/.cache/bmczoo/jax``: where :func:`enable_compilation_cache` stores programs."""
-    root = os.environ.get("BMCZOO_CACHE_DIR")
+    root = os.environ.get("BMCZOO_CACHE")
     if root:
         return Path(root).expanduser() / "jax"
     xdg = os.environ.get("XDG_CACHE_HOME")

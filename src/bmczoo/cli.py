@@ -750,7 +750,7 @@ def _add_debug_option(parser) -> None:
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
     parser.add_argument("--no-compilation-cache", dest="compilation_cache", action="store_false",
                         help="do not use JAX's persistent compilation cache (default: on, in ~/.cache/bmczoo/jax "
-                        "or $BMCZOO_CACHE_DIR/jax, unless JAX_COMPILATION_CACHE_DIR names another folder)")
+                        "or $BMCZOO_CACHE/jax, unless JAX_COMPILATION_CACHE_DIR names another folder)")
 
 
 def _enable_compilation_cache(args) -> None:

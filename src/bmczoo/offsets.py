@@ -22,7 +22,13 @@ __all__ = ["GlobalMean", "Biases", "Shift", "looks_like_ratings", "get_biases"]
 
 
 def looks_like_ratings(values: np.ndarray) -> bool:
-    """True when every value is a multiple of 0.5 in a small range (star ratings)."""
+    """True when every value is a multiple of 0.5 in a small range (star ratings).
+
+    Parameters
+    ----------
+    values : array_like
+        The ratings.
+    """
     v = np.asarray(values)
     lo, hi = float(v.min()), float(v.max())
     return bool(hi - lo <= 10 and np.all(np.round(2 * v) == 2 * v))
@@ -108,6 +114,11 @@ class Biases:
 
     Gibbs: each bias is a univariate Gaussian given the rest (precision
     ``1/s^2 + tau n_i``), each variance ``InvGamma(a + m/2, b + sum b_i^2 / 2)``.
+
+    Parameters
+    ----------
+    a, b : float > 0
+        Shape and scale of the inverse-gamma prior of both bias variances.
     """
 
     a: float = 1.0
@@ -201,7 +212,13 @@ class Biases:
 
 def get_biases(biases) -> Biases | None:
     """``bmc.fit``'s ``biases=`` argument as a component: False/None -> None, True -> the
-    default :class:`Biases`, a :class:`Biases` as given."""
+    default :class:`Biases`, a :class:`Biases` as given.
+
+    Parameters
+    ----------
+    biases : bool, Biases or None
+        The argument.
+    """
 
     if biases is None or biases is False or biases is np.False_:
         return None

@@ -228,7 +228,13 @@ class RatingData:
 
     def with_features(self, row_features: Features | None | str = "keep",
                       col_features: Features | None | str = "keep") -> "RatingData":
-        """Same entries with other feature tables (``"keep"``: unchanged; ``None``: none)."""
+        """Same entries with other feature tables.
+
+        Parameters
+        ----------
+        row_features, col_features : Features, None or "keep"
+            The new tables (``"keep"``: unchanged; ``None``: none).
+        """
         out = self.with_values(self._values)
         rf = self._row_features if isinstance(row_features, str) and row_features == "keep" else row_features
         cf = self._col_features if isinstance(col_features, str) and col_features == "keep" else col_features
@@ -298,7 +304,13 @@ class RatingData:
 
     # ------------------------------------------------------------------ transformations
     def subset(self, index) -> "RatingData":
-        """Ratings at the given positions (boolean mask or integer positions), same shape."""
+        """Ratings at the given positions, same shape.
+
+        Parameters
+        ----------
+        index : array_like of bool, shape (n,), or array_like of int
+            A boolean mask or integer positions.
+        """
         idx = np.asarray(index)
         if idx.dtype == bool:
             if idx.shape != (self.n,):
@@ -424,7 +436,13 @@ class RatingData:
 
         The entries are already validated and their index views built: the new object
         shares them (only the values are permuted into the views), which keeps e.g.
-        :meth:`centered` cheap in time and memory on 10M-rating data."""
+        :meth:`centered` cheap in time and memory on 10M-rating data.
+
+        Parameters
+        ----------
+        values : array_like, shape (n,)
+            The new values.
+        """
         v = np.asarray(values)
         if v.ndim != 1 or v.shape[0] != self.n:
             raise ValueError(f"values must be 1-D with the same length as the {self.n} entries, got shape {v.shape}")
@@ -442,16 +460,36 @@ class RatingData:
         return out
 
     def centered(self, offset: float | None = None) -> tuple["RatingData", float]:
-        """Ratings minus ``offset`` (the global mean by default); returns ``(data, offset)``."""
+        """Ratings minus ``offset`` (the global mean by default); returns ``(data, offset)``.
+
+        Parameters
+        ----------
+        offset : float, optional
+            The value subtracted (default: the mean rating).
+        """
         off = self.mean() if offset is None else float(offset)
         return self.with_values(self._values - self._values.dtype.type(off)), off
 
     def astype(self, dtype) -> "RatingData":
-        """Same ratings with values cast to a floating ``dtype``."""
+        """Same ratings with values cast to a floating ``dtype``.
+
+        Parameters
+        ----------
+        dtype : dtype
+            A floating dtype.
+        """
         return self.with_values(self._values.astype(dtype))
 
     def to_dense(self, fill: float = np.nan, max_size: int = 10_000_000) -> np.ndarray:
-        """Dense ``m1 x m2`` array with ``fill`` at unobserved entries (small problems only)."""
+        """Dense ``m1 x m2`` array with ``fill`` at unobserved entries (small problems only).
+
+        Parameters
+        ----------
+        fill : float
+            Value of the unobserved entries.
+        max_size : int
+            Largest ``m1 * m2`` allowed (``ValueError`` above it).
+        """
         m1, m2 = self.shape
         if m1 * m2 > max_size:
             raise ValueError(f"refusing to materialise a {m1} x {m2} matrix (> max_size={max_size})")
@@ -460,7 +498,15 @@ class RatingData:
         return out
 
     def check_entries(self, rows, cols, name: str = "entries") -> tuple[np.ndarray, np.ndarray]:
-        """Validate query indices against this shape; returns int32/int64 arrays."""
+        """Validate query indices against this shape; returns int32/int64 arrays.
+
+        Parameters
+        ----------
+        rows, cols : array_like of int
+            The indices.
+        name : str
+            What the indices are, for the error message.
+        """
         return check_entries(rows, cols, self.shape, name)
 
 

@@ -543,10 +543,19 @@ def _gauss_draws(mean, root, num_draws, rng):
 
 
 def vb_theta_moments(fit, rows, cols) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Mean and variance of ``theta_ij = M_i . N_j`` under the mean-field q (model scale):
-    mean ``m_i.n_j``, variance ``m_i^T W_j m_i + n_j^T V_i n_j + tr(V_i W_j)`` (full
+    """Mean and variance of ``theta_ij`` under the mean-field q (model scale).
+
+    ``theta_ij = M_i^T N_j``: mean ``m_i^T n_j``, variance ``m_i^T W_j m_i + n_j^T V_i n_j + tr(V_i W_j)`` (full
     covariances when the fit keeps its state; with diagonals only,
-    ``sum_h m_ih^2 W_jhh + n_jh^2 V_ihh + V_ihh W_jhh``).  Returns (mean, var, full)."""
+    ``sum_h m_ih^2 W_jhh + n_jh^2 V_ihh + V_ihh W_jhh``).  Returns (mean, var, full).
+
+    Parameters
+    ----------
+    fit : VBFit
+        A variational fit.
+    rows, cols : array_like of int, shape (P,)
+        The entries.
+    """
     m = np.asarray(fit.m, np.float64)[rows]
     n = np.asarray(fit.n, np.float64)[cols]
     mean = np.sum(m * n, axis=-1)

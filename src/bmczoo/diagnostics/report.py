@@ -194,6 +194,21 @@ def report(fit, path, *, entries=None, num_draws: int = 500, seed: int = 0, thre
     and ``gamma.png`` are left out.
 
     Returns the paths written, in that order (summary files first).
+
+    Parameters
+    ----------
+    fit : FitResult
+        The fit.
+    path : str or os.PathLike
+        The folder.
+    entries : optional
+        The theta entries shown (default: the fit's tracked entries).
+    num_draws, seed : int
+        Draws from ``q`` for VB and SVI fits, and their seed.
+    threshold : float, optional
+        Threshold of the active columns (default: the prior's).
+    dpi : int
+        Resolution of the figures.
     """
     out = pathlib.Path(path)
     out.mkdir(parents=True, exist_ok=True)

@@ -100,6 +100,8 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
         two halves (the table's ``attrs["r_hat"]`` says so): it flags drift within the
         chain, not a dependence on the starting point, which only several chains show.
         NaN for the independent draws of VB and SVI and for a chain of fewer than 8 draws.
+    round_to : int, optional
+        Passed to ``az.summary``.
     """
     import arviz as az
 

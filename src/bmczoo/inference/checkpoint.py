@@ -75,7 +75,15 @@ def resume_guarantee(dtype=None, platform: str | None = None) -> ResumeGuarantee
     guarantees on ``platform`` (None: ``jax.default_backend()``): bit-exact on CPU (XLA's
     CPU programs are deterministic); elsewhere equal up to ``rtol = 10 sqrt(eps)`` of the
     dtype (3.5e-3 in float32, 1.5e-7 in float64): the same draws of the random numbers,
-    with the rounding of non-deterministic GPU reductions carried through the chain."""
+    with the rounding of non-deterministic GPU reductions carried through the chain.
+
+    Parameters
+    ----------
+    dtype : dtype, optional
+        The run's float dtype.
+    platform : str, optional
+        ``"cpu"``, ``"gpu"``, ... (default: ``jax.default_backend()``).
+    """
     platform = jax.default_backend() if platform is None else platform
     if dtype is None:
         dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32

@@ -122,7 +122,9 @@ def fit(
     lam, noise_sd : float
         Shorthand for ``likelihood=bmc.likelihoods.Tempered(lam, noise_sd)``.
     seed : int
-        Seed of ``jax.random.key``.  ``progress_bar`` : bool.
+        Seed of ``jax.random.key``.
+    progress_bar : bool
+        Show a progress bar (tqdm) while sampling or iterating.
     test : RatingData, optional
         Entries whose posterior mean is computed during the fit and whose RMSE is
         recorded per iteration (the paper's Figures 1 and 4).

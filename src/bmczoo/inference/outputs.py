@@ -162,7 +162,15 @@ class PredictiveMixin:
     def predictive_interval(self, rows, cols, prob: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
         """Central ``prob`` interval of the Gaussian with the posterior predictive's mean
         (unclipped, offset added) and sd (``sqrt(Var[theta_ij] + E[1/tau])``), both ends
-        clipped to the fit's clip range when it clips.  ``prob`` in (0, 1)."""
+        clipped to the fit's clip range when it clips.
+
+        Parameters
+        ----------
+        rows, cols : array_like of int, shape (P,)
+            Row and column indices of the entries.
+        prob : float
+            Probability of the interval, in (0, 1).
+        """
         z = z_of(prob)
         _, _, mean, sd = self._predictive(rows, cols)
         lo, hi = mean - z * sd, mean + z * sd
@@ -175,7 +183,13 @@ class PredictiveMixin:
     def log_predictive_density(self, test) -> float:
         """Mean over the ratings of ``test`` of ``log p(y | train)``; Gaussian with the
         predictive moments (unclipped mean, sd of :meth:`predict`) unless the class
-        says otherwise."""
+        says otherwise.
+
+        Parameters
+        ----------
+        test : RatingData
+            Held-out ratings of the fit's shape.
+        """
         return self._gaussian_lpd(self._check_test(test))
 
     def _check_test(self, test):
@@ -201,6 +215,15 @@ class PredictiveMixin:
         by : ``"mean"`` (posterior mean of ``theta``), ``"upper"`` (upper end of the
             central ``prob`` predictive interval) or ``"thompson"`` (one posterior draw per
             user; needs ``seed``).
+        prob : float
+            ``by="upper"``: probability of the central interval, in (0, 1).
+        seed : int, optional
+            ``by="thompson"``: seed of the posterior draws.
+        seen : RatingData, optional
+            The pattern excluded with ``exclude_seen`` (default: the training pattern).
+        batch_size : int, optional
+            Users scored at a time.
+
         Scores are on the data scale (offset added) and never clipped, so ranking is not
         tied at the clip bound.  Users are scored ``batch_size`` at a time (default: about
         2^22 numbers per batch), never the full ``m1 x m2`` matrix.
@@ -394,7 +417,15 @@ class FoldInFit(PredictiveMixin):
 
     def predict(self, rows, cols, return_std: bool = False):
         """Predictive mean (offset added, clipped as the parent fit clips) at entries of
-        the new rows; with ``return_std`` also the predictive sd."""
+        the new rows; with ``return_std`` also the predictive sd.
+
+        Parameters
+        ----------
+        rows, cols : array_like of int, shape (P,)
+            Entries: rows of the new ratings, columns of the fit's items.
+        return_std : bool
+            Also return the predictive sd.
+        """
         r, c = self._check_entries(rows, cols)
         mean, var = self._theta_moments(r, c)
         pred = self._shift.apply(mean)

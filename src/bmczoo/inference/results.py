@@ -219,7 +219,15 @@ class FitResult(out.PredictiveMixin):
         clipped); see the class for how ``Var[theta_ij]`` is computed.
 
         Probit and ordered probit: the expected level ``sum_l level_l P(Y_ij = l | data)``
-        (binary: ``P(Y_ij = 1)``), and the sd of the predictive level distribution."""
+        (binary: ``P(Y_ij = 1)``), and the sd of the predictive level distribution.
+
+        Parameters
+        ----------
+        rows, cols : array_like of int, shape (P,)
+            Row and column indices of the entries.
+        return_std : bool
+            Also return the predictive sd.
+        """
         r, c = self._check_entries(rows, cols)
         if self._latent:
             mean, sd = levels.level_summary(self._level_proba(r, c), self.info.likelihood.level_values)
@@ -252,7 +260,13 @@ class FitResult(out.PredictiveMixin):
         """Posterior predictive level probabilities at the given entries: for a
         :class:`~bmczoo.likelihoods.Probit` fit ``P(Y_ij = 1 | data)`` (P,); for an
         :class:`~bmczoo.likelihoods.OrderedProbit` fit (P, L), column ``l`` the
-        probability of ``likelihood.levels[l]``."""
+        probability of ``likelihood.levels[l]``.
+
+        Parameters
+        ----------
+        rows, cols : array_like of int, shape (P,)
+            Row and column indices of the entries.
+        """
         if not self._latent:
             raise ValueError(f"predict_proba needs a probit or ordered-probit likelihood; this fit's is "
                              f"{self.info.likelihood.name!r} (use predict / predictive_interval)")
@@ -264,7 +278,15 @@ class FitResult(out.PredictiveMixin):
         """Central ``prob`` interval of the posterior predictive (see
         :meth:`bmczoo.inference.outputs.PredictiveMixin.predictive_interval`).  Probit and
         ordered probit: of the predictive level distribution (the lowest levels whose CDF
-        reaches ``(1 - prob) / 2`` and ``(1 + prob) / 2``)."""
+        reaches ``(1 - prob) / 2`` and ``(1 + prob) / 2``).
+
+        Parameters
+        ----------
+        rows, cols : array_like of int, shape (P,)
+            Row and column indices of the entries.
+        prob : float
+            Probability of the interval, in (0, 1).
+        """
         if not self._latent:
             return super().predictive_interval(rows, cols, prob)
         p = out.check_prob(prob)
@@ -287,7 +309,15 @@ class FitResult(out.PredictiveMixin):
         and ``predictive_interval`` equal this fit's bit for bit at the entries whose
         moments were accumulated during the fit (the test set, ``predict=``); elsewhere,
         and for ``log_predictive_density``, ``recommend`` and ``fold_in``, it averages
-        over the kept factor draws (bit for bit with ``"all"``)."""
+        over the kept factor draws (bit for bit with ``"all"``).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The ``.npz`` file to write.
+        factor_draws : int or "all"
+            How many factor draws an MCMC fit keeps.
+        """
         from .saving import save
 
         save(self, path, factor_draws=factor_draws)
@@ -295,7 +325,13 @@ class FitResult(out.PredictiveMixin):
     def fold_in(self, new):
         """Fold new rows (a RatingData of shape ``(U, m2)``: new users over the same items)
         into the fit without refitting: a :class:`~bmczoo.inference.outputs.FoldInFit`
-        (``predict``, ``predictive_interval``, ``recommend``, ...)."""
+        (``predict``, ``predictive_interval``, ``recommend``, ...).
+
+        Parameters
+        ----------
+        new : RatingData
+            Ratings of the new rows, shape ``(U, m2)``.
+        """
         from .._checks import check_ratings
 
         new = check_ratings(new, "new")
@@ -310,7 +346,13 @@ class FitResult(out.PredictiveMixin):
         raise ValueError(f"fold_in is not available for {type(self).__name__}")
 
     def rmse(self, test) -> float:
-        """RMSE of :meth:`predict` against the values of ``test`` (a RatingData)."""
+        """RMSE of :meth:`predict` against the values of ``test``.
+
+        Parameters
+        ----------
+        test : RatingData
+            Held-out ratings of the fit's shape.
+        """
         test = check_ratings(test, "test")
         if test.shape != self.shape:
             raise ValueError(f"test has shape {test.shape}, the fit has {self.shape}")
@@ -319,7 +361,15 @@ class FitResult(out.PredictiveMixin):
 
     def rmse_theta(self, theta, *, block_rows: int | None = None) -> float:
         """RMSE of the posterior mean against a full ``m1 x m2`` matrix ``theta`` over all
-        its entries (the paper's simulation criterion), predicted a block of rows at a time."""
+        its entries (the paper's simulation criterion), predicted a block of rows at a time.
+
+        Parameters
+        ----------
+        theta : array_like, shape (m1, m2)
+            The true matrix.
+        block_rows : int, optional
+            Rows predicted at a time (default: about 2^20 entries per block).
+        """
         theta = np.asarray(theta, np.float64)
         if theta.shape != tuple(self.shape):
             raise ValueError(f"theta has shape {theta.shape}, the fit has {self.shape}")
@@ -338,7 +388,13 @@ class FitResult(out.PredictiveMixin):
         threshold: the prior's); for a prior without column scales (Normal-Wishart), of
         the effective rank ``#{k: s_k(theta) > threshold}`` of theta (default threshold:
         1% of the largest singular value's posterior mean); see
-        :func:`bmczoo.diagnostics.rank_posterior`."""
+        :func:`bmczoo.diagnostics.rank_posterior`.
+
+        Parameters
+        ----------
+        threshold : float, optional
+            The threshold (default as above).
+        """
         from .. import diagnostics
 
         return diagnostics.rank_posterior(self, threshold)
@@ -347,7 +403,13 @@ class FitResult(out.PredictiveMixin):
         """ArviZ data (posterior of gamma, sorted gamma, tracked theta entries, invariant
         summaries, per-iteration traces); ``log_likelihood=True`` adds the pointwise
         log-likelihood, posterior predictive and observed data of the training ratings
-        (``az.loo``, ``az.compare``, ``az.plot_ppc``); see :func:`bmczoo.diagnostics.to_arviz`."""
+        (``az.loo``, ``az.compare``, ``az.plot_ppc``); see :func:`bmczoo.diagnostics.to_arviz`.
+
+        Parameters
+        ----------
+        **kwargs
+            Passed to :func:`bmczoo.diagnostics.to_arviz`.
+        """
         from .. import diagnostics
 
         return diagnostics.to_arviz(self, **kwargs)
@@ -433,6 +495,7 @@ class MCMCFit(FitResult):
         return levels.draws_level_proba(out.draw_blocks(d, r, c), self._cut_draws(self._factor_src, d["M"].shape[0]))
 
     def run_stats(self):
+        """Number of kept draws and, with the annealed switch, its counts per chain."""
         out = {"num_kept": self.num_kept}
         if self.switches is not None:  # per chain
             sw = np.asarray(self.switches).reshape(-1, 2)
@@ -496,7 +559,13 @@ class MCMCFit(FitResult):
         offset, 1/tau_s)`` over the kept draws (the Monte Carlo estimate of the exact
         predictive density).  Without them (entries requested at fit time only): the
         Gaussian approximation ``N(y | E[theta] + offset, Var[theta] + E[1/tau])`` from the
-        running moments.  No clipping in either."""
+        running moments.  No clipping in either.
+
+        Parameters
+        ----------
+        test : RatingData
+            Held-out ratings of the fit's shape.
+        """
         test = self._check_test(test)
         if self._latent:
             return self._level_lpd(test)
@@ -611,6 +680,7 @@ class VBFit(FitResult):
         return f"{float(r[-1]):.4f} (last iteration)" if r.size else ""
 
     def run_stats(self):
+        """Iterations, runs, the kept run, seconds per iteration and final ELBO per run."""
         return {"num_iter": self.num_iter, "num_runs": self.info.settings.restarts, "best_run": self.best_run,
                 "iteration_seconds": list(self.iteration_seconds),
                 "final_elbo_per_run": list(self.final_elbo_per_run)}
@@ -662,7 +732,13 @@ class VBFit(FitResult):
     def log_predictive_density(self, test) -> float:
         """Mean over the ratings of ``test`` of the log density of the Gaussian with the
         variational predictive moments, ``N(y | E_q[theta] + offset, Var_q[theta] +
-        E_q[1/tau])`` (unclipped).  Probit, ordered probit: ``log P_q(Y = y)``."""
+        E_q[1/tau])`` (unclipped).  Probit, ordered probit: ``log P_q(Y = y)``.
+
+        Parameters
+        ----------
+        test : RatingData
+            Held-out ratings of the fit's shape.
+        """
         test = self._check_test(test)
         if self._latent:
             return self._level_lpd(test)
@@ -797,7 +873,13 @@ class SVIFit(FitResult):
     def log_predictive_density(self, test) -> float:
         """SVI: ``log mean_s N(y | theta_s + offset, 1/tau_s)`` over the guide's draws; MAP:
         ``log N(y | theta + offset, 1/tau)`` at the point (no parameter uncertainty).
-        Unclipped."""
+        Unclipped.
+
+        Parameters
+        ----------
+        test : RatingData
+            Held-out ratings of the fit's shape.
+        """
         test = self._check_test(test)
         if self._latent:
             return self._level_lpd(test)

@@ -205,7 +205,18 @@ def _read_npz(path) -> dict[str, np.ndarray]:
 
 def load(path):
     """Read a fit written by ``fit.save``: ``FileNotFoundError`` when ``path`` does not
-    exist, ``ValueError`` naming the path for another kind of file or a newer format."""
+    exist, ``ValueError`` naming the path for another kind of file or a newer format.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The ``.npz`` file.
+
+    Returns
+    -------
+    FitResult
+        A result of the class that was saved.
+    """
     from ..likelihoods import get_likelihood
     from ..offsets import Biases, Shift
     from ..priors import get_prior

@@ -155,6 +155,35 @@ class Gibbs(Settings):
     ``store_factors``: keep M, N of each kept draw (``"auto"``: when they take < 256 MiB);
     ``checkpoint``/``checkpoint_every``: save and resume (``.npz``); ``devices``: shard
     each sweep over these devices.
+
+    Parameters
+    ----------
+    num_warmup, num_samples : int
+        Warm-up sweeps and sweeps after warm-up, per chain.
+    thinning : int
+        Keep every ``thinning``-th post-warm-up draw.
+    num_chains : int
+        Number of chains.
+    chain_method : {"vectorized", "sequential", "parallel"}
+        As in NumPyro's ``MCMC``.
+    overrelax : float
+        Adler's over-relaxation of the row draws, in (-1, 1); 0 is plain Gibbs.
+    column_moves : bool or None
+        The moves that change ``gamma_h`` with its column; None: wherever the prior has one.
+    anneal_steps, anneal_every : int
+        Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
+    init_gamma : optional
+        Starting column scales (default the prior's).
+    track : int or (rows, cols)
+        Entries whose theta is kept per draw.
+    store_factors : bool or "auto"
+        Keep ``M``, ``N`` of each kept draw.
+    checkpoint : str or os.PathLike, optional
+        Checkpoint file (``.npz``).
+    checkpoint_every : int
+        Sweeps between checkpoints.
+    devices : sequence of jax.Device, optional
+        Shard each sweep over these devices.
     """
 
     num_warmup: int = 100
@@ -212,7 +241,23 @@ class VB(Settings):
     """Closed-form mean-field VB (CAVI, :mod:`bmczoo.inference.vb`): stop when the relative
     ELBO change is below ``tol`` or after ``max_iter``; ``restarts`` random starting
     points run side by side, the highest final ELBO kept; checkpoints and devices as for
-    :class:`Gibbs`."""
+    :class:`Gibbs`.
+
+    Parameters
+    ----------
+    max_iter : int
+        Maximum number of iterations.
+    tol : float
+        Relative ELBO change below which the iterations stop.
+    restarts : int
+        Random starting points run side by side.
+    checkpoint : str or os.PathLike, optional
+        Checkpoint file (``.npz``).
+    checkpoint_every : int
+        Iterations between checkpoints.
+    devices : sequence of jax.Device, optional
+        Shard each iteration over these devices.
+    """
 
     max_iter: int = 200
     tol: float = 1e-4
@@ -232,7 +277,21 @@ class VB(Settings):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class NUTS(Settings):
-    """NumPyro NUTS on :func:`bmczoo.models.matrix_completion` (small problems)."""
+    """NumPyro NUTS on :func:`bmczoo.models.matrix_completion` (small problems).
+
+    Parameters
+    ----------
+    num_warmup, num_samples : int
+        Warm-up and kept iterations per chain (before thinning).
+    thinning : int
+        Keep every ``thinning``-th draw.
+    num_chains : int
+        Number of chains.
+    track : int or (rows, cols)
+        Entries whose theta is kept per draw.
+    target_accept_prob : float
+        NUTS's target acceptance probability.
+    """
 
     num_warmup: int = 100
     num_samples: int = 900
@@ -253,7 +312,21 @@ class SVI(Settings):
     """NumPyro SVI with an autoguide (``"normal"``: AutoNormal, ``"lowrank"``:
     AutoLowRankMultivariateNormal), Adam with a step size decaying tenfold over
     ``num_steps``, optional minibatches of ``subsample_size`` ratings; ``num_draws``
-    draws from the fitted guide are kept."""
+    draws from the fitted guide are kept.
+
+    Parameters
+    ----------
+    guide : {"normal", "lowrank"}
+        The autoguide.
+    num_steps : int
+        Optimisation steps.
+    learning_rate : float
+        Adam's initial step size.
+    subsample_size : int, optional
+        Ratings per minibatch (None: all).
+    num_draws : int
+        Draws kept from the fitted guide.
+    """
 
     guide: str = "normal"
     num_steps: int = 2000
@@ -274,7 +347,17 @@ class SVI(Settings):
 @dataclasses.dataclass(frozen=True, eq=False)
 class MAP(Settings):
     """MAP by NumPyro's ``AutoDelta`` on the gamma-marginal model (nuclear norm for the
-    fixed prior, group lasso for the gamma prior)."""
+    fixed prior, group lasso for the gamma prior).
+
+    Parameters
+    ----------
+    num_steps : int
+        Optimisation steps.
+    learning_rate : float
+        Adam's initial step size.
+    subsample_size : int, optional
+        Ratings per minibatch (None: all).
+    """
 
     num_steps: int = 2000
     learning_rate: float = 0.05

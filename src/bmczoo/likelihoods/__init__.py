@@ -29,7 +29,15 @@ def registry() -> dict[str, type[Likelihood]]:
 
 
 def get_likelihood(name: str, **settings) -> Likelihood:
-    """Instantiate a likelihood by name, e.g. ``get_likelihood("tempered", noise_sd=0.9)``."""
+    """Instantiate a likelihood by name, e.g. ``get_likelihood("tempered", noise_sd=0.9)``.
+
+    Parameters
+    ----------
+    name : str
+        The likelihood's ``name`` (case-insensitive; ``_`` for ``-`` accepted).
+    **settings
+        Its settings.
+    """
     if not isinstance(name, str):
         raise TypeError(f"likelihood name must be a string, got {name!r}")
     cls = registry().get(name.lower().replace("_", "-"))

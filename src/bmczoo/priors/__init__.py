@@ -44,7 +44,15 @@ def registry() -> dict[str, type[Prior]]:
 
 def get_prior(name: str, **hyper) -> Prior:
     """Instantiate a prior by its ``name`` (``"fixed"``, ``"inverse-gamma"``, ``"gamma"``,
-    ``"discrete"``, or any other subclass's), e.g. ``get_prior("discrete", eps=0.07)``."""
+    ``"discrete"``, or any other subclass's), e.g. ``get_prior("discrete", eps=0.07)``.
+
+    Parameters
+    ----------
+    name : str
+        The prior's ``name`` (case-insensitive; ``_`` for ``-`` accepted).
+    **hyper
+        Its hyper-parameters.
+    """
     if not isinstance(name, str):
         raise TypeError(f"prior name must be a string, got {name!r}")
     key = name.lower().replace("_", "-")

@@ -20,6 +20,13 @@ class InverseGamma(Prior):
 
     Conditional: ``gamma_h | M, N ~ InvGamma(a + d/2, b + S_h/2)``; the VB factor has the
     same form with ``E[S_h]`` (the paper's VB omits the prior ``b``: erratum).
+
+    Parameters
+    ----------
+    a : float > 0
+        Shape.
+    b : float > 0
+        Scale (the paper's MovieLens value: 0.1; small values favour few active columns).
     """
 
     a: float = 1.0
