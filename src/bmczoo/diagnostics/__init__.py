@@ -5,6 +5,7 @@ Conversion (arrays first, ArviZ at the edge)::
     idata = bmc.diagnostics.to_arviz(fit)        # any fit: Gibbs, NUTS, VB, SVI, MAP
     bmc.diagnostics.summary(fit)                 # ESS bulk/tail, R-hat, MCSE (az.summary)
     bmc.diagnostics.rank_posterior(fit, 0.2)     # P(#{h: gamma_h > 0.2} = r), r = 0..K
+    bmc.diagnostics.theta_rank_posterior(fit)    # P(effective rank of theta = r), any prior
     bmc.diagnostics.rank_mixing(fit)             # ESS, R-hat, chain modes of the active-column count
 
 Figures (each returns a matplotlib ``Figure``)::
@@ -37,7 +38,7 @@ from .convert import (
 from .plots import plot_acf, plot_convergence, plot_gamma, plot_posterior_compare, plot_rmse_trace, plot_trace
 from .report import report
 from .stats import (RankMixingWarning, autocorrelation, gamma_threshold, prob_gamma_above, rank_mixing,
-                    rank_posterior, summary)
+                    rank_posterior, summary, theta_rank_posterior, theta_sv_draws)
 
 __all__ = [
     "INVARIANT_VARS",
@@ -61,7 +62,9 @@ __all__ = [
     "RankMixingWarning",
     "report",
     "summary",
+    "theta_rank_posterior",
     "theta_singular_values",
+    "theta_sv_draws",
     "to_arviz",
     "vb_theta_moments",
 ]

@@ -265,7 +265,22 @@ def theta_sv_draws(fit, *, num_draws: int = 500, seed: int = 0) -> np.ndarray:
     """Singular values of ``theta = M N^T`` (S, K), decreasing, for every draw of the fit:
     MCMC and SVI draws (from the K x K Gram roots of the factors, without forming theta;
     a saved fit keeps them for every draw), ``num_draws`` draws from a VB fit's ``q``
-    (``default_rng(seed)``), MAP's point."""
+    (``default_rng(seed)``), MAP's point.
+
+    Parameters
+    ----------
+    fit : FitResult
+        Any fit that holds draws (or the variational posterior) of the factors.
+    num_draws : int
+        VB: how many draws of ``q`` to take (MCMC and SVI use their own draws).
+    seed : int
+        VB: seed of those draws.
+
+    Returns
+    -------
+    numpy.ndarray
+        (S, K) singular values per draw, decreasing along the last axis.
+    """
     from .convert import fit_arrays
 
     post = fit_arrays(fit, num_draws=num_draws, seed=seed).groups["posterior"]
@@ -284,7 +299,22 @@ def theta_rank_posterior(fit, threshold: float | None = None, *, num_draws: int 
     frequency of each count over the draws.  ``threshold`` defaults to
     ``SV_RELATIVE_THRESHOLD`` (1%) of the posterior mean of the largest singular value.
     Defined for every prior; :func:`rank_posterior` answers with it for a prior without
-    column scales (e.g. :class:`~bmczoo.priors.NormalWishart`)."""
+    column scales (e.g. :class:`~bmczoo.priors.NormalWishart`).
+
+    Parameters
+    ----------
+    fit : FitResult
+        Any fit that holds draws (or the variational posterior) of the factors.
+    threshold : float, optional
+        A singular value above it counts; default 1% of the posterior mean of the largest.
+    num_draws, seed : int
+        VB: number and seed of the draws of ``q`` (see :func:`theta_sv_draws`).
+
+    Returns
+    -------
+    numpy.ndarray
+        K + 1 probabilities of the effective rank 0..K.
+    """
     sv = theta_sv_draws(fit, num_draws=num_draws, seed=seed)
     if threshold is None:
         threshold = SV_RELATIVE_THRESHOLD * float(np.mean(sv[:, 0]))
