@@ -408,8 +408,8 @@ def explain(rows: list[dict], res: dict, prior) -> str:
         elif stuck and any(c != mode for c in r["chain_modes"]):
             why = f"only some chains at the {mode}-column mode: its chains sit at {r['chain_modes']} active columns"
         elif r["rhat"] > 1.05:
-            why = (f"its chains do not mix (R-hat {r['rhat']:.3f} on {r['rhat_worst']} of this run or the "
-                   f"reference), though every z is below the threshold (max z {r['max_z']:.2f})")
+            why = (f"the chains of this run or the reference do not mix on {r['rhat_worst']}, though every z is "
+                   f"below the threshold (max z {r['max_z']:.2f})")
         else:
             why = f"max z {r['max_z']:.2f} ({r['worst']})"
         extra = ""
