@@ -53,7 +53,8 @@ def _gibbs(prior):
     pc = np.concatenate([np.tile(np.arange(m2), EMPTY_ROWS.size), np.repeat(EMPTY_COLS, m1)])
     # the plain sweep: the claims below are about its conditionals (draw t of M uses the
     # gamma of sweep t - 1; the column moves would redraw M_h, N_h after a new gamma_h)
-    fit = bmc.fit(data, K, prior, "gibbs", num_warmup=5, num_samples=NUM_DRAWS, thinning=1, column_moves=False,
+    fit = bmc.fit(data, K, prior, "gibbs", num_warmup=5, num_samples=NUM_DRAWS, thinning=1, num_chains=1,
+                  column_moves=False,
                   predict=(pr, pc), center=False, clip=False, store_factors=True, progress_bar=False, track=0)
     return fit, pr, pc
 
