@@ -93,7 +93,7 @@ def test_float64_is_honoured_without_global_x64(train):
 
 
 def test_get_prior_errors():
-    with pytest.raises(ValueError, match="string"):
+    with pytest.raises(TypeError, match="string"):
         bmc.priors.get_prior(1)
     with pytest.raises(ValueError, match="foo"):
         bmc.priors.get_prior("fixed", foo=1.0)
