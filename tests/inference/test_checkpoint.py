@@ -66,6 +66,15 @@ def _assert_same_gibbs(a, b):
     _same(a.rmse_mean, b.rmse_mean, "rmse_mean")
 
 
+def _assert_resumed_equals_full(method: str, full, resumed) -> None:
+    """A resumed Gibbs or VB fit equals the uninterrupted one (draws, resp. q and ELBO)."""
+    if method == "gibbs":
+        _assert_same_gibbs(full, resumed)
+    else:
+        for f in ("m", "n", "V_diag", "W_diag", "elbo"):
+            _same(getattr(full, f), getattr(resumed, f), err_msg=f)
+
+
 def test_checkpoint_driver_equals_numpyro_mcmc(tmp_path):
     train, test = _data()
     kw = _gibbs_kw(test)
@@ -139,11 +148,7 @@ def test_resume_after_interrupt_gives_the_uninterrupted_run(tmp_path, method):
     kw["progress_bar"] = False
     resumed = bmc.fit(train, checkpoint=path, **kw)
     full = bmc.fit(train, **kw)
-    if method == "gibbs":
-        _assert_same_gibbs(full, resumed)
-    else:
-        for f in ("m", "n", "V_diag", "W_diag", "elbo"):
-            _same(getattr(full, f), getattr(resumed, f), err_msg=f)
+    _assert_resumed_equals_full(method, full, resumed)
 
 
 @pytest.mark.parametrize("method", ["gibbs", "vb"])
@@ -185,11 +190,7 @@ def test_stop_request_saves_at_the_next_boundary(tmp_path, monkeypatch, method):
         assert arrays["elbo"].shape[0] == 2 and len(calls) == 2
     resumed = bmc.fit(train, checkpoint=path, **kw)
     full = bmc.fit(train, **kw)
-    if method == "gibbs":
-        _assert_same_gibbs(full, resumed)
-    else:
-        for f in ("m", "n", "V_diag", "W_diag", "elbo"):
-            _same(getattr(full, f), getattr(resumed, f), err_msg=f)
+    _assert_resumed_equals_full(method, full, resumed)
 
 
 def test_vb_checkpoint_continues_with_more_iterations(tmp_path):

@@ -49,6 +49,13 @@ def test_bad_argument_names_itself(train, kw, name, error):
     assert not isinstance(info.value, other)
 
 
+def test_mcmc_methods_run_four_chains_by_default(train):
+    assert bmc.inference.Gibbs().num_chains == 4 and bmc.inference.NUTS().num_chains == 4
+    assert bmc.inference.VB().restarts == 1
+    fit = bmc.fit(train, 2, num_warmup=2, num_samples=4, thinning=1, progress_bar=False)
+    assert jnp.asarray(fit.samples["gamma"]).shape[0] == 4
+
+
 @pytest.mark.parametrize("value", [2.5, True, "3", None])
 def test_K_of_the_wrong_type_is_a_type_error(train, value):
     with pytest.raises(TypeError, match="K must be a positive integer") as info:

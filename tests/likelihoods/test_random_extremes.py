@@ -37,16 +37,6 @@ from bmczoo.likelihoods import truncnorm as tn
 INF = np.inf
 
 
-@pytest.fixture(params=["float32", "float64"])
-def dtype(request):
-    """float32 (default JAX) and float64 (x64 enabled for the test)."""
-    if request.param == "float64":
-        with jax.enable_x64(True):
-            yield np.float64
-    else:
-        yield np.float32
-
-
 # ------------------------------------------------------------------ the generator's extremes
 
 

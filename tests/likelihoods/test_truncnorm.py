@@ -24,16 +24,6 @@ KS_LEVEL = 1e-3
 N_KS = 4000
 
 
-@pytest.fixture(params=["float32", "float64"])
-def dtype(request):
-    """Run under float32 (default JAX) and float64 (x64 enabled for the test)."""
-    if request.param == "float64":
-        with jax.enable_x64(True):
-            yield np.float64
-    else:
-        yield np.float32
-
-
 # ---------------------------------------------------------------- float64 references
 
 
