@@ -14,14 +14,12 @@ __all__ = ["enable_compilation_cache", "default_compilation_cache_dir"]
 
 
 def default_compilation_cache_dir() -> Path:
-    """``$BMCZOO_CACHE/jax``, else ``$XDG_CACHE_HOME/bmczoo/jax``, else
-    ``~/.cache/bmczoo/jax``: where :func:`enable_compilation_cache` stores programs."""
-    root = os.environ.get("BMCZOO_CACHE")
-    if root:
-        return Path(root).expanduser() / "jax"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "bmczoo" / "jax"
+    """``jax/`` in bmczoo's cache folder (:func:`bmczoo.datasets.cache_root`: ``$BMCZOO_CACHE``,
+    else ``$XDG_CACHE_HOME/bmczoo``, else ``~/.cache/bmczoo``): where
+    :func:`enable_compilation_cache` stores programs."""
+    from .datasets.movielens import cache_root
+
+    return cache_root() / "jax"
 
 
 def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path:
