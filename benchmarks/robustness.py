@@ -23,8 +23,9 @@ seeds) of the test metric: RMSE for the Gaussian likelihoods and the ordered pro
 expected level), AUC for the probit.  Exit status 1 when any cell failed.
 
 Seeds reuse compiled programs through JAX's persistent compilation cache (``--cache``;
-programs that differ only in the seed hit it), and XLA compiles with the test suite's
-faster flags (optimisation off; ``--xla-opt`` keeps XLA's defaults).  The script lowers its own CPU priority
+programs that differ only in the seed hit it).  ``--fast-compile`` (implied by ``--quick``)
+compiles with the test suite's flags (XLA optimisation off): quicker to compile, slower to
+run, the better trade for fits of a hundred sweeps but not for 1,000 sweeps on ML-100K.  The script lowers its own CPU priority
 (``nice``, ``--nice``): it is meant to run beside other work.
 """
 
@@ -125,15 +126,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="simulation only, seed 0, 100 sweeps")
     ap.add_argument("--cache", default=str(REPO / ".jax_cache"), help="persistent compilation cache folder")
     ap.add_argument("--nice", type=int, default=10, help="CPU priority increment (default 10; 0: none)")
-    ap.add_argument("--xla-opt", action="store_true", help="compile at XLA's default optimisation")
+    ap.add_argument("--fast-compile", action="store_true",
+                    help="compile with XLA optimisation off (for short fits; implied by --quick)")
     ap.add_argument("--out", help="results JSON")
     ap.add_argument("--verbose", action="store_true", help="print the traceback of every failure")
     a = ap.parse_args(argv)
     if a.quick:
-        a.data, a.seeds, a.sweeps = ["sim"], [0], 100
+        a.data, a.seeds, a.sweeps, a.fast_compile = ["sim"], [0], 100, True
     if a.nice:
         os.nice(a.nice)
-    if not a.xla_opt and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    if a.fast_compile and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         # compiling dominates these short fits: the test suite's flags (tests/conftest.py),
         # which change how the code is generated, not what is computed
         os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *FAST_COMPILE]).strip()
@@ -159,6 +161,8 @@ def main(argv=None) -> int:
                 print(f"  {data} {prior} {lik} biases={'on' if b else 'off'} seed {seed}: "
                       f"{err or f'{metric:.4f}'} ({sec:.0f} s)", flush=True)
             rows.append(cell)
+            if a.out:  # after every cell, so that an interrupted run keeps what it measured
+                Path(a.out).write_text(json.dumps({"settings": vars(a), "cells": rows}, indent=1, default=str))
 
     print()
     print("| data | prior | likelihood | biases | failures | metric | mean (sd) | seconds/fit |")
