@@ -94,7 +94,7 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
         test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
         num_warmup=s.num_warmup, thinning=s.thinning, num_total=s.num_warmup + s.num_samples, mesh=s.devices,
         overrelax=s.overrelax, likelihood=info.likelihood, biases=info.biases, column_moves=s.column_moves,
-        anneal_steps=s.anneal_steps, anneal_every=s.anneal_every,
+        anneal_steps=s.anneal_steps, anneal_every=s.anneal_every, prior=info.prior,
     )
 
 

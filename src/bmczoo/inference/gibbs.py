@@ -58,10 +58,11 @@ __all__ = [
     jax.tree_util.register_dataclass,
     data_fields=[
         "rows", "cols", "tau", "pred_rows", "pred_cols", "test_values", "offset",
-        "clip_lo", "clip_hi", "track_rows", "track_cols", "sum_sq", "levels", "col_perm", "cut_step",
+        "clip_lo", "clip_hi", "track_rows", "track_cols", "sum_sq", "levels", "col_perm", "cut_step", "links",
     ],
     meta_fields=["num_warmup", "thinning", "num_total", "has_test", "dims", "mesh", "overrelax",
-                 "likelihood", "biases", "num_ratings", "column_moves", "anneal_steps", "anneal_every"],
+                 "likelihood", "biases", "num_ratings", "column_moves", "anneal_steps", "anneal_every",
+                 "link_sites"],
 )
 @dataclasses.dataclass(frozen=True)
 class GibbsProblem:
@@ -98,6 +99,10 @@ class GibbsProblem:
     levels, col_perm, cut_step : a latent likelihood's data (probit, ordered probit; empty
         otherwise): the level index of each rating in row order (n,), the row-order position
         of each rating in column order (n,), and the random-walk scale of the cut points.
+    links : the arrays of the prior's feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`;
+        empty without a link: then the sweep calls the prior's plain hooks).
+    link_sites : the prior's state variables kept in the draws only with the factors
+        (:attr:`~bmczoo.priors.Prior.link_sites`; static).
     """
 
     rows: CSR
@@ -128,6 +133,8 @@ class GibbsProblem:
     column_moves: bool = False
     anneal_steps: int = 0
     anneal_every: int = 1
+    links: dict = dataclasses.field(default_factory=dict)
+    link_sites: tuple = ()
 
     @property
     def learned_tau(self) -> bool:
@@ -210,6 +217,7 @@ def build_problem(
     column_moves: bool = False,
     anneal_steps: int = 0,
     anneal_every: int = 1,
+    prior: Prior | None = None,
 ) -> GibbsProblem:
     """Prepare the device arrays of a problem (once; reused by every sweep).
 
@@ -222,7 +230,9 @@ def build_problem(
     and ``biases`` (a :class:`~bmczoo.offsets.Biases` or None) are the model's other
     components.  ``column_moves`` ends each sweep with the column moves of
     :func:`column_moves`; ``anneal_steps > 0`` adds the annealed spike/slab switch
-    (:func:`annealed_switch`) every ``anneal_every`` sweeps.
+    (:func:`annealed_switch`) every ``anneal_every`` sweeps.  ``prior``: the arrays of
+    its feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`, DESIGN.md section 11) are
+    built from ``ratings`` (a prior with a link must be given here).
     """
     overrelax = check_overrelax(overrelax)
     anneal_steps, anneal_every = check_anneal(anneal_steps, anneal_every)
@@ -235,6 +245,10 @@ def build_problem(
         raise ValueError(f"the {likelihood.name} likelihood runs on one device: its sharded latent block is not "
                          "implemented (drop devices=)")
     pr, pc, tr, tc, tv = _entries(ratings, predict, track, test_values)
+    links = prior.gibbs_links(ratings, dtype) if prior is not None and hasattr(prior, "gibbs_links") else {}
+    if links and mesh is not None:
+        raise ValueError(f"{prior.name} with feature links runs on one device: its sharded link block is not "
+                         "implemented (drop devices=)")
     has_test = tv.shape[0] > 0
     lo, hi = clip if clip is not None else (-np.inf, np.inf)
     if mesh is not None:
@@ -271,6 +285,8 @@ def build_problem(
         anneal_every=anneal_every,
         sum_sq=jnp.asarray(_sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype),
         **_latent_data(likelihood, ratings, dtype),
+        links=links,
+        link_sites=tuple(getattr(prior, "link_sites", ())) if links else (),
     )
     if mesh is not None:  # everything but the rating blocks is replicated
         rep = sh.replicated(mesh)
@@ -346,7 +362,7 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
     when learned, ``row_bias_var`` / ``col_bias_var`` (C,) with biases and, with
     ``store_factors``, ``M`` (C, m1, K) and ``N`` (C, m2, K) (and the biases ``row_bias``
     (C, m1), ``col_bias`` (C, m2))."""
-    out = dict(state.prior_state)
+    out = {k: v for k, v in state.prior_state.items() if store_factors or k not in problem.link_sites}
     out["theta"] = entries(state, problem, problem.track_rows, problem.track_cols)
     if problem.learned_tau:
         out["tau"] = state.tau
@@ -397,7 +413,12 @@ def init(
     C = keys.shape[0]
     m1, m2 = problem.dims
     dtype = problem.rows.values.dtype
-    state0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (C,) + x.shape), prior.gibbs_state(K, m1, m2, dtype))
+    state0 = prior.gibbs_state(K, m1, m2, dtype)
+    if problem.links:
+        state0 = {**state0, **prior.link_state(K, problem.links, dtype)}
+    elif getattr(prior, "gibbs_links", None) is not None and getattr(prior, "linked_sides", ()):
+        raise ValueError(f"{prior} has feature links: build the problem with build_problem(..., prior=prior)")
+    state0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (C,) + x.shape), state0)
     if gamma is not None:
         prior_state = {**(prior_state or {}), "gamma": gamma}
     for name, value in (prior_state or {}).items():
@@ -516,8 +537,8 @@ def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var,
     precision, shift = prior
     P = tb[:, None, None, None] * G + prior_precision_term(precision, K, dtype)
     rhs = tb[:, None, None] * r
-    if shift is not None:
-        rhs = rhs + shift[:, None, :]
+    if shift is not None:  # (C, K), or per row (C, m, K) with a feature link
+        rhs = rhs + (shift if shift.ndim == 3 else shift[:, None, :])
     x = overrelaxed_rows(cholesky_rows(P), rhs, z, own, rho)
     if sse and cross:
         # sum_k theta_k^2 - 2 sum_k r_k theta_k over the ratings, from this side's sums
@@ -575,7 +596,8 @@ def _sweep_body(rows: CSR, cols: CSR, M, N, b, c, zM, zN, zb, zc, priors, tb, in
     N, c, badN, part2 = _side(cols, N, M_all, zN, zc, c, b_all, pN, tb, inv_var[:, 1], rho=rho,
                               use_bias=use_bias, sse=sse, cross=True, values=values[1])
     N, c = comm.mask(N, 1), comm.mask(c, 1)
-    stats = comm.psum((factor_stats(M), factor_stats(N), part1 + part2,
+    stats_M, stats_N = factor_stats if isinstance(factor_stats, tuple) else (factor_stats, factor_stats)
+    stats = comm.psum((stats_M(M), stats_N(N), part1 + part2,
                        jnp.stack([jnp.sum(b * b, axis=-1), jnp.sum(c * c, axis=-1)], axis=-1)))
     return M, N, b, c, badM, badN, stats
 
@@ -583,7 +605,12 @@ def _sweep_body(rows: CSR, cols: CSR, M, N, b, c, zM, zN, zb, zc, priors, tb, in
 def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, zN, zb, zc, tb, values=None):
     use_bias = problem.biases is not None
     kw = dict(rho=problem.overrelax, use_bias=use_bias, sse=problem.learned_tau, factor_stats=prior.factor_stats)
-    priors = prior.row_priors(state.prior_state)
+    if problem.links:  # a feature link: per-row prior means, link statistics (one device)
+        kw["factor_stats"] = tuple(functools.partial(prior.link_factor_stats, links=problem.links, side=s)
+                                   for s in ("M", "N"))
+        priors = prior.link_row_priors(state.prior_state, problem.links, *problem.dims)
+    else:
+        priors = prior.row_priors(state.prior_state)
     inv_var = 1.0 / state.bias_var
     if problem.mesh is None:
         vals = (None, None) if values is None else (values, values[:, problem.col_perm])
@@ -675,7 +702,11 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
             lambda k, q: jnp.stack([problem.biases.sample_variance(kk, qq, m) for kk, qq, m in
                                     zip(jax.random.split(k), (q[0], q[1]), (m1, m2))])
         )(kv, sumsq)
-    prior_state = jax.vmap(lambda k, a, b_: prior.gibbs_update(k, a, b_, m1, m2))(kg, sM, sN)
+    if problem.links:
+        prior_state = jax.vmap(lambda k, s, a, b_: prior.link_update(k, s, a, b_, m1, m2, problem.links))(
+            kg, state.prior_state, sM, sN)
+    else:
+        prior_state = jax.vmap(lambda k, a, b_: prior.gibbs_update(k, a, b_, m1, m2))(kg, sM, sN)
     new = state._replace(M=M, N=N, prior_state=prior_state, tau=tau, row_bias=b, col_bias=c, bias_var=bias_var,
                          key=keys, lik_state=lik_state)
     if problem.column_moves:

@@ -220,6 +220,7 @@ class ConjugateGibbs(MCMCKernel):
             anneal_steps=self._anneal[0],
             anneal_every=self._anneal[1],
             biases=biases,
+            prior=self._prior,
         )
         self._batched = not is_prng_key(rng_key)
         keys = rng_key if self._batched else rng_key[None]

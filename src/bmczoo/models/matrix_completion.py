@@ -85,7 +85,9 @@ def matrix_completion(
     if marginal and prior.has_column_scales:
         M, N = _marginal_factors(prior, m1, m2, K)
     else:
-        _, M, N = prior.sample_latents(m1, m2, K)
+        # the data, not only its shape: a prior with a feature link reads the features
+        _, M, N = (prior.sample_latents_for(ratings, K) if hasattr(prior, "sample_latents_for")
+                   else prior.sample_latents(m1, m2, K))
     bias = None if biases is None else sample_biases(biases, m1, m2)
     rows = jnp.asarray(ratings.rows)
     cols = jnp.asarray(ratings.cols)

@@ -166,6 +166,51 @@ class Prior(abc.ABC):
         statistics of :meth:`factor_stats` (one chain's)."""
         return {"gamma": self.sample_conditional(key, stats_M + stats_N, m1 + m2)}
 
+    # ------------------------------------------------------------------ Gibbs (feature links)
+    # A prior whose rows have feature-driven means (the Normal-Wishart prior with
+    # ``row_features=`` / ``col_features=``, DESIGN.md section 11) needs the feature arrays
+    # inside the traced sweep.  Priors are static (hashed) arguments of jitted functions, so
+    # the arrays live in the problem (``GibbsProblem.links``, built once from the data by
+    # :meth:`gibbs_links`) and reach the prior through these hooks.  The engine calls them
+    # only when ``links`` is not empty; otherwise it calls the four hooks above, so a prior
+    # without a link needs none of these.
+
+    #: names of state variables that are as large as a factor (a link matrix ``B``): kept
+    #: in the draws only when the factors are
+    link_sites: ClassVar[tuple[str, ...]] = ()
+
+    def gibbs_links(self, ratings, dtype=jnp.float32) -> dict[str, jax.Array]:
+        """The device arrays of the prior's feature links for the data ``ratings`` (a
+        :class:`~bmczoo.data.RatingData`): a flat dict of arrays, empty (the default) when
+        the prior has no link."""
+        return {}
+
+    def link_state(self, K: int, links: dict, dtype=jnp.float32) -> dict[str, jax.Array]:
+        """The starting values of the link's own variables (one chain), added to
+        :meth:`gibbs_state`."""
+        return {}
+
+    def link_row_priors(self, state: dict, links: dict, m1: int, m2: int) -> tuple[tuple, tuple]:
+        """:meth:`row_priors` with the links: each shift may also be per row, (C, m, K)."""
+        return self.row_priors(state)
+
+    def link_factor_stats(self, F: jax.Array, links: dict, side: str):
+        """:meth:`factor_stats` of factor ``side`` (``"M"`` or ``"N"``) with the links (sums
+        over rows, so a sharded run could add the devices' parts)."""
+        return self.factor_stats(F)
+
+    def link_update(self, key: jax.Array, state: dict, stats_M, stats_N, m1: int, m2: int, links: dict) -> dict:
+        """:meth:`gibbs_update` with the links; also given the prior's current ``state``
+        (one chain), as a link's blocks are drawn in turn (Gibbs within the prior)."""
+        return self.gibbs_update(key, stats_M, stats_N, m1, m2)
+
+    def sample_latents_for(self, ratings, K: int):
+        """NumPyro sample statements of :meth:`sample_latents` for the data ``ratings``
+        (a prior with a feature link reads the data's features); the default ignores
+        everything but the shape."""
+        m1, m2 = ratings.shape
+        return self.sample_latents(m1, m2, K)
+
     def column_block(self, gamma: jax.Array):
         """For a prior whose columns share a few scale values (the discrete prior's slab):
         the (..., K) mask of the columns in the slab, among which the posterior is

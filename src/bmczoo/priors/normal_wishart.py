@@ -18,6 +18,7 @@ import numpyro
 import numpyro.distributions as dist
 from jax import lax
 
+from . import macau
 from .base import Prior, as_real_scalar, check_positive, set_fields
 
 __all__ = ["NormalWishart", "wishart_draw", "nw_posterior", "nw_vb_term"]
@@ -163,21 +164,47 @@ class NormalWishart(Prior):
     W0_scale : float > 0
         Wishart scale ``W0 = W0_scale * I`` (``E[Lambda] = nu0 W0``).
 
+    row_features, col_features : None, True or bmczoo.data.Features, optional
+        Side information of the rows / columns (DESIGN.md section 11, Macau): with
+        features ``x_i`` the rows are ``M_i ~ N(mu_M + B_M^T x_i, Lambda_M^{-1})``, the
+        link ``B_M`` (F x K) has rows ``N(0, (lam_B_M Lambda_M)^{-1})`` and ``lam_B_M ~
+        Gamma(a_B, b_B)``.  True means the data's ``row_features`` / ``col_features`` (as
+        the MovieLens loaders attach them); a :class:`~bmczoo.data.Features` table must
+        have one row per row (column) of the data.  None: no link.
+    implicit : bool or {"rows", "cols"}
+        Add the implicit-feedback features of the fitted pairs (SVD++: the columns each
+        row rated, scaled by ``|R(i)|^-1/2``; :func:`bmczoo.data.implicit_features`) to
+        the rows' link (``"rows"``), the columns' (``"cols"``) or both (True).
+    a_B, b_B : float > 0
+        Shape and rate of the Gamma prior of each link's precision ``lam_B``.
+
     Gibbs conditional (DESIGN.md section 8): with ``m`` rows, ``beta* = beta0 + m``,
     ``nu* = nu0 + m``, ``mu* = sum_i M_i / beta*``,
     ``W*^{-1} = W0^{-1} + S + (beta0 m / beta*) Mbar Mbar^T``;
-    ``Lambda ~ Wishart(W*, nu*)``, ``mu | Lambda ~ N(mu*, (beta* Lambda)^{-1})``.
+    ``Lambda ~ Wishart(W*, nu*)``, ``mu | Lambda ~ N(mu*, (beta* Lambda)^{-1})``.  With a
+    link the prior's block draws ``B``, ``lam_B`` and then ``(mu, Lambda)`` given the
+    residuals ``M_i - B^T x_i`` (:func:`bmczoo.priors.macau.link_block`).
     """
 
     beta0: float = 2.0
     nu0: float | None = None
     W0_scale: float = 1.0
+    row_features: object = None
+    col_features: object = None
+    implicit: object = False
+    a_B: float = 1.0
+    b_B: float = 1.0
     name = "normal-wishart"
     tuned = "W0_scale"
     has_column_scales = False
+    link_sites = ("B_M", "B_N")
 
     def __post_init__(self):
-        set_fields(self, check_positive("NormalWishart", beta0=self.beta0, W0_scale=self.W0_scale))
+        set_fields(self, check_positive("NormalWishart", beta0=self.beta0, W0_scale=self.W0_scale,
+                                        a_B=self.a_B, b_B=self.b_B))
+        object.__setattr__(self, "row_features", macau.check_spec("NormalWishart", "row_features", self.row_features))
+        object.__setattr__(self, "col_features", macau.check_spec("NormalWishart", "col_features", self.col_features))
+        object.__setattr__(self, "implicit", macau.check_implicit("NormalWishart", self.implicit))
         if self.nu0 is not None:
             object.__setattr__(self, "nu0", as_real_scalar("NormalWishart", "nu0", self.nu0))
             if not self.nu0 > 0 or self.nu0 != self.nu0 or self.nu0 == float("inf"):
@@ -191,7 +218,36 @@ class NormalWishart(Prior):
         return nu0
 
     def hyperparameters(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        """The numeric hyper-parameters (``a_B``, ``b_B`` only with a link; the link's
+        features are described by :meth:`links`)."""
+        out = {"beta0": self.beta0, "nu0": self.nu0, "W0_scale": self.W0_scale}
+        if self.linked_sides:
+            out.update(a_B=self.a_B, b_B=self.b_B)
+        return {k: v for k, v in out.items() if v is not None}
+
+    @property
+    def linked_sides(self) -> tuple[str, ...]:
+        """The factors (``"M"``, ``"N"``) whose rows have a feature link."""
+        imp = self.implicit
+        return tuple(side for side, spec, axis in (("M", self.row_features, "rows"), ("N", self.col_features, "cols"))
+                     if spec is not None or imp is True or imp == axis)
+
+    def links(self) -> dict:
+        """A description of the feature links: per linked factor, the explicit features
+        (``"data"`` for the data's, or the table's shape) and whether implicit feedback is
+        added."""
+        out = {}
+        for side, spec, axis in (("M", self.row_features, "rows"), ("N", self.col_features, "cols")):
+            if side in self.linked_sides:
+                out[side] = {"features": "data" if spec is True else (None if spec is None else list(spec.features.shape)),
+                             "implicit": self.implicit is True or self.implicit == axis}
+        return out
+
+    def __str__(self) -> str:
+        s = super().__str__()
+        if not self.linked_sides:
+            return s
+        return s[:-1] + ", " + ", ".join(f"link_{k}={v}" for k, v in self.links().items()) + ")"
 
     # ------------------------------------------------------------------ NumPyro
     def sample_latents(self, m1, m2, K):
@@ -209,6 +265,31 @@ class NormalWishart(Prior):
             Lam = numpyro.sample(f"Lambda_{side}", dist.Wishart(nu0, scale_matrix=self.W0_scale * eye))
             mu = numpyro.sample(f"mu_{side}", dist.MultivariateNormal(jnp.zeros(K), precision_matrix=self.beta0 * Lam))
             F = numpyro.sample(side, dist.MultivariateNormal(mu, precision_matrix=Lam).expand([m]).to_event(1))
+            out.append(F)
+        return None, out[0], out[1]
+
+    def sample_latents_for(self, ratings, K):
+        """:meth:`sample_latents` with the feature links: for a linked factor, also
+        ``lam_B_F ~ Gamma(a_B, b_B)`` and ``B_F`` (F, K) with rows ``N(0, (lam_B_F
+        Lambda_F)^{-1})`` after ``mu_F``, and the rows' mean is ``mu_F + B_F^T x_i``."""
+        m1, m2 = ratings.shape
+        if not self.linked_sides:
+            return self.sample_latents(m1, m2, K)
+        nu0 = self.degrees(K)
+        eye = jnp.eye(K)
+        out = []
+        for side, m, spec, axis in zip(SIDES, (m1, m2), (self.row_features, self.col_features), ("rows", "cols")):
+            Lam = numpyro.sample(f"Lambda_{side}", dist.Wishart(nu0, scale_matrix=self.W0_scale * eye))
+            mu = numpyro.sample(f"mu_{side}", dist.MultivariateNormal(jnp.zeros(K), precision_matrix=self.beta0 * Lam))
+            loc = mu
+            X = macau.side_features(spec, self.implicit, ratings, axis)
+            if X is not None:
+                lam = numpyro.sample(f"lam_B_{side}", dist.Gamma(self.a_B, self.b_B))
+                B = numpyro.sample(f"B_{side}", dist.MultivariateNormal(jnp.zeros(K), precision_matrix=lam * Lam)
+                                   .expand([X.n_features]).to_event(1))
+                loc = mu + jnp.asarray(X.to_dense()) @ B
+            F = numpyro.sample(side, dist.MultivariateNormal(loc, precision_matrix=Lam)
+                               .expand([m]).to_event(1))
             out.append(F)
         return None, out[0], out[1]
 
@@ -240,6 +321,70 @@ class NormalWishart(Prior):
         for side, (s1, s2), m, k in zip(SIDES, (stats_M, stats_N), (m1, m2), jax.random.split(key)):
             mu_star, beta_star, nu_star, Winv = nw_posterior(s1, s2, m, self.beta0, nu0, W0_inv)
             out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(k, Winv, nu_star, beta_star, mu_star)
+        return out
+
+    # ------------------------------------------------------------------ Gibbs (feature links)
+    # links: per linked factor F, the arrays of macau.link_arrays under "F/<name>"
+
+    def gibbs_links(self, ratings, dtype=jnp.float32):
+        out = {}
+        for side, spec, axis in zip(SIDES, (self.row_features, self.col_features), ("rows", "cols")):
+            X = macau.side_features(spec, self.implicit, ratings, axis)
+            if X is not None:
+                out.update({f"{side}/{k}": v for k, v in macau.link_arrays(X, dtype).items()})
+        return out
+
+    @staticmethod
+    def _side_link(links: dict, side: str) -> dict | None:
+        prefix = f"{side}/"
+        link = {k[len(prefix):]: v for k, v in links.items() if k.startswith(prefix)}
+        return link or None
+
+    def link_state(self, K, links, dtype=jnp.float32):
+        """``B = 0``, ``lam_B = 1`` for each linked factor."""
+        out = {}
+        for side in SIDES:
+            link = self._side_link(links, side)
+            if link is not None:
+                out[f"B_{side}"] = jnp.zeros((link["d"].shape[0], K), dtype)
+                out[f"lam_B_{side}"] = jnp.ones((), dtype)
+        return out
+
+    def link_row_priors(self, state, links, m1, m2):
+        """A linked factor's shift is per row: ``Lambda (mu + B^T x_i)`` (C, m, K)."""
+        out = []
+        for side, m in zip(SIDES, (m1, m2)):
+            Lam, mu = state[f"Lambda_{side}"], state[f"mu_{side}"]
+            link = self._side_link(links, side)
+            mean = mu if link is None else macau.link_mean(link, mu, state[f"B_{side}"], m)
+            out.append((Lam, jnp.einsum("ckl,c...l->c...k", Lam, mean)))
+        return tuple(out)
+
+    def link_factor_stats(self, F, links, side):
+        """``(sum_i F_i, F^T F)`` and, for a linked factor, ``V^T X^T F`` (C, F, K)."""
+        stats = self.factor_stats(F)
+        link = self._side_link(links, side)
+        if link is None:
+            return stats
+        return stats + (jnp.einsum("fg,cfk->cgk", link["V"], macau.xt_times(link, F)),)
+
+    def link_update(self, key, state, stats_M, stats_N, m1, m2, links):
+        K = stats_M[0].shape[-1]
+        dtype = stats_M[0].dtype
+        nu0 = self.degrees(K)
+        W0_inv = jnp.eye(K, dtype=dtype) / self.W0_scale
+        out = {}
+        for side, stats, m, k in zip(SIDES, (stats_M, stats_N), (m1, m2), jax.random.split(key)):
+            link = self._side_link(links, side)
+            if link is None:
+                mu_star, beta_star, nu_star, Winv = nw_posterior(stats[0], stats[1], m, self.beta0, nu0, W0_inv)
+                out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(k, Winv, nu_star, beta_star, mu_star)
+                continue
+            s1, s2, Gt = stats
+            mu, Lam, B, lam = macau.link_block(
+                k, link, state[f"mu_{side}"], state[f"Lambda_{side}"], state[f"lam_B_{side}"], s1, s2, Gt, m,
+                beta0=self.beta0, nu0=nu0, W0_inv=W0_inv, a_B=self.a_B, b_B=self.b_B)
+            out.update({f"mu_{side}": mu, f"Lambda_{side}": Lam, f"B_{side}": B, f"lam_B_{side}": lam})
         return out
 
     def sample_conditional(self, key, S, d):
