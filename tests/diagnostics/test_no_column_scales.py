@@ -4,7 +4,8 @@ False``, e.g. :class:`~bmczoo.priors.NormalWishart`): its draws hold the prior's
 refuse it with an error naming the prior; ``rank_posterior`` answers with the posterior of
 the effective rank of theta (the number of its singular values above the threshold),
 checked against NumPy's SVD of ``M N^T`` draw by draw; the conversion, summary and report
-skip gamma and keep the state draws."""
+skip gamma; the conversion shows the state's invariant summaries and the state draws on
+request."""
 
 from __future__ import annotations
 
@@ -89,15 +90,28 @@ def test_rank_posterior_of_a_vb_fit_is_that_of_its_draws():
     np.testing.assert_array_equal(dg.rank_posterior(vb, t, num_draws=50, seed=4), want)
 
 
-def test_to_arviz_keeps_the_state_draws(nw_mcmc):
+def test_to_arviz_state_summaries_and_draws_on_request(nw_mcmc):
     post = dg.to_arviz(nw_mcmc).posterior
     assert "gamma" not in post and "gamma_sorted" not in post
+    assert not {"mu_M", "Lambda_M", "mu_N", "Lambda_N", "M", "N"} & set(post.data_vars)
+    assert list(post["side"].values) == ["M", "N"]
+    for k, side in enumerate(("M", "N")):
+        lam = nw_mcmc.samples[f"Lambda_{side}"]
+        # eigenvalues of the covariance Lambda^{-1}, decreasing, by a route of their own
+        want = -np.sort(-np.linalg.eigvals(np.linalg.inv(lam)).real, axis=-1)
+        np.testing.assert_allclose(post["cov_eig"].values[:, :, k], want, rtol=1e-10)
+        np.testing.assert_allclose(post["mu_norm"].values[:, :, k],
+                                   np.sqrt(np.sum(nw_mcmc.samples[f"mu_{side}"] ** 2, axis=-1)), rtol=1e-12)
+    assert post["cov_eig"].dims == ("chain", "draw", "side", "h")
+    assert post["mu_norm"].dims == ("chain", "draw", "side")
+    # the state as stored, on request
+    post = dg.to_arviz(nw_mcmc, var_names=["mu_M", "Lambda_M", "mu_N", "Lambda_N"]).posterior
     for side in ("M", "N"):
         np.testing.assert_array_equal(post[f"mu_{side}"].values, nw_mcmc.samples[f"mu_{side}"])
         np.testing.assert_array_equal(post[f"Lambda_{side}"].values, nw_mcmc.samples[f"Lambda_{side}"])
         assert post[f"mu_{side}"].dims == ("chain", "draw", "h")
         assert post[f"Lambda_{side}"].dims == ("chain", "draw", "h", "h2")
-    assert {"theta", "theta_sv", "theta_fro", "eff_rank"} <= set(post.data_vars)
+    assert {"theta", "theta_sv", "theta_fro", "eff_rank", "cov_eig"} <= set(post.data_vars)
     assert post.attrs["prior"] == "normal-wishart"
 
 
@@ -118,7 +132,8 @@ def test_guide_draws_and_vb(nw_mcmc):
     svi = SimpleNamespace(draws=draws, losses=np.array([2.0, 1.0]), shape=(M1, M2),
                           info=fake_info("svi", K, (M1, M2), NW))
     post = dg.to_arviz(svi).posterior
-    assert "gamma" not in post
+    assert "gamma" not in post and "Lambda_N" not in post and post["cov_eig"].shape == (1, S, 2, K)
+    post = dg.to_arviz(svi, var_names=["Lambda_N"]).posterior
     np.testing.assert_array_equal(post["Lambda_N"].values[0], draws["Lambda_N"])
     r = dg.rank_posterior(svi, 0.5)
     np.testing.assert_array_equal(r, np.bincount(_svd_counts(draws["M"], draws["N"], 0.5), minlength=K + 1) / S)

@@ -2,7 +2,8 @@
 
 Conversion (arrays first, ArviZ at the edge)::
 
-    idata = bmc.diagnostics.to_arviz(fit)        # any fit: Gibbs, NUTS, VB, SVI, MAP
+    idata = bmc.diagnostics.to_arviz(fit)        # any fit: Gibbs, NUTS, VB, SVI, MAP (small default)
+    bmc.diagnostics.to_arviz(fit, var_names=["row_bias"])  # stored draws on request (full=True: all)
     bmc.diagnostics.summary(fit)                 # ESS bulk/tail, R-hat, MCSE (az.summary)
     bmc.diagnostics.rank_posterior(fit, 0.2)     # P(#{h: gamma_h > 0.2} = r), r = 0..K
     bmc.diagnostics.theta_rank_posterior(fit)    # P(effective rank of theta = r), any prior
@@ -28,6 +29,7 @@ from .convert import (
     FitArrays,
     arrays_to_arviz,
     effective_rank,
+    extra_var_names,
     fit_arrays,
     from_numpyro,
     kept_iterations,
@@ -46,6 +48,7 @@ __all__ = [
     "arrays_to_arviz",
     "autocorrelation",
     "effective_rank",
+    "extra_var_names",
     "fit_arrays",
     "from_numpyro",
     "gamma_threshold",

@@ -9,23 +9,34 @@ arrays with a leading ``(chain, draw)`` axis pair (posterior and sample stats) o
 
 Groups and variables
 --------------------
-``posterior`` (chain, draw, ...)
-    ``gamma`` (h) where the method has it; ``gamma_sorted`` (h): gamma in decreasing
-    order (the labels h are not identified: the posterior is invariant under permuting
-    the columns of M, N together with gamma); MCMC draws of gamma: ``num_active``, the
-    number of active columns ``sum_h P(gamma_h > t | draw)`` (the indicator count for
-    drawn gamma; :func:`active_threshold` gives ``t``); ``theta`` (entry): theta at the tracked
-    entries, with coordinates ``row`` and ``col`` on ``entry`` and ``"i,j"`` labels;
-    where the factors ``M``, ``N`` of each draw are known (stored factor draws, or
-    draws from q): ``theta_sv`` (h) the singular values of ``theta = M N^T`` (decreasing),
-    ``theta_fro`` = ``||theta||_F`` and ``eff_rank``, the entropy effective rank
-    ``exp(-sum_k p_k log p_k)``, ``p = sv / sum(sv)`` (Roy and Vetterli, 2007), a
-    continuous rotation- and label-invariant measure of the rank of ``theta``;
-    a likelihood that learns its noise: ``noise_sd`` = ``1 / sqrt(tau)`` (data scale).
-    A prior without column scales (``has_column_scales = False``, e.g.
-    :class:`~bmczoo.priors.NormalWishart`) has no gamma: its own state draws are
-    included instead (``mu_M`` (h), ``Lambda_M`` (h, h2), ...; trailing axes of length
-    K named ``h``, ``h2``, ...).
+``posterior`` (chain, draw, ...), by default: the few variables one reads
+    ``theta`` (entry): theta at the tracked entries, with coordinates ``row`` and ``col``
+    on ``entry`` and ``"i,j"`` labels; ``gamma`` (h) where the method has it;
+    ``gamma_sorted`` (h): gamma in decreasing order (the labels h are not identified: the
+    posterior is invariant under permuting the columns of M, N together with gamma);
+    MCMC draws of gamma: ``num_active``, the number of active columns ``sum_h P(gamma_h >
+    t | draw)`` (the indicator count for drawn gamma; :func:`active_threshold` gives
+    ``t``); where the factors ``M``, ``N`` of each draw are known (stored factor draws,
+    or draws from q): ``theta_sv`` (h) the singular values of ``theta = M N^T``
+    (decreasing), ``theta_fro`` = ``||theta||_F`` and ``eff_rank``, the entropy
+    effective rank ``exp(-sum_k p_k log p_k)``, ``p = sv / sum(sv)`` (Roy and Vetterli,
+    2007), a continuous rotation- and label-invariant measure of the rank of ``theta``;
+    a likelihood that learns its noise: ``noise_sd`` = ``1 / sqrt(tau)`` (data scale);
+    learned biases: ``bias_var`` (bias = ``row``, ``col``), the variances of the row and
+    column biases; a Normal-Wishart prior (no gamma): ``cov_eig`` (side = ``M``, ``N``;
+    h), the eigenvalues of ``Lambda_M^{-1}`` and ``Lambda_N^{-1}`` (the covariance of the
+    rows of M and of N) in decreasing order, its analogue of sorted gamma, and
+    ``mu_norm`` (side) = ``||mu_M||``, ``||mu_N||`` (both invariant under the rotations
+    that leave the posterior unchanged, unlike ``mu`` and ``Lambda`` themselves); learned
+    cut points of an ordinal likelihood: ``cuts`` (cut).
+``posterior`` on request (``var_names=[...]``; ``full=True`` for all of them)
+    Every other stored draw, as stored (:func:`extra_var_names` lists a fit's): the per-row
+    and per-column biases ``row_bias`` (i), ``col_bias`` (j), the factor draws ``M``
+    (i, h), ``N`` (j, h) (``store_factors``), ``tau``, ``row_bias_var``,
+    ``col_bias_var`` and a Normal-Wishart state's ``mu_M`` (h), ``Lambda_M`` (h, h2),
+    ``mu_N``, ``Lambda_N``.  They are left out by default because they are large (one
+    value per row or column, or K x K per side) and, for the factors and the
+    Normal-Wishart state, not identified (their traces and R-hat reflect rotations).
 ``sample_stats`` (chain, draw)
     Gibbs with test data: ``rmse`` (test RMSE of the kept draw) and ``rmse_mean`` (of
     the running posterior mean when that draw was kept); NUTS: NumPyro's extra fields
@@ -92,10 +103,16 @@ __all__ = [
     "from_numpyro",
     "theta_singular_values",
     "effective_rank",
+    "extra_var_names",
     "kept_iterations",
     "fit_kind",
     "INVARIANT_VARS",
+    "DEFAULT_VARS",
 ]
+
+#: the variables of the default posterior, in their order (those the fit has)
+DEFAULT_VARS = ("theta", "gamma", "gamma_sorted", "num_active", "theta_sv", "theta_fro", "eff_rank", "noise_sd",
+                "bias_var", "cov_eig", "mu_norm", "cuts")
 
 #: rotation- and label-invariant posterior variables (in display order)
 INVARIANT_VARS = ("theta", "gamma_sorted", "num_active", "theta_fro", "eff_rank", "noise_sd")
@@ -355,25 +372,61 @@ def _add_gamma(post: dict, gamma: np.ndarray) -> None:
     post["gamma_sorted"] = -np.sort(-gamma, axis=-1)
 
 
-#: draws that are not the state of a prior without column scales
-_NOT_STATE = ("M", "N", "theta", "theta_sv", "gamma")
+#: the factors' sides in the prior's state names (``mu_M``, ``Lambda_N``, ...)
+_SIDES = ("M", "N")
 
 
-def _add_state_draws(post: dict, fit, draws: dict, lead: tuple[int, int] | None = None) -> None:
-    """For a prior without column scales (e.g. NormalWishart's ``mu_M``, ``Lambda_M``,
-    ``mu_N``, ``Lambda_N``): add every other stored draw (not the factors, ``theta`` or
-    gamma) to ``post``.  ``lead``: the (chain, draw) axes the draws have; None: draws of
-    one chain, (draw, ...), given a chain axis."""
-    if not _lacks_column_scales(fit):
-        return
-    for k, v in draws.items():
+def _add_hyper_summaries(post: dict, draws: dict, lead: tuple[int, int],
+                         coords: dict[str, tuple[str, Any]]) -> None:
+    """The small, rotation-invariant summaries of the stored hyper-parameter draws: the
+    biases' variances (``bias_var`` (bias): row, col), a Normal-Wishart state's
+    ``cov_eig`` (side, h), the eigenvalues of ``Lambda^{-1}`` (decreasing), and
+    ``mu_norm`` (side), ``||mu||``; learned cut points ``cuts``.  ``lead``: the (chain,
+    draw) axes of the posterior; draws without them are left out.  Adds the ``bias`` and
+    ``side`` coordinates to ``coords``."""
+
+    def get(name):
+        v = draws.get(name)
+        if v is None:
+            return None
         v = np.asarray(v)
-        if k in _NOT_STATE or k in post:
-            continue
-        if lead is None:
-            post[k] = v[None]
-        elif v.ndim >= 2 and v.shape[:2] == lead:
-            post[k] = v
+        return v if v.ndim >= 2 and v.shape[:2] == lead else None
+
+    bias = [(label, get(f"{label}_bias_var")) for label in ("row", "col")]
+    bias = [(label, v) for label, v in bias if v is not None and v.ndim == 2]
+    if bias:
+        post["bias_var"] = np.stack([np.asarray(v, np.float64) for _, v in bias], axis=-1)
+        coords["bias"] = ("bias", np.array([label for label, _ in bias]))
+    lam = [(side, get(f"Lambda_{side}"), get(f"mu_{side}")) for side in _SIDES]
+    lam = [(side, L, mu) for side, L, mu in lam if L is not None and L.ndim == 4]
+    if lam:
+        # eigenvalues of the precision, increasing -> of the covariance, decreasing
+        eig = [1.0 / np.linalg.eigvalsh(np.asarray(L, np.float64)) for _, L, _ in lam]
+        post["cov_eig"] = np.stack(eig, axis=-2)
+        coords["side"] = ("side", np.array([side for side, _, _ in lam]))
+        if all(mu is not None for _, _, mu in lam):
+            post["mu_norm"] = np.stack([np.linalg.norm(np.asarray(mu, np.float64), axis=-1) for _, _, mu in lam],
+                                       axis=-1)
+    cuts = get("cuts")
+    if cuts is not None and cuts.ndim == 3:
+        post["cuts"] = cuts
+
+
+def _extra_draws(fit, kind: str, post: dict) -> dict[str, np.ndarray]:
+    """The stored draws that :func:`to_arviz` adds on request (``var_names``, ``full``):
+    each draw the fit holds that is not in the default posterior (per-row biases, the
+    factors ``M`` and ``N``, ``tau``, a Normal-Wishart state's ``mu_M``, ``Lambda_M``,
+    ...), aligned with the posterior's (chain, draw) axes.  Views of the fit's arrays:
+    nothing is computed here."""
+    if kind == "mcmc":
+        lead = next(iter(post.values())).shape[:2]
+        return {k: np.asarray(v) for k, v in fit.samples.items()
+                if k not in post and np.ndim(v) >= 2 and np.shape(v)[:2] == lead}
+    if kind == "svi":
+        S = next(iter(post.values())).shape[1]
+        return {k: np.asarray(v)[None] for k, v in (fit.draws or {}).items()
+                if k not in post and np.ndim(v) >= 1 and np.shape(v)[0] == S}
+    return {}
 
 
 # --------------------------------------------------------------------------- per method
@@ -419,9 +472,9 @@ def num_active_draws(fit, draws: dict, threshold: float | None = None) -> np.nda
     return np.sum(np.asarray(prob_above(draws, t), np.float64), axis=-1)
 
 
-def _mcmc_posterior(fit, entries, track_index, explicit: bool) -> dict[str, np.ndarray]:
-    """The posterior group of an MCMC fit: gamma, theta at the entries, the factor
-    quantities and, for a prior without column scales, its state draws."""
+def _mcmc_posterior(fit, entries, track_index, explicit: bool, coords: dict) -> dict[str, np.ndarray]:
+    """The default posterior group of an MCMC fit: gamma, theta at the entries, the factor
+    quantities and the summaries of the hyper-parameters (:func:`_add_hyper_summaries`)."""
     s = fit.samples
     post: dict[str, np.ndarray] = {}
     if "gamma" in s:
@@ -435,12 +488,9 @@ def _mcmc_posterior(fit, entries, track_index, explicit: bool) -> dict[str, np.n
         _add_factor_quantities(post, np.asarray(s["theta_sv"], np.float64))
     elif "M" in s and "N" in s:
         _add_factor_quantities(post, theta_singular_values(s["M"], s["N"]))
-    arrays = list(post.values()) + list(s.values())
-    lead = next((np.shape(v)[:2] for v in arrays if np.ndim(v) >= 2), None)
-    if lead is not None:
-        _add_state_draws(post, fit, s, lead)
     if not post:
         raise ValueError("the fit holds no draws of gamma or theta")
+    _add_hyper_summaries(post, s, next(iter(post.values())).shape[:2], coords)
     return post
 
 
@@ -482,8 +532,8 @@ def _mcmc_traces(fit, C: int, D: int) -> tuple[dict, dict]:
     return stats, conv
 
 
-def _mcmc_arrays(fit, entries, track_index, explicit):
-    post = _mcmc_posterior(fit, entries, track_index, explicit)
+def _mcmc_arrays(fit, entries, track_index, explicit, coords):
+    post = _mcmc_posterior(fit, entries, track_index, explicit, coords)
     C, D = next(iter(post.values())).shape[:2]
     stats, conv = _mcmc_traces(fit, C, D)
     return post, stats, conv
@@ -610,7 +660,7 @@ def _vb_arrays(fit, entries, num_draws, rng):
     return post, {}, conv, full
 
 
-def _svi_arrays(fit, entries):
+def _svi_arrays(fit, entries, coords):
     d = fit.draws
     post: dict[str, np.ndarray] = {}
     if "gamma" in d:
@@ -621,7 +671,9 @@ def _svi_arrays(fit, entries):
         if rows.size:
             post["theta"] = np.sum(M[:, rows] * N[:, cols], axis=-1)[None]
         _add_factor_quantities(post, theta_singular_values(M, N)[None])
-    _add_state_draws(post, fit, d)
+    if post:
+        _add_hyper_summaries(post, {k: np.asarray(v)[None] for k, v in d.items()},
+                             next(iter(post.values())).shape[:2], coords)
     conv = {"loss": np.asarray(getattr(fit, "losses", np.zeros(0)), np.float64)[None]}
     if not conv["loss"].size:
         conv = {}
@@ -890,11 +942,12 @@ def _base_attrs(fit, kind: str) -> dict[str, Any]:
     }
 
 
-def _method_arrays(fit, kind: str, rows, cols, track_index, explicit: bool, num_draws: int, seed: int):
+def _method_arrays(fit, kind: str, rows, cols, track_index, explicit: bool, num_draws: int, seed: int,
+                   coords: dict):
     """``(posterior, sample_stats, convergence, attrs)`` of the fit's family; ``attrs``: the
     representation and the family's own settings."""
     if kind == "mcmc":
-        post, stats, conv = _mcmc_arrays(fit, (rows, cols), track_index, explicit)
+        post, stats, conv = _mcmc_arrays(fit, (rows, cols), track_index, explicit, coords)
         attrs: dict[str, Any] = {"representation": "mcmc draws"}
         for k in ("num_warmup", "num_samples", "thinning"):
             if _setting(fit, k) is not None:
@@ -909,17 +962,19 @@ def _method_arrays(fit, kind: str, rows, cols, track_index, explicit: bool, num_
                  "num_variational_draws": num_draws, "seed": int(seed),
                  "vb_covariance": "full" if full else "diagonal"}
         return post, stats, conv, attrs
-    post, stats, conv = _svi_arrays(fit, (rows, cols))
+    post, stats, conv = _svi_arrays(fit, (rows, cols), coords)
     return post, stats, conv, {"representation": "draws from the fitted guide, one chain"}
 
 
-#: dims of the trailing axes of the posterior variables
-_DIMS = {"gamma": ("h",), "gamma_sorted": ("h",), "theta_sv": ("h",), "theta": ("entry",)}
+#: dims of the trailing axes of the posterior variables (``i``/``j``: a row/column of Y)
+_DIMS = {"gamma": ("h",), "gamma_sorted": ("h",), "theta_sv": ("h",), "theta": ("entry",), "bias_var": ("bias",),
+         "cov_eig": ("side", "h"), "mu_norm": ("side",), "cuts": ("cut",), "M": ("i", "h"), "N": ("j", "h"),
+         "row_bias": ("i",), "col_bias": ("j",)}
 
 
 def _state_dims(post: dict, K: int) -> dict[str, tuple[str, ...]]:
-    """Dims of prior-state draws whose trailing axes all have length K (``mu_M``: ``h``;
-    ``Lambda_M``: ``h``, ``h2``); other variables keep ArviZ's default names."""
+    """Dims of other draws whose trailing axes all have length K (``mu_M``: ``h``;
+    ``Lambda_M``: ``h``, ``h2``); the rest keep ArviZ's default names."""
     out = {}
     for name, arr in post.items():
         trail = np.shape(arr)[2:]
@@ -928,9 +983,9 @@ def _state_dims(post: dict, K: int) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _assemble(post, stats, conv, rows, cols, attrs, K_info: int | None) -> FitArrays:
+def _assemble(post, stats, conv, rows, cols, attrs, K_info: int | None, coords) -> FitArrays:
     """The :class:`FitArrays` of the groups: dims and coordinates (``h``, ``entry`` with
-    ``row``/``col``)."""
+    ``row``/``col``, ``i``, ``j`` and the ``coords`` found with the variables)."""
     if not post:
         raise ValueError("the fit has no posterior quantity to convert")
     groups = {"posterior": post}
@@ -938,11 +993,14 @@ def _assemble(post, stats, conv, rows, cols, attrs, K_info: int | None) -> FitAr
         groups["sample_stats"] = stats
     if conv:
         groups["convergence"] = conv
-    K = next((post[v].shape[-1] for v in ("gamma", "theta_sv") if v in post), K_info or 0)
+    K = next((post[v].shape[-1] for v in ("gamma", "theta_sv", "cov_eig") if v in post), K_info or 0)
     dims = {**_DIMS, **_state_dims(post, K)}
-    coords: dict[str, tuple[str, Any]] = {"h": ("h", np.arange(K))}
+    coords = {"h": ("h", np.arange(K)), **coords}
     for extra in sorted({d for ds in dims.values() for d in ds if d.startswith("h") and d != "h"}):
         coords[extra] = (extra, np.arange(K))
+    for name, dim in (("M", "i"), ("N", "j"), ("row_bias", "i"), ("col_bias", "j"), ("cuts", "cut")):
+        if name in post and dim not in coords:
+            coords[dim] = (dim, np.arange(np.shape(post[name])[2]))
     var_attrs = {}
     if "theta" in post:
         coords["entry"] = ("entry", entry_labels(rows, cols))
@@ -953,13 +1011,78 @@ def _assemble(post, stats, conv, rows, cols, attrs, K_info: int | None) -> FitAr
     return FitArrays(groups=groups, dims=dims, coords=coords, attrs=attrs, var_attrs=var_attrs)
 
 
-def fit_arrays(fit, *, entries=None, num_draws: int = 500, seed: int = 0, log_likelihood=False,
-               max_draws: int = _MAX_DRAWS, max_ratings: int = _MAX_RATINGS) -> FitArrays:
+def _default_posterior(fit, kind: str, entries, num_draws: int, seed: int):
+    """``(posterior, sample_stats, convergence, attrs, coords, rows, cols)``: the default
+    contents of :func:`to_arviz` (module docstring)."""
+    rows, cols, track_index = _resolve_entries(fit, kind, entries, seed)
+    coords: dict[str, tuple[str, Any]] = {}
+    post, stats, conv, attrs = _method_arrays(fit, kind, rows, cols, track_index, entries is not None,
+                                              num_draws, seed, coords)
+    _add_noise_sd(post, fit, kind, num_draws, seed)
+    return post, stats, conv, attrs, coords, rows, cols
+
+
+def _check_var_names(var_names) -> list[str]:
+    if var_names is None:
+        return []
+    if isinstance(var_names, str):
+        return [var_names]
+    names = list(var_names)
+    bad = [v for v in names if not isinstance(v, str)]
+    if bad:
+        raise TypeError(f"var_names must be variable names (str), got {bad!r}")
+    return names
+
+
+def _add_extras(post: dict, fit, kind: str, var_names: list[str], full: bool) -> None:
+    """Add the requested stored draws (:func:`_extra_draws`) to the default posterior;
+    ``ValueError`` naming the unknown names and those available."""
+    if not var_names and not full:
+        return
+    extra = _extra_draws(fit, kind, post)
+    unknown = [v for v in var_names if v not in extra and v not in post]
+    if unknown:
+        raise ValueError(f"to_arviz: no variable {unknown} in this fit; the default posterior holds "
+                         f"{sorted(post)}, var_names= can add {sorted(extra) or 'nothing'} "
+                         f"(full=True adds them all)")
+    for name in extra if full else var_names:
+        if name not in post:
+            post[name] = extra[name]
+
+
+def extra_var_names(fit) -> list[str]:
+    """The names :func:`to_arviz` adds on request (``var_names=``; ``full=True`` adds
+    them all): the stored draws that are not in its default posterior, e.g. a Gibbs fit's
+    ``row_bias``, ``col_bias`` (one value per row / column of Y), ``M``, ``N`` (the factor
+    draws, with ``store_factors``), ``tau``, ``row_bias_var``, ``col_bias_var`` and a
+    Normal-Wishart state's ``mu_M``, ``Lambda_M``, ``mu_N``, ``Lambda_N``.  Sorted; empty
+    for a VB fit (its posterior is drawn from q).
+
+    Parameters
+    ----------
+    fit : GibbsFit, VBFit or SVIFit (or an object with their attributes)
+    """
+    kind = fit_kind(fit)
+    if kind == "vb":
+        return []
+    post = _default_posterior(fit, kind, None, 1, 0)[0]
+    return sorted(_extra_draws(fit, kind, post))
+
+
+def fit_arrays(fit, *, var_names=None, full: bool = False, entries=None, num_draws: int = 500, seed: int = 0,
+               log_likelihood=False, max_draws: int = _MAX_DRAWS, max_ratings: int = _MAX_RATINGS) -> FitArrays:
     """The arrays behind :func:`to_arviz` (see the module docstring for the variables).
 
     Parameters
     ----------
     fit : GibbsFit, VBFit or SVIFit (or an object with their attributes)
+    var_names : str or list of str, optional
+        Variables to add to the default posterior: stored draws such as ``row_bias``,
+        ``col_bias``, ``M``, ``N``, ``tau``, ``Lambda_M`` (:func:`extra_var_names` lists
+        those of a fit; names already in the default posterior are accepted).  An unknown
+        name raises ``ValueError`` listing the available ones.
+    full : bool
+        Add every stored draw (all of :func:`extra_var_names`).
     entries : (rows, cols) or sequence of (i, j), optional
         Entries of ``theta`` to include; default the fit's tracked entries (VB/SVI fits
         without tracked entries: 8 entries drawn uniformly with ``default_rng(seed)``).
@@ -976,18 +1099,16 @@ def fit_arrays(fit, *, entries=None, num_draws: int = 500, seed: int = 0, log_li
     Returns
     -------
     FitArrays
-        For a prior without column scales (``has_column_scales = False``) the posterior
-        holds the draws of the prior's own state (e.g. ``mu_M``, ``Lambda_M``) instead of
-        gamma.
     """
     kind = fit_kind(fit)
-    rows, cols, track_index = _resolve_entries(fit, kind, entries, seed)
-    post, stats, conv, attrs = _method_arrays(fit, kind, rows, cols, track_index, entries is not None,
-                                              num_draws, seed)
-    _add_noise_sd(post, fit, kind, num_draws, seed)
+    var_names = _check_var_names(var_names)
+    post, stats, conv, attrs, coords, rows, cols = _default_posterior(fit, kind, entries, num_draws, seed)
+    post = {k: post[k] for k in sorted(post, key=lambda k: DEFAULT_VARS.index(k) if k in DEFAULT_VARS else len(DEFAULT_VARS))}
+    if post:
+        _add_extras(post, fit, kind, var_names, bool(full))
     if "theta" in post:
         attrs["theta_offset"] = _offset_of(fit)
-    fa = _assemble(post, stats, conv, rows, cols, {**_base_attrs(fit, kind), **attrs}, _K_of(fit))
+    fa = _assemble(post, stats, conv, rows, cols, {**_base_attrs(fit, kind), **attrs}, _K_of(fit), coords)
     if log_likelihood is not False and log_likelihood is not None:
         _add_predictive_groups(fa, fit, kind, log_likelihood, num_draws=num_draws, seed=seed,
                                max_draws=max_draws, max_ratings=max_ratings)
@@ -1038,13 +1159,19 @@ def arrays_to_arviz(fa: FitArrays):
     return az.InferenceData(**datasets)
 
 
-def to_arviz(fit, *, entries=None, num_draws: int = 500, seed: int = 0, log_likelihood=False,
-             max_draws: int = _MAX_DRAWS, max_ratings: int = _MAX_RATINGS):
+def to_arviz(fit, *, var_names=None, full: bool = False, entries=None, num_draws: int = 500, seed: int = 0,
+             log_likelihood=False, max_draws: int = _MAX_DRAWS, max_ratings: int = _MAX_RATINGS):
     """ArviZ data for any fit (``InferenceData`` with ArviZ 0.x, ``DataTree`` with 1.x).
 
-    Groups ``posterior`` (gamma, gamma_sorted, theta at the tracked entries, theta_sv,
-    theta_fro, eff_rank where available), ``sample_stats`` (per kept draw) and
-    ``convergence`` (per iteration: RMSE traces, ELBO, SVI loss); dims ``chain``,
+    By default the ``posterior`` group holds what one reads, a few small variables (see
+    the module docstring): ``theta`` at the tracked entries, ``gamma``, ``gamma_sorted``
+    and ``num_active`` (column-scale priors), ``cov_eig`` and ``mu_norm`` (Normal-Wishart),
+    ``theta_sv``, ``theta_fro``, ``eff_rank``, ``noise_sd``, ``bias_var`` and ``cuts``,
+    where the fit has them.  Per-row biases, the factor draws and full matrices come on
+    request: ``var_names=["row_bias", "Lambda_M"]`` adds those stored draws
+    (:func:`extra_var_names` lists them; an unknown name raises ``ValueError`` listing
+    the available ones), ``full=True`` adds them all.  ``sample_stats`` (per kept draw)
+    and ``convergence`` (per iteration: RMSE traces, ELBO, SVI loss); dims ``chain``,
     ``draw``, ``h``, ``entry`` (coordinates ``row``, ``col``), ``iteration``.  VB: draws
     from q with ``default_rng(seed)`` as one chain.
 
@@ -1053,9 +1180,11 @@ def to_arviz(fit, *, entries=None, num_draws: int = 500, seed: int = 0, log_like
     ``y``, dim ``rating``) for ``az.loo``, ``az.waic``, ``az.compare`` and
     ``az.plot_ppc``, with at most ``max_ratings`` ratings and ``max_draws`` draws (a
     seeded subsample and a thinning; see :mod:`bmczoo.diagnostics.convert`).
+
+    Parameters are those of :func:`fit_arrays`.
     """
-    return arrays_to_arviz(fit_arrays(fit, entries=entries, num_draws=num_draws, seed=seed,
-                                      log_likelihood=log_likelihood, max_draws=max_draws,
+    return arrays_to_arviz(fit_arrays(fit, var_names=var_names, full=full, entries=entries, num_draws=num_draws,
+                                      seed=seed, log_likelihood=log_likelihood, max_draws=max_draws,
                                       max_ratings=max_ratings))
 
 

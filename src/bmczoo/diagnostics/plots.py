@@ -48,6 +48,10 @@ _VAR_LABELS = {
     "eff_rank": "effective rank of θ",
     "theta_sv": "singular values of θ",
     "noise_sd": "noise sd",
+    "bias_var": "bias variances (row, col)",
+    "cov_eig": "eigenvalues of Λ⁻¹ (M, N)",
+    "mu_norm": "‖μ‖ (M, N)",
+    "cuts": "cut points",
 }
 
 
