@@ -198,3 +198,21 @@ def test_numpyro_statements_of_the_link():
     theta = np.sum(np.asarray(params["M"])[data.rows] * np.asarray(params["N"])[data.cols], axis=-1)
     expected += stats.norm(theta, 1.0).logpdf(data.values).sum()
     np.testing.assert_allclose(float(lp), expected, rtol=1e-9)
+
+
+def test_paths_without_the_link_refuse_a_linked_prior():
+    """VB and the plain row prior (fold-in) would drop the features: a clear error instead."""
+    prior = bmc.priors.NormalWishart(row_features=True)
+    with pytest.raises(NotImplementedError, match="Mean-field VB of NormalWishart with feature links"):
+        bmc.fit(_data(), K=2, prior=prior, method="vb", progress_bar=False)
+    with pytest.raises(NotImplementedError, match="feature links"):
+        prior.row_priors(prior.gibbs_state(2, 12, 9))
+    bmc.priors.NormalWishart().row_priors(bmc.priors.NormalWishart().gibbs_state(2, 12, 9))
+
+
+@pytest.mark.slow
+def test_nuts_samples_the_linked_model():
+    """NUTS runs on the link's NumPyro statements (sites B_M, lam_B_M)."""
+    fit = bmc.fit(_data(), K=2, prior=bmc.priors.NormalWishart(row_features=True), method="nuts",
+                  num_warmup=20, num_samples=10, num_chains=1, progress_bar=False, seed=0)
+    assert np.all(np.isfinite(fit.predict(np.array([0, 1]), np.array([0, 1]))))

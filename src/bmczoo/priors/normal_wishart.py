@@ -302,7 +302,16 @@ class NormalWishart(Prior):
         z, eye = jnp.zeros((K,), dtype), jnp.eye(K, dtype=dtype)
         return {"mu_M": z, "Lambda_M": eye, "mu_N": z, "Lambda_N": eye}
 
+    def _no_link(self, what: str):
+        if self.linked_sides:
+            raise NotImplementedError(
+                f"{what} of NormalWishart with feature links ({', '.join(self.linked_sides)}) is not implemented: "
+                "the rows' prior means depend on their features; use method='gibbs' or 'nuts'")
+
     def row_priors(self, state):
+        # a linked prior's rows have per-row means (link_row_priors); without the links a
+        # caller (fold-in) would silently drop the features
+        self._no_link("The plain row prior")
         out = []
         for side in SIDES:
             Lam, mu = state[f"Lambda_{side}"], state[f"mu_{side}"]
@@ -397,6 +406,7 @@ class NormalWishart(Prior):
     def vb_state(self, K, m1, m2, C, dtype=jnp.float32, gamma=1.0):
         """``mu* = 0``, ``beta* = beta0``, ``nu* = nu0``, ``W* = I / nu0`` (so
         ``E[Lambda] = I``, the Gibbs start) for both factors; ``gamma`` is not used."""
+        self._no_link("Mean-field VB")
         nu0 = self.degrees(K)
         q = {}
         for side in SIDES:
