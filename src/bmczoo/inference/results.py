@@ -400,15 +400,20 @@ class FitResult(out.PredictiveMixin):
         return diagnostics.rank_posterior(self, threshold)
 
     def to_arviz(self, **kwargs):
-        """ArviZ data (posterior of gamma, sorted gamma, tracked theta entries, invariant
-        summaries, per-iteration traces); ``log_likelihood=True`` adds the pointwise
-        log-likelihood, posterior predictive and observed data of the training ratings
-        (``az.loo``, ``az.compare``, ``az.plot_ppc``); see :func:`bmczoo.diagnostics.to_arviz`.
+        """ArviZ data: by default a small posterior of what one reads (tracked theta
+        entries, gamma and sorted gamma or a Normal-Wishart state's invariant summaries,
+        singular values of theta, ``||theta||_F``, effective rank, noise sd, the biases'
+        variances) and the per-iteration traces; ``var_names=["row_bias", ...]`` adds
+        stored draws (per-row biases, factors, full matrices; ``full=True``: all of them);
+        ``log_likelihood=True`` adds the pointwise log-likelihood, posterior predictive
+        and observed data of the training ratings (``az.loo``, ``az.compare``,
+        ``az.plot_ppc``); see :func:`bmczoo.diagnostics.to_arviz`.
 
         Parameters
         ----------
         **kwargs
-            Passed to :func:`bmczoo.diagnostics.to_arviz`.
+            Passed to :func:`bmczoo.diagnostics.to_arviz` (``var_names``, ``full``,
+            ``entries``, ``log_likelihood``, ...).
         """
         from .. import diagnostics
 
