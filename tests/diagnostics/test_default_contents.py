@@ -28,9 +28,10 @@ NW_DEFAULT = ["theta", "theta_sv", "theta_fro", "eff_rank", "noise_sd", "bias_va
 PER_ROW = {"row_bias", "col_bias", "M", "N"}
 
 
-def _full_fit(prior=bmc.priors.NormalWishart()):
+def _full_fit(prior=None):
     """A fake Gibbs fit with everything a fit of the recommended model stores: factors,
     biases and their variances, tau, the Normal-Wishart state (or gamma)."""
+    prior = bmc.priors.NormalWishart() if prior is None else prior
     rng = np.random.default_rng(5)
     lead = (C, D)
     M, N = rng.normal(size=lead + (M1, K)), rng.normal(size=lead + (M2, K))
