@@ -1,4 +1,4 @@
-"""Checkpoint / resume: the checkpointing driver reproduces NumPyro's MCMC run exactly,
+"""Checkpoint / resume: the Gibbs driver reproduces NumPyro's MCMC run exactly,
 a run interrupted by Ctrl-C (a real SIGINT) and resumed produces exactly the draws of an
 uninterrupted run, and a checkpoint of another run is refused.
 
@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -75,12 +76,39 @@ def _assert_resumed_equals_full(method: str, full, resumed) -> None:
             _same(getattr(full, f), getattr(resumed, f), err_msg=f)
 
 
-def test_checkpoint_driver_equals_numpyro_mcmc(tmp_path):
+def _numpyro_reference(fit, train, test, kw):
+    """The same chains run by NumPyro's ``MCMC`` with :class:`~bmczoo.inference.ConjugateGibbs`
+    (the same seed, keys and settings as ``bmc.fit``'s driver): ``(samples, last core state)``."""
+    from numpyro.infer import MCMC
+
+    from bmczoo.inference import ConjugateGibbs
+    from bmczoo.offsets import GlobalMean
+
+    sh = fit.info.shift
+    kernel = ConjugateGibbs(num_samples=kw["num_samples"], thinning=kw["thinning"],
+                            predict=(fit.pred_rows, fit.pred_cols), test_values=np.asarray(test.values),
+                            offset=sh.offset, clip=sh.clip, track=(fit.track_rows, fit.track_cols),
+                            store_factors=kw["store_factors"], column_moves=fit.info.settings.column_moves)
+    mcmc = MCMC(kernel, num_warmup=kw["num_warmup"], num_samples=kw["num_samples"], thinning=kw["thinning"],
+                num_chains=kw["num_chains"], chain_method="vectorized", progress_bar=False)
+    data, _ = GlobalMean().prepare(train)  # what bmc.fit fits: the centred ratings
+    mcmc.run(jax.random.key(kw["seed"]), data, kw["K"], kw["prior"])
+    return mcmc.get_samples(group_by_chain=True), mcmc.last_state.core
+
+
+def test_driver_equals_numpyro_mcmc(tmp_path):
+    """bmc.fit's driver (with and without checkpoints) runs the chains NumPyro's MCMC runs
+    with the conjugate kernel: the same draws and running sums."""
     train, test = _data()
     kw = _gibbs_kw(test)
     a = bmc.fit(train, **kw)
+    samples, core = _numpyro_reference(a, train, test, kw)
+    assert a.samples.keys() == samples.keys()
+    for k in samples:
+        _same(samples[k], a.samples[k], err_msg=k)
+    pred = np.asarray(core.pred_sum, np.float64).mean(0) / int(core.num_kept)
+    _same(pred + a.info.shift.offset, a.pred_theta + a.info.shift.offset, "pred_theta")
     b = bmc.fit(train, checkpoint=tmp_path / "run.npz", checkpoint_every=7, **kw)
-    assert a.mcmc is not None and b.mcmc is None
     _assert_same_gibbs(a, b)
     # a finished checkpoint is loaded, not rerun
     c = bmc.fit(train, checkpoint=tmp_path / "run.npz", checkpoint_every=7, **kw)

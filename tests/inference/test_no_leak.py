@@ -1,4 +1,4 @@
-"""Consecutive fits in one process must not accumulate device memory.
+"""Consecutive fits in one process must not accumulate device memory or compiled programs.
 
 After a fit's result is deleted and ``gc.collect()`` ran (no ``jax.clear_caches()``), the
 total bytes of ``jax.live_arrays()`` must not grow from one fit to the next.  The
@@ -60,3 +60,31 @@ def test_consecutive_fits_do_not_grow_live_arrays(split, method):
         f"{method}: live JAX bytes after each of {NUM_FITS} fits (result deleted, gc.collect()): {after}; "
         f"fits (number, bytes above fit 1) that grew: {grown}"
     )
+
+
+def _memory_maps() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+@pytest.mark.slow  # ~20 s of fits; a process-lifetime property
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
+@pytest.mark.parametrize("method", ["gibbs", "vb"])
+def test_consecutive_fits_do_not_keep_compiled_programs(split, method):
+    """Each fit's compiled programs are released with it.  A compiled XLA CPU program holds
+    memory mappings of its machine code; programs kept in process-wide caches (NumPyro's
+    ``fori_collect`` and JAX's jit caches, when a fit ran through NumPyro's ``MCMC``) added
+    hundreds of mappings per fit, and after some 70 fits in one process LLVM could not map
+    more (the kernel's ``vm.max_map_count``, 65,530 by default): ``LLVM ERROR: Unable to
+    allocate section memory``, an abort.  Fits after the first two (which create what a
+    process creates once) must not add mappings: the bound is a tenth of what one kept
+    fit adds."""
+    train, test = split
+    counts = []
+    for i in range(NUM_FITS):
+        result = _fit(method, train, test, seed=i)
+        del result
+        gc.collect()
+        counts.append(_memory_maps())
+    growth = counts[-1] - counts[1]
+    assert growth < 90, f"{method}: memory mappings after each of {NUM_FITS} fits: {counts}"

@@ -155,7 +155,7 @@ def test_default_save_keeps_a_bounded_set_of_factor_draws(long_fit, data, tmp_pa
     assert items.shape == (3, 2)
     # the diagnostics see every draw: singular values of theta stored for all of them
     pf, pg = bmc.diagnostics.to_arviz(f).posterior, bmc.diagnostics.to_arviz(g).posterior
-    for v in ("theta_sv", "eff_rank", "theta", "tau"):
+    for v in ("theta_sv", "eff_rank", "theta", "noise_sd"):
         np.testing.assert_array_equal(pg[v].values, pf[v].values)
     # a Normal-Wishart fit's rank posterior: the effective rank of theta, over every draw
     rank = f.rank_posterior()

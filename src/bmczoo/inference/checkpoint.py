@@ -30,6 +30,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,10 +41,20 @@ from tqdm.auto import tqdm
 
 from . import gibbs
 from .sharding import to_host
-from .thinning import is_kept, num_kept
+from .thinning import num_kept
 
-__all__ = ["fingerprint", "save_npz", "load_npz", "check_settings", "run_gibbs", "ResumeGuarantee",
-           "resume_guarantee", "write_npz_atomic", "request_stop", "WRITE_LOCK"]
+__all__ = [
+    "WRITE_LOCK",
+    "ResumeGuarantee",
+    "check_settings",
+    "fingerprint",
+    "load_npz",
+    "request_stop",
+    "resume_guarantee",
+    "run_gibbs",
+    "save_npz",
+    "write_npz_atomic",
+]
 
 FORMAT = "bmczoo-checkpoint-2"  # 2: the prior's state, tau and biases stored by name
 
@@ -278,16 +289,6 @@ def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsStat
     return gibbs.place(gibbs.GibbsState(**fields), problem)
 
 
-def _segments(it: int, total: int, every: int, keep):
-    """``(start, end)`` sweep numbers of the segments run in one compiled loop: up to the
-    next checkpoint, or to the next kept iteration when that comes first."""
-    while it < total:
-        nxt = min(total, (it // every + 1) * every)
-        nxt = next((j for j in range(it + 1, nxt + 1) if keep(j)), nxt)
-        yield it, nxt
-        it = nxt
-
-
 def _resume(checkpoint, settings: dict, problem) -> tuple[gibbs.GibbsState, list[dict]]:
     stored, arrays = load_npz(checkpoint)
     check_settings(checkpoint, stored, settings)
@@ -305,8 +306,92 @@ def _save(checkpoint, settings: dict, state, problem, draws: list[dict]) -> None
     save_npz(checkpoint, settings, arrays)
 
 
-def _advance(state, problem, n, *, prior):
-    return jax.lax.fori_loop(0, n, lambda _, s: gibbs.step(s, problem, prior), state)
+def _run_sweeps(state, buffer, problem, n, *, prior, store_factors):
+    """``n`` sweeps (a traced count: one program serves every chunk of a run, warm-up and
+    sampling alike), each kept draw (:func:`gibbs.draws`) written into ``buffer`` at its
+    index (``state.num_kept - 1`` after the sweep that keeps it)."""
+
+    def body(_, carry):
+        s, buf = carry
+        s = gibbs.step(s, problem, prior)
+
+        def write(buf):
+            d = gibbs.draws(s, problem, store_factors)
+            return jax.tree.map(lambda b, x: jax.lax.dynamic_update_index_in_dim(b, x, s.num_kept - 1, 0), buf, d)
+
+        return s, jax.lax.cond(gibbs.is_kept(s.iteration, problem), write, lambda b: b, buf)
+
+    return jax.lax.fori_loop(0, n, body, (state, buffer))
+
+
+def _draw_buffer(state, problem, store_factors: bool, size: int, draws: list[dict]):
+    """Device arrays (size, C, ...) for the kept draws, the first ``len(draws)`` filled."""
+    shapes = jax.eval_shape(functools.partial(gibbs.draws, store_factors=store_factors), state, problem)
+    buf = {k: np.zeros((size,) + v.shape, v.dtype) for k, v in shapes.items()}
+    for i, d in enumerate(draws):
+        for k, b in buf.items():
+            b[i] = d[k]
+    return {k: jnp.asarray(v) for k, v in buf.items()}
+
+
+def _buffer_draws(buffer, n: int) -> list[dict]:
+    host = {k: to_host(v[:n]) for k, v in buffer.items()}
+    return [{k: v[i] for k, v in host.items()} for i in range(n)]
+
+
+class _Progress:
+    """The sweeps' progress bar: a "compiling" phase without an estimate of the time
+    left, then "warmup" and "sampling" with the seconds per sweep and, given test
+    ratings, the test RMSE of the running posterior mean of all chains pooled."""
+
+    def __init__(self, total: int, initial: int, num_warmup: int, enabled: bool):
+        self.num_warmup = num_warmup
+        self.bar = tqdm(total=total, initial=initial, disable=not enabled, unit="sweep",
+                        bar_format="{desc}: {elapsed}", desc="compiling")
+        self._fmt = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+        self._started = False
+
+    def start(self, it: int) -> None:
+        self.bar.bar_format = self._fmt
+        self.bar.reset(total=self.bar.total)
+        self.bar.update(it)
+        self.bar.set_description_str(self._phase(it), refresh=False)
+        self._started = True
+
+    def _phase(self, it: int) -> str:
+        return "warmup" if it < self.num_warmup else "sampling"
+
+    def update(self, it: int, sweeps: int, seconds: float, rmse: float | None) -> None:
+        self.bar.set_description_str(self._phase(it), refresh=False)
+        post = {"s/sweep": f"{seconds / max(sweeps, 1):.3g}"}
+        if rmse is not None:
+            post["rmse"] = f"{rmse:.4f}"
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.update(sweeps)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _pooled_rmse(state, problem) -> float | None:
+    """Test RMSE of the running posterior mean of all chains pooled (None before the first
+    kept draw or without test ratings)."""
+    n_test = int(problem.test_values.shape[0])
+    k = int(state.num_kept)
+    if not problem.has_test or n_test == 0 or k == 0:
+        return None
+    y = to_host(problem.test_values).astype(np.float64)
+    if problem.latent:
+        proba = to_host(state.proba_sum)[:, :n_test].astype(np.float64).mean(0) / k
+        pred = np.asarray(problem.likelihood.expected_value(proba), np.float64)
+    else:
+        theta = to_host(state.pred_sum)[:, :n_test].astype(np.float64).mean(0) / k
+        pred = np.clip(theta + float(problem.offset), float(problem.clip_lo), float(problem.clip_hi))
+    return float(np.sqrt(np.mean((pred - y) ** 2)))
+
+
+#: seconds of sweeps between two updates of the progress bar (and Ctrl-C checks)
+_CHUNK_SECONDS = 0.25
 
 
 def run_gibbs(
@@ -334,49 +419,62 @@ def run_gibbs(
     """
     total = num_warmup + num_samples
     settings = dict(settings or {})
-    keep = functools.partial(is_kept, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning)
     draws: list[dict] = []
     if checkpoint is not None and Path(checkpoint).exists():
         state, draws = _resume(checkpoint, settings, problem)
+    size = num_kept(total, num_warmup, num_samples, thinning)
+    buffer = _draw_buffer(state, problem, store_factors, max(size, 1), draws)
 
+    progress = _Progress(total, int(state.iteration), num_warmup, progress_bar)
     # jitted per run with the problem as an argument: no array is baked into the compiled
-    # programs, and they are dropped with the run
-    advance = jax.jit(functools.partial(_advance, prior=prior))
-    collect = jax.jit(functools.partial(gibbs.draws, store_factors=store_factors))
+    # program, and it is dropped with the run; without a checkpoint nothing is read back
+    # after an interrupt, so the state and the draws are updated in place
+    run = jax.jit(functools.partial(_run_sweeps, prior=prior, store_factors=store_factors),
+                  donate_argnums=() if checkpoint is not None else (0, 1))
+    n_arg = jnp.asarray(0, jnp.int32)
+    run = run.lower(state, buffer, problem, n_arg).compile()
 
-    def save(state):
-        # an interrupt can fall between a segment and its collection
-        if len(draws) < num_kept(int(state.iteration), num_warmup, num_samples, thinning):
-            draws.append(collect(state, problem))
-        _save(checkpoint, settings, state, problem, draws)
+    def save(state, buffer):
+        _save(checkpoint, settings, state, problem, _buffer_draws(buffer, int(state.num_kept)))
 
     every = checkpoint_every if checkpoint is not None else total
-    with tqdm(total=total, initial=int(state.iteration), disable=not progress_bar, desc="gibbs") as bar:
-        try:
-            for it, nxt in _segments(int(state.iteration), total, every, keep):
-                state = advance(state, problem, nxt - it)
-                if checkpoint is not None:  # compiled and dispatched: from now on there is work to save
-                    STOP.arm()
-                if keep(nxt):
-                    draws.append(collect(state, problem))
-                bar.update(nxt - it)
-                if checkpoint is not None and (nxt % every == 0 or nxt == total):
-                    gibbs.check_failure(state)
-                    save(state)
-                STOP.check()
-            if checkpoint is not None:
-                STOP.finish()
-        except KeyboardInterrupt:
-            if checkpoint is None:
-                raise
-            save(state)
-            raise KeyboardInterrupt(
-                f"interrupted after {int(state.iteration)} of {total} sweeps; the work done is saved in "
-                f"{str(checkpoint)!r}: call fit again with the same arguments to resume"
-            ) from None
-        finally:
-            if checkpoint is not None:
-                STOP.disarm()
+    it = int(state.iteration)
+    chunk = 1
+    progress.start(it)
+    try:
+        while it < total:
+            # up to the next checkpoint and the end of warm-up (the bar's phase changes there)
+            stop = min(total, (it // every + 1) * every)
+            if it < num_warmup:
+                stop = min(stop, num_warmup)
+            n = min(chunk, stop - it)
+            t0 = time.perf_counter()
+            state, buffer = run(state, buffer, problem, jnp.asarray(n, jnp.int32))
+            it = int(state.iteration)  # waits for the chunk
+            seconds = time.perf_counter() - t0
+            if checkpoint is not None:  # compiled and dispatched: from now on there is work to save
+                STOP.arm()
+            chunk = max(1, min(4 * n, int(_CHUNK_SECONDS * n / max(seconds, 1e-9))))
+            progress.update(it, n, seconds, _pooled_rmse(state, problem) if it > num_warmup else None)
+            if checkpoint is not None and (it % every == 0 or it == total):
+                gibbs.check_failure(state)
+                save(state, buffer)
+            STOP.check()
+        if checkpoint is not None:
+            STOP.finish()
+    except KeyboardInterrupt:
+        if checkpoint is None:
+            raise
+        save(state, buffer)
+        raise KeyboardInterrupt(
+            f"interrupted after {int(state.iteration)} of {total} sweeps; the work done is saved in "
+            f"{str(checkpoint)!r}: call fit again with the same arguments to resume"
+        ) from None
+    finally:
+        progress.close()
+        if checkpoint is not None:
+            STOP.disarm()
+    draws = _buffer_draws(buffer, int(state.num_kept))
     gibbs.check_failure(state)
     stacked = {}
     if draws:

@@ -17,9 +17,8 @@ from numpyro.infer import MCMC
 from ..data import RatingData
 from . import settings as st
 from .results import FitInfo, GibbsFit, MAPFit, NUTSFit, SVIFit
-from .sharding import to_host
 
-__all__ = ["Prepared", "DRIVERS", "run_settings"]
+__all__ = ["DRIVERS", "Prepared", "run_settings"]
 
 # factor draws are stored for arbitrary-entry prediction only below this many bytes
 _STORE_FACTORS_BUDGET = 256 * 2**20
@@ -135,38 +134,24 @@ def run_mcmc_detached(mcmc: MCMC, rng_key, data: RatingData, *args, **kwargs) ->
             _empty(obj)
 
 
-def _gibbs_with_numpyro(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
-    """NumPyro's ``MCMC`` drives the conjugate kernel."""
-    from .numpyro_kernel import ConjugateGibbs
-
-    sh = info.shift
-    kernel = ConjugateGibbs(
-        num_samples=s.num_samples, thinning=s.thinning, predict=(prep.pred_rows, prep.pred_cols),
-        test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
-        store_factors=store, dtype=info.dtype, devices=s.devices, overrelax=s.overrelax,
-        column_moves=s.column_moves, anneal_steps=s.anneal_steps, anneal_every=s.anneal_every,
-    )
-    mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning,
-                num_chains=s.num_chains, chain_method=s.chain_method, progress_bar=progress_bar)
-    init = None
-    if gamma0 is not None:
-        init = {"gamma": gamma0 if s.num_chains > 1 else gamma0[0]}
-    mcmc = run_mcmc_detached(mcmc, jax.random.key(info.seed), prep.fit_data, info.K, info.prior,
-                             likelihood=info.likelihood, init_params=init,
-                             **({} if info.biases is None else {"biases": info.biases}))
-    samples = {k: to_host(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    return mcmc.last_state.core, samples, mcmc
-
-
-def _gibbs_with_checkpoints(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
-    """The same chains (same keys as NumPyro's ``MCMC``) with the checkpointing driver."""
+def _gibbs_chains(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
+    """The chains of NumPyro's ``MCMC`` with the conjugate kernel (the same keys, hence the
+    same draws) run by :func:`~bmczoo.inference.checkpoint.run_gibbs`: one compiled program
+    for warm-up and sampling, a progress bar with the compilation and the test RMSE, and
+    the checkpoints when asked for."""
     from . import gibbs
     from .checkpoint import fingerprint, run_gibbs
 
     problem = _gibbs_problem(prep, info, s, track)
     key = jax.random.key(info.seed)
     keys = key[None] if s.num_chains == 1 else jax.random.split(key, s.num_chains)
-    core = gibbs.init(keys, problem, info.prior, info.K, **({} if gamma0 is None else {"gamma": gamma0}))
+    extra = {} if gamma0 is None else {"gamma": gamma0}
+    if problem.mesh is None:
+        # one compiled program instead of an XLA compilation per operation of the start;
+        # the problem enters as constants (only its scalars and shapes are read)
+        core = jax.jit(lambda k, x: gibbs.init(k, problem, info.prior, info.K, **x))(keys, extra)
+    else:
+        core = gibbs.init(keys, problem, info.prior, info.K, **extra)
     settings = run_settings(
         prep, info, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning,
         num_chains=s.num_chains, track=fingerprint(*track), store_factors=store,
@@ -179,7 +164,7 @@ def _gibbs_with_checkpoints(prep, info, s: st.Gibbs, track, store, gamma0, progr
         thinning=s.thinning, checkpoint=s.checkpoint, checkpoint_every=s.checkpoint_every, settings=settings,
         progress_bar=progress_bar,
     )
-    return core, samples, None
+    return core, samples
 
 
 def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
@@ -190,8 +175,7 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
     track = _track_entries(prep.train, s.track, info.seed)
     store = _store_factors(s, info.shape, info.K, info.dtype)
     gamma0 = _init_gamma(s, info.K, s.num_chains, info.dtype)
-    run = _gibbs_with_numpyro if s.checkpoint is None else _gibbs_with_checkpoints
-    core, samples, mcmc = run(prep, info, s, track, store, gamma0, progress_bar)
+    core, samples = _gibbs_chains(prep, info, s, track, store, gamma0, progress_bar)
     gibbs.check_failure(core, dtype=info.dtype)
     C = s.num_chains
     pred_sum = np.asarray(core.pred_sum, np.float64).reshape(C, -1)
@@ -209,7 +193,7 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
         info=info, samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols,
         pred_mean=pred_mean, pred_theta=pred_theta, pred_var=pred_var, pred_proba=pred_proba,
         rmse_draw=np.asarray(core.rmse_draw).reshape(C, -1), rmse_mean=np.asarray(core.rmse_mean).reshape(C, -1),
-        track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=num_kept, mcmc=mcmc,
+        track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=num_kept,
         switches=np.asarray(core.switches).reshape(C, 2) if s.anneal_steps else None,
     )
 
