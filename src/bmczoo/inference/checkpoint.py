@@ -407,13 +407,16 @@ def run_gibbs(
     checkpoint_every: int = 100,
     settings: dict | None = None,
     progress_bar: bool = True,
+    timings: dict | None = None,
 ) -> tuple[gibbs.GibbsState, dict[str, np.ndarray]]:
     """Run ``num_warmup + num_samples`` sweeps from ``state`` (or from ``checkpoint`` when
     that file exists and was written with the same ``settings``), collecting
     :func:`gibbs.draws` (with the factors if ``store_factors``) at each kept iteration
     (the iterations NumPyro's ``MCMC`` keeps).
 
-    Returns the final state and the collected draws, each (chain, draw, ...).
+    Returns the final state and the collected draws, each (chain, draw, ...); a dict
+    passed as ``timings`` receives ``compile_seconds`` (the sweeps' program) and
+    ``sweep_seconds`` (per sweep run, averaged over the run).
     A non-finite draw raises ``FloatingPointError`` (:func:`gibbs.check_failure`) at the
     next checkpoint or at the end.
     """
@@ -431,15 +434,16 @@ def run_gibbs(
     # after an interrupt, so the state and the draws are updated in place
     run = jax.jit(functools.partial(_run_sweeps, prior=prior, store_factors=store_factors),
                   donate_argnums=() if checkpoint is not None else (0, 1))
-    n_arg = jnp.asarray(0, jnp.int32)
-    run = run.lower(state, buffer, problem, n_arg).compile()
+    t_compile = time.perf_counter()
+    run = run.lower(state, buffer, problem, jnp.asarray(0, jnp.int32)).compile()
+    t_compile = time.perf_counter() - t_compile
 
     def save(state, buffer):
         _save(checkpoint, settings, state, problem, _buffer_draws(buffer, int(state.num_kept)))
 
     every = checkpoint_every if checkpoint is not None else total
     it = int(state.iteration)
-    chunk = 1
+    chunk, swept, sweep_time = 1, 0, 0.0
     progress.start(it)
     try:
         while it < total:
@@ -452,6 +456,7 @@ def run_gibbs(
             state, buffer = run(state, buffer, problem, jnp.asarray(n, jnp.int32))
             it = int(state.iteration)  # waits for the chunk
             seconds = time.perf_counter() - t0
+            swept, sweep_time = swept + n, sweep_time + seconds
             if checkpoint is not None:  # compiled and dispatched: from now on there is work to save
                 STOP.arm()
             chunk = max(1, min(4 * n, int(_CHUNK_SECONDS * n / max(seconds, 1e-9))))
@@ -475,6 +480,8 @@ def run_gibbs(
         if checkpoint is not None:
             STOP.disarm()
     draws = _buffer_draws(buffer, int(state.num_kept))
+    if timings is not None:
+        timings.update(compile_seconds=t_compile, sweep_seconds=sweep_time / swept if swept else float("nan"))
     gibbs.check_failure(state)
     stacked = {}
     if draws:

@@ -159,12 +159,13 @@ def _gibbs_chains(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
         **({"column_moves": True} if s.column_moves else {}),  # old checkpoints (without moves) stay valid
         **({"anneal_steps": s.anneal_steps, "anneal_every": s.anneal_every} if s.anneal_steps else {}),
     )
+    timings: dict = {}
     core, samples = run_gibbs(
         core, problem, info.prior, store, num_warmup=s.num_warmup, num_samples=s.num_samples,
         thinning=s.thinning, checkpoint=s.checkpoint, checkpoint_every=s.checkpoint_every, settings=settings,
-        progress_bar=progress_bar,
+        progress_bar=progress_bar, timings=timings,
     )
-    return core, samples
+    return core, samples, timings
 
 
 def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
@@ -175,7 +176,7 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
     track = _track_entries(prep.train, s.track, info.seed)
     store = _store_factors(s, info.shape, info.K, info.dtype)
     gamma0 = _init_gamma(s, info.K, s.num_chains, info.dtype)
-    core, samples = _gibbs_chains(prep, info, s, track, store, gamma0, progress_bar)
+    core, samples, timings = _gibbs_chains(prep, info, s, track, store, gamma0, progress_bar)
     gibbs.check_failure(core, dtype=info.dtype)
     C = s.num_chains
     pred_sum = np.asarray(core.pred_sum, np.float64).reshape(C, -1)
@@ -193,7 +194,7 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
         info=info, samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols,
         pred_mean=pred_mean, pred_theta=pred_theta, pred_var=pred_var, pred_proba=pred_proba,
         rmse_draw=np.asarray(core.rmse_draw).reshape(C, -1), rmse_mean=np.asarray(core.rmse_mean).reshape(C, -1),
-        track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=num_kept,
+        track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=num_kept, timings=timings,
         switches=np.asarray(core.switches).reshape(C, 2) if s.anneal_steps else None,
     )
 

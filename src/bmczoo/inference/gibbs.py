@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _rng
 from ..data import RatingData
 from ..offsets import shift_clip
 from ..priors import Prior
@@ -429,9 +430,9 @@ def init(
     keys, kM, kN = split[:, 0], split[:, 1], split[:, 2]
     sd = jnp.sqrt(state0["gamma"])[:, None, :] if "gamma" in state0 else jnp.ones((C, 1, K), dtype)
     if M is None:
-        M = jax.vmap(lambda k: jax.random.normal(k, (m1, K), dtype))(kM) * sd
+        M = jax.vmap(lambda k: _rng.normal(k, (m1, K), dtype))(kM) * sd
     if N is None:
-        N = jax.vmap(lambda k: jax.random.normal(k, (m2, K), dtype))(kN) * sd
+        N = jax.vmap(lambda k: _rng.normal(k, (m2, K), dtype))(kN) * sd
     M, N = jnp.asarray(M, dtype), jnp.asarray(N, dtype)
     if M.shape != (C, m1, K) or N.shape != (C, m2, K):
         raise ValueError(f"initial M, N must have shapes {(C, m1, K)}, {(C, m2, K)}, got {M.shape}, {N.shape}")
@@ -500,7 +501,7 @@ def _pad_vec(x: jax.Array, m_pad: int) -> jax.Array:
 def _normals(keys, m: int, K: int, dtype) -> jax.Array:
     # one normal draw per chain from that chain's key (chain c does not depend on C, nor on
     # the number of devices: a sharded sweep slices these same draws)
-    return jax.vmap(lambda k: jax.random.normal(k, (m, K), dtype))(keys)
+    return jax.vmap(lambda k: _rng.normal(k, (m, K), dtype))(keys)
 
 
 def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var, *, rho: float,
@@ -839,13 +840,13 @@ def _move_draws(keys, K: int, m: int, dt, reflected: bool) -> dict:
     ``xi`` (C, K, K) (its direction, from a folded key: the other priors' moves draw as
     without it) and ``z2`` (C, K, m) (the redraw after a rejected switch-on)."""
     kk = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
-    out = dict(z=jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kk[:, 0]),
+    out = dict(z=jax.vmap(lambda k: _rng.normal(k, (K, m), dt))(kk[:, 0]),
                zq=jax.vmap(lambda k: jax.random.normal(k, (K,), dt))(kk[:, 1]),
                log_u=jnp.log(jax.vmap(lambda k: jax.random.uniform(k, (K,), dt))(kk[:, 2])))
     if reflected:
         kr = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, 1), 2))(keys)
-        out["xi"] = jax.vmap(lambda k: jax.random.normal(k, (K, K), dt))(kr[:, 0])
-        out["z2"] = jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kr[:, 1])
+        out["xi"] = jax.vmap(lambda k: _rng.normal(k, (K, K), dt))(kr[:, 0])
+        out["z2"] = jax.vmap(lambda k: _rng.normal(k, (K, m), dt))(kr[:, 1])
     return out
 
 

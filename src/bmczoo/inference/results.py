@@ -448,6 +448,8 @@ class MCMCFit(FitResult):
         sites and no factor draws.
     switches : (chain, 2) accepted and attempted annealed spike/slab switches (Gibbs with
         ``anneal_steps > 0``; else None); also in :meth:`run_stats`.
+    timings : Gibbs: ``compile_seconds`` (the sweeps' program) and ``sweep_seconds`` (per
+        sweep, all chains) of the run (None after loading); also in :meth:`run_stats`.
     """
 
     samples: dict = dataclasses.field(default_factory=dict)
@@ -465,6 +467,7 @@ class MCMCFit(FitResult):
     pred_proba: np.ndarray | None = None
     switches: np.ndarray | None = None
     factor_samples: dict | None = dataclasses.field(default=None, repr=False)
+    timings: dict | None = None
     family: ClassVar[str] = "mcmc"
 
     def _repr_holds(self) -> str:
@@ -500,8 +503,11 @@ class MCMCFit(FitResult):
         return levels.draws_level_proba(out.draw_blocks(d, r, c), self._cut_draws(self._factor_src, d["M"].shape[0]))
 
     def run_stats(self):
-        """Number of kept draws and, with the annealed switch, its counts per chain."""
+        """Number of kept draws, the run's :attr:`timings` and, with the annealed switch,
+        its counts per chain."""
         out = {"num_kept": self.num_kept}
+        if self.timings:
+            out.update(self.timings)
         if self.switches is not None:  # per chain
             sw = np.asarray(self.switches).reshape(-1, 2)
             out["switches_accepted"], out["switches_attempted"] = sw[:, 0].tolist(), sw[:, 1].tolist()

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .. import _rng
 from ..likelihoods import Tempered
 from ..priors import Prior
 from . import sharding as sh
@@ -103,8 +104,8 @@ def init(keys: jax.Array, shape: tuple[int, int], prior: Prior, K: int, dtype=jn
     m1, m2 = shape
     C = keys.shape[0]
     split = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
-    m = jax.vmap(lambda k: jax.random.normal(k, (m1, K), dtype))(split[:, 0]) * scale
-    n = jax.vmap(lambda k: jax.random.normal(k, (m2, K), dtype))(split[:, 1]) * scale
+    m = jax.vmap(lambda k: _rng.normal(k, (m1, K), dtype))(split[:, 0]) * scale
+    n = jax.vmap(lambda k: _rng.normal(k, (m2, K), dtype))(split[:, 1]) * scale
     inv_gamma, qp = _split_prior_q(prior.vb_state(K, m1, m2, C, dtype, gamma))
     return VBState(
         m=m,

@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import erf, erfc, erfcx, ndtri
 
+from .. import _rng
+
 __all__ = ["log_ndtri", "log_mass", "sample_std", "sample", "sample_uniform", "uniform", "unit_interval",
            "moments", "entropy"]
 
@@ -368,7 +370,7 @@ def uniform(key: jax.Array, shape: tuple[int, ...], dtype: jax.typing.DTypeLike)
     and inside its interval at both ends (``tests/likelihoods/test_random_extremes.py``).
     """
     dtype = jnp.dtype(dtype)
-    return jax.random.uniform(key, shape, dtype, minval=jnp.finfo(dtype).tiny, maxval=1.0)
+    return _rng.uniform(key, shape, dtype, minval=jnp.finfo(dtype).tiny, maxval=1.0)
 
 
 def unit_interval(dtype: jax.typing.DTypeLike) -> tuple[float, float]:

@@ -1,0 +1,106 @@
+"""Time outside the sweeps of a first ``bmc.fit``: compilation and everything around it.
+
+    python benchmarks/bench_compile.py                        # every member, 1 and 4 chains
+    python benchmarks/bench_compile.py --members recommended --chains 4
+    python benchmarks/bench_compile.py --cached               # plus a second process on a warm cache
+
+Each cell runs in a fresh Python process (nothing compiled before it, JAX's persistent
+compilation cache off unless ``--cached``): it loads ML-100K (``--ml-path``), splits it
+80/20 (``split(0.2, seed=0)``) and times one ``bmc.fit(train, K=10, test=test,
+num_warmup=100, num_samples=400, num_chains=C, seed=0, progress_bar=False)``.  The fit
+reports the seconds per sweep its loop measured (``fit.timings``); *outside* is the whole
+fit minus the sweeps (``num_warmup + num_samples`` times the seconds per sweep): compiling,
+the start, building the problem and the result.  ``--cached`` runs each cell a second time
+in a new process that reads the programs the first one wrote to a temporary cache folder
+(``bmc.enable_compilation_cache``): its compile column is what a second run of the same
+fit spends compiling.
+
+Members:
+
+* ``plain``: the paper's sweep, ``InverseGamma()`` without the column moves;
+* ``inverse-gamma``: ``InverseGamma()`` with its default column moves;
+* ``discrete``: the default prior ``Discrete()`` with its column moves;
+* ``recommended``: ``NormalWishart()`` + ``LearnedNoise()`` + biases;
+* ``ordered``: ``NormalWishart()`` + ``OrderedProbit()`` + biases on the stars.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REAL_100K = REPO.parent / "shared" / "data" / "ml-100k"
+MEMBERS = ("plain", "inverse-gamma", "discrete", "recommended", "ordered")
+
+CHILD = r"""
+import json, sys, time
+import bmczoo as bmc
+member, chains, path, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+if cache:
+    bmc.enable_compilation_cache(cache)
+P, L = bmc.priors, bmc.likelihoods
+kw = {
+    "plain": dict(prior=P.InverseGamma(), column_moves=False),
+    "inverse-gamma": dict(prior=P.InverseGamma()),
+    "discrete": dict(prior=P.Discrete()),
+    "recommended": dict(prior=P.NormalWishart(), likelihood=L.LearnedNoise(), biases=True),
+    "ordered": dict(prior=P.NormalWishart(), likelihood=L.OrderedProbit(), biases=True),
+}[member]
+train, test = bmc.datasets.load_movielens("100k", path, download=False).split(0.2, seed=0)
+t0 = time.perf_counter()
+fit = bmc.fit(train, K=10, test=test, method="gibbs", num_warmup=100, num_samples=400, num_chains=chains,
+              seed=0, progress_bar=False, **kw)
+whole = time.perf_counter() - t0
+t = fit.timings
+print(json.dumps({"whole": whole, "compile": t["compile_seconds"], "sweep": t["sweep_seconds"], "sweeps": 500,
+                  "rmse": fit.rmse(test)}))
+"""
+
+
+def run_child(member: str, chains: int, ml_path: str, cache: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    out = subprocess.run([sys.executable, "-c", CHILD, member, str(chains), ml_path, cache], env=env,
+                         capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise RuntimeError(f"{member}, {chains} chains failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--members", nargs="+", choices=MEMBERS, default=list(MEMBERS))
+    ap.add_argument("--chains", nargs="+", type=int, default=[1, 4])
+    ap.add_argument("--ml-path", default=str(REAL_100K), help="ML-100K folder or u.data (default ../shared)")
+    ap.add_argument("--cached", action="store_true", help="also time a second process on a warm compilation cache")
+    a = ap.parse_args(argv)
+    print(f"bench_compile: ML-100K 80/20, K=10, 100 + 400 sweeps; {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
+    head = "| member | chains | whole fit (s) | ms/sweep | sweeps (s) | outside (s) | compile (s) | test RMSE |"
+    if a.cached:
+        head += " cached: compile (s) | cached: outside (s) |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for member in a.members:
+        for chains in a.chains:
+            with tempfile.TemporaryDirectory() as cache:
+                r = run_child(member, chains, a.ml_path, cache if a.cached else "")
+                sweeps = r["sweep"] * r["sweeps"]
+                row = (f"| {member} | {chains} | {r['whole']:.1f} | {1000 * r['sweep']:.2f} | {sweeps:.1f} | "
+                       f"{r['whole'] - sweeps:.1f} | {r['compile']:.1f} | {r['rmse']:.4f} |")
+                if a.cached:
+                    w = run_child(member, chains, a.ml_path, cache)
+                    row += f" {w['compile']:.2f} | {w['whole'] - w['sweep'] * w['sweeps']:.1f} |"
+            print(row, flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
