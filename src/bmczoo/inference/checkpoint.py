@@ -340,23 +340,35 @@ def _buffer_draws(buffer, n: int) -> list[dict]:
 
 
 class _Progress:
-    """The sweeps' progress bar: a "compiling" phase without an estimate of the time
-    left, then "warmup" and "sampling" with the seconds per sweep and, given test
-    ratings, the test RMSE of the running posterior mean of all chains pooled."""
+    """The sweeps' progress bar: a "compiling" phase with its elapsed time and no estimate
+    of the time left, then "warmup" and "sampling" with the seconds per sweep and, given
+    test ratings, the test RMSE of the running posterior mean of all chains pooled."""
 
     def __init__(self, total: int, initial: int, num_warmup: int, enabled: bool):
         self.num_warmup = num_warmup
         self.bar = tqdm(total=total, initial=initial, disable=not enabled, unit="sweep",
                         bar_format="{desc}: {elapsed}", desc="compiling")
         self._fmt = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
-        self._started = False
+        self._done = threading.Event()
+        self._ticker = None
+        if enabled:
+            # XLA compiles without returning to Python: a thread moves the elapsed time on
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._done.wait(0.5):
+            self.bar.refresh()
 
     def start(self, it: int) -> None:
+        """Compiled: the sweeps begin at ``it``."""
+        self._done.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        self.bar.set_description_str(self._phase(it), refresh=False)
         self.bar.bar_format = self._fmt
         self.bar.reset(total=self.bar.total)
         self.bar.update(it)
-        self.bar.set_description_str(self._phase(it), refresh=False)
-        self._started = True
 
     def _phase(self, it: int) -> str:
         return "warmup" if it < self.num_warmup else "sampling"
@@ -370,6 +382,9 @@ class _Progress:
         self.bar.update(sweeps)
 
     def close(self) -> None:
+        self._done.set()
+        if self._ticker is not None:
+            self._ticker.join()
         self.bar.close()
 
 
