@@ -8,8 +8,8 @@ The pieces here are used by :class:`~bmczoo.priors.NormalWishart` when it is giv
 
 * :func:`side_features` turns the prior's specification into a
   :class:`~bmczoo.data.Features` table for one side of the data;
-* :func:`link_arrays` prepares its device arrays once: the table as coordinates (for
-  ``X B`` and ``X^T M`` in O(nnz K)) and the eigendecomposition ``X^T X = V diag(d) V^T``
+* :func:`link_arrays` prepares its device arrays once: ``X`` and ``X^T`` as sparse
+  matrices of the Gibbs hot path (``X B`` and ``X^T M`` in O(nnz K)) and the eigendecomposition ``X^T X = V diag(d) V^T``
   (float64 on the host), so that ``A = X^T X + lam_B I`` is diagonal in the basis ``V``
   whatever ``lam_B`` is: no factorisation per sweep;
 * :func:`link_block` draws ``B``, then ``lam_B``, then ``(mu, Lambda)`` given the rows
@@ -99,38 +99,59 @@ def side_features(spec, implicit, ratings, axis: str):
     return parts[0] if len(parts) == 1 else hstack_features(*parts)
 
 
-def link_arrays(X, dtype) -> dict[str, jax.Array]:
-    """The device arrays of a feature table ``X`` (m x F): its coordinates ``row``,
-    ``col``, ``val`` (nnz,), the eigenvectors ``V`` (F, F) and eigenvalues ``d`` (F,) of
-    ``X^T X`` (float64 on the host; rounding below zero clipped) and ``u = V^T X^T 1``
-    (F,)."""
+def _csr(indptr, index, values, shape, dtype):
+    """A device CSR of the Gibbs hot path (:mod:`bmczoo.inference.kernels`) for a sparse
+    table given by rows."""
+    from types import SimpleNamespace
+
+    from ..inference.kernels import csr_from_view
+
+    return csr_from_view(SimpleNamespace(indptr=indptr, index=index, values=values), shape, dtype)
+
+
+def link_arrays(X, dtype) -> dict:
+    """The device arrays of a feature table ``X`` (m x F): ``X`` and ``X^T`` as CSR
+    matrices of the Gibbs hot path (for ``X B`` and ``X^T M`` in O(nnz K), all chains in
+    one product), the eigenvectors ``V`` (F, F) and eigenvalues ``d`` (F,) of ``X^T X``
+    (float64 on the host; rounding below zero clipped) and ``u = V^T X^T 1`` (F,)."""
     if X.n_features == 0:
         raise ValueError("NormalWishart: a feature table with no features")
+    m, F = X.shape
     G = X.gram()
     d, V = np.linalg.eigh(G)
     d = np.maximum(d, 0.0)
-    u = V.T @ X.tdot(np.ones(X.n_rows))
-    return {"row": jnp.asarray(X.row_ids(), jnp.int32), "col": jnp.asarray(X.indices, jnp.int32),
-            "val": jnp.asarray(X.values, dtype), "V": jnp.asarray(V, dtype), "d": jnp.asarray(d, dtype),
-            "u": jnp.asarray(u, dtype)}
+    u = V.T @ X.tdot(np.ones(m))
+    order = np.argsort(X.indices, kind="stable")  # the entries grouped by feature: X^T by rows
+    t_indptr = np.zeros(F + 1, np.int64)
+    np.cumsum(np.bincount(X.indices, minlength=F), out=t_indptr[1:])
+    return {"X": _csr(X.indptr, X.indices, X.values, (m, F), dtype),
+            "Xt": _csr(t_indptr, X.row_ids()[order], X.values[order], (F, m), dtype),
+            "V": jnp.asarray(V, dtype), "d": jnp.asarray(d, dtype), "u": jnp.asarray(u, dtype)}
 
 
-def x_times(link: dict, B: jax.Array, m: int) -> jax.Array:
+def _product(csr, dense: jax.Array) -> jax.Array:
+    """``A @ dense[c]`` for each chain: dense (C, m_other, K) -> (C, m, K), the chains
+    stacked as columns of one sparse product."""
+    from ..inference.kernels import pattern_product
+
+    C, m_other, K = dense.shape
+    out = pattern_product(csr, csr.values, jnp.transpose(dense, (1, 0, 2)).reshape(m_other, C * K))
+    return jnp.transpose(out.reshape(csr.shape[0], C, K), (1, 0, 2))
+
+
+def x_times(link: dict, B: jax.Array) -> jax.Array:
     """``X B`` (C, m, K) for ``B`` (C, F, K)."""
-    contrib = link["val"][:, None, None] * jnp.swapaxes(B, 0, 1)[link["col"]]  # (nnz, C, K)
-    return jnp.swapaxes(jax.ops.segment_sum(contrib, link["row"], num_segments=m), 0, 1)
+    return _product(link["X"], B)
 
 
 def xt_times(link: dict, E: jax.Array) -> jax.Array:
     """``X^T E`` (C, F, K) for ``E`` (C, m, K)."""
-    F = link["d"].shape[0]
-    contrib = link["val"][:, None, None] * jnp.swapaxes(E, 0, 1)[link["row"]]  # (nnz, C, K)
-    return jnp.swapaxes(jax.ops.segment_sum(contrib, link["col"], num_segments=F), 0, 1)
+    return _product(link["Xt"], E)
 
 
-def link_mean(link: dict, mu: jax.Array, B: jax.Array, m: int) -> jax.Array:
+def link_mean(link: dict, mu: jax.Array, B: jax.Array) -> jax.Array:
     """The rows' prior means ``mu + B^T x_i`` (C, m, K) for ``mu`` (C, K), ``B`` (C, F, K)."""
-    return mu[:, None, :] + x_times(link, B, m)
+    return mu[:, None, :] + x_times(link, B)
 
 
 def b_draw(link: dict, mu, Lam, lam_B, Gt, Z):

@@ -365,7 +365,7 @@ class NormalWishart(Prior):
         for side, m in zip(SIDES, (m1, m2)):
             Lam, mu = state[f"Lambda_{side}"], state[f"mu_{side}"]
             link = self._side_link(links, side)
-            mean = mu if link is None else macau.link_mean(link, mu, state[f"B_{side}"], m)
+            mean = mu if link is None else macau.link_mean(link, mu, state[f"B_{side}"])
             out.append((Lam, jnp.einsum("ckl,c...l->c...k", Lam, mean)))
         return tuple(out)
 
