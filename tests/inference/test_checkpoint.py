@@ -273,3 +273,14 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     settings, arrays = ck.load_npz(path)
     assert settings == {"a": 1} and arrays["x"].tolist() == [0, 1, 2]
     assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]
+
+
+def test_checkpoint_of_other_feature_links_is_refused(tmp_path):
+    """The prior's feature links identify the run: a checkpoint written with implicit
+    feedback on the rows is not resumed with it on the columns."""
+    train, test = _data()
+    kw = dict(K=2, num_warmup=2, num_samples=3, thinning=1, num_chains=1, progress_bar=False, seed=0,
+              checkpoint=tmp_path / "run.npz", checkpoint_every=2)
+    bmc.fit(train, prior=bmc.priors.NormalWishart(implicit="rows"), **kw)
+    with pytest.raises(ValueError, match="links"):
+        bmc.fit(train, prior=bmc.priors.NormalWishart(implicit="cols"), **kw)

@@ -55,6 +55,8 @@ def run_settings(prep: Prepared, info: FitInfo, **extra) -> dict:
         "seed": int(info.seed),
         "dtype": info.dtype,
         "predict": fingerprint(prep.pred_rows, prep.pred_cols, prep.test_values),
+        # a prior's feature links (only when it has some: other checkpoints stay valid)
+        **({"links": links} if (links := getattr(info.prior, "links", dict)()) else {}),
         **extra,
     }
 
