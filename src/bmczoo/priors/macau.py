@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .. import _rng
+
 __all__ = ["FeatureTable", "side_features", "link_arrays", "x_times", "xt_times", "link_mean", "b_draw",
            "lam_conditional", "nw_link_conditional", "link_block"]
 
@@ -215,7 +217,7 @@ def link_block(key, link: dict, mu, Lam, lam_B, s1, s2, Gt, m: int, *, beta0: fl
     dt = mu.dtype
     F, K = Gt.shape
     kB, kl, kw = jax.random.split(key, 3)
-    Bt = b_draw(link, mu, Lam, lam_B, Gt, jax.random.normal(kB, (F, K), dt))
+    Bt = b_draw(link, mu, Lam, lam_B, Gt, _rng.normal(kB, (F, K), dt))
     shape, rate = lam_conditional(Bt, Lam, a_B, b_B)
     lam_B = jax.random.gamma(kl, jnp.asarray(shape, dt), dtype=dt) / rate
     mu_star, beta_star, nu_star, Winv = nw_link_conditional(link, Bt, lam_B, s1, s2, Gt, m, beta0, nu0, W0_inv)

@@ -18,6 +18,7 @@ import numpyro
 import numpyro.distributions as dist
 from jax import lax
 
+from .. import _rng
 from . import macau
 from .base import Prior, as_real_scalar, check_positive, set_fields
 
@@ -63,7 +64,7 @@ def wishart_draw(key: jax.Array, Winv: jax.Array, nu, beta=None, mu=None):
     kc, kn, kz = jax.random.split(key, 3)
     shape = 0.5 * (nu - jnp.arange(K, dtype=dtype))
     diag = jnp.sqrt(2.0 * jax.random.gamma(kc, shape, (K,), dtype=dtype))
-    below = jnp.tril(jax.random.normal(kn, (K, K), dtype), -1)
+    below = jnp.tril(_rng.normal(kn, (K, K), dtype), -1)
     A = below + jnp.diag(diag)
     U = lax.linalg.cholesky(Winv, symmetrize_input=False)
     X = lax.linalg.triangular_solve(U, A, left_side=True, lower=True, transpose_a=True)
