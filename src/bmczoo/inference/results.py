@@ -503,7 +503,7 @@ class MCMCFit(FitResult):
         return levels.draws_level_proba(out.draw_blocks(d, r, c), self._cut_draws(self._factor_src, d["M"].shape[0]))
 
     def run_stats(self):
-        """Number of kept draws, the run's :attr:`timings` and, with the annealed switch,
+        """Number of kept draws, the run's ``timings`` and, with the annealed switch,
         its counts per chain."""
         out = {"num_kept": self.num_kept}
         if self.timings:

@@ -180,34 +180,97 @@ class Prior(abc.ABC):
     link_sites: ClassVar[tuple[str, ...]] = ()
 
     def gibbs_links(self, ratings, dtype=jnp.float32) -> dict[str, jax.Array]:
-        """The device arrays of the prior's feature links for the data ``ratings`` (a
-        :class:`~bmczoo.data.RatingData`): a flat dict of arrays, empty (the default) when
-        the prior has no link."""
+        """The device arrays of the prior's feature links for the fitted data.
+
+        Parameters
+        ----------
+        ratings : bmczoo.data.RatingData
+            The fitted ratings (their features, and their pattern for implicit feedback).
+        dtype : dtype
+            The float dtype of the arrays.
+
+        Returns
+        -------
+        dict
+            A flat dict of arrays, empty (the default) when the prior has no link.
+        """
         return {}
 
     def link_state(self, K: int, links: dict, dtype=jnp.float32) -> dict[str, jax.Array]:
         """The starting values of the link's own variables (one chain), added to
-        :meth:`gibbs_state`."""
+        :meth:`gibbs_state`.
+
+        Parameters
+        ----------
+        K : int
+            The rank.
+        links : dict
+            The arrays of :meth:`gibbs_links`.
+        dtype : dtype
+            The float dtype of the state.
+        """
         return {}
 
     def link_row_priors(self, state: dict, links: dict, m1: int, m2: int) -> tuple[tuple, tuple]:
-        """:meth:`row_priors` with the links: each shift may also be per row, (C, m, K)."""
+        """:meth:`row_priors` with the links: each shift may also be per row, (C, m, K).
+
+        Parameters
+        ----------
+        state : dict
+            The prior's state (leading chain axis).
+        links : dict
+            The arrays of :meth:`gibbs_links`.
+        m1, m2 : int
+            The numbers of rows of ``M`` and of ``N``.
+        """
         return self.row_priors(state)
 
     def link_factor_stats(self, F: jax.Array, links: dict, side: str):
-        """:meth:`factor_stats` of factor ``side`` (``"M"`` or ``"N"``) with the links (sums
-        over rows, so a sharded run could add the devices' parts)."""
+        """:meth:`factor_stats` of one factor with the links (sums over rows, so a sharded
+        run could add the devices' parts).
+
+        Parameters
+        ----------
+        F : jax.Array
+            The factor (C, m, K).
+        links : dict
+            The arrays of :meth:`gibbs_links`.
+        side : {"M", "N"}
+            Which factor ``F`` is.
+        """
         return self.factor_stats(F)
 
     def link_update(self, key: jax.Array, state: dict, stats_M, stats_N, m1: int, m2: int, links: dict) -> dict:
         """:meth:`gibbs_update` with the links; also given the prior's current ``state``
-        (one chain), as a link's blocks are drawn in turn (Gibbs within the prior)."""
+        (one chain), as a link's blocks are drawn in turn (Gibbs within the prior).
+
+        Parameters
+        ----------
+        key : jax.Array
+            The PRNG key of this draw.
+        state : dict
+            The prior's current state (one chain).
+        stats_M, stats_N : pytree
+            The statistics of :meth:`link_factor_stats` of ``M`` and of ``N``.
+        m1, m2 : int
+            The numbers of rows of ``M`` and of ``N``.
+        links : dict
+            The arrays of :meth:`gibbs_links`.
+        """
         return self.gibbs_update(key, stats_M, stats_N, m1, m2)
 
     def sample_latents_for(self, ratings, K: int):
         """NumPyro sample statements of :meth:`sample_latents` for the data ``ratings``
         (a prior with a feature link reads the data's features); the default ignores
-        everything but the shape."""
+        everything but the shape.
+
+        Parameters
+        ----------
+        ratings : bmczoo.data.RatingData
+            The modelled ratings.
+        K : int
+            The rank.
+        """
         m1, m2 = ratings.shape
         return self.sample_latents(m1, m2, K)
 
