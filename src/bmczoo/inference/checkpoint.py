@@ -409,6 +409,16 @@ def _pooled_rmse(state, problem) -> float | None:
 _CHUNK_SECONDS = 0.25
 
 
+def _next_chunk(n: int, seconds: float) -> int:
+    """Sweeps in the next chunk after ``n`` took ``seconds``: about :data:`_CHUNK_SECONDS`
+    of work, at most four times the last chunk.  The processes of a multi-process run must
+    run the same chunks (each chunk's program holds collectives): their own timings differ,
+    so they double the chunk instead, up to 64 sweeps."""
+    if jax.process_count() > 1:
+        return min(2 * n, 64)
+    return max(1, min(4 * n, int(_CHUNK_SECONDS * n / max(seconds, 1e-9))))
+
+
 def run_gibbs(
     state: gibbs.GibbsState,
     problem: gibbs.GibbsProblem,
@@ -474,7 +484,7 @@ def run_gibbs(
             swept, sweep_time = swept + n, sweep_time + seconds
             if checkpoint is not None:  # compiled and dispatched: from now on there is work to save
                 STOP.arm()
-            chunk = max(1, min(4 * n, int(_CHUNK_SECONDS * n / max(seconds, 1e-9))))
+            chunk = _next_chunk(n, seconds)
             progress.update(it, n, seconds, _pooled_rmse(state, problem) if it > num_warmup else None)
             if checkpoint is not None and (it % every == 0 or it == total):
                 gibbs.check_failure(state)
