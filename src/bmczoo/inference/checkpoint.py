@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..offsets import shift_clip
 from . import gibbs
 from .sharding import to_host
 from .thinning import num_kept
@@ -401,7 +402,7 @@ def _pooled_rmse(state, problem) -> float | None:
         pred = np.asarray(problem.likelihood.expected_value(proba), np.float64)
     else:
         theta = to_host(state.pred_sum)[:, :n_test].astype(np.float64).mean(0) / k
-        pred = np.clip(theta + float(problem.offset), float(problem.clip_lo), float(problem.clip_hi))
+        pred = shift_clip(theta, float(problem.offset), float(problem.clip_lo), float(problem.clip_hi))
     return float(np.sqrt(np.mean((pred - y) ** 2)))
 
 
