@@ -13,6 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from . import _xla
+
+_xla.configure()
+
 __version__ = "0.1.0"
 
 _SUBMODULES = ("data", "datasets", "diagnostics", "evaluation", "inference", "likelihoods", "models", "offsets",
