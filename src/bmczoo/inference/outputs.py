@@ -309,7 +309,8 @@ def fold_in_components(new, *, N, prior_prec, prior_shift, tb, col_bias=None, co
     """Gaussian conditionals of the new rows, per component s (a draw, or the one q).
 
     ``N`` (S, m2, K) item factors (means under q), ``W`` (m2, K, K) or None their
-    covariances, ``prior_prec`` (S, K, K), ``prior_shift`` (S, K) (``Lambda mu``), ``tb``
+    covariances, ``prior_prec`` (S, K, K), ``prior_shift`` (S, K) (``Lambda mu``) or (S, U,
+    K) (a feature link's per-row ``Lambda (mu + B^T x_u)``), ``tb``
     (S,) the block precision, ``col_bias`` (S, m2) / ``col_bias_var`` (m2,) or None,
     ``row_bias_prec`` (S,) the prior precision of a new row bias (None: no biases).
     Features ``f_j = [N_j, 1]`` (with biases), ``x_u = [M_u, b_u]``:
@@ -339,9 +340,9 @@ def fold_in_components(new, *, N, prior_prec, prior_shift, tb, col_bias=None, co
         r = Ar @ F
         P0 = np.zeros((D, D))
         P0[:K, :K] = prior_prec[s]
-        sh0 = np.zeros(D)
+        sh0 = np.zeros((U, D))
         if prior_shift is not None:
-            sh0[:K] = prior_shift[s]
+            sh0[:, :K] = prior_shift[s]
         if bias:
             P0[K, K] = row_bias_prec[s]
         P = P0 + tb[s] * G

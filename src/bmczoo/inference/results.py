@@ -610,9 +610,12 @@ def _fold_in_draws(fit, new, d, src):
                          f"fit does not hold (MAP integrates the column scales out)")
     state = {k: jnp.asarray(np.asarray(src[k], np.float64).reshape((S,) + tuple(t.shape)))
              for k, t in template.items()}
-    (pM, shiftM), _ = info.prior.row_priors(state)
-    prec = out.dense_precision(np.asarray(pM), K)
-    shift = None if shiftM is None else np.asarray(shiftM, np.float64)
+    if "M" in getattr(info.prior, "linked_sides", ()):
+        prec, shift = _linked_row_prior(info.prior, new, src, S, K)
+    else:
+        (pM, shiftM), _ = info.prior.row_priors(state)
+        prec = out.dense_precision(np.asarray(pM), K)
+        shift = None if shiftM is None else np.asarray(shiftM, np.float64)
     if d["tau"] is not None:
         tau = d["tau"]
     else:
@@ -628,6 +631,32 @@ def _fold_in_draws(fit, new, d, src):
                                          col_bias=col_bias, row_bias_prec=rb_prec, offset=info.shift.offset)
     return out.FoldInFit(fit, new, means, covs, d["N"], None, col_bias, None, fit.noise_var(),
                          info.biases is not None)
+def _linked_row_prior(prior, new, src, S: int, K: int):
+    """Per draw, the prior precision ``Lambda_M`` (S, K, K) and the per-row shifts
+    ``Lambda_M (mu_M + B_M^T x_u)`` (S, U, K) of new rows under the rows' feature link:
+    ``x_u`` from ``new.row_features`` (the columns of the table the fit was given) and,
+    with implicit feedback on the rows, from the new rows' own pairs."""
+    from ..priors import macau
+
+    if "B_M" not in src:
+        raise ValueError("fold_in with the rows' feature link needs the draws of B_M, which this fit does not hold")
+    spec = prior.row_features
+    if spec is not None and new.row_features is None:
+        raise ValueError("fold_in: the fit's prior links the rows to their features, so the new rows need theirs: "
+                         "pass RatingData(..., row_features=...) with the columns of the training table "
+                         "(bmczoo.data.Features.reindex aligns a table to another's columns)")
+    X = macau.side_features(None if spec is None else True, prior.implicit, new, "rows")
+    B = np.asarray(src["B_M"], np.float64).reshape(S, -1, K)
+    if X.n_features != B.shape[1]:
+        raise ValueError(f"fold_in: the new rows have {X.n_features} features, the fit's row link has {B.shape[1]} "
+                         "(the new rows' feature table must have the training table's columns)")
+    Lam = np.asarray(src["Lambda_M"], np.float64).reshape(S, K, K)
+    mu = np.asarray(src["mu_M"], np.float64).reshape(S, K)
+    Xs = X.to_scipy()
+    mean = mu[:, None, :] + np.stack([Xs @ B[s] for s in range(S)])
+    return Lam, np.einsum("sul,skl->suk", mean, Lam)
+
+
 @dataclasses.dataclass(repr=False)
 class GibbsFit(MCMCFit):
     """Result of ``bmc.fit(..., method="gibbs")``: draws of the conjugate Gibbs sampler."""
