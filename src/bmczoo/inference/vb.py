@@ -7,7 +7,9 @@ Cholesky, the same sparse products as the Gibbs sweep, see
 column biases, their variances) when the model has biases, then the prior's q through
 its VB hooks (:meth:`~bmczoo.priors.Prior.vb_state`, ``vb_row_priors``,
 ``vb_factor_stats``, ``vb_step``, ``vb_elbo_term``; column scales ``q(gamma)`` from
-:meth:`~bmczoo.priors.Prior.vb_update` by default, Normal-Wishart ``q(mu, Lambda)``),
+:meth:`~bmczoo.priors.Prior.vb_update` by default, Normal-Wishart ``q(mu, Lambda)``;
+with feature links, ``links=`` the arrays of ``prior.gibbs_links``, also ``q(B)`` and
+``q(lam_B)`` of each linked factor: :class:`bmczoo.priors.macau.VBLink`),
 then ``q(tau)`` when the likelihood learns it (its ``vb_*`` methods).  The ELBO is
 computed after every iteration; coordinate ascent never decreases it.
 
@@ -31,7 +33,8 @@ from . import sharding as sh
 from .kernels import _row_ids
 from .kernels import CSR, cholesky_rows, outer, pattern_product, row_precision, row_rhs, solve_rows
 
-__all__ = ["VBState", "init", "update", "elbo", "expected_sq_error", "prior_q", "shard_state", "unshard_state"]
+__all__ = ["VBState", "init", "update", "elbo", "expected_sq_error", "prior_q", "shard_state", "unshard_state",
+           "vb_prior"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -78,6 +81,36 @@ def prior_q(state: VBState) -> dict:
     return q
 
 
+def vb_prior(prior: Prior, links: dict | None):
+    """The prior as the VB core sees it: ``prior`` itself, or with feature links (``links``
+    non-empty: the arrays of :meth:`~bmczoo.priors.NormalWishart.gibbs_links`) a
+    :class:`bmczoo.priors.macau.VBLink` that binds them.
+
+    Parameters
+    ----------
+    prior : Prior
+        The model's prior (or an already bound :class:`~bmczoo.priors.macau.VBLink`).
+    links : dict or None
+        The link arrays (None or empty: no links).
+
+    Returns
+    -------
+    Prior or VBLink
+        What the VB hooks are called on.
+    """
+    from ..priors.macau import VBLink
+
+    if not links or isinstance(prior, VBLink):
+        return prior
+    return VBLink(prior, links)
+
+
+def _is_linked(prior) -> bool:
+    from ..priors.macau import VBLink
+
+    return isinstance(prior, VBLink)
+
+
 def _split_prior_q(q: dict):
     q = dict(q)
     return q.pop("inv_gamma", None), q
@@ -91,13 +124,14 @@ def _inverse_from_cholesky(L: jax.Array) -> jax.Array:
 
 
 def init(keys: jax.Array, shape: tuple[int, int], prior: Prior, K: int, dtype=jnp.float32, scale: float = 1.0,
-         gamma: float | None = 1.0, *, likelihood=None, biases=None) -> VBState:
+         gamma: float | None = 1.0, *, likelihood=None, biases=None, links: dict | None = None) -> VBState:
     """Random means ``N(0, scale^2)`` (one key per run), zero covariances and the prior's
     starting q-state (:meth:`~bmczoo.priors.Prior.vb_state`; column scales:
     ``E[1/gamma_h] = 1/gamma``, ``gamma=None``: the prior's ``init_gamma``); the first
     update of ``q(M)`` only uses ``n``, ``W`` and the prior's, likelihood's and biases'
     q-states.  ``likelihood`` (learned: ``q(tau)`` starts at its prior) and ``biases``
-    (zero means) add their q-states.
+    (zero means) add their q-states; ``links`` (a prior with feature links: the arrays of
+    its ``gibbs_links``) adds ``q(B)`` and ``q(lam_B)`` (:func:`vb_prior`).
 
     A unit ``gamma`` rather than e.g. the inverse-gamma prior's mode ``b/(a+1)`` matters:
     starting from strong shrinkage, CAVI can settle on the all-zero fixed point."""
@@ -106,7 +140,7 @@ def init(keys: jax.Array, shape: tuple[int, int], prior: Prior, K: int, dtype=jn
     split = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
     m = jax.vmap(lambda k: _rng.normal(k, (m1, K), dtype))(split[:, 0]) * scale
     n = jax.vmap(lambda k: _rng.normal(k, (m2, K), dtype))(split[:, 1]) * scale
-    inv_gamma, qp = _split_prior_q(prior.vb_state(K, m1, m2, C, dtype, gamma))
+    inv_gamma, qp = _split_prior_q(vb_prior(prior, links).vb_state(K, m1, m2, C, dtype, gamma))
     return VBState(
         m=m,
         V=jnp.zeros((C, m1, K, K), dtype),
@@ -161,14 +195,16 @@ def _bias_resid_sum(csr: CSR, mean_other, mean_self, other_bias):
 
 def _update_factor(csr: CSR, mean_other, cov_other, prior_precision, tau, prior_shift=None, self_bias=None,
                    other_bias=None):
+    """The optimal ``q`` of every row; ``prior_shift`` is ``E[Lambda mu]`` (C, K) or, for
+    rows with their own prior means (a feature link), ``E[Lambda mu_i]`` (C, m, K)."""
     P = row_precision(csr, cov_other + outer(mean_other), prior_precision, _bcast(tau, 4))
     L = cholesky_rows(P)
     if self_bias is None:
-        rhs = row_rhs(csr, mean_other, _bcast(tau, 3), prior_shift)
+        rhs = row_rhs(csr, mean_other, _bcast(tau, 3))
     else:
         rhs = _bcast(tau, 3) * _resid_rhs(csr, mean_other, self_bias, other_bias)
-        if prior_shift is not None:
-            rhs = rhs + prior_shift[:, None, :]
+    if prior_shift is not None:
+        rhs = rhs + (prior_shift if prior_shift.ndim == 3 else prior_shift[:, None, :])
     return solve_rows(L, rhs), _inverse_from_cholesky(L)
 
 
@@ -181,6 +217,8 @@ def _expected_S(m, V, n, W):
 
 def _factor_stats(prior: Prior, m, V, n, W, comm: sh.Comm):
     """The prior's statistics of ``q(M)`` and ``q(N)``, padding rows zeroed, psummed."""
+    if _is_linked(prior):  # one device (update refuses a mesh)
+        return prior.vb_side_stats(m, V, "M"), prior.vb_side_stats(n, W, "N")
     return (comm.psum(prior.vb_factor_stats(comm.mask(m, 0), comm.mask(V, 0))),
             comm.psum(prior.vb_factor_stats(comm.mask(n, 1), comm.mask(W, 1))))
 
@@ -284,8 +322,16 @@ def _parts(state: VBState, rows: CSR, prior, mesh, dims):
     return parts, jnp.sum(rows.ones)  # the padding entries of the blocks are zeros
 
 
+def _check_links(prior, links, mesh):
+    prior = vb_prior(prior, links)
+    if _is_linked(prior) and mesh is not None:
+        raise ValueError(f"{prior.name} with feature links runs on one device: its sharded VB update is not "
+                         "implemented (drop devices=)")
+    return prior
+
+
 def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihood=None, biases=None, mesh=None,
-           dims=None, latent=None) -> VBState:
+           dims=None, latent=None, links: dict | None = None) -> VBState:
     """One CAVI iteration: ``q(M)``, then ``q(N)``, then (with biases) ``q(b)``, ``q(c)``,
     ``q(s_b^2)``, ``q(s_c^2)``, then the prior's q (:meth:`~bmczoo.priors.Prior.vb_step`),
     then (learned likelihood) ``q(tau)``.  Each step is the exact optimum of its factor
@@ -295,8 +341,11 @@ def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihoo
     likelihood comes from ``state.noise``).  With ``mesh`` (see :func:`shard_state`),
     ``rows``/``cols`` are the per-device blocks of
     :func:`bmczoo.inference.sharding.shard_csr` and ``dims`` the true ``(m1, m2)``; the
-    same body runs on each device.
+    same body runs on each device.  ``links``: the arrays of a prior's feature links
+    (``prior.gibbs_links``; one device), updated as :class:`~bmczoo.priors.macau.VBLink`
+    says.
     """
+    prior = _check_links(prior, links, mesh)
     lik = Tempered() if likelihood is None else likelihood
     if bool(state.bias) != (biases is not None):
         raise ValueError("the VB state and the biases argument disagree (biases on in one, off in the other)")
@@ -318,7 +367,11 @@ def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihoo
             body, mesh=mesh, in_specs=(_CSR, _CSR, _F, _F4, _R, _R, bspec),
             out_specs=(_F, _F4, _F, _F4, _R, bspec, _R), check_vma=False,
         )(rows, cols, state.n, state.W, qp, t, state.bias)
-    inv_gamma, rest = _split_prior_q(prior.vb_step(stats[0], stats[1], dims[0], dims[1], m.dtype))
+    if _is_linked(prior):  # q(B), q(lam_B) and q(mu, Lambda) need the current q
+        step = prior.vb_step(stats[0], stats[1], dims[0], dims[1], m.dtype, q=qp)
+    else:
+        step = prior.vb_step(stats[0], stats[1], dims[0], dims[1], m.dtype)
+    inv_gamma, rest = _split_prior_q(step)
     new = VBState(m=m, V=V, n=n, W=W, inv_gamma=inv_gamma, ES=ES, prior=rest, noise=state.noise, bias=bias)
     if lik.learned:
         parts, n_obs = _parts(new, rows, None, mesh, dims)
@@ -332,7 +385,7 @@ def expected_sq_error(state: VBState, rows: CSR) -> jax.Array:
 
 
 def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, biases=None, mesh=None,
-         dims=None, latent=None) -> jax.Array:
+         dims=None, latent=None, links: dict | None = None) -> jax.Array:
     """The evidence lower bound of each run (C,).
 
     Exact for any q-state of the parts that store all their parameters (factors,
@@ -343,8 +396,10 @@ def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, biase
     :meth:`~bmczoo.likelihoods.base.Likelihood.vb_elbo_term` (default: the Gaussian
     ``N(Y | theta, 1/tau)``, normalising constant included, so that the ELBO is a bound
     on the log evidence of that Gaussian model; learned noise: tempered log-likelihood
-    plus ``E[log p(tau)] - E[log q(tau)]``).  ``mesh``/``dims`` as in :func:`update`.
+    plus ``E[log p(tau)] - E[log q(tau)]``).  ``mesh``/``dims``/``links`` as in
+    :func:`update`.
     """
+    prior = _check_links(prior, links, mesh)
     lik = Tempered() if likelihood is None else likelihood
     if getattr(lik, "latent", False):
         return _latent_elbo(state, rows, prior, lik, biases, latent)

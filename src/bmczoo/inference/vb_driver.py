@@ -26,12 +26,12 @@ from .sharding import put, to_host
 __all__ = ["fit_vb"]
 
 
-def _iterate(state, rows, cols, tau, test_rows, test_cols, latent, *, prior, likelihood, biases, mesh, dims):
+def _iterate(state, rows, cols, tau, test_rows, test_cols, latent, links, *, prior, likelihood, biases, mesh, dims):
     # jitted once per fit (_Run.iterate) with the problem as arguments: no array is baked
     # into the compiled program, and the program is dropped with the fit (a module-level
     # jit would keep one compiled program per prior and shape for the life of the process)
     kw = dict(likelihood=likelihood, biases=biases, mesh=mesh, dims=dims,
-              latent=latent if getattr(likelihood, "latent", False) else None)
+              latent=latent if getattr(likelihood, "latent", False) else None, links=links)
     state = vb.update(state, rows, cols, prior, tau, **kw)
     pred = jnp.sum(state.m[:, test_rows] * state.n[:, test_cols], axis=-1)
     if state.bias:  # E[theta_ij] = m_i . n_j + E[b_i] + E[c_j]
@@ -96,11 +96,19 @@ class _Run:
         latent = getattr(info.likelihood, "latent", False)
         self.problem = build_problem(prep.fit_data, info.tau, dtype=info.dtype, mesh=s.devices,
                                      likelihood=info.likelihood if latent else None)
+        # a prior's feature links (DESIGN.md section 11): their arrays are arguments of the
+        # jitted iteration, built from the fitted ratings as for Gibbs
+        self.links = {}
+        if getattr(info.prior, "linked_sides", ()):
+            if s.devices is not None:
+                raise ValueError(f"{info.prior.name} with feature links runs on one device: its sharded VB update "
+                                 "is not implemented (drop devices=)")
+            self.links = info.prior.gibbs_links(prep.fit_data, info.dtype)
         # run r starts from key split(key(seed), C)[r]; with C = 1 the key itself
         key = jax.random.key(info.seed)
         keys = key[None] if s.restarts == 1 else jax.random.split(key, s.restarts)
         state = vb.init(keys, info.shape, info.prior, info.K, info.dtype, likelihood=info.likelihood,
-                        biases=info.biases)
+                        biases=info.biases, links=self.links)
         if latent and info.likelihood.fixed_cuts() is None:  # learned cut points start at the data's quantiles
             cuts0 = info.likelihood.init_cuts(np.asarray(self.problem.levels))
             state = state._replace(noise={"cuts": jnp.broadcast_to(jnp.asarray(cuts0, info.dtype),
@@ -161,7 +169,8 @@ class _Run:
     def one_iteration(self):
         t0 = time.perf_counter()
         p = self.problem
-        new_state, e, pred = self.iterate(self.state, p.rows, p.cols, p.tau, *self.test_rc, (p.levels, p.col_perm))
+        new_state, e, pred = self.iterate(self.state, p.rows, p.cols, p.tau, *self.test_rc, (p.levels, p.col_perm),
+                                          self.links)
         e = np.asarray(e, np.float64)
         self.seconds.append(time.perf_counter() - t0)
         if not np.all(np.isfinite(e)):
@@ -231,7 +240,7 @@ def fit_vb(prep, info, progress_bar: bool) -> VBFit:
     if run.mesh is not None:  # gathered to one device (from every process), without the padding rows
         state = jax.tree.map(lambda x: jnp.asarray(to_host(x)), run.unshard(state))
     state = jax.tree.map(lambda x: x[best : best + 1], state)
-    prior, (m1, m2) = info.prior, info.shape
+    prior, (m1, m2) = vb.vb_prior(info.prior, run.links), info.shape
     qp = vb.prior_q(state)
     stats_M, stats_N = prior.vb_factor_stats(state.m, state.V), prior.vb_factor_stats(state.n, state.W)
     one = lambda d: {k: np.asarray(v)[0] for k, v in d.items()}  # noqa: E731
