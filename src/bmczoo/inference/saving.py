@@ -10,7 +10,13 @@ The file is an ``.npz`` (``np.load(..., allow_pickle=False)`` reads it) holding
 * every array field of the result under ``f/<name>`` (``f/<name>/<key>`` for a dict of
   arrays: MCMC ``samples``, SVI ``draws`` and ``point``, the VB q parameters), and for a
   VB fit its :class:`~bmczoo.inference.vb.VBState` (the full covariances) under
-  ``vb/...``.
+  ``vb/...``;
+* a prior's feature links (Normal-Wishart ``row_features=``, ``col_features=``,
+  ``implicit=``) in the metadata (``True``: the data's tables, the ``implicit`` flag as
+  given), and a :class:`~bmczoo.data.Features` table given to the prior under
+  ``p/<row_features|col_features>/<indptr|indices|values|names|groups>``: the loaded
+  fit's prior has the same links (its ``str`` is the original's; with ``True`` it is
+  equal to the original).
 
 Factor draws of an MCMC fit (``M``, ``N``, ``row_bias``, ``col_bias`` of every kept draw)
 are the bulk of a fit (4 chains x 400 draws at ML-100K's shape with K = 10 and biases:
@@ -154,9 +160,13 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
 
         arrays.update({"vb/" + k[len("state/"):]: v for k, v in _state_arrays(fit.state).items()})
         kinds["state"] = "vbstate"
+    prior_meta = {"name": info.prior.name, "hyperparameters": info.prior.hyperparameters()}
+    links = _prior_links(info.prior, arrays)
+    if links is not None:  # absent without links: files of other priors are unchanged
+        prior_meta["links"] = links
     meta = {
         "format": FORMAT, "class": type(fit).__name__, "method": info.method,
-        "prior": {"name": info.prior.name, "hyperparameters": info.prior.hyperparameters()},
+        "prior": prior_meta,
         "likelihood": info.likelihood.describe(),
         "biases": None if info.biases is None else info.biases.describe(),
         "K": int(info.K), "shape": [int(x) for x in info.shape],
@@ -168,6 +178,50 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
         arrays[f"x/{k}"] = np.asarray(v)
     write_npz_atomic(path, __format__=np.asarray(FORMAT), __meta__=np.asarray(json.dumps(meta, default=_json_default)),
                **arrays)
+
+
+_FEATURE_ARRAYS = ("indptr", "indices", "values", "names", "groups")
+
+
+def _prior_links(prior, arrays: dict) -> dict | None:
+    """The feature-link specification of ``prior`` for the metadata (None when it has no
+    links); a :class:`~bmczoo.data.Features` table it holds goes into ``arrays`` under
+    ``p/<name>/...`` and is named ``"table"`` in the specification."""
+    if not getattr(prior, "linked_sides", ()):
+        return None
+    out = {"implicit": prior.implicit}
+    for name in ("row_features", "col_features"):
+        spec = getattr(prior, name)
+        if spec is None or spec is True:
+            out[name] = spec
+            continue
+        X = spec.features
+        out[name] = "table"
+        for k in _FEATURE_ARRAYS:
+            v = getattr(X, k)
+            arrays[f"p/{name}/{k}"] = np.asarray(v, dtype=str) if k in ("names", "groups") else np.asarray(v)
+    return out
+
+
+def _link_kwargs(links: dict | None, data: dict, path) -> dict:
+    """The prior's keyword arguments of the feature links saved by :func:`_prior_links`."""
+    if not links:
+        return {}
+    from ..data import Features
+
+    kw = {"implicit": links.get("implicit", False)}
+    for name in ("row_features", "col_features"):
+        spec = links.get(name)
+        if spec == "table":
+            try:
+                a = {k: data[f"p/{name}/{k}"] for k in _FEATURE_ARRAYS}
+            except KeyError as err:
+                raise ValueError(f"{str(path)!r}: the saved prior's {name} table lacks its array {err.args[0]!r}") \
+                    from None
+            spec = Features(a["indptr"], a["indices"], a["values"], [str(x) for x in a["names"]],
+                            [str(x) for x in a["groups"]])
+        kw[name] = spec
+    return kw
 
 
 def _settings(method: str, d: dict):
@@ -233,7 +287,8 @@ def load(path):
                          "upgrade bmczoo")
     meta = json.loads(str(data.pop("__meta__")))
     lik = dict(meta["likelihood"])
-    prior = get_prior(meta["prior"]["name"], **meta["prior"]["hyperparameters"])
+    prior = get_prior(meta["prior"]["name"], **meta["prior"]["hyperparameters"],
+                      **_link_kwargs(meta["prior"].get("links"), data, path))
     likelihood = get_likelihood(lik.pop("name"), **lik)
     biases = None
     if meta["biases"] is not None:
