@@ -146,9 +146,13 @@ def _is_network_error(e: BaseException) -> bool:
                           ConnectionError, TimeoutError))
 
 
-def _load(spec: str, seed: int, test_fraction: float = 0.2) -> _Loaded:
+def _load(spec: str, seed: int, test_fraction: float = 0.2, side_info: bool = False) -> _Loaded:
     """The data of ``--data SPEC``: ``sim:M``, a MovieLens name, or a path to a ratings file
-    (judged by its content, whatever its name), a folder holding one, or an official .zip."""
+    (judged by its content, whatever its name), a folder holding one, or an official .zip.
+    ``side_info`` (``--features``): a MovieLens ratings file given by path (``u.data``,
+    ``ratings.dat``, ``ratings.csv``, or a folder holding one) is read by
+    :func:`bmczoo.datasets.load_movielens` with the side files beside it (names and official
+    archives get them anyway)."""
     from . import datasets
 
     if spec.startswith("sim:"):
@@ -166,9 +170,9 @@ def _load(spec: str, seed: int, test_fraction: float = 0.2) -> _Loaded:
         if not path.exists():
             raise CLIError(f"--data {spec}: no such file or folder (or MovieLens name: {', '.join(_MOVIELENS)})")
         if path.is_dir():
-            data, user_ids, item_ids = _load_folder(path)
+            data, user_ids, item_ids = _load_folder(path, side_info)
         else:
-            data, user_ids, item_ids = _load_file(path)
+            data, user_ids, item_ids = _load_file(path, side_info)
     train, test = data.split(test_fraction, seed=0)
     return _Loaded(train, test, None, user_ids, item_ids)
 
@@ -195,24 +199,44 @@ def _download(name: str):
                        f"{datasets.cache_root() / 'movielens'}") from e
 
 
-def _load_folder(path: Path):
+def _load_folder(path: Path, side_info: bool = False):
     from . import datasets
 
     for fname, name in (("u.data", "100k"), ("ratings.dat", "1m"), ("ratings.csv", "latest-small")):
         for cand in (path / fname, path / datasets.DATASETS[name].folder / fname):
             if cand.is_file():
-                return _load_file(cand)
+                return _load_file(cand, side_info)
     raise CLIError(f"--data {path}: no u.data, ratings.dat or ratings.csv in this folder; "
                    "give the ratings file itself (any name)")
 
 
-def _load_file(path: Path):
+def _movielens_release(path: Path) -> str | None:
+    """The MovieLens release whose ratings file ``path`` is, by its name and the side files
+    beside it (None: not a MovieLens file name)."""
+    if path.name == "u.data":
+        return "100k"
+    if path.name == "ratings.dat":
+        return "1m" if (path.parent / "users.dat").is_file() else "10m"
+    if path.name == "ratings.csv":
+        return "latest-small"
+    return None
+
+
+def _load_file(path: Path, side_info: bool = False):
     """``(RatingData, user_ids, item_ids)`` of a ratings file, judged by its content: an
     official MovieLens .zip archive, or a table of ``user item rating [timestamp]`` lines
-    separated by TAB, ',' or '::' (an optional header line), whatever the file's name."""
+    separated by TAB, ',' or '::' (an optional header line), whatever the file's name.
+    ``side_info``: a MovieLens ratings file (by name) is read with its side files."""
     import zipfile
 
     from . import datasets
+
+    release = _movielens_release(path) if side_info else None
+    if release is not None:
+        try:
+            return datasets.load_movielens(release, path=path, return_ids=True)
+        except ValueError as e:
+            raise CLIError(f"--data {path}: {' '.join(str(e).split())}") from None
 
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as zf:
@@ -404,7 +428,8 @@ def _binarize(data, threshold: float):
     if data is None:
         return None
     values = (np.asarray(data.values) >= threshold).astype(np.float64)
-    return RatingData(data.rows, data.cols, values, data.shape)
+    return RatingData(data.rows, data.cols, values, data.shape, row_features=data.row_features,
+                      col_features=data.col_features)
 
 
 def _write_outputs(fit, out: Path, test, loaded: _Loaded, metric: str) -> None:
@@ -464,12 +489,56 @@ def _print_level_metrics(fit, test) -> None:
         print(f"test_level_log_loss={-fit.log_predictive_density(test):.4f}")
 
 
+_FEATURE_SIDES = {"rows": ("row_features",), "cols": ("col_features",), "both": ("row_features", "col_features")}
+
+
+def _check_link_options(args, prior) -> None:
+    """``--features`` / ``--implicit`` need the Normal-Wishart prior (the link is one of its
+    components); checked before the data is read."""
+    if args.features is None and args.implicit is None:
+        return
+    if prior.name != "normal-wishart":
+        given = " and ".join(f"--{o}" for o in ("features", "implicit") if getattr(args, o) is not None)
+        raise CLIError(f"{given} need --prior normal-wishart (the feature link of its rows' prior mean, "
+                       f"DESIGN.md section 11), got --prior {args.prior}")
+
+
+def _link_prior(args, prior, train):
+    """``prior`` with the feature links of ``--features`` (the data's side tables) and
+    ``--implicit``; ``CLIError`` when a requested side has no table."""
+    if args.features is None and args.implicit is None:
+        return prior
+    kw = {}
+    if args.features is not None:
+        names = {"row_features": "rows (users)", "col_features": "columns (items)"}
+        if args.features == "auto":
+            sides = tuple(n for n in names if getattr(train, n) is not None)
+            if not sides:
+                raise CLIError("--features: the data has no feature tables (the MovieLens loaders read the side "
+                               "files beside the ratings: u.user/u.item, users.dat/movies.dat, movies.csv); "
+                               "for implicit feedback only, use --implicit")
+        else:
+            sides = _FEATURE_SIDES[args.features]
+            missing = [names[n] for n in sides if getattr(train, n) is None]
+            if missing:
+                have = [a for a, n in (("rows", "row_features"), ("cols", "col_features"))
+                        if getattr(train, n) is not None]
+                raise CLIError(f"--features {args.features}: the data has no feature table for its "
+                               f"{' and '.join(missing)}" + (f"; it has one for its {', '.join(have)}: "
+                                                             f"--features {' '.join(have)}" if have else ""))
+        kw.update({n: True for n in sides})
+    if args.implicit is not None:
+        kw["implicit"] = True if args.implicit == "both" else args.implicit
+    return dataclasses.replace(prior, **kw)
+
+
 def _cmd_fit(args) -> int:
     import numpy as np
 
     import bmczoo as bmc
 
     prior = _make_prior(args.prior, _parse_hyper(args.hyper))
+    _check_link_options(args, prior)
     likelihood = _make_likelihood(args.likelihood, _parse_hyper(args.likelihood_opt, option="--likelihood-opt"))
     # every cheap argument is checked before the data is read
     if not 0.0 < args.test_fraction < 1.0:
@@ -490,11 +559,12 @@ def _cmd_fit(args) -> int:
     save_path = Path(args.save).expanduser() if args.save else None
     if save_path is not None:
         _check_save(save_path, args.overwrite)
-    loaded = _load(args.data, args.seed, args.test_fraction)
+    loaded = _load(args.data, args.seed, args.test_fraction, side_info=args.features is not None)
     if args.binarize is not None:
         loaded = loaded._replace(train=_binarize(loaded.train, args.binarize),
                                  test=_binarize(loaded.test, args.binarize))
     train, test, sim = loaded.train, loaded.test, loaded.sim
+    prior = _link_prior(args, prior, train)
     if likelihood.name == "probit":
         vals = np.asarray(train.values)
         if not np.all((vals == 0) | (vals == 1)):
@@ -791,6 +861,16 @@ def _add_fit(sub) -> None:
     f.add_argument("--hyper", action="append", default=[], metavar="NAME=VALUE",
                    help="a hyper-parameter of the prior, repeatable; the others keep the prior's defaults "
                    "(listed under --prior: the paper's values)")
+    f.add_argument("--features", nargs="?", const="auto", default=None, choices=["rows", "cols", "both", "auto"],
+                   help="normal-wishart prior: link the rows' (users') and/or columns' (items') prior means to "
+                   "the data's side tables (Macau); auto (also the flag alone): every side the data has a table "
+                   "for. MovieLens data "
+                   "gets them from the side files beside the ratings (ML-100K u.user/u.item, ML-1M "
+                   "users.dat/movies.dat, movies.csv/movies.dat of the other releases)")
+    f.add_argument("--implicit", default=None, choices=["rows", "cols", "both"],
+                   help="normal-wishart prior: implicit-feedback features of the same link (SVD++): for a row "
+                   "the items it rated in the training data, for a column the users who rated it, "
+                   "normalised by |R|^-1/2")
     f.add_argument("--likelihood", default="tempered", choices=sorted(_likelihoods()),
                    help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd via "
                    "--likelihood-opt), learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper), probit "
