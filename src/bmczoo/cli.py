@@ -866,11 +866,11 @@ def _add_fit(sub) -> None:
                    "the data's side tables (Macau); auto (also the flag alone): every side the data has a table "
                    "for. MovieLens data "
                    "gets them from the side files beside the ratings (ML-100K u.user/u.item, ML-1M "
-                   "users.dat/movies.dat, movies.csv/movies.dat of the other releases)")
+                   "users.dat/movies.dat, movies.csv/movies.dat of the other releases); default: no features")
     f.add_argument("--implicit", default=None, choices=["rows", "cols", "both"],
                    help="normal-wishart prior: implicit-feedback features of the same link (SVD++): for a row "
                    "the items it rated in the training data, for a column the users who rated it, "
-                   "normalised by |R|^-1/2")
+                   "normalised by |R|^-1/2; default: none")
     f.add_argument("--likelihood", default="tempered", choices=sorted(_likelihoods()),
                    help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd via "
                    "--likelihood-opt), learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper), probit "
