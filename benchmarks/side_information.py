@@ -65,7 +65,9 @@ versions), to ``--out`` after each fit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import io
 import json
 import os
 import platform
@@ -213,6 +215,17 @@ def run_myfm(config: str, train, test, a) -> dict:
     kw = {"X_rel": blocks, "n_iter": a.warmup + a.samples, "n_kept_samples": a.samples}
     if grouped:
         kw["group_shapes"] = gu + gv
+    # myFM draws a tqdm bar on stderr in every fit (no option turns it off)
+    with contextlib.redirect_stderr(io.StringIO()):
+        pred = _myfm_fit_predict(myfm, a, train, blocks, test_blocks, kw, ordered)
+    seconds = time.perf_counter() - t0
+    return {"rmse": rmse(np.clip(pred, LO, HI), test.values), "seconds": seconds,
+            "seconds_per_iteration": seconds / (a.warmup + a.samples),
+            "features": {"user_block": list(U.shape), "movie_block": list(V.shape),
+                         "group_shapes": kw.get("group_shapes")}}
+
+
+def _myfm_fit_predict(myfm, a, train, blocks, test_blocks, kw, ordered):
     if ordered:
         levels = np.unique(train.values)
         if not np.array_equal(levels, np.arange(1, levels.size + 1)):
@@ -224,11 +237,7 @@ def run_myfm(config: str, train, test, a) -> dict:
         fm = myfm.MyFMRegressor(rank=a.K, random_seed=a.seed)
         fm.fit(None, np.asarray(train.values, dtype=np.float64), **kw)
         pred = fm.predict(None, test_blocks)
-    seconds = time.perf_counter() - t0
-    return {"rmse": rmse(np.clip(pred, LO, HI), test.values), "seconds": seconds,
-            "seconds_per_iteration": seconds / (a.warmup + a.samples),
-            "features": {"user_block": list(U.shape), "movie_block": list(V.shape),
-                         "group_shapes": kw.get("group_shapes")}}
+    return pred
 
 
 # --------------------------------------------------------------------------- SMURFF
@@ -250,7 +259,8 @@ def run_smurff(config: str, train, test, a) -> dict:
         for mode, (feats, axis) in enumerate(((train.row_features, "rows"), (train.col_features, "cols"))):
             parts = ([_scipy(feats)] if use_side else []) + ([_implicit(train, axis)] if use_implicit else [])
             session.addSideInfo(mode, sps.hstack(parts, format="csr"), direct=True)
-    predictions = session.run()
+    with contextlib.redirect_stderr(io.StringIO()):  # its tqdm bar
+        predictions = session.run()
     seconds = time.perf_counter() - t0
     pred = np.clip(np.array([p.pred_avg for p in predictions]) + mean, LO, HI)
     y = np.array([p.val for p in predictions]) + mean
