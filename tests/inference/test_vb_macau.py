@@ -24,7 +24,6 @@ from bmczoo.inference import vb
 from bmczoo.inference.gibbs import build_problem
 from bmczoo.likelihoods import LearnedNoise, OrderedProbit
 from bmczoo.priors import macau
-from bmczoo.priors.normal_wishart import _chol_inverse
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -69,7 +68,7 @@ def _dense_q_B(t):
 
 
 def _b_update(t):
-    s1, s2, Gt = _stats(t)
+    Gt = _stats(t)[2]
     return macau.vb_b_update(t["link"], jnp.asarray(t["mu"]), jnp.asarray(_EL(t)), t["lam"], jnp.asarray(Gt))
 
 
