@@ -4,8 +4,9 @@ the residuals, and the rows' per-row prior means, within full Gibbs sweeps.
 
 The tiny problem of ``test_geweke.py`` (6 x 5, 15 observed entries, row 5 empty, K = 2)
 with features on both sides: the rows get the implicit feedback of the pattern (which
-columns each row rated, ``|R(i)|^-1/2``; the empty row has none) plus a dense feature, the
-columns two dense features.  The joint of ``(mu, Lambda, lam_B, B, M, N, Y)`` is simulated
+columns each row rated, ``|R(i)|^-1/2``; the empty row has none) plus two dense features
+(7 features for 6 rows: the sweep's products go through ``X Vr`` and ``X`` has a null
+space, :func:`bmczoo.priors.macau.link_arrays`), the columns two dense features.  The joint of ``(mu, Lambda, lam_B, B, M, N, Y)`` is simulated
 directly with numpy/scipy (marginal-conditional) and by independent chains that alternate
 one :func:`bmczoo.inference.gibbs.sweep` with a fresh ``Y | theta`` (successive-
 conditional), each chain started from an exact joint draw; every test function's mean must
@@ -51,7 +52,7 @@ TAU = 1.0
 _rng = np.random.default_rng(7)
 TEMPLATE = bmc.RatingData(ROWS, COLS, np.zeros(N_OBS), (M1, M2))
 ROW_FEATURES = bmc.data.hstack_features(
-    bmc.data.Features.from_dense(_rng.normal(size=(M1, 1)), names=["age"]),
+    bmc.data.Features.from_dense(_rng.normal(size=(M1, 2)), names=["age", "height"]),
     bmc.data.implicit_features(TEMPLATE, "rows"))
 COL_FEATURES = bmc.data.Features.from_dense(_rng.normal(size=(M2, 2)))
 TEMPLATE = TEMPLATE.with_features(ROW_FEATURES, COL_FEATURES)
@@ -115,7 +116,9 @@ def _chains(problem, row_order, col_order, keys, state, Y, *, prior, num_steps):
                                    cols=problem.cols._replace(values=Y[col_order]))
         state = gibbs.sweep(state, prob, prior)
         M, N = state.M[0], state.N[0]
-        f = functions_of(jax.tree.map(lambda x: x[0], state.prior_state), M, N, Y, xp=jnp)
+        prior_state = jax.tree.map(lambda x: x[0], {**state.prior_state,
+                                                    **macau.stored_links(state.prior_state, problem.links)})
+        f = functions_of(prior_state, M, N, Y, xp=jnp)
         theta = jnp.sum(M[rows] * N[cols], axis=-1)
         Y = theta + jax.random.normal(k_y, theta.shape, theta.dtype) / jnp.sqrt(TAU)
         return (state, Y, key), f
@@ -131,6 +134,8 @@ def successive_conditional(prior, sampler, *, num_chains, num_steps, seed):
     state0, M, N, Y = jax.tree.map(jnp.asarray, joint_draws(prior, num_chains, np.random.default_rng(seed + 1)))
 
     def start(key, prior_state, M, N):  # one chain's state (C = 1) at an exact joint draw
+        prior_state = {(f"Bt_{k[2:]}" if k.startswith("B_") else k):
+                       (problem.links[f"{k[2:]}/V"].T @ v if k.startswith("B_") else v) for k, v in prior_state.items()}
         return gibbs.init(key[None], problem, sampler, K, prior_state=jax.tree.map(lambda x: x[None], prior_state),
                           M=M[None], N=N[None])
 
@@ -169,7 +174,7 @@ class WrongLink(bmc.priors.NormalWishart):
                                                            Gt, m, self.beta0, self.nu0, W0_inv)
             nu = nu - Gt.shape[0] if self.drop == "F" else nu
             out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(kw, Winv, nu, beta, mu)
-            out[f"B_{side}"], out[f"lam_B_{side}"] = link["V"] @ Bt, lam
+            out[f"Bt_{side}"], out[f"lam_B_{side}"] = Bt, lam
         return out
 
 

@@ -99,10 +99,16 @@ def test_normal_wishart_given_the_link_is_the_dense_formula():
     np.testing.assert_allclose(Winv, expected, rtol=1e-9, atol=1e-12)
 
 
-def test_engine_hooks_are_the_dense_formulas():
-    """Per-row shifts ``Lambda (mu + B^T x_i)`` and the link statistics ``V^T X^T M``."""
+@pytest.mark.parametrize("wide", [False, True], ids=["tall", "wide"])
+def test_engine_hooks_are_the_dense_formulas(wide):
+    """Per-row shifts ``Lambda (mu + B^T x_i)`` and the link statistics ``V^T X^T M``, with
+    the state's ``Bt = V^T B``; ``wide``: fewer rows than features (the ``X V`` products)
+    and a null space of dimension ``F - M``."""
     X, _, Mf, mu, Lam, B = _problem()
     rng = np.random.default_rng(1)
+    if wide:
+        X = np.hstack([X, rng.normal(size=(M, 2 * M))])
+        B = rng.normal(size=(X.shape[1], K))
     m2 = 5
     rows, cols = np.divmod(np.arange(M * m2), m2)
     data = bmc.RatingData(rows, cols, rng.normal(size=rows.size), (M, m2),
@@ -110,15 +116,21 @@ def test_engine_hooks_are_the_dense_formulas():
     prior = bmc.priors.NormalWishart(row_features=True)
     links = prior.gibbs_links(data, jnp.float64)
     assert not any(k.startswith("N/") for k in links)
-    state = {"mu_M": mu[None], "Lambda_M": Lam[None], "B_M": B[None], "lam_B_M": np.ones(1),
+    assert ("M/XV" in links) == wide
+    assert links["M/Vr"].shape[1] == (M if wide else F - 1)  # the rank of X (tall: X^T X singular)
+    V = np.asarray(links["M/V"])
+    state = {"mu_M": mu[None], "Lambda_M": Lam[None], "Bt_M": (V.T @ B)[None], "lam_B_M": np.ones(1),
              "mu_N": np.zeros((1, K)), "Lambda_N": np.eye(K)[None]}
     state = jax.tree.map(jnp.asarray, state)
     (PM, sM), (PN, sN) = prior.link_row_priors(state, links, M, m2)
-    np.testing.assert_allclose(np.asarray(sM[0]), (mu[None] + X @ B) @ Lam, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(sM[0]), (mu[None] + X @ B) @ Lam, rtol=1e-9, atol=1e-12)
     assert sN.shape == (1, K)
     stats = prior.link_factor_stats(jnp.asarray(Mf[None]), links, "M")
-    np.testing.assert_allclose(np.asarray(stats[2][0]), np.asarray(links["M/V"]).T @ X.T @ Mf, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(stats[2][0]), V.T @ X.T @ Mf, rtol=1e-9, atol=1e-9)
     assert len(prior.link_factor_stats(jnp.asarray(np.ones((1, m2, K))), links, "N")) == 2
+    stored = macau.stored_links({"Bt_M": state["Bt_M"], "lam_B_M": state["lam_B_M"]}, links)
+    assert list(stored) == ["B_M"]
+    np.testing.assert_allclose(np.asarray(stored["B_M"][0]), B, rtol=1e-9, atol=1e-12)
 
 
 def _data(with_features=True):
@@ -139,9 +151,13 @@ def test_a_linked_sweep_runs_and_keeps_b_only_with_the_factors():
     for _ in range(3):
         state = gibbs.step(state, problem, prior)
     gibbs.check_failure(state)
-    assert state.prior_state["B_M"].shape == (2, 12, 2) and state.prior_state["lam_B_N"].shape == (2,)
-    assert "B_M" not in gibbs.draws(state, problem) and "lam_B_M" in gibbs.draws(state, problem)
-    assert gibbs.draws(state, problem, store_factors=True)["B_N"].shape == (2, 16, 2)
+    assert state.prior_state["Bt_M"].shape == (2, 12, 2) and state.prior_state["lam_B_N"].shape == (2,)
+    plain = gibbs.draws(state, problem)
+    assert "Bt_M" not in plain and "B_M" not in plain and "lam_B_M" in plain
+    stored = gibbs.draws(state, problem, store_factors=True)
+    assert stored["B_N"].shape == (2, 16, 2) and "Bt_N" not in stored
+    np.testing.assert_allclose(np.asarray(stored["B_N"]),
+                               np.einsum("fg,cgk->cfk", problem.links["N/V"], state.prior_state["Bt_N"]), rtol=1e-12)
 
 
 def test_feature_specifications_are_checked():
@@ -201,10 +217,8 @@ def test_numpyro_statements_of_the_link():
 
 
 def test_paths_without_the_link_refuse_a_linked_prior():
-    """VB and the plain row prior (fold-in) would drop the features: a clear error instead."""
+    """The plain row prior would drop the features: a clear error instead."""
     prior = bmc.priors.NormalWishart(row_features=True)
-    with pytest.raises(NotImplementedError, match="Mean-field VB of NormalWishart with feature links"):
-        bmc.fit(_data(), K=2, prior=prior, method="vb", progress_bar=False)
     with pytest.raises(NotImplementedError, match="feature links"):
         prior.row_priors(prior.gibbs_state(2, 12, 9))
     bmc.priors.NormalWishart().row_priors(bmc.priors.NormalWishart().gibbs_state(2, 12, 9))

@@ -363,7 +363,11 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
     when learned, ``row_bias_var`` / ``col_bias_var`` (C,) with biases and, with
     ``store_factors``, ``M`` (C, m1, K) and ``N`` (C, m2, K) (and the biases ``row_bias``
     (C, m1), ``col_bias`` (C, m2))."""
-    out = {k: v for k, v in state.prior_state.items() if store_factors or k not in problem.link_sites}
+    out = {k: v for k, v in state.prior_state.items() if k not in problem.link_sites}
+    if store_factors and problem.links:  # a feature link's B, from its coordinates in the sweep's state
+        from ..priors import macau
+
+        out.update(macau.stored_links(state.prior_state, problem.links))
     out["theta"] = entries(state, problem, problem.track_rows, problem.track_cols)
     if problem.learned_tau:
         out["tau"] = state.tau

@@ -175,8 +175,9 @@ class Prior(abc.ABC):
     # only when ``links`` is not empty; otherwise it calls the four hooks above, so a prior
     # without a link needs none of these.
 
-    #: names of state variables that are as large as a factor (a link matrix ``B``): kept
-    #: in the draws only when the factors are
+    #: names of state variables that are as large as a factor (a link matrix ``B``, in the
+    #: Gibbs state as its coordinates ``Bt``): not in the draws, where ``B`` is kept with
+    #: the factors (:func:`~bmczoo.priors.macau.stored_links`)
     link_sites: ClassVar[tuple[str, ...]] = ()
 
     def gibbs_links(self, ratings, dtype=jnp.float32) -> dict[str, jax.Array]:

@@ -198,7 +198,7 @@ class NormalWishart(Prior):
     name = "normal-wishart"
     tuned = "W0_scale"
     has_column_scales = False
-    link_sites = ("B_M", "B_N")
+    link_sites = ("Bt_M", "Bt_N")
 
     def __post_init__(self):
         set_fields(self, check_positive("NormalWishart", beta0=self.beta0, W0_scale=self.W0_scale,
@@ -351,12 +351,13 @@ class NormalWishart(Prior):
         return link or None
 
     def link_state(self, K, links, dtype=jnp.float32):
-        """``B = 0``, ``lam_B = 1`` for each linked factor."""
+        """``B = 0``, ``lam_B = 1`` for each linked factor (the state holds ``Bt = V^T B``,
+        ``B`` in the eigenbasis of ``X^T X``: :func:`~bmczoo.priors.macau.link_arrays`)."""
         out = {}
         for side in SIDES:
             link = self._side_link(links, side)
             if link is not None:
-                out[f"B_{side}"] = jnp.zeros((link["d"].shape[0], K), dtype)
+                out[f"Bt_{side}"] = jnp.zeros((link["d"].shape[0], K), dtype)
                 out[f"lam_B_{side}"] = jnp.ones((), dtype)
         return out
 
@@ -366,7 +367,7 @@ class NormalWishart(Prior):
         for side, m in zip(SIDES, (m1, m2)):
             Lam, mu = state[f"Lambda_{side}"], state[f"mu_{side}"]
             link = self._side_link(links, side)
-            mean = mu if link is None else macau.link_mean(link, mu, state[f"B_{side}"])
+            mean = mu if link is None else mu[:, None, :] + macau.coords_mean(link, state[f"Bt_{side}"])
             out.append((Lam, jnp.einsum("ckl,c...l->c...k", Lam, mean)))
         return tuple(out)
 
@@ -376,7 +377,7 @@ class NormalWishart(Prior):
         link = self._side_link(links, side)
         if link is None:
             return stats
-        return stats + (jnp.einsum("fg,cfk->cgk", link["V"], macau.xt_times(link, F)),)
+        return stats + (macau.coords_stats(link, F),)
 
     def link_update(self, key, state, stats_M, stats_N, m1, m2, links):
         K = stats_M[0].shape[-1]
@@ -391,10 +392,10 @@ class NormalWishart(Prior):
                 out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(k, Winv, nu_star, beta_star, mu_star)
                 continue
             s1, s2, Gt = stats
-            mu, Lam, B, lam = macau.link_block(
+            mu, Lam, Bt, lam = macau.link_block(
                 k, link, state[f"mu_{side}"], state[f"Lambda_{side}"], state[f"lam_B_{side}"], s1, s2, Gt, m,
                 beta0=self.beta0, nu0=nu0, W0_inv=W0_inv, a_B=self.a_B, b_B=self.b_B)
-            out.update({f"mu_{side}": mu, f"Lambda_{side}": Lam, f"B_{side}": B, f"lam_B_{side}": lam})
+            out.update({f"mu_{side}": mu, f"Lambda_{side}": Lam, f"Bt_{side}": Bt, f"lam_B_{side}": lam})
         return out
 
     def sample_conditional(self, key, S, d):
