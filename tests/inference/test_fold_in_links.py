@@ -111,3 +111,25 @@ def test_fold_in_errors_name_the_missing_features(linked):
                            row_features=Features.from_dense(np.ones((new.shape[0], F + 1))))
     with pytest.raises(ValueError, match=f"{F + 1} features, the fit's row link has {F}"):
         fit.fold_in(wrong)
+
+
+def test_vb_fold_in_uses_the_features():
+    """VB: a new row without ratings gets ``mu* + E[B]^T x_u``; features help sparse rows."""
+    train, new, theta_new = _problem(seed=2)
+    fit = bmc.fit(train, K=K, prior=bmc.priors.NormalWishart(row_features=True), method="vb", seed=0,
+                  progress_bar=False)
+    keep = np.asarray(new.rows) == 0
+    sparse = bmc.RatingData(np.asarray(new.rows)[keep], np.asarray(new.cols)[keep], np.asarray(new.values)[keep],
+                            shape=new.shape, row_features=new.row_features)
+    folded = fit.fold_in(sparse)
+    EB = np.asarray(fit.q_prior["B_M"], np.float64).reshape(F, K)
+    mu = np.asarray(fit.q_prior["mu_M"], np.float64).reshape(K)
+    np.testing.assert_allclose(folded.means[0, 1:], mu + new.row_features.to_dense()[1:] @ EB, rtol=1e-6, atol=1e-9)
+    U = new.shape[0]
+    rr, cc = np.divmod(np.arange(U * M2), M2)
+    with_features = np.sqrt(np.mean((fit.fold_in(new).predict(rr, cc) - theta_new.ravel()) ** 2))
+    plain = bmc.fit(train.with_features(row_features=None), K=K, prior=bmc.priors.NormalWishart(), method="vb",
+                    seed=0, progress_bar=False)
+    bare = bmc.RatingData(new.rows, new.cols, new.values, shape=new.shape)
+    without = np.sqrt(np.mean((plain.fold_in(bare).predict(rr, cc) - theta_new.ravel()) ** 2))
+    assert with_features < 0.6 * without, (with_features, without)

@@ -636,25 +636,31 @@ def _linked_row_prior(prior, new, src, S: int, K: int):
     ``Lambda_M (mu_M + B_M^T x_u)`` (S, U, K) of new rows under the rows' feature link:
     ``x_u`` from ``new.row_features`` (the columns of the table the fit was given) and,
     with implicit feedback on the rows, from the new rows' own pairs."""
-    from ..priors import macau
-
     if "B_M" not in src:
         raise ValueError("fold_in with the rows' feature link needs the draws of B_M, which this fit does not hold")
+    B = np.asarray(src["B_M"], np.float64).reshape(S, -1, K)
+    Xs = _new_row_features(prior, new, B.shape[1])
+    Lam = np.asarray(src["Lambda_M"], np.float64).reshape(S, K, K)
+    mu = np.asarray(src["mu_M"], np.float64).reshape(S, K)
+    mean = mu[:, None, :] + np.stack([Xs @ B[s] for s in range(S)])
+    return Lam, np.einsum("sul,skl->suk", mean, Lam)
+
+
+def _new_row_features(prior, new, num_features: int):
+    """The rows' link features of new rows (scipy CSR, U x F): ``new.row_features`` when
+    the prior links explicit features, then the implicit feedback of the new rows' pairs."""
+    from ..priors import macau
+
     spec = prior.row_features
     if spec is not None and new.row_features is None:
         raise ValueError("fold_in: the fit's prior links the rows to their features, so the new rows need theirs: "
                          "pass RatingData(..., row_features=...) with the columns of the training table "
                          "(bmczoo.data.Features.reindex aligns a table to another's columns)")
     X = macau.side_features(None if spec is None else True, prior.implicit, new, "rows")
-    B = np.asarray(src["B_M"], np.float64).reshape(S, -1, K)
-    if X.n_features != B.shape[1]:
-        raise ValueError(f"fold_in: the new rows have {X.n_features} features, the fit's row link has {B.shape[1]} "
+    if X.n_features != num_features:
+        raise ValueError(f"fold_in: the new rows have {X.n_features} features, the fit's row link has {num_features} "
                          "(the new rows' feature table must have the training table's columns)")
-    Lam = np.asarray(src["Lambda_M"], np.float64).reshape(S, K, K)
-    mu = np.asarray(src["mu_M"], np.float64).reshape(S, K)
-    Xs = X.to_scipy()
-    mean = mu[:, None, :] + np.stack([Xs @ B[s] for s in range(S)])
-    return Lam, np.einsum("sul,skl->suk", mean, Lam)
+    return X.to_scipy()
 
 
 @dataclasses.dataclass(repr=False)
@@ -830,6 +836,11 @@ class VBFit(FitResult):
         (pM, shiftM), _ = info.prior.vb_row_priors(vb.prior_q(self.state))
         prec = out.dense_precision(np.asarray(pM), K)
         shift = None if shiftM is None else np.asarray(shiftM, np.float64).reshape(1, K)
+        if "M" in getattr(info.prior, "linked_sides", ()):
+            # E[Lambda (mu + B^T x_u)] = E[Lambda] (mu* + E[B]^T x_u) under the mean-field q
+            EB = np.asarray(self.q_prior["B_M"], np.float64).reshape(-1, K)
+            xb = _new_row_features(info.prior, new, EB.shape[0]) @ EB
+            shift = (shift + xb @ prec.reshape(K, K).T)[None]
         tb = np.asarray(info.likelihood.vb_block_precision(self.state.noise, info.tau), np.float64).reshape(-1)[:1]
         col_bias = cv = rb_prec = None
         if self.q_biases:
