@@ -569,8 +569,7 @@ class VBLink:
             EL = _expected_lambda(q[f"Winv_{side}"], q[f"nu_{side}"])
             mean = q[f"mu_{side}"]
             if link is not None:
-                B = jnp.einsum("fg,cgk->cfk", link["V"], q[f"Bt_{side}"])
-                mean = link_mean(link, mean, B)
+                mean = mean[:, None, :] + coords_mean(link, q[f"Bt_{side}"])
                 out.append((EL, jnp.einsum("ckl,cil->cik", EL, mean)))
             else:
                 out.append((EL, jnp.einsum("ckl,cl->ck", EL, mean)))
@@ -596,7 +595,7 @@ class VBLink:
         link = self.sides[side]
         if link is None:
             return stats
-        return stats + (jnp.einsum("fg,cfk->cgk", link["V"], xt_times(link, m)),)
+        return stats + (coords_stats(link, m),)
 
     def vb_factor_stats(self, m, V):
         """The plain statistics (no side known; :meth:`vb_side_stats` is what the VB core
