@@ -26,9 +26,6 @@ from .settings import Settings, all_argument_names, check_known, settings_for
 
 __all__ = ["fit", "GibbsFit", "NUTSFit", "MCMCFit", "VBFit", "SVIFit", "MAPFit", "FitResult", "looks_like_ratings"]
 
-METHODS = ("gibbs", "vb", "svi", "nuts", "map")
-
-
 def _check_dtype(dtype):
     if dtype is None:
         return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32

@@ -93,13 +93,6 @@ def draws_theta_moments(d: dict, rows, cols) -> tuple[np.ndarray, np.ndarray]:
     return mean, var
 
 
-def draws_noise_var(d: dict | None, tau: float) -> float:
-    """``E[1/tau]`` over the draws of a learned tau, else ``1/tau``."""
-    if d is not None and d.get("tau") is not None:
-        return float(np.mean(1.0 / d["tau"]))
-    return 1.0 / float(tau)
-
-
 def draws_lpd(d: dict, rows, cols, y, offset: float, tau: float) -> np.ndarray:
     """``log mean_s N(y | theta_s + offset, 1/tau_s)`` per entry (a mixture over draws)."""
     from scipy.special import logsumexp

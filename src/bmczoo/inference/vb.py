@@ -301,12 +301,6 @@ def _parts_body(rows: CSR, m, V, n, W, bias: dict, comm: sh.Comm, *, prior: Prio
     return out
 
 
-def _sq_error_body(rows: CSR, m, V, n, W, comm: sh.Comm):
-    """``sum_k E_q[(Y_k - M_i . N_j)^2]`` and ``sum log det`` of the covariances (C,) each."""
-    out = _parts_body(rows, m, V, n, W, {}, comm)
-    return out["sq"], out["logdet"]
-
-
 def _parts(state: VBState, rows: CSR, prior, mesh, dims):
     """:func:`_parts_body` on one device or on the mesh, and ``n_obs``."""
     if mesh is None:
