@@ -952,8 +952,8 @@ def _column_sums_diagonal(G0, Y, S0, own, tdiag, h):
     gt = G0[:, :, :, h]
     A = gt[:, :, h]
     # an einsum, not jnp.sum(gt * x, -1): XLA on CPU reduces a fused product over a short
-    # minor axis slowly for one chain (benchmarks/bench_column_moves.py --chains 1, ML-100K,
-    # K = 10: these moves alone 3.6 -> 1.9 ms); the einsum is a dot
+    # minor axis slowly for one chain, while the einsum is a dot
+    # (benchmarks/bench_column_moves.py --chains 1)
     B = Y[:, :, h] - jnp.einsum("cmk,cmk->cm", gt, tdiag[:, None, :] * own) + own[:, :, h] * A
     return A, B, S0[:, h, h]
 
@@ -1087,7 +1087,7 @@ def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, 
     # current own column h, then redraws it from its conditional (a Gibbs step; its sums are
     # A, B: nothing was reflected); switching off must not: its acceptance depends on that
     # column through v(x), so a redraw only after a rejection would not keep the posterior
-    # (measured: Geweke z = -6 for gamma_min)
+    # (the column moves' Geweke test rejects that variant on gamma_min)
     own_keep = jnp.where(off[:, None, None], own, own.at[:, :, h].set(_integrated_draw(g, jnp.ones_like(g), A, B, tb, z2)))
     acc = accept[:, None, None]
     return (jnp.where(acc, own_p, own_keep), jnp.where(acc, T_p, T), gamma.at[:, h].set(jnp.where(accept, g2, g)))

@@ -11,8 +11,7 @@ object it was run with, the map from ``theta`` to predictions) and gives:
 * ``family`` (``"mcmc"``, ``"vb"``, ``"svi"``): which of those it holds; diagnostics
   convert these arrays to ArviZ at the edge (:mod:`bmczoo.diagnostics.convert`).
 
-``fit.meta`` is a read-only dict view of the same information, kept for code written
-against earlier versions.
+``fit.meta`` is a read-only dict view of the same information.
 """
 
 from __future__ import annotations
