@@ -16,6 +16,9 @@ scored on ``u3.test`` (nothing chosen on the test data):
   ``|R(i)|^-1/2``);
 * ``side+implicit``: both.
 
+``--likelihood ordered`` replaces ``LearnedNoise()`` by ``OrderedProbit()`` (the RMSE of
+its predictive mean of the stars); ``--fold split`` uses the README's 80/20 split.
+
 Seconds per sweep are the wall-clock time of the whole fit divided by its sweeps
 (compilation and the eigendecompositions of ``X^T X`` included; the four chains run side
 by side and count as one sweep).
