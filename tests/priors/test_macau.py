@@ -147,8 +147,6 @@ def test_a_linked_sweep_runs_and_keeps_b_only_with_the_factors():
     prior = bmc.priors.NormalWishart(row_features=True, col_features=True, implicit=True)
     problem = gibbs.build_problem(data, 1.0, dtype=jnp.float64, prior=prior)
     assert problem.links["M/d"].shape == (3 + 9,) and problem.links["N/d"].shape == (4 + 12,)
-    assert prior.link_widths(data) == {"M": 3 + 9, "N": 4 + 12}
-    assert bmc.priors.NormalWishart(implicit="cols").link_widths(data) == {"N": 12}
     state = gibbs.init(jax.random.split(jax.random.key(0), 2), problem, prior, 2)
     for _ in range(3):
         state = gibbs.step(state, problem, prior)

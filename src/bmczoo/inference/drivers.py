@@ -79,13 +79,10 @@ def _init_gamma(s, K: int, num_chains: int, dtype):
     return jnp.broadcast_to(jnp.asarray(np.broadcast_to(g, (K,)), dtype), (num_chains, K))
 
 
-def _store_factors(s: st.Gibbs, shape, K: int, dtype, link_rows: int = 0) -> bool:
-    """Whether the draws keep the factors (and a feature link's ``B``, ``link_rows`` rows
-    in all): ``store_factors``, or with ``"auto"`` whether they fit the memory budget."""
+def _store_factors(s: st.Gibbs, shape, K: int, dtype) -> bool:
     if s.store_factors != "auto":
         return bool(s.store_factors)
-    rows = shape[0] + shape[1] + link_rows
-    size = s.num_chains * (s.num_samples // s.thinning) * rows * K * jnp.dtype(dtype).itemsize
+    size = s.num_chains * (s.num_samples // s.thinning) * (shape[0] + shape[1]) * K * jnp.dtype(dtype).itemsize
     return size < _STORE_FACTORS_BUDGET
 
 
@@ -179,8 +176,7 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
 
     s: st.Gibbs = info.settings
     track = _track_entries(prep.train, s.track, info.seed)
-    widths = getattr(info.prior, "link_widths", None)
-    store = _store_factors(s, info.shape, info.K, info.dtype, sum(widths(prep.fit_data).values()) if widths else 0)
+    store = _store_factors(s, info.shape, info.K, info.dtype)
     gamma0 = _init_gamma(s, info.K, s.num_chains, info.dtype)
     core, samples, timings = _gibbs_chains(prep, info, s, track, store, gamma0, progress_bar)
     gibbs.check_failure(core, dtype=info.dtype)

@@ -244,31 +244,6 @@ class NormalWishart(Prior):
                              "implicit": self.implicit is True or self.implicit == axis}
         return out
 
-    def link_widths(self, ratings) -> dict[str, int]:
-        """The number of link features ``F`` of each linked factor for ``ratings`` (the
-        explicit table's columns plus, with implicit feedback, the other side's size),
-        without building the tables.
-
-        Parameters
-        ----------
-        ratings : RatingData
-            The fitted data (its ``row_features`` / ``col_features`` when a spec is True).
-
-        Returns
-        -------
-        dict
-            ``{"M": F_M, "N": F_N}`` for the linked factors.
-        """
-        out = {}
-        for side, spec, axis, name, other in (("M", self.row_features, "rows", "row_features", 1),
-                                              ("N", self.col_features, "cols", "col_features", 0)):
-            if side not in self.linked_sides:
-                continue
-            table = getattr(ratings, name, None) if spec is True else getattr(spec, "features", None)
-            implicit = self.implicit is True or self.implicit == axis
-            out[side] = (0 if table is None else table.n_features) + (ratings.shape[other] if implicit else 0)
-        return out
-
     def __str__(self) -> str:
         s = super().__str__()
         if not self.linked_sides:
