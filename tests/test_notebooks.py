@@ -29,6 +29,7 @@ NOTEBOOKS = (
     "04_method_comparison.ipynb",
     "05_bayesian_outputs.ipynb",
     "06_binary_and_ordinal.ipynb",
+    "07_side_information.ipynb",
 )
 KERNEL = "bmczoo-test-kernel"
 CELL_TIMEOUT_S = 600

@@ -141,3 +141,14 @@ def test_guide_draws_and_vb(nw_mcmc):
                    random_spd(rng, M2, K), {}, NW, elbo=[-3.0, -2.0])
     post = dg.to_arviz(vb, num_draws=20).posterior
     assert "gamma" not in post and "theta_sv" in post
+
+
+def test_summary_converts_requested_extra_variables(nw_mcmc):
+    """A variable outside the default conversion (here ``Lambda_M``) named in ``var_names``
+    is converted for the table instead of reported missing."""
+    assert "Lambda_M" not in dg.to_arviz(nw_mcmc).posterior
+    table = dg.summary(nw_mcmc, var_names=["Lambda_M", "theta_fro"])
+    assert any(label.startswith("Lambda_M") for label in table.index)
+    assert any(label.startswith("theta_fro") for label in table.index)
+    with pytest.raises(ValueError, match="no posterior variable"):
+        dg.summary(nw_mcmc, var_names=["no_such_variable"])

@@ -90,6 +90,8 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
     fit : a fit result, or ArviZ data from :func:`~bmczoo.diagnostics.to_arviz`
     var_names : list of str, optional
         Default: those of ``theta``, ``gamma_sorted``, ``theta_fro``, ``eff_rank`` present.
+        Names of :func:`~bmczoo.diagnostics.extra_var_names` (stored draws outside the
+        default conversion) are converted for the table.
     kind : {"all", "stats", "diagnostics"}
         As in ``az.summary``.  With fewer than 4 draws in all (MAP) only the mean is given.
         Quantities constant over all draws get NaN diagnostics.
@@ -105,7 +107,13 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
     """
     import arviz as az
 
-    idata = fit if _is_arviz_data(fit) else to_arviz(fit, entries=entries, num_draws=num_draws, seed=seed)
+    if _is_arviz_data(fit):
+        idata = fit
+    else:  # names outside the default conversion (the link's lam_B_M, a bias vector) are requested
+        from .convert import extra_var_names
+
+        extra = [v for v in (var_names or ()) if v in extra_var_names(fit)]
+        idata = to_arviz(fit, var_names=extra or None, entries=entries, num_draws=num_draws, seed=seed)
     post = idata.posterior
     if var_names is None:
         var_names = [v for v in INVARIANT_VARS if v in post.data_vars]
