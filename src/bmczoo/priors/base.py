@@ -177,7 +177,7 @@ class Prior(abc.ABC):
 
     #: names of state variables that are as large as a factor (a link matrix ``B``, in the
     #: Gibbs state as its coordinates ``Bt``): not in the draws, where ``B`` is kept with
-    #: the factors (:func:`~bmczoo.priors.macau.stored_links`)
+    #: the factors (``bmczoo.priors.macau.stored_links``)
     link_sites: ClassVar[tuple[str, ...]] = ()
 
     def gibbs_links(self, ratings, dtype=jnp.float32) -> dict[str, jax.Array]:

@@ -352,7 +352,7 @@ class NormalWishart(Prior):
 
     def link_state(self, K, links, dtype=jnp.float32):
         """``B = 0``, ``lam_B = 1`` for each linked factor (the state holds ``Bt = V^T B``,
-        ``B`` in the eigenbasis of ``X^T X``: :func:`~bmczoo.priors.macau.link_arrays`)."""
+        ``B`` in the eigenbasis of ``X^T X``: ``bmczoo.priors.macau.link_arrays``)."""
         out = {}
         for side in SIDES:
             link = self._side_link(links, side)
