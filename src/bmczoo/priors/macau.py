@@ -25,7 +25,7 @@ from jax import lax
 
 from .. import _rng
 
-__all__ = ["FeatureTable", "side_features", "link_arrays", "coords_mean", "coords_stats", "stored_links", "x_times", "xt_times", "link_mean", "b_draw",
+__all__ = ["FeatureTable", "side_features", "link_arrays", "coords_mean", "coords_stats", "stored_links", "x_times", "xt_times", "b_draw",
            "lam_conditional", "nw_link_conditional", "link_block"]
 
 
@@ -193,9 +193,29 @@ def xt_times(link: dict, E: jax.Array) -> jax.Array:
     return _product(link["Xt"], E)
 
 
-def link_mean(link: dict, mu: jax.Array, B: jax.Array) -> jax.Array:
-    """The rows' prior means ``mu + B^T x_i`` (C, m, K) for ``mu`` (C, K), ``B`` (C, F, K)."""
-    return mu[:, None, :] + x_times(link, B)
+def _b_mean(link: dict, mu, lam, Gt):
+    """``(Bt_bar, a)``: the mean ``(Gt_f - u_f mu) / a_f`` (F, K) of ``Bt`` given the rows
+    and ``a = d + lam`` (F,) (Gibbs: the drawn ``lam_B``; VB: ``E[lam_B]``, ``E[mu] = mu*``)."""
+    a = link["d"] + lam
+    return (Gt - link["u"][:, None] * mu[None, :]) / a[:, None], a
+
+
+def _residual_sums(link: dict, Bt, s1, s2, Gt, BDB):
+    """``sum_i e_i = s1 - Bt^T u`` and ``sum_i e_i e_i^T = s2 - Bt^T Gt - Gt^T Bt + BDB``
+    of the residuals ``e_i = M_i - B^T x_i``, ``BDB`` the (expected) ``B^T X^T X B``."""
+    BtG = Bt.T @ Gt
+    return s1 - Bt.T @ link["u"], s2 - BtG - BtG.T + BDB
+
+
+def _nw_with_link(s1e, s2e, BB, lam, F: int, m: int, beta0: float, nu0: float, W0_inv):
+    """:func:`~bmczoo.priors.normal_wishart.nw_posterior` of the residual sums, then
+    ``B``'s prior: ``F`` added to the degrees of freedom and ``lam (B^T B)`` to the inverse
+    scale (Gibbs: the draws; VB: ``E[lam_B] E[B^T B]``)."""
+    from .normal_wishart import nw_posterior
+
+    mu_star, beta_star, nu_star, Winv = nw_posterior(s1e, s2e, m, beta0, nu0, W0_inv)
+    Winv = Winv + lam * BB
+    return mu_star, beta_star, nu_star + F, 0.5 * (Winv + Winv.T)
 
 
 def b_draw(link: dict, mu, Lam, lam_B, Gt, Z):
@@ -204,8 +224,7 @@ def b_draw(link: dict, mu, Lam, lam_B, Gt, Z):
     sqrt(a_f)``, ``a = d + lam_B``, ``Lambda = Lc Lc^T`` (rows of ``Z Lc^{-1}`` have
     covariance ``Lambda^{-1}``); linear in ``Z``, so its mean and covariance are checked
     exactly against the dense formula."""
-    a = link["d"] + lam_B
-    mean = (Gt - link["u"][:, None] * mu[None, :]) / a[:, None]
+    mean, a = _b_mean(link, mu, lam_B, Gt)
     Lc = lax.linalg.cholesky(Lam, symmetrize_input=False)
     # Z Lc^{-1} as a product with the K x K inverse: XLA's CPU triangular solve from the
     # right with F rows costs about 300 times the product at F = 1,700, K = 10
@@ -226,15 +245,9 @@ def nw_link_conditional(link: dict, Bt, lam_B, s1, s2, Gt, m: int, beta0: float,
     ``e_i = M_i - B^T x_i`` as data (``sum_i e_i = s1 - Bt^T u``, ``sum_i e_i e_i^T = s2 -
     Gt^T Bt - Bt^T Gt + Bt^T diag(d) Bt``), then ``F`` added to the degrees of freedom and
     ``lam_B B^T B = lam_B Bt^T Bt`` to the inverse scale (``B``'s prior)."""
-    from .normal_wishart import nw_posterior
-
-    d, u = link["d"], link["u"]
-    BtG = Bt.T @ Gt
-    s1e = s1 - Bt.T @ u
-    s2e = s2 - BtG - BtG.T + Bt.T @ (d[:, None] * Bt)
-    mu_star, beta_star, nu_star, Winv = nw_posterior(s1e, s2e, m, beta0, nu0, W0_inv)
-    Winv = Winv + lam_B * (Bt.T @ Bt)
-    return mu_star, beta_star, nu_star + d.shape[0], 0.5 * (Winv + Winv.T)
+    d = link["d"]
+    s1e, s2e = _residual_sums(link, Bt, s1, s2, Gt, Bt.T @ (d[:, None] * Bt))
+    return _nw_with_link(s1e, s2e, Bt.T @ Bt, lam_B, d.shape[0], m, beta0, nu0, W0_inv)
 
 
 def link_block(key, link: dict, mu, Lam, lam_B, s1, s2, Gt, m: int, *, beta0: float, nu0: float, W0_inv,
@@ -323,8 +336,7 @@ def vb_b_update(link: dict, mu, E_Lam, lam_mean, Gt):
     tuple of jax.Array
         ``(Bt_bar, a, U)``: (F, K), (F,), (K, K).
     """
-    a = link["d"] + lam_mean
-    Bt = (Gt - link["u"][:, None] * mu[None, :]) / a[:, None]
+    Bt, a = _b_mean(link, mu, lam_mean, Gt)
     U = jnp.linalg.inv(E_Lam)
     return Bt, a, 0.5 * (U + U.T)
 
@@ -376,9 +388,8 @@ def vb_residual_stats(link: dict, Bt, a, U, s1, s2, Gt):
         ``(s1e, s2e)``: (K,), (K, K).
     """
     _, EBDB = _vb_b_moments(link, Bt, a, U)
-    BtG = Bt.T @ Gt
-    s2e = s2 - BtG - BtG.T + EBDB
-    return s1 - Bt.T @ link["u"], 0.5 * (s2e + s2e.T)
+    s1e, s2e = _residual_sums(link, Bt, s1, s2, Gt, EBDB)
+    return s1e, 0.5 * (s2e + s2e.T)
 
 
 def vb_nw_link_update(link: dict, Bt, a, U, lam_mean, s1, s2, Gt, m: int, beta0: float, nu0: float, W0_inv):
@@ -410,13 +421,9 @@ def vb_nw_link_update(link: dict, Bt, a, U, lam_mean, s1, s2, Gt, m: int, beta0:
     tuple
         ``(mu*, beta*, nu*, W*^{-1})``.
     """
-    from .normal_wishart import nw_posterior
-
     s1e, s2e = vb_residual_stats(link, Bt, a, U, s1, s2, Gt)
     EBB, _ = _vb_b_moments(link, Bt, a, U)
-    mu_star, beta_star, nu_star, Winv = nw_posterior(s1e, s2e, m, beta0, nu0, W0_inv)
-    Winv = Winv + lam_mean * EBB
-    return mu_star, beta_star, nu_star + Bt.shape[0], 0.5 * (Winv + Winv.T)
+    return _nw_with_link(s1e, s2e, EBB, lam_mean, Bt.shape[0], m, beta0, nu0, W0_inv)
 
 
 def vb_link_elbo_term(link: dict, mu, beta, nu, Winv, Bt, a, U, shape, rate, s1, s2, Gt, m: int, *, beta0: float,
