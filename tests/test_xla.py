@@ -72,3 +72,58 @@ def test_program_that_stopped_under_the_scheduler_runs():
         pytest.fail("the four-chain implicit-feedback fit did not finish in 240 s (XLA stopped?)")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["done", "True"]
+
+
+@pytest.mark.parametrize("version", ["0.10.0", "0.10.2"])
+def test_configure_pool_sets_the_pool_size_for_affected_jaxlib(monkeypatch, version):
+    monkeypatch.setattr(_xla, "_backend_started", lambda: False)
+    env = {}
+    assert _xla.configure_pool(env, jaxlib_version=version, cpu_count=2)
+    assert env == {_xla.POOL_VARIABLE: "8"}
+    env = {}
+    assert _xla.configure_pool(env, jaxlib_version=version, cpu_count=16)
+    assert env[_xla.POOL_VARIABLE] == "32"
+
+
+@pytest.mark.parametrize("version", ["0.9.2", "0.11.0", "0.11.2.dev20270101"])
+def test_configure_pool_leaves_other_jaxlib_alone(monkeypatch, version):
+    monkeypatch.setattr(_xla, "_backend_started", lambda: False)
+    env = {}
+    assert not _xla.configure_pool(env, jaxlib_version=version, cpu_count=2)
+    assert env == {}
+
+
+def test_configure_pool_keeps_the_users_choice_and_a_started_backend(monkeypatch):
+    monkeypatch.setattr(_xla, "_backend_started", lambda: False)
+    env = {_xla.POOL_VARIABLE: "3"}
+    assert not _xla.configure_pool(env, jaxlib_version="0.10.2", cpu_count=2)
+    assert env == {_xla.POOL_VARIABLE: "3"}
+    monkeypatch.setattr(_xla, "_backend_started", lambda: True)
+    env = {}
+    assert not _xla.configure_pool(env, jaxlib_version="0.10.2", cpu_count=2)
+    assert env == {}
+
+
+# Four independent batched Cholesky factorisations in one program: with jaxlib 0.10's
+# LAPACK kernels on a pool of two workers (a 2-core machine) every worker waited for
+# pieces queued behind it and the call never returned.
+_LAPACK = textwrap.dedent("""
+    import bmczoo, jax, jax.numpy as jnp
+    A = jax.random.normal(jax.random.key(0), (2000, 16, 16))
+    P = A @ jnp.swapaxes(A, -1, -2) + 16 * jnp.eye(16)
+    f = jax.jit(lambda P: [jnp.linalg.cholesky(P[i::4]) for i in range(4)])
+    for _ in range(3):
+        out = jax.block_until_ready(f(P))
+    print("done", all(bool(jnp.all(jnp.isfinite(x))) for x in out))
+""")
+
+
+def test_concurrent_batched_lapack_calls_finish():
+    env = {k: v for k, v in os.environ.items() if k != _xla.POOL_VARIABLE}
+    try:
+        out = subprocess.run([sys.executable, "-c", _LAPACK], env=env, capture_output=True, text=True,
+                             timeout=180, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("four concurrent batched Cholesky factorisations did not finish in 180 s (XLA's pool stopped?)")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["done", "True"]

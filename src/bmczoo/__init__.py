@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from . import _xla
 
 _xla.configure()
+_xla.configure_pool()
 
 __version__ = "0.1.0"
 

@@ -14,6 +14,17 @@ The option is read once, when JAX starts its backend, from the environment varia
 unless ``XLA_FLAGS`` already names it (a user's own choice is kept) or JAX's backend has
 already started (it could not take effect then; importing bmczoo before the first JAX
 computation avoids that).
+
+jaxlib 0.10.0-0.10.2 has a second way to stop forever on the CPU: its batched LAPACK
+kernels (Cholesky, triangular solves, ...) split a large batch over XLA's intra-op thread
+pool and wait for the pieces *on a worker of that same pool*; when as many such calls run
+at once as the pool has workers, every worker waits and nothing runs (on a 2-core machine,
+two or three independent batched Cholesky factorisations in one program suffice).
+jaxlib 0.11 runs these kernels on the calling thread.  For the affected versions
+:func:`configure_pool` gives the pool more workers than the program can have such calls
+at once, through ``PJRT_NPROC`` (the pool's size; a user's own value is kept).  The extra
+threads sleep unless there is work: the sweeps run at the same speed
+(``benchmarks/bench_gibbs.py``).
 """
 
 from __future__ import annotations
@@ -22,10 +33,16 @@ import logging
 import os
 import sys
 
-__all__ = ["SCHEDULER_FLAG", "configure"]
+__all__ = ["POOL_VARIABLE", "SCHEDULER_FLAG", "configure", "configure_pool", "pool_size"]
 
 #: the XLA option bmczoo sets to ``false`` (see the module's docstring)
 SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler"
+
+#: the environment variable that sets the size of XLA's CPU thread pool
+POOL_VARIABLE = "PJRT_NPROC"
+
+#: jaxlib versions whose batched LAPACK kernels wait on the pool they run on
+_POOL_BUG = ((0, 10, 0), (0, 10, 2))
 
 _log = logging.getLogger("bmczoo")
 
@@ -60,4 +77,62 @@ def configure(environ=None) -> bool:
                    "(put it in XLA_FLAGS, or import bmczoo first)", SCHEDULER_FLAG)
         return False
     environ["XLA_FLAGS"] = f"{flags} {SCHEDULER_FLAG}=false".strip()
+    return True
+
+
+def _version(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def _jaxlib_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("jaxlib")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def pool_size(cpu_count: int | None) -> int:
+    """The pool size :func:`configure_pool` sets: at least 8 workers and twice the CPUs (a
+    sweep has a handful of independent LAPACK calls at most)."""
+    return max(8, 2 * (cpu_count or 1))
+
+
+def configure_pool(environ=None, jaxlib_version: str | None = None, cpu_count: int | None = None) -> bool:
+    """Set ``PJRT_NPROC`` (the size of XLA's CPU thread pool) for jaxlib 0.10.0-0.10.2.
+
+    Parameters
+    ----------
+    environ : mutable mapping, optional
+        The environment to change (default ``os.environ``).
+    jaxlib_version : str, optional
+        The installed jaxlib's version (default: read from its metadata).
+    cpu_count : int, optional
+        The CPUs this process may use (default: its CPU affinity).
+
+    Returns
+    -------
+    bool
+        True when the variable was set; False for other jaxlib versions, when the variable
+        is already set (a user's own choice is kept) or when JAX's backend has already
+        started (then a debug message says so on the ``bmczoo`` logger).
+    """
+    environ = os.environ if environ is None else environ
+    version = _jaxlib_version() if jaxlib_version is None else jaxlib_version
+    if version is None or not (_POOL_BUG[0] <= _version(version) <= _POOL_BUG[1]):
+        return False
+    if environ.get(POOL_VARIABLE):
+        return False
+    if _backend_started():
+        _log.debug("JAX's backend started before bmczoo was imported: %s is not set (jaxlib %s can stop "
+                    "forever on concurrent batched LAPACK calls; import bmczoo first)", POOL_VARIABLE, version)
+        return False
+    if cpu_count is None:
+        cpu_count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    environ[POOL_VARIABLE] = str(pool_size(cpu_count))
     return True
