@@ -14,7 +14,7 @@ Runs ``bmc.fit`` with the column moves (the README's split, the paper's
   (how much signal each holds);
 * for a chain with one slab column, a switch-on aimed at the spike's signal: the spike block (rotation-invariant: equal scales) reflected so that the
   switched column carries the spike's highest-energy direction, then the flip of
-  DESIGN.md section 10 (one factor's column integrated out, the other rescaled by
+  docs/algorithms.md, "Column moves" (one factor's column integrated out, the other rescaled by
   ``sqrt(C/eps)``), in both orientations; and a data-aimed birth: the new column drawn from
   its exact conditional given an aim (the top singular pair of the residual without that
   column, by power iteration), the own column integrated out, with the spike prior as the

@@ -500,7 +500,8 @@ def _check_link_options(args, prior) -> None:
     if prior.name != "normal-wishart":
         given = " and ".join(f"--{o}" for o in ("features", "implicit") if getattr(args, o) is not None)
         raise CLIError(f"{given} need --prior normal-wishart (the feature link of its rows' prior mean, "
-                       f"DESIGN.md section 11), got --prior {args.prior}")
+                       f"see the documentation's Priors page, 'Side information, implicit "
+                       f"feedback and cold start'), got --prior {args.prior}")
 
 
 def _link_prior(args, prior, train):

@@ -107,7 +107,7 @@ class GlobalMean:
 
 @dataclasses.dataclass(frozen=True)
 class Biases:
-    """Row and column biases: ``theta_ij = (M N^T)_ij + b_i + c_j`` (DESIGN.md section 8),
+    """Row and column biases: ``theta_ij = (M N^T)_ij + b_i + c_j`` (docs/algorithms.md, "Biases"),
     ``b_i ~ N(0, s_b^2)``, ``c_j ~ N(0, s_c^2)``, ``s_b^2, s_c^2 ~ InvGamma(a, b)``
     (on the centred scale).  NumPyro sites ``row_bias``, ``col_bias``, ``row_bias_var``,
     ``col_bias_var``.

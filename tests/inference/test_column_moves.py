@@ -1,4 +1,5 @@
-"""The Gibbs column moves (DESIGN.md section 10, :func:`bmczoo.inference.gibbs.column_moves`).
+"""The Gibbs column moves (docs/algorithms.md, "Column moves";
+:func:`bmczoo.inference.gibbs.column_moves`).
 
 * exactness: the marginal likelihood of a column with ``M_h`` integrated out
   (:func:`~bmczoo.inference.gibbs.column_log_marginal`, per-row closed form) equals the

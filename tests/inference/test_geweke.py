@@ -4,7 +4,7 @@ On a tiny problem (6 x 5 matrix, 15 observed entries, row 5 empty, K = 2, tau = 
 joint distribution of ``(gamma, M, N, Y)`` is simulated in two ways:
 
 * marginal-conditional: ``gamma ~ prior``, ``M, N | gamma``, ``Y | M, N`` drawn directly
-  with numpy from the model of DESIGN.md section 1 (iid draws);
+  with numpy from the model of docs/algorithms.md, "The model" (iid draws);
 * successive-conditional: ``C`` independent chains that alternate one Gibbs sweep
   (:func:`bmczoo.inference.gibbs.sweep`, with a problem whose rating values are the
   chain's current ``Y``) with a fresh draw ``Y | theta``.  Each chain starts from an
@@ -128,7 +128,7 @@ def geweke_functions(prior, gamma, M, N, Y, xp=np):
 
 # --------------------------------------------------------------------------- simulators
 def _prior_gamma(prior, size: int, rng: np.random.Generator) -> np.ndarray:
-    """iid draws of gamma (size, K) from the prior, written from DESIGN.md (not bmczoo)."""
+    """iid draws of gamma (size, K) from the prior, written from docs/algorithms.md (not bmczoo)."""
     shape = (size, K)
     if isinstance(prior, bmc.priors.Fixed):
         return np.full(shape, prior.gamma)

@@ -1,5 +1,6 @@
 """Geweke (2004) joint-distribution tests of the Normal-Wishart prior's feature link
-(Macau, DESIGN.md section 11): the blocks of ``B``, ``lam_B`` and ``(mu, Lambda)`` given
+(Macau, docs/algorithms.md, "Feature links (side information)"): the blocks of ``B``,
+``lam_B`` and ``(mu, Lambda)`` given
 the residuals, and the rows' per-row prior means, within full Gibbs sweeps.
 
 The tiny problem of ``test_geweke.py`` (6 x 5, 15 observed entries, row 5 empty, K = 2)

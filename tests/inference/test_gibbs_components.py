@@ -1,5 +1,6 @@
 """The Gibbs engine with the new components (Normal-Wishart rows, learned noise, biases;
-DESIGN.md section 8), through ``bmc.fit``.  The conditionals themselves are checked in
+docs/algorithms.md, "The Gibbs blocks"), through ``bmc.fit``.  The conditionals themselves
+are checked in
 ``tests/priors/test_normal_wishart.py`` / ``test_component_conditionals.py`` and the joint
 by the Geweke tests (``test_geweke_components.py``); here:
 

@@ -9,7 +9,8 @@ What is checked (float64 through the ``x64`` fixture unless said otherwise):
   out independently in the test, rating by rating (fixed prior on an arbitrary ``q``;
   inverse-gamma prior with its optimal ``q(gamma)``, whose expectations come from
   SciPy); ``vb.expected_sq_error`` equals the sum of the per-rating formula of
-  DESIGN.md section 3, and that formula agrees with a Monte Carlo estimate from draws of
+  docs/algorithms.md ("Mean-field variational Bayes"), and that formula agrees with a
+  Monte Carlo estimate from draws of
   ``q``.
 * **Each update is the exact coordinate optimum**: after an update, the gradient of the
   general ELBO with respect to the updated factor vanishes and random perturbations of
@@ -78,7 +79,8 @@ def _state(m, V, n, W, inv_gamma):
 
 
 def _per_rating_sq_error(y, rows, cols, m, V, n, W, xp=np):
-    """``E_q[(Y_k - M_i . N_j)^2]`` for each rating k, straight from DESIGN.md section 3:
+    """``E_q[(Y_k - M_i . N_j)^2]`` for each rating k, straight from docs/algorithms.md
+    ("Mean-field variational Bayes"):
     ``(Y - m_i.n_j)^2 + tr(V_i W_j) + m_i^T W_j m_i + n_j^T V_i n_j``."""
     mi, ni, Vi, Wj = m[rows], n[cols], V[rows], W[cols]
     resid = y - xp.sum(mi * ni, axis=-1)
@@ -181,7 +183,7 @@ def test_expected_sq_error_matches_per_rating_formula(x64):
 
 
 def test_per_rating_sq_error_formula_matches_monte_carlo():
-    """The DESIGN.md formula for ``E_q[(Y - M_i.N_j)^2]`` itself, against draws of ``q``
+    """The docs/algorithms.md formula for ``E_q[(Y - M_i.N_j)^2]`` itself, against draws of ``q``
     (numpy, float64): ``|MC - formula| <= 4.5 MCSE`` for each rating (a Bonferroni bound
     over 24 ratings at familywise level < 2e-4; the draws are independent so the MCSE is
     the sample sd / sqrt(S))."""

@@ -1,4 +1,4 @@
-"""Mean-field VB for the model components of DESIGN.md section 8 (Normal-Wishart rows,
+"""Mean-field VB for the model components of docs/algorithms.md (Normal-Wishart rows,
 learned noise, biases) in every combination with the column-scale priors.
 
 What is checked (float64 unless said otherwise):

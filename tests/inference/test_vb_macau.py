@@ -1,4 +1,5 @@
-"""Mean-field VB of the Normal-Wishart prior's feature link (Macau, DESIGN.md section 11;
+"""Mean-field VB of the Normal-Wishart prior's feature link (Macau, docs/algorithms.md,
+"Feature links (side information)";
 :class:`bmczoo.priors.macau.VBLink`).
 
 * Each new coordinate update (``q(B)``, ``q(lam_B)``, ``q(mu, Lambda)`` with the

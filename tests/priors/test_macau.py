@@ -1,4 +1,5 @@
-"""The Normal-Wishart prior's feature link (Macau, DESIGN.md section 11): exact float64
+"""The Normal-Wishart prior's feature link (Macau, docs/algorithms.md, "Feature links (side
+information)"): exact float64
 checks of its conditionals against the dense formulas on a tiny problem, its hooks into
 the Gibbs engine, its NumPyro statements and its argument checks.
 

@@ -28,7 +28,7 @@ from bmczoo.priors import Discrete, Fixed, Gamma, InverseGamma
 
 from ._helpers import fit_checked, fit_finite_or_clear_error, paper_problem
 
-# the paper's ranges (DESIGN.md, issue 7): every prior at the ends of its range
+# the paper's ranges (docs/paper.md, issue 7): every prior at the ends of its range
 PAPER_RANGE = {
     "discrete-C1-eps1e-3": Discrete(C=1.0, p=0.05, eps=1e-3),
     "discrete-C1e3-eps1e-3": Discrete(C=1e3, p=0.05, eps=1e-3),

@@ -1,4 +1,5 @@
-"""Reference numbers of the paper (DESIGN.md section 5), transcribed from its tables."""
+"""Reference numbers of the paper (set beside ours in docs/paper.md), transcribed from its
+tables."""
 
 from __future__ import annotations
 

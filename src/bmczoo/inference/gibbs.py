@@ -4,7 +4,8 @@ Functional core in the BlackJAX style: :func:`build_problem` prepares the device
 once, :func:`init` and :func:`step` are pure functions over the typed
 :class:`GibbsState`; :class:`ConjugateGibbs` wraps them in a NumPyro ``MCMCKernel``.
 
-One sweep (DESIGN.md section 2): all rows of ``M`` given ``N, gamma`` (one batched
+One sweep (docs/algorithms.md, "The Gibbs blocks"): all rows of ``M`` given ``N, gamma``
+(one batched
 Cholesky), all rows of ``N`` given ``M, gamma``, then ``gamma`` from the prior's exact
 conditional given ``S_h = ||M_h||^2 + ||N_h||^2``.  Chains live on a leading axis and
 are advanced together (their sparse products stacked as extra dense columns); chain
@@ -19,8 +20,8 @@ requested entries over kept draws (the posterior mean) and of its square (the po
 variance), and, when test values are
 given, the RMSE per iteration of the current draw and of the running posterior mean.
 
-Optional moves at the end of a sweep: the column moves (:func:`column_moves`, DESIGN.md
-section 10) and, for the discrete prior, the annealed spike/slab switch
+Optional moves at the end of a sweep: the column moves (:func:`column_moves`; docs/algorithms.md,
+"Column moves") and, for the discrete prior, the annealed spike/slab switch
 (:func:`annealed_switch`, every ``anneal_every`` sweeps).
 """
 
@@ -91,8 +92,8 @@ class GibbsProblem:
         its Gibbs block (:meth:`~bmczoo.likelihoods.Likelihood.sample_tau`).
     biases : the :class:`~bmczoo.offsets.Biases` component or None.
     num_ratings : ``n``.
-    column_moves : whether each sweep ends with the column moves of DESIGN.md section 10
-        (:func:`column_moves`).
+    column_moves : whether each sweep ends with the column moves
+        (:func:`column_moves`; docs/algorithms.md, "Column moves").
     anneal_steps, anneal_every : the annealed spike/slab switch (:func:`annealed_switch`):
         its number of steps (0: none) and every how many sweeps it runs.  These last
         thirteen are static pytree metadata.
@@ -232,7 +233,8 @@ def build_problem(
     components.  ``column_moves`` ends each sweep with the column moves of
     :func:`column_moves`; ``anneal_steps > 0`` adds the annealed spike/slab switch
     (:func:`annealed_switch`) every ``anneal_every`` sweeps.  ``prior``: the arrays of
-    its feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`, DESIGN.md section 11) are
+    its feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`; docs/algorithms.md,
+    "Feature links (side information)") are
     built from ``ratings`` (a prior with a link must be given here).
     """
     overrelax = check_overrelax(overrelax)
@@ -511,7 +513,8 @@ def _normals(keys, m: int, K: int, dtype) -> jax.Array:
 def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var, *, rho: float,
           use_bias: bool, sse: bool, cross: bool, values=None):
     """Half a sweep: the biases of the rows being updated (with biases), then their factor
-    rows (exact Gaussian conditionals, DESIGN.md sections 2 and 8).
+    rows (exact Gaussian conditionals, docs/algorithms.md, "Rows of the factors" and
+    "Normal-Wishart rows").
 
     ``own`` (C, m, K) are the rows being replaced, ``other`` (C, m_other, K) the other
     factor (all rows), ``bias_own`` (C, m) / ``bias_other`` (C, m_other) the biases,
@@ -780,7 +783,7 @@ _COLUMN_STREAM = 0x636F6C  # "col"
 
 
 def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array) -> GibbsState:
-    """Moves that change ``gamma_h`` together with its column (DESIGN.md section 10).
+    """Moves that change ``gamma_h`` together with its column (docs/algorithms.md, "Column moves").
 
     For each column ``h`` in turn, with ``N`` and the other columns fixed, ``M_h`` is
     integrated out (its entries are independent univariate Gaussians given the residual

@@ -1,5 +1,5 @@
 """The Bayesian outputs of every fit: predictive uncertainty, held-out log predictive
-density, recommendations, fold-in of new rows (DESIGN.md section 9).
+density, recommendations, fold-in of new rows (docs/algorithms.md, "Predictive moments").
 
 Every result class (and :class:`FoldInFit`) provides three hooks, from which
 :class:`PredictiveMixin` builds the public methods:

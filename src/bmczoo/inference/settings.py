@@ -144,7 +144,7 @@ class Gibbs(Settings):
     kept; ``chain_method`` as in NumPyro's ``MCMC`` (``"vectorized"`` advances all chains
     in one batched sweep); ``overrelax`` in (-1, 1): Adler over-relaxed row updates (0:
     plain Gibbs); ``column_moves``: end each sweep with the moves that change ``gamma_h``
-    together with its column (DESIGN.md section 10; priors that define
+    together with its column (docs/algorithms.md, "Column moves"; priors that define
     ``column_proposal``: the discrete, inverse-gamma and gamma priors); None (the
     default): on wherever the prior has a move, the plain sweep for the others; False:
     the paper's plain sweep; ``anneal_steps`` > 0 (the discrete prior): every

@@ -1,7 +1,8 @@
 """Closed-form mean-field variational Bayes (CAVI) for every model of the zoo.
 
 ``q = prod_i N(m_i, V_i) prod_j N(n_j, W_j) q(prior variables) [q(tau)] [q(biases)]``
-(DESIGN.md sections 3 and 8).  One iteration updates all ``q(M_i)`` (one batched
+(docs/algorithms.md, "Mean-field variational Bayes").  One iteration updates all
+``q(M_i)`` (one batched
 Cholesky, the same sparse products as the Gibbs sweep, see
 :mod:`bmczoo.inference.kernels`), then all ``q(N_j)``, then the biases' q (row biases,
 column biases, their variances) when the model has biases, then the prior's q through

@@ -18,7 +18,7 @@ __all__ = ["LearnedNoise"]
 @dataclasses.dataclass(frozen=True)
 class LearnedNoise(Likelihood):
     """``Y_k ~ N(theta_k, 1/tau)`` with ``tau ~ Gamma(a, rate b)`` learned from the data
-    (DESIGN.md section 8), the likelihood optionally tempered: raised to the power
+    (docs/algorithms.md, "Learned noise"), the likelihood optionally tempered: raised to the power
     ``temper`` in (0, 1] (1: the ordinary posterior).
 
     Gibbs: ``tau | rest ~ Gamma(a + temper n / 2, b + temper SSE / 2)`` with

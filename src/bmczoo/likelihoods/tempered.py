@@ -16,7 +16,8 @@ __all__ = ["Tempered"]
 
 @dataclasses.dataclass(frozen=True)
 class Tempered(Likelihood):
-    """Gaussian likelihood with a fixed precision ``tau = 2 lam / n`` (DESIGN.md section 1).
+    """Gaussian likelihood with a fixed precision ``tau = 2 lam / n`` (docs/algorithms.md,
+    "The model").
 
     ``lam = None`` means ``lam = n / (2 noise_sd^2)``: the ordinary posterior under
     N(0, noise_sd^2) noise, ``tau = 1 / noise_sd^2``; a smaller ``lam`` is the PAC-Bayes

@@ -168,7 +168,7 @@ class Prior(abc.ABC):
 
     # ------------------------------------------------------------------ Gibbs (feature links)
     # A prior whose rows have feature-driven means (the Normal-Wishart prior with
-    # ``row_features=`` / ``col_features=``, DESIGN.md section 11) needs the feature arrays
+    # ``row_features=`` / ``col_features=``; docs/user-guide/priors.md) needs the feature arrays
     # inside the traced sweep.  Priors are static (hashed) arguments of jitted functions, so
     # the arrays live in the problem (``GibbsProblem.links``, built once from the data by
     # :meth:`gibbs_links`) and reach the prior through these hooks.  The engine calls them
@@ -284,7 +284,7 @@ class Prior(abc.ABC):
         return None
 
     def column_proposal(self, gamma: jax.Array, z: jax.Array, d: int):
-        """Proposal of the Gibbs column moves (DESIGN.md section 10): a new scale
+        """Proposal of the Gibbs column moves (docs/algorithms.md, "Column moves"): a new scale
         ``gamma_h'`` for each column together with the factor ``s_h`` by which the
         rescaled factor's column is multiplied.
 

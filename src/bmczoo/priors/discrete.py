@@ -142,7 +142,7 @@ class Discrete(Prior):
 
     def column_proposal(self, gamma, z, d):
         """The spike/slab flip of column h with the rescaling ``s = sqrt(gamma'/gamma)``
-        (DESIGN.md section 10): deterministic, an involution; the prior ratio is
+        (docs/algorithms.md, "Column moves"): deterministic, an involution; the prior ratio is
         ``+-logit(p)``."""
         slab = gamma > math.sqrt(self.C * self.eps)
         dt = gamma.dtype

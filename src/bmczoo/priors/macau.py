@@ -1,5 +1,6 @@
-"""The Macau feature link of the Normal-Wishart row prior (Simm et al. 2017; DESIGN.md
-section 11): rows ``M_i ~ N(mu + B^T x_i, Lambda^{-1})`` with ``x_i`` the row's features
+"""The Macau feature link of the Normal-Wishart row prior (Simm et al. 2017; docs/algorithms.md,
+"Feature links (side information)"): rows ``M_i ~ N(mu + B^T x_i, Lambda^{-1})`` with
+``x_i`` the row's features
 (side information, implicit feedback or both), ``B`` (F x K) matrix normal with rows
 ``B_f ~ N(0, (lam_B Lambda)^{-1})`` and ``lam_B ~ Gamma(a_B, b_B)``.
 

@@ -1,6 +1,6 @@
 """Normal-Wishart (BPMF) row prior: ``M_i ~ N(mu_M, Lambda_M^{-1})`` with
 ``(mu_M, Lambda_M) ~ NW(0, beta0, W0, nu0)``, separately for the rows of ``M`` and ``N``
-(Salakhutdinov & Mnih 2008; DESIGN.md section 8).
+(Salakhutdinov & Mnih 2008; docs/algorithms.md, "Normal-Wishart rows").
 
 Unlike the paper's priors it has no column scales ``gamma_h``: its state is
 ``(mu_M, Lambda_M, mu_N, Lambda_N)`` and the rows get a full ``K x K`` prior precision
@@ -166,7 +166,8 @@ class NormalWishart(Prior):
         Wishart scale ``W0 = W0_scale * I`` (``E[Lambda] = nu0 W0``).
 
     row_features, col_features : None, True or bmczoo.data.Features, optional
-        Side information of the rows / columns (DESIGN.md section 11, Macau): with
+        Side information of the rows / columns (Macau; docs/user-guide/priors.md, "Side
+        information, implicit feedback and cold start"): with
         features ``x_i`` the rows are ``M_i ~ N(mu_M + B_M^T x_i, Lambda_M^{-1})``, the
         link ``B_M`` (F x K) has rows ``N(0, (lam_B_M Lambda_M)^{-1})`` and ``lam_B_M ~
         Gamma(a_B, b_B)``.  True means the data's ``row_features`` / ``col_features`` (as
@@ -179,7 +180,8 @@ class NormalWishart(Prior):
     a_B, b_B : float > 0
         Shape and rate of the Gamma prior of each link's precision ``lam_B``.
 
-    Gibbs conditional (DESIGN.md section 8): with ``m`` rows, ``beta* = beta0 + m``,
+    Gibbs conditional (docs/algorithms.md, "Normal-Wishart rows"): with ``m`` rows,
+    ``beta* = beta0 + m``,
     ``nu* = nu0 + m``, ``mu* = sum_i M_i / beta*``,
     ``W*^{-1} = W0^{-1} + S + (beta0 m / beta*) Mbar Mbar^T``;
     ``Lambda ~ Wishart(W*, nu*)``, ``mu | Lambda ~ N(mu*, (beta* Lambda)^{-1})``.  With a
