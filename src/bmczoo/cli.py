@@ -774,7 +774,7 @@ _METHOD_OPTIONS = {
     "num_warmup": "num_warmup", "num_samples": "num_samples", "thinning": "thinning", "num_chains": "chains",
     "max_iter": "max_iter", "tol": "tol", "num_steps": "num_steps", "overrelax": "overrelax", "checkpoint": "checkpoint",
     "checkpoint_every": "checkpoint_every", "store_factors": "store_factors", "column_moves": "column_moves",
-    "anneal_steps": "anneal_steps", "anneal_every": "anneal_every",
+    "column_moves_every": "column_moves_every", "anneal_steps": "anneal_steps", "anneal_every": "anneal_every",
 }
 
 
@@ -912,6 +912,8 @@ def _add_fit(sub) -> None:
                    help="gibbs: end each sweep with the moves that change gamma_h together with its column (the "
                    "discrete prior's aimed spike/slab flip, the continuous priors' scale walk); "
                    "--no-column-moves: the paper's plain sweep (default: the moves wherever the prior has one)")
+    f.add_argument("--column-moves-every", type=int, default=None, metavar="S",
+                   help="gibbs: run the column moves every S sweeps (default 1: every sweep)")
     f.add_argument("--anneal-steps", type=int, default=None, metavar="T",
                    help="gibbs, discrete prior: every --anneal-every sweeps, switch one column between spike and "
                    "slab along a path of T steps (Metropolis-Hastings on the work; default 0: none)")

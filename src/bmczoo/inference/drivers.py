@@ -95,7 +95,8 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
         test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
         num_warmup=s.num_warmup, thinning=s.thinning, num_total=s.num_warmup + s.num_samples, mesh=s.devices,
         overrelax=s.overrelax, likelihood=info.likelihood, biases=info.biases, column_moves=s.column_moves,
-        anneal_steps=s.anneal_steps, anneal_every=s.anneal_every, prior=info.prior,
+        column_moves_every=s.column_moves_every, anneal_steps=s.anneal_steps, anneal_every=s.anneal_every,
+        prior=info.prior,
     )
 
 
@@ -159,6 +160,7 @@ def _gibbs_chains(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
         num_chains=s.num_chains, track=fingerprint(*track), store_factors=store,
         init_gamma=None if gamma0 is None else [float(x) for x in gamma0[0]], overrelax=s.overrelax,
         **({"column_moves": True} if s.column_moves else {}),  # old checkpoints (without moves) stay valid
+        **({"column_moves_every": s.column_moves_every} if s.column_moves and s.column_moves_every > 1 else {}),
         **({"anneal_steps": s.anneal_steps, "anneal_every": s.anneal_every} if s.anneal_steps else {}),
     )
     timings: dict = {}

@@ -42,7 +42,7 @@ from ..offsets import shift_clip
 from ..priors import Prior
 from . import sharding as sh
 from . import thinning
-from .settings import check_anneal, check_overrelax, check_spike_and_slab
+from .settings import check_anneal, check_column_moves_every, check_overrelax, check_spike_and_slab
 from jax import lax
 
 from .kernels import _row_ids
@@ -63,7 +63,7 @@ __all__ = [
         "clip_lo", "clip_hi", "track_rows", "track_cols", "sum_sq", "levels", "col_perm", "cut_step", "links",
     ],
     meta_fields=["num_warmup", "thinning", "num_total", "has_test", "dims", "mesh", "overrelax",
-                 "likelihood", "biases", "num_ratings", "column_moves", "anneal_steps", "anneal_every",
+                 "likelihood", "biases", "num_ratings", "column_moves", "column_moves_every", "anneal_steps", "anneal_every",
                  "link_sites"],
 )
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +133,7 @@ class GibbsProblem:
     biases: object = None
     num_ratings: int = 0
     column_moves: bool = False
+    column_moves_every: int = 1
     anneal_steps: int = 0
     anneal_every: int = 1
     links: dict = dataclasses.field(default_factory=dict)
@@ -220,6 +221,7 @@ def build_problem(
     anneal_steps: int = 0,
     anneal_every: int = 1,
     prior: Prior | None = None,
+    column_moves_every: int = 1,
 ) -> GibbsProblem:
     """Prepare the device arrays of a problem (once; reused by every sweep).
 
@@ -231,7 +233,7 @@ def build_problem(
     ``likelihood`` (a learned ``tau`` gets its block; ``tau`` is then its starting value)
     and ``biases`` (a :class:`~bmczoo.offsets.Biases` or None) are the model's other
     components.  ``column_moves`` ends each sweep with the column moves of
-    :func:`column_moves`; ``anneal_steps > 0`` adds the annealed spike/slab switch
+    :func:`column_moves` (every ``column_moves_every``-th sweep when that is above 1); ``anneal_steps > 0`` adds the annealed spike/slab switch
     (:func:`annealed_switch`) every ``anneal_every`` sweeps.  ``prior``: the arrays of
     its feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`; docs/algorithms.md,
     "Feature links (side information)") are
@@ -239,6 +241,7 @@ def build_problem(
     """
     overrelax = check_overrelax(overrelax)
     anneal_steps, anneal_every = check_anneal(anneal_steps, anneal_every)
+    column_moves_every = check_column_moves_every(column_moves_every)
     if not isinstance(column_moves, (bool, np.bool_)):
         raise TypeError(f"column_moves must be True or False, got {column_moves!r}")
     m1, m2 = ratings.shape
@@ -284,6 +287,7 @@ def build_problem(
         biases=biases,
         num_ratings=int(ratings.n),
         column_moves=bool(column_moves),
+        column_moves_every=column_moves_every,
         anneal_steps=anneal_steps,
         anneal_every=anneal_every,
         sum_sq=jnp.asarray(_sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype),
@@ -732,7 +736,12 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
                          key=keys, lik_state=lik_state)
     if problem.column_moves:
         # its own key stream (folded from the sweep's key): the other blocks draw as without it
-        new = column_moves(new, problem, prior, jax.vmap(lambda k: jax.random.fold_in(k, _COLUMN_STREAM))(state.key))
+        kc = jax.vmap(lambda k: jax.random.fold_in(k, _COLUMN_STREAM))(state.key)
+        if problem.column_moves_every == 1:
+            new = column_moves(new, problem, prior, kc)
+        else:  # every column_moves_every-th sweep: each sweep and each round leaves the posterior invariant
+            due = (state.iteration + 1) % problem.column_moves_every == 0
+            new = lax.cond(due, lambda s: column_moves(s, problem, prior, kc), lambda s: s, new)
     if problem.anneal_steps:
         # every anneal_every-th sweep; its own key stream, as the column moves
         ka = jax.vmap(lambda k: jax.random.fold_in(k, _ANNEAL_STREAM))(state.key)

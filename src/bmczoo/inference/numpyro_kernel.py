@@ -42,7 +42,7 @@ from .._checks import check_K, check_prior, check_ratings
 from ..models import matrix_completion
 from ..models.matrix_completion import model_likelihood
 from . import gibbs
-from .settings import check_anneal, check_column_moves, resolve_column_moves
+from .settings import check_anneal, check_column_moves, check_column_moves_every, resolve_column_moves
 
 __all__ = ["ConjugateGibbs", "ConjugateGibbsState"]
 
@@ -100,6 +100,8 @@ class ConjugateGibbs(MCMCKernel):
         End each sweep with the column moves (:func:`bmczoo.inference.gibbs.column_moves`);
         None (the default): wherever the prior has a move
         (:attr:`~bmczoo.priors.Prior.has_column_move`); False: the paper's plain sweep.
+    column_moves_every : int
+        Sweeps between two rounds of column moves (default 1: every sweep).
     anneal_steps, anneal_every : int
         The annealed spike/slab switch of the discrete prior
         (:func:`bmczoo.inference.gibbs.annealed_switch`): its number of steps (0, the
@@ -129,6 +131,7 @@ class ConjugateGibbs(MCMCKernel):
         column_moves: bool | None = None,
         anneal_steps: int = 0,
         anneal_every: int = 50,
+        column_moves_every: int = 1,
     ):
         self._model = model
         self._num_samples = num_samples
@@ -143,6 +146,7 @@ class ConjugateGibbs(MCMCKernel):
         self._devices = devices
         self._overrelax = gibbs.check_overrelax(overrelax)
         self._column_moves = check_column_moves(column_moves)
+        self._column_moves_every = check_column_moves_every(column_moves_every)
         self._anneal = check_anneal(anneal_steps, anneal_every)
         self._prior = None
         self._batched = False
@@ -217,6 +221,7 @@ class ConjugateGibbs(MCMCKernel):
             overrelax=self._overrelax,
             likelihood=likelihood,
             column_moves=resolve_column_moves(self._column_moves, self._prior),
+            column_moves_every=self._column_moves_every,
             anneal_steps=self._anneal[0],
             anneal_every=self._anneal[1],
             biases=biases,

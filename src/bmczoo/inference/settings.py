@@ -131,6 +131,11 @@ def check_spike_and_slab(prior) -> None:
                          "(anneal_steps > 0 needs the discrete prior)")
 
 
+def check_column_moves_every(value) -> int:
+    """``column_moves_every``: the column moves run every that many sweeps (an int >= 1)."""
+    return check_int("column_moves_every", value, minimum=1)
+
+
 def resolve_column_moves(value, prior) -> bool:
     """``column_moves`` for ``prior``: None means where the prior has a column move."""
     return bool(prior.has_column_move) if value is None else bool(value)
@@ -147,7 +152,8 @@ class Gibbs(Settings):
     together with its column (docs/algorithms.md, "Column moves"; priors that define
     ``column_proposal``: the discrete, inverse-gamma and gamma priors); None (the
     default): on wherever the prior has a move, the plain sweep for the others; False:
-    the paper's plain sweep; ``anneal_steps`` > 0 (the discrete prior): every
+    the paper's plain sweep; ``column_moves_every``: the moves end every that many sweeps
+    (1, the default: every sweep); ``anneal_steps`` > 0 (the discrete prior): every
     ``anneal_every`` sweeps, one spike/slab switch annealed over that many steps
     (:func:`bmczoo.inference.gibbs.annealed_switch`; 0, the default: none);
     ``init_gamma``: starting gamma (default the prior's); ``track``: entries
@@ -170,6 +176,8 @@ class Gibbs(Settings):
         Adler's over-relaxation of the row draws, in (-1, 1); 0 is plain Gibbs.
     column_moves : bool or None
         The moves that change ``gamma_h`` with its column; None: wherever the prior has one.
+    column_moves_every : int
+        Sweeps between two rounds of column moves (1: every sweep).
     anneal_steps, anneal_every : int
         Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
     init_gamma : optional
@@ -193,6 +201,7 @@ class Gibbs(Settings):
     chain_method: str = "vectorized"
     overrelax: float = 0.0
     column_moves: bool | None = None
+    column_moves_every: int = 1
     anneal_steps: int = 0
     anneal_every: int = 50
     init_gamma: Any = None
@@ -220,6 +229,7 @@ class Gibbs(Settings):
         check_choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
         object.__setattr__(self, "overrelax", check_overrelax(self.overrelax))
         object.__setattr__(self, "column_moves", check_column_moves(self.column_moves))
+        object.__setattr__(self, "column_moves_every", check_column_moves_every(self.column_moves_every))
         steps, every = check_anneal(self.anneal_steps, self.anneal_every)
         object.__setattr__(self, "anneal_steps", steps)
         object.__setattr__(self, "anneal_every", every)
