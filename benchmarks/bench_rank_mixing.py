@@ -1,8 +1,8 @@
 """Does the rank posterior of the discrete prior mix?  Plain Gibbs vs Gibbs with column moves.
 
     python benchmarks/bench_rank_mixing.py [--seeds 0] [--chains 4] [--warmup 200] [--samples 1000]
-                                           [--samplers plain,moves,anneal] [--anneal-steps 50]
-                                           [--anneal-every 10]
+                                           [--samplers plain,moves,anneal] [--moves-every 1]
+                                           [--anneal-steps 50] [--anneal-every 10]
 
 The simulation of issue 15 (``simulate_paper(200, rank=3)``: 200 x 200, rank 3, 20%
 observed, N(0, 1) noise, factor variance 20/sqrt(m)), K = 10, ``Discrete(1, .05, .05)``,
@@ -17,7 +17,8 @@ wall seconds of the whole fit, compilation included; n/a when every chain stays 
 count: then nothing mixes).  R-hat is n/a when every chain is constant.  Per sampler and seed, the R-hat of
 the active-column count (and of the effective rank) over all starts' chains pooled, and the
 largest total-variation distance between two starts' rank posteriors.  The sampler
-``anneal`` is ``moves`` plus the annealed spike/slab switch (``--anneal-steps`` every
+``moves`` runs the column moves every ``--moves-every`` sweeps (``column_moves_every``).
+The sampler ``anneal`` is ``moves`` plus the annealed spike/slab switch (``--anneal-steps`` every
 ``--anneal-every`` sweeps; the discrete prior).
 """
 
@@ -42,6 +43,7 @@ def run_one(sim, prior, sampler: str, start, a, seed: int):
     fit = bmc.fit(sim.train, K=10, prior=prior, num_warmup=a.warmup, num_samples=a.samples, thinning=1,
                   num_chains=a.chains, init_gamma=start, progress_bar=False, seed=seed,
                   column_moves=(sampler != "plain"), predict=every, store_factors="auto",
+                  **({} if sampler == "plain" else {"column_moves_every": a.moves_every}),
                   **(dict(anneal_steps=a.anneal_steps, anneal_every=a.anneal_every) if sampler == "anneal" else {}))
     secs = time.perf_counter() - t
     with warnings.catch_warnings():
@@ -72,6 +74,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--samplers", default="plain,moves")
+    ap.add_argument("--moves-every", type=int, default=1,
+                    help="sweeps between two rounds of column moves (samplers 'moves' and 'anneal'; default 1)")
     ap.add_argument("--anneal-steps", type=int, default=50, help="steps of the annealed switch (sampler 'anneal')")
     ap.add_argument("--anneal-every", type=int, default=10, help="sweeps between two annealed switches")
     ap.add_argument("--prior", default="discrete", choices=("discrete", "inverse-gamma", "gamma"),
