@@ -480,7 +480,7 @@ def _print_level_metrics(fit, test) -> None:
     lik = fit.info.likelihood
     if not getattr(lik, "latent", False):
         return
-    if lik.name == "probit":
+    if lik.binary:
         m = classification_metrics(test.values, fit.predict_proba(test.rows, test.cols))
         print(f"test_log_loss={m['log_loss']:.4f}")
         print(f"test_auc={m['auc']:.4f}")
@@ -566,7 +566,7 @@ def _cmd_fit(args) -> int:
                                  test=_binarize(loaded.test, args.binarize))
     train, test, sim = loaded.train, loaded.test, loaded.sim
     prior = _link_prior(args, prior, train)
-    if likelihood.name == "probit":
+    if likelihood.binary:
         vals = np.asarray(train.values)
         if not np.all((vals == 0) | (vals == 1)):
             raise CLIError("--likelihood probit needs binary ratings 0/1; add --binarize THRESHOLD (e.g. "

@@ -271,7 +271,7 @@ class FitResult(out.PredictiveMixin):
                              f"{self.info.likelihood.name!r} (use predict / predictive_interval)")
         r, c = self._check_entries(rows, cols)
         probs = self._level_proba(r, c)
-        return probs[:, 1] if self.info.likelihood.name == "probit" else probs
+        return probs[:, 1] if self.info.likelihood.binary else probs
 
     def predictive_interval(self, rows, cols, prob: float = 0.9):
         """Central ``prob`` interval of the posterior predictive (see

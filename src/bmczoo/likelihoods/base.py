@@ -31,6 +31,12 @@ class Likelihood(abc.ABC):
     #: whether ``tau`` is a model variable with its own Gibbs block / VB factor
     learned: ClassVar[bool] = False
 
+    #: whether the values are levels observed through a latent Gaussian (probit likelihoods)
+    latent: ClassVar[bool] = False
+
+    #: whether the values are binary 0/1 (``predict_proba`` gives ``P(Y = 1)``)
+    binary: ClassVar[bool] = False
+
     @abc.abstractmethod
     def precision(self, n: int) -> float:
         """The likelihood precision ``tau`` for ``n`` ratings (the starting value when it is

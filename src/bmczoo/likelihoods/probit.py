@@ -224,6 +224,8 @@ class Probit(LatentLikelihood):
         0 without centring).
     """
 
+    binary: ClassVar[bool] = True
+
     threshold: float | None = None
     name = "probit"
 
