@@ -155,7 +155,9 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
         else:
             kinds[name] = "scalar"
             fields[name] = v
-    if getattr(fit, "state", None) is not None and type(fit).__name__ == "VBFit":
+    from .results import VBFit  # results imports this module
+
+    if isinstance(fit, VBFit) and fit.state is not None:
         from .vb_driver import _state_arrays
 
         arrays.update({"vb/" + k[len("state/"):]: v for k, v in _state_arrays(fit.state).items()})
