@@ -166,3 +166,27 @@ def test_compilation_cache_on_by_default_and_off_with_the_flag(monkeypatch, tmp_
     finally:
         for k, v in saved.items():
             jax.config.update(k, v)
+
+
+def test_fit_help_states_the_settings_defaults():
+    """Every method option whose help names a default states the default of the settings
+    class of each method it names ("gibbs/nuts: ... (default 100)")."""
+    import re
+
+    from bmczoo.cli import _METHOD_OPTIONS, build_parser
+    from bmczoo.inference import settings as st
+
+    classes = {"gibbs": st.Gibbs, "nuts": st.NUTS, "vb": st.VB, "svi": st.SVI, "map": st.MAP}
+    fit_parser = build_parser()._subparsers._group_actions[0].choices["fit"]
+    by_dest = {a.dest: a for a in fit_parser._actions}
+    checked = 0
+    for name, dest in _METHOD_OPTIONS.items():
+        text = by_dest[dest].help or ""
+        # "gibbs/nuts: ... (default 4); vb: ... (default 1)": each clause names its methods
+        for methods, value in re.findall(r"([a-z/]+): [^;]*?\(default ([-+.e0-9]+)", text):
+            for method in methods.split("/"):
+                cls = classes[method]
+                field = "restarts" if (method, name) == ("vb", "num_chains") else name
+                assert float(value) == float(getattr(cls, field)), (dest, method, value)
+                checked += 1
+    assert checked >= 12, checked
