@@ -79,10 +79,10 @@ def test_configure_pool_sets_the_pool_size_for_affected_jaxlib(monkeypatch, vers
     monkeypatch.setattr(_xla, "_backend_started", lambda: False)
     env = {}
     assert _xla.configure_pool(env, jaxlib_version=version, cpu_count=2)
-    assert env == {_xla.POOL_VARIABLE: "8"}
+    assert env == {_xla.POOL_VARIABLE: "4"}
     env = {}
     assert _xla.configure_pool(env, jaxlib_version=version, cpu_count=16)
-    assert env[_xla.POOL_VARIABLE] == "32"
+    assert env[_xla.POOL_VARIABLE] == "18"
 
 
 @pytest.mark.parametrize("version", ["0.9.2", "0.11.0", "0.11.2.dev20270101"])

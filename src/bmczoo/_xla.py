@@ -22,9 +22,12 @@ at once as the pool has workers, every worker waits and nothing runs (on a 2-cor
 two or three independent batched Cholesky factorisations in one program suffice).
 jaxlib 0.11 runs these kernels on the calling thread.  For the affected versions
 :func:`configure_pool` gives the pool more workers than the program can have such calls
-at once, through ``PJRT_NPROC`` (the pool's size; a user's own value is kept).  The extra
-threads sleep unless there is work: the sweeps run at the same speed
-(``benchmarks/bench_gibbs.py``).
+at once, through ``PJRT_NPROC`` (the pool's size; a user's own value is kept): two more
+workers than CPUs, at least four, so that the two factors' independent batched calls (a
+sweep has at most that many at once) cannot take every worker.  A larger pool costs speed
+on a small machine (XLA splits its parallel operations over more threads than cores: the
+1M-shape sweep at K = 10 took 15-25% longer with 8 workers on 2 cores, within a few
+percent with 4; ``benchmarks/bench_gibbs.py``).
 """
 
 from __future__ import annotations
@@ -98,9 +101,9 @@ def _jaxlib_version() -> str | None:
 
 
 def pool_size(cpu_count: int | None) -> int:
-    """The pool size :func:`configure_pool` sets: at least 8 workers and twice the CPUs (a
-    sweep has a handful of independent LAPACK calls at most)."""
-    return max(8, 2 * (cpu_count or 1))
+    """The pool size :func:`configure_pool` sets: two workers more than the CPUs, at least
+    four."""
+    return max(4, (cpu_count or 1) + 2)
 
 
 def configure_pool(environ=None, jaxlib_version: str | None = None, cpu_count: int | None = None) -> bool:
