@@ -19,15 +19,14 @@ jaxlib 0.10.0-0.10.2 has a second way to stop forever on the CPU: its batched LA
 kernels (Cholesky, triangular solves, ...) split a large batch over XLA's intra-op thread
 pool and wait for the pieces *on a worker of that same pool*; when as many such calls run
 at once as the pool has workers, every worker waits and nothing runs (on a 2-core machine,
-two or three independent batched Cholesky factorisations in one program suffice).
-jaxlib 0.11 runs these kernels on the calling thread.  For the affected versions
-:func:`configure_pool` gives the pool more workers than the program can have such calls
-at once, through ``PJRT_NPROC`` (the pool's size; a user's own value is kept): two more
-workers than CPUs, at least four, so that the two factors' independent batched calls (a
-sweep has at most that many at once) cannot take every worker.  A larger pool costs speed
-on a small machine (XLA splits its parallel operations over more threads than cores: the
-1M-shape sweep at K = 10 took 15-25% longer with 8 workers on 2 cores, within a few
-percent with 4; ``benchmarks/bench_gibbs.py``).
+four independent batched Cholesky factorisations in one program suffice).  jaxlib 0.11
+runs these kernels on the calling thread.  For the affected versions
+:func:`configure_pool` gives the pool more workers than the program is likely to have such
+calls at once, through ``PJRT_NPROC`` (the pool's size; a user's own value is kept): two
+more workers than CPUs, at least four, so that the two factors' independent batched calls
+cannot take every worker.  It stays that small because XLA splits its parallel
+operations over every worker: a pool several times the CPUs slows the sweeps on a small
+machine.
 """
 
 from __future__ import annotations
