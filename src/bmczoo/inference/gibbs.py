@@ -5,9 +5,8 @@ once, :func:`init` and :func:`step` are pure functions over the typed
 :class:`GibbsState`; :class:`ConjugateGibbs` wraps them in a NumPyro ``MCMCKernel``.
 
 One sweep (docs/algorithms.md, "The Gibbs blocks"): all rows of ``M`` given ``N, gamma``
-(one batched
-Cholesky), all rows of ``N`` given ``M, gamma``, then ``gamma`` from the prior's exact
-conditional given ``S_h = ||M_h||^2 + ||N_h||^2``.  Chains live on a leading axis and
+(one batched Cholesky), all rows of ``N`` given ``M, gamma``, then ``gamma`` from the
+prior's exact conditional given ``S_h = ||M_h||^2 + ||N_h||^2``.  Chains live on a leading axis and
 are advanced together (their sparse products stacked as extra dense columns); chain
 ``c`` uses its own key, so chain ``c`` of a vectorised run equals a single-chain run
 with that key.  With ``overrelax = rho != 0`` the rows are updated by Adler's
@@ -233,11 +232,11 @@ def build_problem(
     ``likelihood`` (a learned ``tau`` gets its block; ``tau`` is then its starting value)
     and ``biases`` (a :class:`~bmczoo.offsets.Biases` or None) are the model's other
     components.  ``column_moves`` ends each sweep with the column moves of
-    :func:`column_moves` (every ``column_moves_every``-th sweep when that is above 1); ``anneal_steps > 0`` adds the annealed spike/slab switch
-    (:func:`annealed_switch`) every ``anneal_every`` sweeps.  ``prior``: the arrays of
-    its feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`; docs/algorithms.md,
-    "Feature links (side information)") are
-    built from ``ratings`` (a prior with a link must be given here).
+    :func:`column_moves` (every ``column_moves_every``-th sweep when that is above 1);
+    ``anneal_steps > 0`` adds the annealed spike/slab switch (:func:`annealed_switch`)
+    every ``anneal_every`` sweeps.  ``prior``: the arrays of its feature links
+    (:meth:`~bmczoo.priors.Prior.gibbs_links`; docs/algorithms.md, "Feature links (side
+    information)") are built from ``ratings`` (a prior with a link must be given here).
     """
     overrelax = check_overrelax(overrelax)
     anneal_steps, anneal_every = check_anneal(anneal_steps, anneal_every)
@@ -555,8 +554,8 @@ def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var,
     x = overrelaxed_rows(cholesky_rows(P), rhs, z, own, rho)
     if sse and cross:
         # sum_k theta_k^2 - 2 sum_k r_k theta_k over the ratings, from this side's sums; the
-        # quadratic forms x_i^T G_i x_i from the packed upper triangles (one fused pass: the
-        # einsum over the (C, m, K, K) matrices was a fifth of the K = 32 sweep on CPU)
+        # quadratic forms x_i^T G_i x_i from the packed upper triangles in one fused pass (XLA
+        # on CPU runs an einsum over the (C, m, K, K) matrices as many tiny matrix products)
         part = part + _packed_quadratic(Gp, x) - 2.0 * jnp.sum(x * r, axis=(1, 2))
     # a failed Cholesky factorisation gives NaN factors, hence NaN draws
     return x, bias_own, ~jnp.all(jnp.isfinite(x), axis=-1), part

@@ -752,8 +752,8 @@ class VBFit(FitResult):
 
     def _theta_moments(self, r, c):
         """``E_q[theta_ij]`` and, analytically (docs/algorithms.md, "Predictive moments"),
-        ``Var_q[M_i . N_j] =
-        a^T B a + b^T A b + tr(A B)`` (``q(M_i) = N(a, A)``, ``q(N_j) = N(b, B)``) plus
+        ``Var_q[M_i . N_j] = a^T B a + b^T A b + tr(A B)`` (``q(M_i) = N(a, A)``,
+        ``q(N_j) = N(b, B)``) plus
         ``Var_q[b_i] + Var_q[c_j]`` with biases."""
         V, W = self.covariances()
         var = np.zeros(len(r))

@@ -97,8 +97,8 @@ class _Run:
         self.problem = build_problem(prep.fit_data, info.tau, dtype=info.dtype, mesh=s.devices,
                                      likelihood=info.likelihood if latent else None)
         # a prior's feature links (docs/algorithms.md, "Feature links (side information)"):
-        # their arrays are arguments of the
-        # jitted iteration, built from the fitted ratings as for Gibbs
+        # their arrays are arguments of the jitted iteration, built from the fitted ratings
+        # as for Gibbs
         self.links = {}
         if getattr(info.prior, "linked_sides", ()):
             if s.devices is not None:

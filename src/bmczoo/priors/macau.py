@@ -1,8 +1,7 @@
 """The Macau feature link of the Normal-Wishart row prior (Simm et al. 2017; docs/algorithms.md,
 "Feature links (side information)"): rows ``M_i ~ N(mu + B^T x_i, Lambda^{-1})`` with
-``x_i`` the row's features
-(side information, implicit feedback or both), ``B`` (F x K) matrix normal with rows
-``B_f ~ N(0, (lam_B Lambda)^{-1})`` and ``lam_B ~ Gamma(a_B, b_B)``.
+``x_i`` the row's features (side information, implicit feedback or both), ``B`` (F x K)
+matrix normal with rows ``B_f ~ N(0, (lam_B Lambda)^{-1})`` and ``lam_B ~ Gamma(a_B, b_B)``.
 
 The pieces here are used by :class:`~bmczoo.priors.NormalWishart` when it is given
 ``row_features=`` / ``col_features=`` / ``implicit=``:

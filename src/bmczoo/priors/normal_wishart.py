@@ -181,8 +181,7 @@ class NormalWishart(Prior):
         Shape and rate of the Gamma prior of each link's precision ``lam_B``.
 
     Gibbs conditional (docs/algorithms.md, "Normal-Wishart rows"): with ``m`` rows,
-    ``beta* = beta0 + m``,
-    ``nu* = nu0 + m``, ``mu* = sum_i M_i / beta*``,
+    ``beta* = beta0 + m``, ``nu* = nu0 + m``, ``mu* = sum_i M_i / beta*``,
     ``W*^{-1} = W0^{-1} + S + (beta0 m / beta*) Mbar Mbar^T``;
     ``Lambda ~ Wishart(W*, nu*)``, ``mu | Lambda ~ N(mu*, (beta* Lambda)^{-1})``.  With a
     link the prior's block draws ``B``, ``lam_B`` and then ``(mu, Lambda)`` given the
