@@ -62,16 +62,21 @@ _HANG = textwrap.dedent("""
 """)
 
 
+def _runs_to_the_end(program: str, env: dict, timeout: float, what: str) -> None:
+    """Run ``program`` in a fresh Python process; it must print ``done True`` in time."""
+    try:
+        out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
+                             timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{what} did not finish in {timeout:g} s (XLA stopped?)")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["done", "True"]
+
+
 def test_program_that_stopped_under_the_scheduler_runs():
     env = dict(os.environ)
     env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if FLAG not in f)
-    try:
-        out = subprocess.run([sys.executable, "-c", _HANG], env=env, capture_output=True, text=True,
-                             timeout=240, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the four-chain implicit-feedback fit did not finish in 240 s (XLA stopped?)")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["done", "True"]
+    _runs_to_the_end(_HANG, env, 240, "the four-chain implicit-feedback fit")
 
 
 @pytest.mark.parametrize("version", ["0.10.0", "0.10.2"])
@@ -120,10 +125,4 @@ _LAPACK = textwrap.dedent("""
 
 def test_concurrent_batched_lapack_calls_finish():
     env = {k: v for k, v in os.environ.items() if k != _xla.POOL_VARIABLE}
-    try:
-        out = subprocess.run([sys.executable, "-c", _LAPACK], env=env, capture_output=True, text=True,
-                             timeout=180, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail("four concurrent batched Cholesky factorisations did not finish in 180 s (XLA's pool stopped?)")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["done", "True"]
+    _runs_to_the_end(_LAPACK, env, 180, "four concurrent batched Cholesky factorisations")
