@@ -70,6 +70,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _synthetic import SIZES, load_ml100k, parse_sizes, synthetic_ratings  # noqa: E402
+from _peers import importable  # noqa: E402
 
 REAL_100K = HERE.parent.parent / "shared" / "data" / "ml-100k" / "u.data"
 # targets per sweep on the 2-core reference machine (seconds), and peak memory (MB)
@@ -283,20 +284,12 @@ def _spawn(args: list[str], timeout: float) -> dict | None:
     return None
 
 
-def _importable(module: str) -> bool:
-    try:
-        __import__(module)
-    except Exception:  # noqa: BLE001 - any failure means the peer is not usable here
-        return False
-    return True
-
-
 def _myfm_available() -> bool:
-    return _importable("myfm")
+    return importable("myfm")
 
 
 def _smurff_available() -> bool:
-    return _importable("smurff")
+    return importable("smurff")
 
 
 def _int_list(text: str, what: str) -> list[int]:

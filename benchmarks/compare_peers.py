@@ -41,6 +41,10 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _peers import importable  # noqa: E402
+
 REAL_100K = HERE.parent.parent / "shared" / "data" / "ml-100k" / "u.data"
 MEMBERS = ("paper", "normal-wishart", "recommended", "inverse-gamma-full")
 
@@ -126,14 +130,6 @@ def run_smurff(split, K, warmup, samples, seed):
     return float(np.sqrt(np.mean((pred - y) ** 2))), seconds / (warmup + samples)
 
 
-def _importable(module: str) -> bool:
-    try:
-        __import__(module)
-        return True
-    except Exception:  # noqa: BLE001 - any failure means the peer is not usable here
-        return False
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(REAL_100K), help="ratings table (default: ../shared ML-100K u.data)")
@@ -164,7 +160,7 @@ def main(argv=None) -> int:
             for m in members]
     if not a.no_peers:
         for mod, label, fn in (("smurff", "SMURFF BPMF", run_smurff), ("myfm", "myFM", run_myfm)):
-            if _importable(mod):
+            if importable(mod):
                 jobs.append((label, lambda K, fn=fn: fn(split, K, a.warmup, a.samples, a.seed)))
             else:
                 print(f"{label}: skipped ({mod} not importable)")

@@ -79,6 +79,10 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _peers import importable  # noqa: E402
+
 DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "ml-100k"
 
 #: bmczoo configurations: ``NormalWishart`` keywords and the likelihood's class name in
@@ -269,14 +273,6 @@ def run_smurff(config: str, train, test, a) -> dict:
 
 
 # --------------------------------------------------------------------------- reporting
-def _importable(module: str) -> bool:
-    try:
-        __import__(module)
-        return True
-    except Exception:  # noqa: BLE001 - any failure means the peer is not usable here
-        return False
-
-
 def _version(pkg: str) -> str | None:
     try:
         return metadata.version(pkg)
@@ -366,7 +362,7 @@ def main(argv=None) -> int:
     if not a.no_peers:
         for mod, label, fn, cfgs in (("myfm", "myFM", run_myfm, myfm_configs),
                                      ("smurff", "SMURFF", run_smurff, smurff_configs)):
-            if _importable(mod):
+            if importable(mod):
                 peers.append((label, fn, cfgs))
             else:
                 print(f"{label}: skipped ({mod} not importable; pip install {mod} to compare)", flush=True)
