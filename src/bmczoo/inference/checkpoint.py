@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from .. import _xla
 from ..offsets import shift_clip
 from . import gibbs
 from .sharding import to_host
@@ -461,7 +462,7 @@ def run_gibbs(
     run = jax.jit(functools.partial(_run_sweeps, prior=prior, store_factors=store_factors),
                   donate_argnums=() if checkpoint is not None else (0, 1))
     t_compile = time.perf_counter()
-    run = run.lower(state, buffer, problem, jnp.asarray(0, jnp.int32)).compile()
+    run = _xla.compile(run.lower(state, buffer, problem, jnp.asarray(0, jnp.int32)))
     t_compile = time.perf_counter() - t_compile
 
     def save(state, buffer):

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import MCMC
 
+from .. import _xla
 from ..data import RatingData
 from . import settings as st
 from .results import FitInfo, GibbsFit, MAPFit, NUTSFit, SVIFit
@@ -152,7 +153,8 @@ def _gibbs_chains(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
     if problem.mesh is None:
         # one compiled program instead of an XLA compilation per operation of the start;
         # the problem enters as constants (only its scalars and shapes are read)
-        core = jax.jit(lambda k, x: gibbs.init(k, problem, info.prior, info.K, **x))(keys, extra)
+        start = jax.jit(lambda k, x: gibbs.init(k, problem, info.prior, info.K, **x))
+        core = _xla.compile(start.lower(keys, extra))(keys, extra)
     else:
         core = gibbs.init(keys, problem, info.prior, info.K, **extra)
     settings = run_settings(
