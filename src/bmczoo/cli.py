@@ -411,7 +411,7 @@ def _proba_columns(fit, rows, cols):
     import numpy as np
 
     lik = fit.info.likelihood
-    if not getattr(lik, "latent", False):
+    if not lik.latent:
         return [], None
     probs = np.asarray(fit.predict_proba(rows, cols), np.float64)
     if probs.ndim == 1:
@@ -478,7 +478,7 @@ def _print_level_metrics(fit, test) -> None:
     from .inference.levels import classification_metrics
 
     lik = fit.info.likelihood
-    if not getattr(lik, "latent", False):
+    if not lik.latent:
         return
     if lik.binary:
         m = classification_metrics(test.values, fit.predict_proba(test.rows, test.cols))

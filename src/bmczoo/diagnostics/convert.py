@@ -868,7 +868,7 @@ def _add_predictive_groups(fa: FitArrays, fit, kind: str, log_likelihood, *, num
         theta, tau, how = _svi_theta_tau(fit, rows, cols, max_draws)
     offset = _offset_of(fit)
     lik = getattr(_info(fit), "likelihood", None)
-    if getattr(lik, "latent", False):
+    if lik is not None and lik.latent:
         _add_level_groups(fa, fit, kind, lik, theta, y, how["draw_step"], rng)
         noise = f"{lik.name} likelihood (levels {list(lik.level_values)})"
     elif tau is None:
@@ -880,7 +880,7 @@ def _add_predictive_groups(fa: FitArrays, fit, kind: str, log_likelihood, *, num
     else:
         var = (1.0 / np.asarray(tau, np.float64))[..., None]
         noise = "the draws of the learned tau"
-    if not getattr(lik, "latent", False):
+    if not (lik is not None and lik.latent):
         mean = theta + offset
         fa.groups["log_likelihood"] = {"y": -0.5 * (np.log(2.0 * np.pi * var) + (y - mean) ** 2 / var)}
         fa.groups["posterior_predictive"] = {"y": mean + np.sqrt(var) * rng.standard_normal(mean.shape)}

@@ -85,7 +85,7 @@ def _likelihood_settings(likelihood, tau) -> dict[str, object]:
     out: dict[str, object] = {"likelihood": repr(likelihood)}
     if getattr(likelihood, "learned", False):
         out["noise sd"] = "learned: its posterior is the noise_sd row of the summary table (data scale)"
-    elif not getattr(likelihood, "latent", False) and tau is not None:
+    elif not (likelihood is not None and likelihood.latent) and tau is not None:
         lam = likelihood.describe().get("lam")
         if lam is not None:
             out["lam"] = lam

@@ -7,6 +7,7 @@ These use NumPyro's own machinery throughout; only the result objects are ours.
 from __future__ import annotations
 
 import contextlib
+import copy
 from functools import partial
 
 import jax
@@ -19,13 +20,50 @@ from numpyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal, Au
 from .._checks import check_positive_int
 from ..models import matrix_completion
 
-__all__ = ["run_nuts", "run_svi", "GUIDES"]
+__all__ = ["run_nuts", "run_svi", "run_mcmc_detached", "GUIDES"]
 
 GUIDES = {
     "normal": AutoNormal,
     "lowrank": AutoLowRankMultivariateNormal,
     "delta": AutoDelta,
 }
+
+
+def _empty(obj) -> None:
+    """Drop every attribute of ``obj`` (instance dict and slots)."""
+    for cls in type(obj).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                delattr(obj, name)
+    if hasattr(obj, "__dict__"):
+        vars(obj).clear()
+
+
+def run_mcmc_detached(mcmc: MCMC, rng_key, data, *args, **kwargs) -> MCMC:
+    """``mcmc.run(rng_key, data, *args, **kwargs)``; returns a copy of ``mcmc`` holding the
+    run (samples, last state, kernel, model arguments) and empties ``mcmc``, its kernel and
+    the alias of ``data`` that the run saw.
+
+    NumPyro keeps the functions built by a run in process-wide caches that outlive the run
+    and the MCMC object (``numpyro.util.cached_by`` on ``fori_collect`` and
+    ``_collect_and_postprocess``, and JAX's jit caches, where ``fori_collect``'s loop body
+    is a static argument).  Those functions close over the MCMC object (whose last state
+    carries the problem's device arrays), its kernel and the model arguments (the
+    ratings): every fit left its data and state alive.  Emptied, they keep empty shells.
+    """
+    alias = copy.copy(data)  # shares the arrays
+    try:
+        mcmc.run(rng_key, alias, *args, **kwargs)
+        out = copy.copy(mcmc)  # MCMC.__getstate__ leaves out its function cache
+        out.sampler = copy.copy(mcmc.sampler)
+        out._args = (data, *mcmc._args[1:])
+        # what the run cached on the data (its index views) stays on data, as without the alias
+        for name, value in vars(alias).items():
+            vars(data).setdefault(name, value)
+        return out
+    finally:
+        for obj in (mcmc.sampler, mcmc, alias):
+            _empty(obj)
 
 
 def _x64_context(dtype):
@@ -52,8 +90,6 @@ def run_nuts(data, K, prior, likelihood, *, seed, num_warmup, num_samples, thinn
             chain_method=chain_method,
             progress_bar=progress_bar,
         )
-        from .drivers import run_mcmc_detached
-
         if init_params is not None:
             init_params = {k: jnp.asarray(v, dtype) for k, v in init_params.items()}
         mcmc = run_mcmc_detached(mcmc, jax.random.key(seed), data, K, prior, likelihood=likelihood,

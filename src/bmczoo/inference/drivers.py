@@ -6,60 +6,20 @@ the settings object, prepares the data (:class:`Prepared`) and calls ``DRIVERS[t
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import MCMC
 
 from .. import _xla
 from ..data import RatingData
 from . import settings as st
+from .problem import Prepared, run_settings
 from .results import FitInfo, GibbsFit, MAPFit, NUTSFit, SVIFit
 
-__all__ = ["DRIVERS", "Prepared", "run_settings"]
+__all__ = ["DRIVERS"]
 
 # factor draws are stored for arbitrary-entry prediction only below this many bytes
 _STORE_FACTORS_BUDGET = 256 * 2**20
-
-
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """The data of one fit: the training data as given and as fitted (centred), the
-    entries whose posterior mean is computed during the fit (test entries first), and
-    the test values (data scale) for the per-iteration RMSE traces."""
-
-    train: RatingData
-    fit_data: RatingData
-    pred_rows: np.ndarray
-    pred_cols: np.ndarray
-    test_values: np.ndarray
-
-
-def run_settings(prep: Prepared, info: FitInfo, **extra) -> dict:
-    """What identifies a run for its checkpoint (JSON-serialisable)."""
-    from .checkpoint import fingerprint
-
-    d = prep.fit_data
-    return {
-        "method": info.method,
-        "data": fingerprint(d.rows, d.cols, d.values),
-        "shape": list(info.shape),
-        "prior": info.prior.name,
-        "hyperparameters": {k: float(v) for k, v in info.prior.hyperparameters().items()},
-        "K": int(info.K),
-        "tau": float(info.tau),
-        "likelihood": {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in info.likelihood.describe().items()},
-        "biases": None if info.biases is None else info.biases.describe(),
-        "seed": int(info.seed),
-        "dtype": info.dtype,
-        "predict": fingerprint(prep.pred_rows, prep.pred_cols, prep.test_values),
-        # a prior's feature links (only when it has some: other checkpoints stay valid)
-        **({"links": links} if (links := getattr(info.prior, "links", dict)()) else {}),
-        **extra,
-    }
 
 
 def _track_entries(train: RatingData, track, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,46 +61,10 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
     )
 
 
-def _empty(obj) -> None:
-    """Drop every attribute of ``obj`` (instance dict and slots)."""
-    for cls in type(obj).__mro__:
-        for name in getattr(cls, "__slots__", ()):
-            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
-                delattr(obj, name)
-    if hasattr(obj, "__dict__"):
-        vars(obj).clear()
-
-
-def run_mcmc_detached(mcmc: MCMC, rng_key, data: RatingData, *args, **kwargs) -> MCMC:
-    """``mcmc.run(rng_key, data, *args, **kwargs)``; returns a copy of ``mcmc`` holding the
-    run (samples, last state, kernel, model arguments) and empties ``mcmc``, its kernel and
-    the alias of ``data`` that the run saw.
-
-    NumPyro keeps the functions built by a run in process-wide caches that outlive the run
-    and the MCMC object (``numpyro.util.cached_by`` on ``fori_collect`` and
-    ``_collect_and_postprocess``, and JAX's jit caches, where ``fori_collect``'s loop body
-    is a static argument).  Those functions close over the MCMC object (whose last state
-    carries the problem's device arrays), its kernel and the model arguments (the
-    ratings): every fit left its data and state alive.  Emptied, they keep empty shells.
-    """
-    alias = copy.copy(data)  # shares the arrays
-    try:
-        mcmc.run(rng_key, alias, *args, **kwargs)
-        out = copy.copy(mcmc)  # MCMC.__getstate__ leaves out its function cache
-        out.sampler = copy.copy(mcmc.sampler)
-        out._args = (data, *mcmc._args[1:])
-        # what the run cached on the data (its index views) stays on data, as without the alias
-        for name, value in vars(alias).items():
-            vars(data).setdefault(name, value)
-        return out
-    finally:
-        for obj in (mcmc.sampler, mcmc, alias):
-            _empty(obj)
-
-
 def _gibbs_chains(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
     """The chains of NumPyro's ``MCMC`` with the conjugate kernel (the same keys, hence the
-    same draws) run by :func:`~bmczoo.inference.checkpoint.run_gibbs`: one compiled program
+    same draws up to the rounding of another compilation: docs/scaling.md, "Compilation")
+    run by :func:`~bmczoo.inference.checkpoint.run_gibbs`: one compiled program
     for warm-up and sampling, a progress bar with the compilation and the test RMSE, and
     the checkpoints when asked for."""
     from . import gibbs
@@ -192,7 +116,7 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
     pred_theta = pred_sum.mean(axis=0) / max(num_kept, 1)
     pred_var = np.maximum(pred_sq.mean(axis=0) / max(num_kept, 1) - pred_theta**2, 0.0)
     pred_proba, pred_mean = None, info.shift.apply(pred_theta)
-    if getattr(info.likelihood, "latent", False):  # level probabilities pooled over chains
+    if info.likelihood.latent:  # level probabilities pooled over chains
         pred_proba = np.asarray(core.proba_sum, np.float64).reshape((C,) + core.proba_sum.shape[-2:]).mean(0) / max(num_kept, 1)
         pred_mean = np.asarray(info.likelihood.expected_value(pred_proba))
     # (chain, iteration); chains of a sequential run come stacked, of a single run without axis

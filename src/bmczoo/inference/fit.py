@@ -20,7 +20,8 @@ from ..models.matrix_completion import model_likelihood
 from ..offsets import GlobalMean, get_biases, looks_like_ratings
 from ..priors import Discrete, Prior
 from .baselines import _x64_context
-from .drivers import DRIVERS, Prepared
+from .drivers import DRIVERS
+from .problem import Prepared
 from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVIFit, VBFit
 from .settings import Settings, all_argument_names, check_known, settings_for
 
@@ -159,7 +160,7 @@ def fit(
     settings = _method_settings(method, positional, method_kwargs)
     likelihood = model_likelihood(likelihood, lam, noise_sd)
     offsets = GlobalMean(center=center, clip=clip)
-    if getattr(likelihood, "latent", False):
+    if likelihood is not None and likelihood.latent:
         # levels are fitted as they are (no centring, no clipping); the likelihood reads
         # its levels (and a probit's threshold, the analogue of centring) from the data
         check_bool("center", center)

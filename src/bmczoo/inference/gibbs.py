@@ -145,7 +145,7 @@ class GibbsProblem:
     @property
     def latent(self) -> bool:
         """Whether the likelihood observes the ratings through a latent Gaussian ``z``."""
-        return getattr(self.likelihood, "latent", False)
+        return self.likelihood is not None and self.likelihood.latent
 
     def block_precision(self, tau):
         """The precision the factor and bias blocks see, per chain."""
@@ -245,7 +245,7 @@ def build_problem(
         raise TypeError(f"column_moves must be True or False, got {column_moves!r}")
     m1, m2 = ratings.shape
     likelihood = bind_likelihood(likelihood, ratings)
-    latent = getattr(likelihood, "latent", False)
+    latent = likelihood is not None and likelihood.latent
     if latent and mesh is not None:
         raise ValueError(f"the {likelihood.name} likelihood runs on one device: its sharded latent block is not "
                          "implemented (drop devices=)")
@@ -307,7 +307,7 @@ def build_problem(
 def bind_likelihood(likelihood, ratings: RatingData):
     """A latent likelihood bound to the data (levels, threshold) when it is not yet
     (:meth:`bmczoo.likelihoods.probit.LatentLikelihood.bind`); others unchanged."""
-    if getattr(likelihood, "latent", False) and not likelihood.bound:
+    if likelihood is not None and likelihood.latent and not likelihood.bound:
         return likelihood.bind(ratings.values)
     return likelihood
 
@@ -315,7 +315,7 @@ def bind_likelihood(likelihood, ratings: RatingData):
 def _latent_data(likelihood, ratings: RatingData, dtype) -> dict:
     """``levels`` (row order), ``col_perm`` and ``cut_step`` of a latent likelihood (empty
     arrays otherwise)."""
-    if not getattr(likelihood, "latent", False):
+    if not (likelihood is not None and likelihood.latent):
         e = jnp.zeros(0, jnp.int32)
         return {"levels": e, "col_perm": e, "cut_step": jnp.zeros(0, dtype)}
     rv, cv = ratings.row_view, ratings.col_view

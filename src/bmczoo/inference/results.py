@@ -24,12 +24,12 @@ import numpy as np
 
 from .._checks import check_ratings
 from ..data.ratings import check_entries
-from ..likelihoods import Likelihood
 from ..offsets import Shift
 from ..priors import Prior
-from .settings import Settings
 from . import levels
 from . import outputs as out
+from . import saving
+from .info import FitInfo, _NoGamma, no_gamma  # noqa: F401 - FitInfo, no_gamma: importable from here
 
 __all__ = ["FitInfo", "FitResult", "MCMCFit", "GibbsFit", "NUTSFit", "VBFit", "SVIFit", "MAPFit", "theta_mean",
            "bias_draws", "draws_theta_mean"]
@@ -74,48 +74,6 @@ def draws_theta_mean(src: dict, rows, cols) -> np.ndarray:
         out = out + rb.reshape(-1, rb.shape[-1]).mean(0)[np.asarray(rows)] \
             + cb.reshape(-1, cb.shape[-1]).mean(0)[np.asarray(cols)]
     return out
-
-
-@dataclasses.dataclass(frozen=True)
-class FitInfo:
-    """What every fit records about its model and run (typed; no dict between modules).
-
-    Attributes
-    ----------
-    method : "gibbs", "vb", "svi", "nuts" or "map".
-    prior, likelihood : the model's components.
-    K : latent dimension.  shape : (m1, m2).
-    shift : the map from ``theta`` to predictions (centring offset, clipping).
-    center : whether the data were centred.  seed : the PRNG seed.  dtype : float dtype name.
-    settings : the :mod:`~bmczoo.inference.settings` object the fit ran with.
-    tau : the likelihood precision of the factor blocks (the starting value when the
-        likelihood learns it).
-    biases : the :class:`~bmczoo.offsets.Biases` component, or None (no biases).
-    """
-
-    method: str
-    prior: Prior
-    likelihood: Likelihood
-    K: int
-    shape: tuple[int, int]
-    shift: Shift
-    center: bool
-    seed: int
-    dtype: str
-    settings: Settings
-    tau: float
-    biases: Any = None
-
-    def as_dict(self) -> dict[str, Any]:
-        lik = self.likelihood.describe()
-        return {
-            "method": self.method, "prior": self.prior, "prior_name": self.prior.name,
-            "hyperparameters": self.prior.hyperparameters(), "K": self.K, "lam": lik.get("lam"),
-            "noise_sd": lik.get("noise_sd"), "likelihood": lik, "tau": self.tau, "center": self.center,
-            "biases": None if self.biases is None else self.biases.describe(),
-            "offset": self.shift.offset, "clip": self.shift.clip, "seed": self.seed, "dtype": self.dtype,
-            **self.settings.as_dict(),
-        }
 
 
 @dataclasses.dataclass(repr=False)
@@ -241,7 +199,7 @@ class FitResult(out.PredictiveMixin):
     @property
     def _latent(self) -> bool:
         """Whether the likelihood is a latent-Gaussian one (probit, ordered probit)."""
-        return getattr(self.info.likelihood, "latent", False)
+        return self.info.likelihood.latent
 
     def _level_proba(self, r, c) -> np.ndarray:  # pragma: no cover - per family
         raise ValueError(f"{type(self).__name__} has no level probabilities")
@@ -317,9 +275,18 @@ class FitResult(out.PredictiveMixin):
         factor_draws : int or "all"
             How many factor draws an MCMC fit keeps.
         """
-        from .saving import save
+        saving.save(self, path, factor_draws=factor_draws)
 
-        save(self, path, factor_draws=factor_draws)
+    def _state_arrays(self) -> dict:
+        """Arrays of the fit's algorithm state that :meth:`save` writes beside its fields
+        (``state/...`` names; none by default)."""
+        return {}
+
+    @classmethod
+    def _state_from_arrays(cls, arrays: dict) -> dict:
+        """The fields :func:`~bmczoo.inference.saving.load` gives back from what
+        :meth:`_state_arrays` wrote (none by default)."""
+        return {}
 
     def fold_in(self, new):
         """Fold new rows (a RatingData of shape ``(U, m2)``: new users over the same items)
@@ -423,6 +390,7 @@ def _entry_keys(rows, cols, m2: int) -> np.ndarray:
     return np.asarray(rows, np.int64) * m2 + np.asarray(cols, np.int64)
 
 
+@saving.result_class
 @dataclasses.dataclass(repr=False)
 class MCMCFit(FitResult):
     """Draws of an MCMC run (Gibbs or NUTS).
@@ -662,16 +630,19 @@ def _new_row_features(prior, new, num_features: int):
     return X.to_scipy()
 
 
+@saving.result_class
 @dataclasses.dataclass(repr=False)
 class GibbsFit(MCMCFit):
     """Result of ``bmc.fit(..., method="gibbs")``: draws of the conjugate Gibbs sampler."""
 
 
+@saving.result_class
 @dataclasses.dataclass(repr=False)
 class NUTSFit(MCMCFit):
     """Result of ``bmc.fit(..., method="nuts")``: draws of NumPyro's NUTS."""
 
 
+@saving.result_class
 @dataclasses.dataclass(repr=False)
 class VBFit(FitResult):
     """Result of ``bmc.fit(..., method="vb")``: the mean-field variational posterior.
@@ -715,6 +686,17 @@ class VBFit(FitResult):
     iteration_seconds: tuple = ()
     final_elbo_per_run: tuple = ()
     family: ClassVar[str] = "vb"
+
+    def _state_arrays(self) -> dict:
+        from . import vb
+
+        return {} if self.state is None else vb.state_arrays(self.state)
+
+    @classmethod
+    def _state_from_arrays(cls, arrays: dict) -> dict:
+        from . import vb
+
+        return {"state": vb.state_from_arrays(arrays)} if arrays else {}
 
     def _repr_holds(self) -> str:
         return (f"{self.num_iter} iterations, {'converged' if self.converged else 'not converged'}, "
@@ -855,24 +837,7 @@ class VBFit(FitResult):
                              self.q_biases != {})
 
 
-class _NoGamma(dict):
-    """``VBFit.q_gamma`` of a prior without column scales: empty, and any item access
-    raises ``ValueError`` naming the prior and where its q parameters are."""
-
-    def __init__(self, prior_name: str):
-        super().__init__()
-        self.prior_name = prior_name
-
-    def __missing__(self, key):
-        raise ValueError(f"the {self.prior_name} prior has no column scales gamma_h, so q(gamma) has no "
-                         f"{key!r}; its variational parameters are in VBFit.q_prior")
-
-
-def no_gamma(prior) -> dict:
-    """The ``q_gamma`` of a VB fit whose prior has no column scales."""
-    return _NoGamma(prior.name)
-
-
+@saving.result_class
 @dataclasses.dataclass(repr=False)
 class SVIFit(FitResult):
     """Result of ``bmc.fit(..., method="svi")``: a fitted NumPyro autoguide.
@@ -958,6 +923,7 @@ class SVIFit(FitResult):
         return _fold_in_draws(self, new, out.flat_draws(src, self.info.K), src)
 
 
+@saving.result_class
 @dataclasses.dataclass(repr=False)
 class MAPFit(SVIFit):
     """Result of ``bmc.fit(..., method="map")``: ``AutoDelta`` (one point, gamma integrated out).

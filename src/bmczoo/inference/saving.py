@@ -49,6 +49,7 @@ import re
 import numpy as np
 
 from .checkpoint import write_npz_atomic
+from .info import FitInfo, _NoGamma, no_gamma
 
 __all__ = ["save", "load", "load_extra", "FORMAT", "VERSION", "FACTOR_DRAWS"]
 
@@ -72,11 +73,20 @@ def _json_default(x):
     return str(x)
 
 
-def _classes():
-    from . import results
+#: the result classes a file can hold, by name (:func:`result_class` adds them)
+_CLASSES: dict[str, type] = {}
 
-    return {c.__name__: c for c in (results.GibbsFit, results.NUTSFit, results.VBFit, results.SVIFit,
-                                     results.MAPFit, results.MCMCFit)}
+
+def result_class(cls: type) -> type:
+    """Class decorator: ``cls`` can be saved and loaded by its name.  Its fields are
+    written by kind (arrays, dicts of arrays, scalars, tuples); its ``_state_arrays()``
+    (``state/...`` arrays) beside them, given back to its ``_state_from_arrays`` on load."""
+    _CLASSES[cls.__name__] = cls
+    return cls
+
+
+def _classes() -> dict[str, type]:
+    return _CLASSES
 
 
 def _check_factor_draws(factor_draws) -> int | None:
@@ -123,9 +133,7 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
     :func:`load_extra`; :func:`load` ignores them.  ``factor_draws``: at most this many
     factor draws of an MCMC fit in all chains pooled (default :data:`FACTOR_DRAWS`), or
     ``"all"``.  The file gets the permissions ``0o666`` less the process's umask."""
-    from .results import _NoGamma
-
-    if type(fit).__name__ not in _classes():
+    if _CLASSES.get(type(fit).__name__) is not type(fit):
         raise TypeError(f"cannot save a {type(fit).__name__}")
     limit = _check_factor_draws(factor_draws)
     info = fit.info
@@ -155,12 +163,9 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
         else:
             kinds[name] = "scalar"
             fields[name] = v
-    from .results import VBFit  # results imports this module
-
-    if isinstance(fit, VBFit) and fit.state is not None:
-        from .vb_driver import _state_arrays
-
-        arrays.update({"vb/" + k[len("state/"):]: v for k, v in _state_arrays(fit.state).items()})
+    state = fit._state_arrays()
+    if state:
+        arrays.update({"vb/" + k[len("state/"):]: v for k, v in state.items()})
         kinds["state"] = "vbstate"
     prior_meta = {"name": info.prior.name, "hyperparameters": info.prior.hyperparameters()}
     links = _prior_links(info.prior, arrays)
@@ -276,9 +281,6 @@ def load(path):
     from ..likelihoods import get_likelihood
     from ..offsets import Biases, Shift
     from ..priors import get_prior
-    from . import vb
-    from .results import FitInfo, no_gamma
-
     data = _read_npz(path)
     found = str(data.pop("__format__", ""))
     m = re.fullmatch(r"bmczoo-fit-(\d+)", found)
@@ -319,25 +321,10 @@ def load(path):
         elif kind == "scalar":
             kw[name] = meta["fields"][name]
         elif kind == "vbstate":
-            kw["state"] = _vb_state({k[3:]: v for k, v in data.items() if k.startswith("vb/")}, vb.VBState)
+            kw.update(cls._state_from_arrays({"state/" + k[3:]: v for k, v in data.items() if k.startswith("vb/")}))
     return cls(info=info, **kw)
 
 
 def load_extra(path) -> dict:
     """The ``extra`` arrays saved with a fit (``{}`` when there are none)."""
     return {k[2:]: v for k, v in _read_npz(path).items() if k.startswith("x/")}
-
-
-def _vb_state(arrays: dict, VBState):
-    fields = {}
-    for f in VBState._fields:
-        if f in arrays:
-            fields[f] = arrays[f]
-        else:
-            pre = f + "/"
-            sub = {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}
-            if f in ("prior", "noise", "bias"):
-                fields[f] = sub
-            else:
-                fields[f] = None
-    return VBState(**fields)

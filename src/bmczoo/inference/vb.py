@@ -343,7 +343,7 @@ def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihoo
     lik = Tempered() if likelihood is None else likelihood
     if bool(state.bias) != (biases is not None):
         raise ValueError("the VB state and the biases argument disagree (biases on in one, off in the other)")
-    if getattr(lik, "latent", False):
+    if lik is not None and lik.latent:
         return _latent_update(state, rows, cols, prior, lik, biases, latent)
     qp = prior_q(state)
     t = lik.vb_block_precision(state.noise, tau)
@@ -395,7 +395,7 @@ def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, biase
     """
     prior = _check_links(prior, links, mesh)
     lik = Tempered() if likelihood is None else likelihood
-    if getattr(lik, "latent", False):
+    if lik is not None and lik.latent:
         return _latent_elbo(state, rows, prior, lik, biases, latent)
     parts, n_obs = _parts(state, rows, prior, mesh, dims)
     loglik = lik.vb_elbo_term(state.noise, n_obs, parts["sq"], tau)
@@ -572,3 +572,45 @@ def unshard_state(state: VBState, dims: tuple[int, int]) -> VBState:
     m1, m2 = dims
     bias = {k: (v[:, : dims[_BIAS_ROWS[k]]] if k in _BIAS_ROWS else v) for k, v in state.bias.items()}
     return state._replace(m=state.m[:, :m1], V=state.V[:, :m1], n=state.n[:, :m2], W=state.W[:, :m2], bias=bias)
+
+
+#: the parts of a :class:`VBState` that are dicts of arrays (the components' own parameters)
+_DICT_PARTS = ("prior", "noise", "bias")
+
+
+def state_arrays(state: VBState) -> dict:
+    """The arrays of a (one-device) VB state by name: ``state/m``, ...,
+    ``state/prior/mu_M``, ``state/noise/shape``, ``state/bias/b_mean`` (absent parts are
+    not written); :func:`state_from_arrays` reads them back."""
+    out = {}
+    for f in VBState._fields:
+        v = getattr(state, f)
+        if isinstance(v, dict):
+            out.update({f"state/{f}/{k}": sh.to_host(x) for k, x in v.items()})
+        elif v is not None:
+            out[f"state/{f}"] = sh.to_host(v)
+    return out
+
+
+def state_from_arrays(arrays: dict, template: VBState | None = None) -> VBState:
+    """Inverse of :func:`state_arrays`.  With ``template`` (a run's starting state, as when
+    a checkpoint is resumed) the parts and keys are the template's, as device arrays, and a
+    missing one raises ``ValueError``; without, whatever ``arrays`` holds (a saved fit)."""
+    fields = {}
+    for f in VBState._fields:
+        pre = f"state/{f}/"
+        if template is not None:
+            t = getattr(template, f)
+            try:
+                if isinstance(t, dict):
+                    fields[f] = {k: jnp.asarray(arrays[pre + k]) for k in t}
+                else:
+                    fields[f] = None if t is None else jnp.asarray(arrays[f"state/{f}"])
+            except KeyError as err:
+                raise ValueError(f"the checkpoint has no VB state array {err.args[0]!r} for this model") from None
+        elif f"state/{f}" in arrays:
+            fields[f] = arrays[f"state/{f}"]
+        else:
+            sub = {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}
+            fields[f] = sub if f in _DICT_PARTS else None
+    return VBState(**fields)

@@ -20,6 +20,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from . import vb
+from .problem import run_settings
 from .results import VBFit, no_gamma
 from .sharding import put, to_host
 
@@ -31,42 +32,12 @@ def _iterate(state, rows, cols, tau, test_rows, test_cols, latent, links, *, pri
     # into the compiled program, and the program is dropped with the fit (a module-level
     # jit would keep one compiled program per prior and shape for the life of the process)
     kw = dict(likelihood=likelihood, biases=biases, mesh=mesh, dims=dims,
-              latent=latent if getattr(likelihood, "latent", False) else None, links=links)
+              latent=latent if (likelihood is not None and likelihood.latent) else None, links=links)
     state = vb.update(state, rows, cols, prior, tau, **kw)
     pred = jnp.sum(state.m[:, test_rows] * state.n[:, test_cols], axis=-1)
     if state.bias:  # E[theta_ij] = m_i . n_j + E[b_i] + E[c_j]
         pred = pred + state.bias["b_mean"][:, test_rows] + state.bias["c_mean"][:, test_cols]
     return state, vb.elbo(state, rows, prior, tau, **kw), pred
-
-
-def _state_arrays(state) -> dict:
-    """The arrays of a (one-device) VB state by checkpoint name: ``state/m``, ...,
-    ``state/prior/mu_M``, ``state/noise/shape``, ``state/bias/b_mean`` (absent parts
-    are not written)."""
-    out = {}
-    for f in vb.VBState._fields:
-        v = getattr(state, f)
-        if isinstance(v, dict):
-            out.update({f"state/{f}/{k}": to_host(x) for k, x in v.items()})
-        elif v is not None:
-            out[f"state/{f}"] = to_host(v)
-    return out
-
-
-def _state_from_arrays(arrays: dict, template) -> "vb.VBState":
-    """Inverse of :func:`_state_arrays`, with the parts (and keys) of ``template`` (the
-    fit's starting state); ``ValueError`` when the checkpoint lacks one of them."""
-    fields = {}
-    for f in vb.VBState._fields:
-        t = getattr(template, f)
-        try:
-            if isinstance(t, dict):
-                fields[f] = {k: jnp.asarray(arrays[f"state/{f}/{k}"]) for k in t}
-            else:
-                fields[f] = None if t is None else jnp.asarray(arrays[f"state/{f}"])
-        except KeyError as err:
-            raise ValueError(f"the checkpoint has no VB state array {err.args[0]!r} for this model") from None
-    return vb.VBState(**fields)
 
 
 def _vb_failure(state, iteration: int, dtype) -> str:
@@ -88,12 +59,11 @@ class _Run:
 
     def __init__(self, prep, info):
         from .gibbs import build_problem
-        from .drivers import run_settings
 
         s = info.settings
         self.prep, self.info, self.s = prep, info, s
         self.mesh, self.dims = s.devices, tuple(info.shape)
-        latent = getattr(info.likelihood, "latent", False)
+        latent = info.likelihood.latent
         self.problem = build_problem(prep.fit_data, info.tau, dtype=info.dtype, mesh=s.devices,
                                      likelihood=info.likelihood if latent else None)
         # a prior's feature links (docs/algorithms.md, "Feature links (side information)"):
@@ -154,7 +124,7 @@ class _Run:
             return
         stored, arrays = load_npz(ckpt)
         check_settings(ckpt, stored, self.settings)
-        self.state = self.shard(_state_from_arrays(arrays, self.unshard(self.state)))
+        self.state = self.shard(vb.state_from_arrays(arrays, self.unshard(self.state)))
         self.elbos, self.rmses = list(arrays["elbo"]), list(arrays["rmse"])
         self.converged = self.is_converged()
 
@@ -162,7 +132,7 @@ class _Run:
         from .checkpoint import save_npz
 
         R = self.s.restarts
-        arrays = _state_arrays(self.unshard(self.state))
+        arrays = vb.state_arrays(self.unshard(self.state))
         arrays["elbo"] = np.asarray(self.elbos, np.float64).reshape(len(self.elbos), R)
         arrays["rmse"] = np.asarray(self.rmses, np.float64).reshape(len(self.rmses), R)
         save_npz(self.s.checkpoint, self.settings, arrays)
@@ -189,7 +159,7 @@ class _Run:
         """Data-scale predictions at the test entries: the shifted mean of theta, or for a
         latent likelihood the expected level (theta's q-variance ignored in the trace)."""
         lik = self.info.likelihood
-        if not getattr(lik, "latent", False):
+        if not lik.latent:
             return self.info.shift.apply(theta_mean)
         from .levels import level_log_probs_np
 

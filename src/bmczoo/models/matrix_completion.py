@@ -108,7 +108,7 @@ def _check_arguments(ratings, K, prior, lam, noise_sd, likelihood, biases, obser
     prior = check_prior(prior)
     K = check_K(K, ratings.shape)
     likelihood = model_likelihood(likelihood, lam, noise_sd)
-    if getattr(likelihood, "latent", False) and not likelihood.bound:
+    if likelihood is not None and likelihood.latent and not likelihood.bound:
         likelihood = likelihood.bind(ratings.values)
     check_bool("observed", observed)
     check_bool("marginal", marginal)

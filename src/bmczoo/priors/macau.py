@@ -24,6 +24,7 @@ import numpy as np
 from jax import lax
 
 from .. import _rng
+from ._wishart import _chol_inverse, _expected_lambda, _multidigamma, nw_posterior, nw_vb_term, wishart_draw
 
 __all__ = ["FeatureTable", "side_features", "link_arrays", "coords_mean", "coords_stats", "stored_links", "x_times", "xt_times", "b_draw",
            "lam_conditional", "nw_link_conditional", "link_block"]
@@ -211,8 +212,6 @@ def _nw_with_link(s1e, s2e, BB, lam, F: int, m: int, beta0: float, nu0: float, W
     """:func:`~bmczoo.priors.normal_wishart.nw_posterior` of the residual sums, then
     ``B``'s prior: ``F`` added to the degrees of freedom and ``lam (B^T B)`` to the inverse
     scale (Gibbs: the draws; VB: ``E[lam_B] E[B^T B]``)."""
-    from .normal_wishart import nw_posterior
-
     mu_star, beta_star, nu_star, Winv = nw_posterior(s1e, s2e, m, beta0, nu0, W0_inv)
     Winv = Winv + lam * BB
     return mu_star, beta_star, nu_star + F, 0.5 * (Winv + Winv.T)
@@ -269,8 +268,6 @@ def link_block(key, link: dict, mu, Lam, lam_B, s1, s2, Gt, m: int, *, beta0: fl
     rows' sums (:meth:`~bmczoo.priors.NormalWishart.link_factor_stats`).  Returns
     ``(mu, Lambda, Bt, lam_B)``: the link in the eigenbasis (``B = V Bt``).
     """
-    from .normal_wishart import wishart_draw
-
     dt = mu.dtype
     F, K = Gt.shape
     kB, kl, kw = jax.random.split(key, 3)
@@ -466,9 +463,6 @@ def vb_link_elbo_term(link: dict, mu, beta, nu, Winv, Bt, a, U, shape, rate, s1,
         The scalar ELBO part.
     """
     from jax.scipy.special import digamma, gammaln
-
-    from .normal_wishart import _chol_inverse, _multidigamma, nw_vb_term
-
     F, K = Bt.shape
     dt = Bt.dtype
     log2pi = jnp.log(2.0 * jnp.pi).astype(dt)
@@ -569,8 +563,6 @@ class VBLink:
         tuple
             ``((P_M, shift_M), (P_N, shift_N))``.
         """
-        from .normal_wishart import _expected_lambda
-
         out = []
         for side, link in self.sides.items():
             EL = _expected_lambda(q[f"Winv_{side}"], q[f"nu_{side}"])
@@ -621,8 +613,6 @@ class VBLink:
         return self.base.vb_factor_stats(m, V)
 
     def _side_step(self, q: dict, side: str, stats, m: int, K: int, dtype):
-        from .normal_wishart import _expected_lambda
-
         link = self.sides[side]
         h = self._hyper(K)
         W0_inv = jnp.eye(K, dtype=stats[0].dtype) / h["W0_scale"]
@@ -693,8 +683,6 @@ class VBLink:
         jax.Array
             (C,).
         """
-        from .normal_wishart import nw_vb_term
-
         K = stats_M[0].shape[-1]
         h = self._hyper(K)
         total = 0.0

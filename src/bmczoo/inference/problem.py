@@ -1,0 +1,52 @@
+"""What every driver starts from: the prepared data of a fit (:class:`Prepared`) and what
+identifies its run for a checkpoint (:func:`run_settings`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..data import RatingData
+from .checkpoint import fingerprint
+
+if TYPE_CHECKING:
+    from .results import FitInfo
+
+__all__ = ["Prepared", "run_settings"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """The data of one fit: the training data as given and as fitted (centred), the
+    entries whose posterior mean is computed during the fit (test entries first), and
+    the test values (data scale) for the per-iteration RMSE traces."""
+
+    train: RatingData
+    fit_data: RatingData
+    pred_rows: np.ndarray
+    pred_cols: np.ndarray
+    test_values: np.ndarray
+
+
+def run_settings(prep: Prepared, info: FitInfo, **extra) -> dict:
+    """What identifies a run for its checkpoint (JSON-serialisable)."""
+    d = prep.fit_data
+    return {
+        "method": info.method,
+        "data": fingerprint(d.rows, d.cols, d.values),
+        "shape": list(info.shape),
+        "prior": info.prior.name,
+        "hyperparameters": {k: float(v) for k, v in info.prior.hyperparameters().items()},
+        "K": int(info.K),
+        "tau": float(info.tau),
+        "likelihood": {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in info.likelihood.describe().items()},
+        "biases": None if info.biases is None else info.biases.describe(),
+        "seed": int(info.seed),
+        "dtype": info.dtype,
+        "predict": fingerprint(prep.pred_rows, prep.pred_cols, prep.test_values),
+        # a prior's feature links (only when it has some: other checkpoints stay valid)
+        **({"links": links} if (links := getattr(info.prior, "links", dict)()) else {}),
+        **extra,
+    }
