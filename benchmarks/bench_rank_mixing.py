@@ -4,7 +4,7 @@
                                            [--samplers plain,moves,anneal] [--moves-every 1]
                                            [--anneal-steps 50] [--anneal-every 10]
 
-The simulation of issue 15 (``simulate_paper(200, rank=3)``: 200 x 200, rank 3, 20%
+The rank-3 simulation (``simulate_paper(200, rank=3)``: 200 x 200, rank 3, 20%
 observed, N(0, 1) noise, factor variance 20/sqrt(m)), K = 10, ``Discrete(1, .05, .05)``,
 ``--warmup`` + ``--samples`` sweeps, thinning 1, ``--chains`` chains per start.  Three
 starts: the slab (every gamma_h = C, the default), the spike (``init_gamma=0.05``) and a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared device check (issues 14 and 17), meant to finish inside 8 minutes:
+# One prepared device check, meant to finish inside 8 minutes:
 #
 #   benchmarks/gpu_check.sh              sweep times of both hot paths (BCSR, segment sums)
 #                                        per size / K / chains, build times, device memory,

@@ -1,4 +1,4 @@
-"""``bmczoo fit`` never loses a fit and never ends in a traceback (issue 13, item 7).
+"""``bmczoo fit`` never loses a fit and never ends in a traceback.
 
 Each failure a new user met on a fresh clone: an offline MovieLens download, an existing
 or unwritable output path (checked *before* the fit), a valid ratings file refused for

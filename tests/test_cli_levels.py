@@ -1,4 +1,4 @@
-"""``bmczoo fit --likelihood probit | ordered-probit`` (issue 16, item 6): ``--binarize``,
+"""``bmczoo fit --likelihood probit | ordered-probit``: ``--binarize``,
 ``--likelihood-opt``, the printed test metrics, the probability columns of
 predictions.csv and of ``bmczoo predict``."""
 

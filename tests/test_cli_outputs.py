@@ -1,4 +1,4 @@
-"""``bmczoo fit --save``, ``bmczoo predict`` and ``bmczoo recommend`` (issue 13, item 7):
+"""``bmczoo fit --save``, ``bmczoo predict`` and ``bmczoo recommend``:
 saved models spoken to in the dataset's own ids; every error one line, exit code 2."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ArviZ model comparison (issue 13, item 3): ``to_arviz(log_likelihood=...)`` gives
+"""ArviZ model comparison: ``to_arviz(log_likelihood=...)`` gives
 ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` groups with bounded
 memory, so ``az.loo``/``az.waic``/``az.compare``/``az.plot_ppc`` work across zoo members;
 ``az.from_numpyro`` works on a ConjugateGibbs run for every prior."""

@@ -322,7 +322,7 @@ def test_geweke_column_moves_with_learned_noise_and_biases(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::bmczoo.diagnostics.RankMixingWarning")
 def test_rank_posterior_mixes_on_the_rank3_simulation():
-    """Issue 15's check, shortened (seed 0, two chains per start, 100 + 400 sweeps): started
+    """The rank-mixing check of bench_rank_mixing.py, shortened (seed 0, two chains per start, 100 + 400 sweeps): started
     in the slab, in the spike and at random, the chains with column moves agree (rank
     posteriors within total variation 0.1) and every chain's mode is the true rank 3;
     plain Gibbs from the same starts does not (power: its chains stay where they start)."""

@@ -1,4 +1,4 @@
-"""The Bayesian outputs of every fit (issue 13): predictive moments, intervals, held-out
+"""The Bayesian outputs of every fit: predictive moments, intervals, held-out
 log predictive density, save/load, recommendations, fold-in.
 
 What is checked (float64 where identities are exact):

@@ -142,7 +142,7 @@ def test_gamma_conditional_is_not_inverse_gaussian_on_gamma(x64):
 
 
 @pytest.mark.parametrize("beta, S, d", [(100.0, 0.5, 11), (1.0, 3.0, 2625), (0.05, 1e-4, 12000)])
-def test_design_claim_precision_is_inverse_gaussian(beta, S, d):
+def test_column_scale_precision_is_inverse_gaussian(beta, S, d):
     """The corrected conditional of docs/algorithms.md ("Column scales"), checked against
     quadrature (not the paper's table):
     with shape (d+1)/2, 1/gamma_h ~ InverseGaussian(mean beta/sqrt(S), shape beta^2)."""

@@ -1,4 +1,4 @@
-"""Bad-input catalogue of the public API (issue 7, item 5).
+"""Bad-input catalogue of the public API.
 
 Every invalid argument raises ``ValueError`` (``TypeError`` for an argument of the wrong
 type, ``FileNotFoundError`` for missing files,

@@ -1,4 +1,4 @@
-"""Cold start: rows and columns without ratings get the prior (issue 7, item 4).
+"""Cold start: rows and columns without ratings get the prior.
 
 For an empty row ``i`` the conditional of ``M_i`` is ``N(0, diag(gamma))`` whatever the
 rest of the state, so in the Gibbs sampler its draws are, given the ``gamma`` of the

@@ -1,4 +1,4 @@
-"""Numerical robustness over the paper's hyper-parameter ranges (issue 7, item 4).
+"""Numerical robustness over the paper's hyper-parameter ranges.
 
 No NaN or inf in predictions, gamma draws or ELBO, in float32 (the default) and float64,
 for: discrete eps down to 1e-3 and C up to 1e3, gamma with beta^2 up to 1e5, inverse
@@ -28,7 +28,7 @@ from bmczoo.priors import Discrete, Fixed, Gamma, InverseGamma
 
 from ._helpers import fit_checked, fit_finite_or_clear_error, paper_problem
 
-# the paper's ranges (docs/paper.md, issue 7): every prior at the ends of its range
+# the paper's ranges (docs/paper.md): every prior at the ends of its range
 PAPER_RANGE = {
     "discrete-C1-eps1e-3": Discrete(C=1.0, p=0.05, eps=1e-3),
     "discrete-C1e3-eps1e-3": Discrete(C=1e3, p=0.05, eps=1e-3),
