@@ -118,4 +118,9 @@ def load_ml100k(path: str):
     raw = np.loadtxt(path, dtype=np.int64, usecols=(0, 1, 2), delimiter="\t")
     users, rows = np.unique(raw[:, 0], return_inverse=True)
     items, cols = np.unique(raw[:, 1], return_inverse=True)
-    return rows.astype(np.int32), cols.astype(np.int32), raw[:, 2].astype(np.float32), (users.size, items.size)
+    return (
+        rows.astype(np.int32),
+        cols.astype(np.int32),
+        raw[:, 2].astype(np.float32),
+        (users.size, items.size),
+    )

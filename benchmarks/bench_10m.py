@@ -48,8 +48,14 @@ def worker(method: str, size: str, K: int, iters: int, seed: int) -> dict:
         from bench_gibbs import worker_bmczoo
 
         r = worker_bmczoo(size, K, 1, 3, 5, seed)
-        return {"method": method, "size": size, "K": K, "s_per_iter": min(r["per_sweep"]),
-                "s_per_iter_median": float(np.median(r["per_sweep"])), "peak_mb": _rss_mb()}
+        return {
+            "method": method,
+            "size": size,
+            "K": K,
+            "s_per_iter": min(r["per_sweep"]),
+            "s_per_iter_median": float(np.median(r["per_sweep"])),
+            "peak_mb": _rss_mb(),
+        }
     m1, m2, n = SIZES[size]
     t0 = time.perf_counter()
     rows, cols, vals = synthetic_ratings(m1, m2, n, seed=seed)
@@ -58,21 +64,56 @@ def worker(method: str, size: str, K: int, iters: int, seed: int) -> dict:
     train, test = data.split(0.2, seed=seed)
     del data
     t_data = time.perf_counter() - t0
-    prior = bmc.priors.InverseGamma(a=1.0, b=0.1) if method == "vb" else bmc.priors.Discrete(1.0, 0.05, 0.05)
+    prior = (
+        bmc.priors.InverseGamma(a=1.0, b=0.1)
+        if method == "vb"
+        else bmc.priors.Discrete(1.0, 0.05, 0.05)
+    )
     t = time.perf_counter()
     if method == "gibbs":
-        f = bmc.fit(train, K=K, prior=prior, method="gibbs", num_warmup=0, num_samples=iters, thinning=1,
-                    num_chains=1, test=test, progress_bar=False, store_factors=False, track=8, seed=seed)
+        f = bmc.fit(
+            train,
+            K=K,
+            prior=prior,
+            method="gibbs",
+            num_warmup=0,
+            num_samples=iters,
+            thinning=1,
+            num_chains=1,
+            test=test,
+            progress_bar=False,
+            store_factors=False,
+            track=8,
+            seed=seed,
+        )
     else:
-        f = bmc.fit(train, K=K, prior=prior, method="vb", max_iter=iters, tol=0.0, test=test,
-                    progress_bar=False, seed=seed)
+        f = bmc.fit(
+            train,
+            K=K,
+            prior=prior,
+            method="vb",
+            max_iter=iters,
+            tol=0.0,
+            test=test,
+            progress_bar=False,
+            seed=seed,
+        )
     t_fit = time.perf_counter() - t
     t = time.perf_counter()
     rmse = f.rmse(test)
     t_pred = time.perf_counter() - t
     out = {
-        "method": method, "size": size, "K": K, "n_train": train.n, "n_test": test.n, "iterations": iters,
-        "t_fit": t_fit, "t_data": t_data, "t_predict": t_pred, "test_rmse": rmse, "peak_mb": _rss_mb(),
+        "method": method,
+        "size": size,
+        "K": K,
+        "n_train": train.n,
+        "n_test": test.n,
+        "iterations": iters,
+        "t_fit": t_fit,
+        "t_data": t_data,
+        "t_predict": t_pred,
+        "test_rmse": rmse,
+        "peak_mb": _rss_mb(),
         "load": os.getloadavg()[0],
     }
     if method == "vb":  # per-iteration wall time after the first (compiling) iteration
@@ -81,7 +122,9 @@ def worker(method: str, size: str, K: int, iters: int, seed: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--methods", default="gibbs,vb")
     ap.add_argument("--size", default="10m", choices=sorted(SIZES))
     ap.add_argument("--K", type=int, default=10)
@@ -98,26 +141,44 @@ def main() -> None:
     if "gibbs" in methods:
         methods.insert(methods.index("gibbs"), "gibbs-sweep")
     for method in methods:
-        cmd = [sys.executable, __file__, "--worker", method, "--size", a.size, "--K", str(a.K),
-               "--iters", str(a.iters), "--seed", str(a.seed)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            method,
+            "--size",
+            a.size,
+            "--K",
+            str(a.K),
+            "--iters",
+            str(a.iters),
+            "--seed",
+            str(a.seed),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             print(f"{method}: failed\n{out.stderr[-2000:]}")
             continue
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"{a.size} ratings, K={a.K}, float32, one chain; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'run':12s} {'s/iter':>7s} {'target':>6s} {'peak MB':>8s} {'target':>6s} {'fit s':>7s} {'predict s':>9s} "
-          f"{'test RMSE':>9s}")
+    print(
+        f"{'run':12s} {'s/iter':>7s} {'target':>6s} {'peak MB':>8s} {'target':>6s} {'fit s':>7s} {'predict s':>9s} "
+        f"{'test RMSE':>9s}"
+    )
     for r in results:
         target = TARGET_S["gibbs" if r["method"].startswith("gibbs") else "vb"]
         s_it = f"{r['s_per_iter']:7.3f}" if "s_per_iter" in r else f"{'-':>7s}"
         fit_s = f"{r['t_fit']:7.1f}" if "t_fit" in r else f"{'-':>7s}"
         pred = f"{r['t_predict']:9.2f}" if "t_predict" in r else f"{'-':>9s}"
         rmse = f"{r['test_rmse']:9.4f}" if "test_rmse" in r else f"{'-':>9s}"
-        print(f"{r['method']:12s} {s_it} {target:6.1f} {r['peak_mb']:8.0f} {TARGET_MB:6d} {fit_s} {pred} {rmse}")
-    print("gibbs-sweep: gibbs.step alone in a compiled loop (benchmarks/bench_gibbs.py), best of 3 repeats; "
-          "gibbs / vb: a whole bmc.fit (data, split, fit, predictions) in a fresh process, peak = its resident-set "
-          "high-water mark")
+        print(
+            f"{r['method']:12s} {s_it} {target:6.1f} {r['peak_mb']:8.0f} {TARGET_MB:6d} {fit_s} {pred} {rmse}"
+        )
+    print(
+        "gibbs-sweep: gibbs.step alone in a compiled loop (benchmarks/bench_gibbs.py), best of 3 repeats; "
+        "gibbs / vb: a whole bmc.fit (data, split, fit, predictions) in a fresh process, peak = its resident-set "
+        "high-water mark"
+    )
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
 

@@ -35,7 +35,9 @@ def _median_ms(fn, arg, repeats):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data", type=Path, default=REAL_100K)
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--K", type=int, default=10)
@@ -57,19 +59,31 @@ def main(argv=None) -> int:
         rows, cols, vals = synthetic_ratings(*shape, 80_000, seed=0)
         name = "synthetic 100K"
     train = bmc.RatingData(rows, cols, vals - vals.mean(), shape)
-    print(f"# {name}: {shape[0]} x {shape[1]}, {train.n} ratings; K = {a.K}, {a.chains} chains, float32, "
-          f"median of {a.repeats} after compilation")
+    print(
+        f"# {name}: {shape[0]} x {shape[1]}, {train.n} ratings; K = {a.K}, {a.chains} chains, float32, "
+        f"median of {a.repeats} after compilation"
+    )
     keys = jax.random.split(jax.random.key(0), a.chains)
-    for label, prior in (("discrete", bmc.priors.Discrete(1.0, 0.05, 0.07)), ("inverse-gamma", bmc.priors.InverseGamma())):
+    for label, prior in (
+        ("discrete", bmc.priors.Discrete(1.0, 0.05, 0.07)),
+        ("inverse-gamma", bmc.priors.InverseGamma()),
+    ):
         res = {}
         for moves in (False, True):
             problem = gibbs.build_problem(train, 1.0, column_moves=moves)
             state = gibbs.init(keys, problem, prior, a.K)
-            res[moves], state = _median_ms(jax.jit(lambda s, p=problem: gibbs.sweep(s, p, prior)), state, a.repeats)
+            res[moves], state = _median_ms(
+                jax.jit(lambda s, p=problem: gibbs.sweep(s, p, prior)), state, a.repeats
+            )
         mkeys = jax.random.split(jax.random.key(1), a.chains)
-        alone, _ = _median_ms(jax.jit(lambda s, p=problem: gibbs.column_moves(s, p, prior, mkeys).M), state, a.repeats)
-        print(f"{label:>14s}: sweep {res[False]:.1f} ms, sweep with moves {res[True]:.1f} ms "
-              f"({res[True] / res[False]:.1f}x), moves alone {alone:.1f} ms", flush=True)
+        alone, _ = _median_ms(
+            jax.jit(lambda s, p=problem: gibbs.column_moves(s, p, prior, mkeys).M), state, a.repeats
+        )
+        print(
+            f"{label:>14s}: sweep {res[False]:.1f} ms, sweep with moves {res[True]:.1f} ms "
+            f"({res[True] / res[False]:.1f}x), moves alone {alone:.1f} ms",
+            flush=True,
+        )
     return 0
 
 

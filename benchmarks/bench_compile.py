@@ -66,22 +66,38 @@ print(json.dumps({"whole": whole, "compile": t["compile_seconds"], "sweep": t["s
 
 def run_child(member: str, chains: int, ml_path: str, cache: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    out = subprocess.run([sys.executable, "-c", CHILD, member, str(chains), ml_path, cache], env=env,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, member, str(chains), ml_path, cache],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode:
         raise RuntimeError(f"{member}, {chains} chains failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--members", nargs="+", choices=MEMBERS, default=list(MEMBERS))
     ap.add_argument("--chains", nargs="+", type=int, default=[1, 4])
-    ap.add_argument("--ml-path", default=str(REAL_100K), help="ML-100K folder or u.data (default ../shared)")
-    ap.add_argument("--cached", action="store_true", help="also time a second process on a warm compilation cache")
+    ap.add_argument(
+        "--ml-path", default=str(REAL_100K), help="ML-100K folder or u.data (default ../shared)"
+    )
+    ap.add_argument(
+        "--cached",
+        action="store_true",
+        help="also time a second process on a warm compilation cache",
+    )
     a = ap.parse_args(argv)
-    print(f"bench_compile: ML-100K 80/20, K=10, 100 + 400 sweeps; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"bench_compile: ML-100K 80/20, K=10, 100 + 400 sweeps; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     head = "| member | chains | whole fit (s) | ms/sweep | sweeps (s) | outside (s) | compile (s) | test RMSE |"
     if a.cached:
         head += " cached: compile (s) | cached: outside (s) |"
@@ -92,8 +108,10 @@ def main(argv=None) -> int:
             with tempfile.TemporaryDirectory() as cache:
                 r = run_child(member, chains, a.ml_path, cache if a.cached else "")
                 sweeps = r["sweep"] * r["sweeps"]
-                row = (f"| {member} | {chains} | {r['whole']:.1f} | {1000 * r['sweep']:.2f} | {sweeps:.1f} | "
-                       f"{r['whole'] - sweeps:.1f} | {r['compile']:.1f} | {r['rmse']:.4f} |")
+                row = (
+                    f"| {member} | {chains} | {r['whole']:.1f} | {1000 * r['sweep']:.2f} | {sweeps:.1f} | "
+                    f"{r['whole'] - sweeps:.1f} | {r['compile']:.1f} | {r['rmse']:.4f} |"
+                )
                 if a.cached:
                     w = run_child(member, chains, a.ml_path, cache)
                     row += f" {w['compile']:.2f} | {w['whole'] - w['sweep'] * w['sweeps']:.1f} |"

@@ -52,9 +52,14 @@ def _load() -> str:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(pathlib.Path(__file__).resolve().parents[1].parent / "shared/data/ml-100k"),
-                    help="folder of the MovieLens 100K files (u.data)")
-    ap.add_argument("--out", default=None, help="folder for the report and the trace PNGs (default: a temp dir)")
+    ap.add_argument(
+        "--data",
+        default=str(pathlib.Path(__file__).resolve().parents[1].parent / "shared/data/ml-100k"),
+        help="folder of the MovieLens 100K files (u.data)",
+    )
+    ap.add_argument(
+        "--out", default=None, help="folder for the report and the trace PNGs (default: a temp dir)"
+    )
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     a = ap.parse_args(argv)
 
@@ -66,13 +71,24 @@ def main(argv=None) -> dict:
 
     import bmczoo as bmc
 
-    out = pathlib.Path(a.out) if a.out else pathlib.Path(tempfile.mkdtemp(prefix="bench_diagnostics_"))
+    out = (
+        pathlib.Path(a.out)
+        if a.out
+        else pathlib.Path(tempfile.mkdtemp(prefix="bench_diagnostics_"))
+    )
     out.mkdir(parents=True, exist_ok=True)
     load_before = _load()
     train, _ = bmc.datasets.load_movielens("100k", a.data, download=False).split(0.2, seed=0)
     t0 = time.perf_counter()
-    fit = bmc.fit(train, K=10, prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(),
-                  biases=True, seed=0, progress_bar=False)
+    fit = bmc.fit(
+        train,
+        K=10,
+        prior=bmc.priors.NormalWishart(),
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        biases=True,
+        seed=0,
+        progress_bar=False,
+    )
     fit_s = time.perf_counter() - t0
     s = fit.info.settings
     chains, draws = (int(n) for n in fit.samples["theta"].shape[:2])
@@ -93,16 +109,20 @@ def main(argv=None) -> dict:
     timed("  + savefig trace.png", lambda: fig.savefig(out / "trace.png"))
     rows = axes.shape[0]
     plt.close(fig)
-    axes = timed("az.plot_trace(..., layout constrained)",
-                 lambda: az.plot_trace(fit.to_arviz(), show=False, backend_kwargs={"layout": "constrained"}))
+    axes = timed(
+        "az.plot_trace(..., layout constrained)",
+        lambda: az.plot_trace(fit.to_arviz(), show=False, backend_kwargs={"layout": "constrained"}),
+    )
     fig = axes.ravel()[0].figure
     timed("  + savefig trace_constrained.png", lambda: fig.savefig(out / "trace_constrained.png"))
     plt.close(fig)
     load_after = _load()
 
-    print(f"recommended fit on ML-100K ({train.n} training ratings): K=10, normal-wishart, learned noise, biases, "
-          f"{chains} chains x {draws} kept draws ({s.num_warmup} warm-up + {s.num_samples} sweeps, thinning "
-          f"{s.thinning}); bmc.fit {fit_s:.1f} s")
+    print(
+        f"recommended fit on ML-100K ({train.n} training ratings): K=10, normal-wishart, learned noise, biases, "
+        f"{chains} chains x {draws} kept draws ({s.num_warmup} warm-up + {s.num_samples} sweeps, thinning "
+        f"{s.thinning}); bmc.fit {fit_s:.1f} s"
+    )
     print(f"default posterior: {', '.join(idata.posterior.data_vars)}; trace plot rows: {rows}")
     print()
     width = max(len(k) for k in times)
@@ -115,9 +135,18 @@ def main(argv=None) -> dict:
     print(f"load average (1, 5, 15 min): before {load_before}; after {load_after}")
     print(f"machine: {_machine()}")
     print(f"files: {out}")
-    result = {"times_s": times, "fit_s": fit_s, "trace_rows": rows, "chains": chains, "draws": draws,
-              "posterior": list(idata.posterior.data_vars), "load_before": load_before, "load_after": load_after,
-              "machine": _machine(), "out": str(out)}
+    result = {
+        "times_s": times,
+        "fit_s": fit_s,
+        "trace_rows": rows,
+        "chains": chains,
+        "draws": draws,
+        "posterior": list(idata.posterior.data_vars),
+        "load_before": load_before,
+        "load_after": load_after,
+        "machine": _machine(),
+        "out": str(out),
+    }
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps(result, indent=2))
     return result

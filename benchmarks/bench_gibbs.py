@@ -79,7 +79,12 @@ MEM_TARGET_MB = {"10m": 2048}
 #: largest time per sweep of each model relative to the plain sweep's (same size, K, chains)
 PLAIN_RATIO_TARGETS = {"full": 1.4, "ig-moves": 1.3, "discrete-moves": 1.5}
 #: least SMURFF time per iteration / model time per sweep, at one chain, for these (model, K)
-SMURFF_RATIO_TARGETS = {("plain", 10): 3.0, ("plain", 32): 3.0, ("full", 10): 3.0, ("full", 32): 3.0}
+SMURFF_RATIO_TARGETS = {
+    ("plain", 10): 3.0,
+    ("plain", 32): 3.0,
+    ("full", 10): 3.0,
+    ("full", 32): 3.0,
+}
 #: warm-up iterations of the peers before (or subtracted from) the timed ones
 PEER_WARMUP = 2
 
@@ -113,7 +118,12 @@ def _model(model: str):
     import bmczoo as bmc
 
     if model == "full":
-        return bmc.priors.NormalWishart(), bmc.likelihoods.LearnedNoise(), bmc.offsets.Biases(), False
+        return (
+            bmc.priors.NormalWishart(),
+            bmc.likelihoods.LearnedNoise(),
+            bmc.offsets.Biases(),
+            False,
+        )
     if model == "ig-moves":
         return bmc.priors.InverseGamma(), None, None, True
     if model == "discrete-moves":
@@ -123,7 +133,9 @@ def _model(model: str):
     raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
 
 
-def worker_bmczoo(name: str, K: int, chains: int, repeats: int, sweeps: int, seed: int, model: str = "plain") -> dict:
+def worker_bmczoo(
+    name: str, K: int, chains: int, repeats: int, sweeps: int, seed: int, model: str = "plain"
+) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -141,8 +153,14 @@ def worker_bmczoo(name: str, K: int, chains: int, repeats: int, sweeps: int, see
     prior, likelihood, biases, column_moves = _model(model)
     if column_moves and not prior.has_column_move:
         raise ValueError(f"model {model!r}: the {type(prior).__name__} prior has no column move")
-    problem = gibbs.build_problem(data, tau=1.0, dtype=jnp.float32, likelihood=likelihood, biases=biases,
-                                  column_moves=column_moves)
+    problem = gibbs.build_problem(
+        data,
+        tau=1.0,
+        dtype=jnp.float32,
+        likelihood=likelihood,
+        biases=biases,
+        column_moves=column_moves,
+    )
     n = data.n
     del data
     keys = jax.random.split(jax.random.key(seed), chains)
@@ -170,15 +188,30 @@ def worker_bmczoo(name: str, K: int, chains: int, repeats: int, sweeps: int, see
         state = jax.block_until_ready(compiled(state, problem, sweeps))
         per_sweep.append((time.perf_counter() - t0) / sweeps)
         cpu_sweep.append((_cpu_s() - c0) / sweeps)
-    ok = bool(np.all(np.isfinite(np.asarray(state.M)))) and bool(np.all(np.isfinite(np.asarray(state.N))))
+    ok = bool(np.all(np.isfinite(np.asarray(state.M)))) and bool(
+        np.all(np.isfinite(np.asarray(state.N)))
+    )
     return {
-        "name": name, "engine": "bmczoo" if model == "plain" else f"bmczoo-{model}", "model": model,
-        "column_moves": column_moves, "shape": list(problem.rows.shape), "n": n, "K": K,
-        "chains": chains, "sweeps_per_repeat": sweeps, "per_sweep": per_sweep,
-        "median": float(np.median(per_sweep)), "best": float(np.min(per_sweep)),
+        "name": name,
+        "engine": "bmczoo" if model == "plain" else f"bmczoo-{model}",
+        "model": model,
+        "column_moves": column_moves,
+        "shape": list(problem.rows.shape),
+        "n": n,
+        "K": K,
+        "chains": chains,
+        "sweeps_per_repeat": sweeps,
+        "per_sweep": per_sweep,
+        "median": float(np.median(per_sweep)),
+        "best": float(np.min(per_sweep)),
         "cpu_median": float(np.median(cpu_sweep)),
-        "t_generate": t_gen, "t_build": t_build, "t_compile": t_compile, "finite": ok,
-        "peak_rss_mb": _rss_mb(), "jax": jax.__version__, "device": str(jax.devices()[0]),
+        "t_generate": t_gen,
+        "t_build": t_build,
+        "t_compile": t_compile,
+        "finite": ok,
+        "peak_rss_mb": _rss_mb(),
+        "jax": jax.__version__,
+        "device": str(jax.devices()[0]),
     }
 
 
@@ -208,10 +241,19 @@ def worker_myfm(name: str, K: int, repeats: int, n_iter: int, seed: int) -> dict
         per_iter.append((w1 - w0) / n_iter)
         cpu_iter.append((c1 - c0) / n_iter)
     return {
-        "name": name, "engine": f"myfm {getattr(myfm, '__version__', '?')}", "model": "myfm", "shape": [m1, m2],
-        "n": n, "K": K, "chains": 1, "sweeps_per_repeat": n_iter, "per_sweep": per_iter,
-        "median": float(np.median(per_iter)), "best": float(np.min(per_iter)),
-        "cpu_median": float(np.median(cpu_iter)), "peak_rss_mb": _rss_mb(),
+        "name": name,
+        "engine": f"myfm {getattr(myfm, '__version__', '?')}",
+        "model": "myfm",
+        "shape": [m1, m2],
+        "n": n,
+        "K": K,
+        "chains": 1,
+        "sweeps_per_repeat": n_iter,
+        "per_sweep": per_iter,
+        "median": float(np.median(per_iter)),
+        "best": float(np.min(per_iter)),
+        "cpu_median": float(np.median(cpu_iter)),
+        "peak_rss_mb": _rss_mb(),
     }
 
 
@@ -236,8 +278,13 @@ def worker_smurff(name: str, K: int, repeats: int, n_iter: int, seed: int, threa
     del rows, cols, vals
     has_threads = "num_threads" in inspect.signature(smurff.TrainSession.__init__).parameters
     session = smurff.TrainSession(
-        priors=["normal", "normal"], num_latent=K, burnin=PEER_WARMUP + repeats * n_iter, nsamples=1, seed=seed,
-        verbose=0, **({"num_threads": threads} if has_threads and threads > 0 else {}),
+        priors=["normal", "normal"],
+        num_latent=K,
+        burnin=PEER_WARMUP + repeats * n_iter,
+        nsamples=1,
+        seed=seed,
+        verbose=0,
+        **({"num_threads": threads} if has_threads and threads > 0 else {}),
     )
     session.addTrainAndTest(y, None, smurff.AdaptiveNoise(1.0, 10.0))
     session.init()
@@ -258,11 +305,23 @@ def worker_smurff(name: str, K: int, repeats: int, n_iter: int, seed: int, threa
     except importlib.metadata.PackageNotFoundError:
         version = "?"
     return {
-        "name": name, "engine": f"smurff {version}", "model": "smurff", "shape": [m1, m2], "n": n, "K": K,
-        "chains": 1, "sweeps_per_repeat": n_iter, "per_sweep": per_iter,
-        "median": float(np.median(per_iter)), "best": float(np.min(per_iter)),
-        "cpu_median": float(np.median(cpu_iter)), "t_generate": t_gen, "t_build": t_build, "peak_rss_mb": _rss_mb(),
-        "threads": threads if threads > 0 else None, "num_threads_keyword": has_threads,
+        "name": name,
+        "engine": f"smurff {version}",
+        "model": "smurff",
+        "shape": [m1, m2],
+        "n": n,
+        "K": K,
+        "chains": 1,
+        "sweeps_per_repeat": n_iter,
+        "per_sweep": per_iter,
+        "median": float(np.median(per_iter)),
+        "best": float(np.min(per_iter)),
+        "cpu_median": float(np.median(cpu_iter)),
+        "t_generate": t_gen,
+        "t_build": t_build,
+        "peak_rss_mb": _rss_mb(),
+        "threads": threads if threads > 0 else None,
+        "num_threads_keyword": has_threads,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
     }
 
@@ -281,7 +340,9 @@ def _spawn(args: list[str], timeout: float) -> dict | None:
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT ") :])
-    print(f"  [no result: {' '.join(args)}]\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}", flush=True)
+    print(
+        f"  [no result: {' '.join(args)}]\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}", flush=True
+    )
     return None
 
 
@@ -303,7 +364,9 @@ def _int_list(text: str, what: str) -> list[int]:
         try:
             v = int(part)
         except ValueError:
-            raise ValueError(f"{what} must be comma-separated positive integers, got {text!r}") from None
+            raise ValueError(
+                f"{what} must be comma-separated positive integers, got {text!r}"
+            ) from None
         if v < 1:
             raise ValueError(f"{what} must be comma-separated positive integers, got {text!r}")
         if v not in out:
@@ -332,8 +395,20 @@ def print_table(results: list[dict]) -> None:
     print("-" * len(head))
     for r in results:
         # the targets are for the plain sweep, one chain, K = 10
-        tgt = TARGETS.get(r["name"]) if r["engine"] == "bmczoo" and r["chains"] == 1 and r["K"] == 10 else None
-        tgt_s = "" if tgt is None else (f"{'ok' if r['best'] <= tgt else 'MISS'} {tgt * 1e3:g}ms" if tgt < 1 else f"{'ok' if r['best'] <= tgt else 'MISS'} {tgt:g}s")
+        tgt = (
+            TARGETS.get(r["name"])
+            if r["engine"] == "bmczoo" and r["chains"] == 1 and r["K"] == 10
+            else None
+        )
+        tgt_s = (
+            ""
+            if tgt is None
+            else (
+                f"{'ok' if r['best'] <= tgt else 'MISS'} {tgt * 1e3:g}ms"
+                if tgt < 1
+                else f"{'ok' if r['best'] <= tgt else 'MISS'} {tgt:g}s"
+            )
+        )
         mem = f"{r['peak_rss_mb']:7.0f}MB"
         if r["name"] in MEM_TARGET_MB and r["engine"].startswith("bmczoo"):
             mem += "*" if r["peak_rss_mb"] > MEM_TARGET_MB[r["name"]] else " "
@@ -359,28 +434,53 @@ def ratio_rows(results: list[dict]) -> list[dict]:
     rows = []
     for r in ours:
         model = _model_of(r)
-        plain = next((p for p in ours if _model_of(p) == "plain" and p["name"] == r["name"] and p["K"] == r["K"]
-                      and p["chains"] == r["chains"]), None)
+        plain = next(
+            (
+                p
+                for p in ours
+                if _model_of(p) == "plain"
+                and p["name"] == r["name"]
+                and p["K"] == r["K"]
+                and p["chains"] == r["chains"]
+            ),
+            None,
+        )
         s = smurff.get((r["name"], r["K"]))
         row = {
-            "name": r["name"], "K": r["K"], "chains": r["chains"], "model": model,
-            "median": r["median"], "best": r["best"],
+            "name": r["name"],
+            "K": r["K"],
+            "chains": r["chains"],
+            "model": model,
+            "median": r["median"],
+            "best": r["best"],
             "vs_plain_median": r["median"] / plain["median"] if plain else None,
             "vs_plain_best": r["best"] / plain["best"] if plain else None,
-            "smurff_median": s["median"] if s else None, "smurff_best": s["best"] if s else None,
+            "smurff_median": s["median"] if s else None,
+            "smurff_best": s["best"] if s else None,
             "smurff_threads": s.get("threads") if s else None,
             "smurff_over_model_median": s["median"] / r["median"] if s else None,
             "smurff_over_model_best": s["best"] / r["best"] if s else None,
         }
         lim = PLAIN_RATIO_TARGETS.get(model)
         row["vs_plain_target"] = lim
-        row["vs_plain_ok"] = None if lim is None or plain is None else bool(row["vs_plain_median"] <= lim)
+        row["vs_plain_ok"] = (
+            None if lim is None or plain is None else bool(row["vs_plain_median"] <= lim)
+        )
         want = SMURFF_RATIO_TARGETS.get((model, r["K"])) if r["chains"] == 1 else None
         row["smurff_target"] = want
-        row["smurff_ok"] = None if want is None or s is None else bool(row["smurff_over_model_median"] >= want)
+        row["smurff_ok"] = (
+            None if want is None or s is None else bool(row["smurff_over_model_median"] >= want)
+        )
         rows.append(row)
     order = {m: i for i, m in enumerate(MODELS)}
-    rows.sort(key=lambda x: (list(SIZES).index(x["name"]), x["K"], x["chains"], order.get(x["model"], len(order))))
+    rows.sort(
+        key=lambda x: (
+            list(SIZES).index(x["name"]),
+            x["K"],
+            x["chains"],
+            order.get(x["model"], len(order)),
+        )
+    )
     return rows
 
 
@@ -392,44 +492,87 @@ def print_ratios(rows: list[dict]) -> None:
         return "" if ok is None else f"{'ok' if ok else 'MISS'} {text}"
 
     threads = sorted({r["smurff_threads"] for r in rows if r["smurff_median"] is not None}, key=str)
-    print("\nratios, same run: median (best) of the repeats.  'model / plain': the model's time per sweep over the "
-          "plain sweep's (same size, K, chains).  'x faster than SMURFF': SMURFF's time per iteration (one chain, "
-          f"{'/'.join(str(t or 'default') for t in threads) or '-'} thread(s)) over the model's per sweep of all C "
-          "chains.  Targets judged on the medians (SMURFF's at one chain).")
-    head = (f"{'data':5s} {'K':>3s} {'C':>2s} {'model':15s} {'median/sweep':>13s} {'best/sweep':>13s} "
-            f"{'model / plain':>13s} {'target':>12s} {'SMURFF/iter':>13s} {'x faster than SMURFF':>20s} {'target':>10s}")
+    print(
+        "\nratios, same run: median (best) of the repeats.  'model / plain': the model's time per sweep over the "
+        "plain sweep's (same size, K, chains).  'x faster than SMURFF': SMURFF's time per iteration (one chain, "
+        f"{'/'.join(str(t or 'default') for t in threads) or '-'} thread(s)) over the model's per sweep of all C "
+        "chains.  Targets judged on the medians (SMURFF's at one chain)."
+    )
+    head = (
+        f"{'data':5s} {'K':>3s} {'C':>2s} {'model':15s} {'median/sweep':>13s} {'best/sweep':>13s} "
+        f"{'model / plain':>13s} {'target':>12s} {'SMURFF/iter':>13s} {'x faster than SMURFF':>20s} {'target':>10s}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        plain_t = mark(r["vs_plain_ok"], f"<= {r['vs_plain_target']:g}") if r["vs_plain_target"] else ""
+        plain_t = (
+            mark(r["vs_plain_ok"], f"<= {r['vs_plain_target']:g}") if r["vs_plain_target"] else ""
+        )
         smurff_t = mark(r["smurff_ok"], f">= {r['smurff_target']:g}") if r["smurff_target"] else ""
-        print(f"{r['name']:5s} {r['K']:3d} {r['chains']:2d} {r['model']:15s} {_fmt_t(r['median']):>13s} "
-              f"{_fmt_t(r['best']):>13s} {ratio(r['vs_plain_median'], r['vs_plain_best']):>13s} {plain_t:>12s} "
-              f"{_fmt_t(r['smurff_median']):>13s} "
-              f"{ratio(r['smurff_over_model_median'], r['smurff_over_model_best'], '{:.1f}'):>20s} {smurff_t:>10s}")
+        print(
+            f"{r['name']:5s} {r['K']:3d} {r['chains']:2d} {r['model']:15s} {_fmt_t(r['median']):>13s} "
+            f"{_fmt_t(r['best']):>13s} {ratio(r['vs_plain_median'], r['vs_plain_best']):>13s} {plain_t:>12s} "
+            f"{_fmt_t(r['smurff_median']):>13s} "
+            f"{ratio(r['smurff_over_model_median'], r['smurff_over_model_best'], '{:.1f}'):>20s} {smurff_t:>10s}"
+        )
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="100k,1m,10m", help="comma-separated subset of 100k,1m,10m")
-    ap.add_argument("--K", default="10", help="latent dimensions, comma-separated (e.g. 10,32,64; default 10)")
-    ap.add_argument("--chains", default="1",
-                    help="chains advanced together (stacked columns), comma-separated (e.g. 1,4; default 1)")
-    ap.add_argument("--models", default="plain", help=f"comma-separated subset of {','.join(MODELS)} (default plain)")
-    ap.add_argument("--column-moves", action="store_true", help="the same as listing ig-moves in place of plain")
-    ap.add_argument("--repeats", type=int, default=5, help="timed repeats after compilation (default 5)")
-    ap.add_argument("--sweeps", type=int, default=0, help="bmczoo sweeps per repeat (0: about 0.5 s of work)")
+    ap.add_argument(
+        "--K", default="10", help="latent dimensions, comma-separated (e.g. 10,32,64; default 10)"
+    )
+    ap.add_argument(
+        "--chains",
+        default="1",
+        help="chains advanced together (stacked columns), comma-separated (e.g. 1,4; default 1)",
+    )
+    ap.add_argument(
+        "--models",
+        default="plain",
+        help=f"comma-separated subset of {','.join(MODELS)} (default plain)",
+    )
+    ap.add_argument(
+        "--column-moves", action="store_true", help="the same as listing ig-moves in place of plain"
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=5, help="timed repeats after compilation (default 5)"
+    )
+    ap.add_argument(
+        "--sweeps", type=int, default=0, help="bmczoo sweeps per repeat (0: about 0.5 s of work)"
+    )
     ap.add_argument("--seed", type=int, default=0, help="data and sampler seed (default 0)")
     ap.add_argument("--no-smurff", action="store_true", help="skip the SMURFF comparison")
-    ap.add_argument("--smurff-iters", type=int, default=10, help="SMURFF iterations per timed repeat (default 10)")
-    ap.add_argument("--smurff-threads", type=int, default=2,
-                    help="SMURFF's OpenMP threads (default 2; 0: its default)")
+    ap.add_argument(
+        "--smurff-iters",
+        type=int,
+        default=10,
+        help="SMURFF iterations per timed repeat (default 10)",
+    )
+    ap.add_argument(
+        "--smurff-threads",
+        type=int,
+        default=2,
+        help="SMURFF's OpenMP threads (default 2; 0: its default)",
+    )
     ap.add_argument("--smurff-10m", action="store_true", help="also time SMURFF at the 10m size")
     ap.add_argument("--no-myfm", action="store_true", help="skip the myFM comparison (100K only)")
-    ap.add_argument("--myfm-iters", type=int, default=20, help="myFM iterations per timed repeat (default 20)")
+    ap.add_argument(
+        "--myfm-iters", type=int, default=20, help="myFM iterations per timed repeat (default 20)"
+    )
     ap.add_argument("--no-real", action="store_true", help="skip the real MovieLens 100K file")
-    ap.add_argument("--json", type=str, default="", help="also write the arguments, load, results and ratios here")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess (default 1800)")
+    ap.add_argument(
+        "--json",
+        type=str,
+        default="",
+        help="also write the arguments, load, results and ratios here",
+    )
+    ap.add_argument(
+        "--timeout", type=float, default=1800, help="seconds per subprocess (default 1800)"
+    )
     ap.add_argument("--model", default="plain", help=argparse.SUPPRESS)
     ap.add_argument("--worker", type=str, default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -450,7 +593,9 @@ def main(argv=None) -> int:
         if engine == "bmczoo":
             res = worker_bmczoo(name, K, chains, args.repeats, args.sweeps, args.seed, args.model)
         elif engine == "smurff":
-            res = worker_smurff(name, K, args.repeats, args.smurff_iters, args.seed, args.smurff_threads)
+            res = worker_smurff(
+                name, K, args.repeats, args.smurff_iters, args.seed, args.smurff_threads
+            )
         else:
             res = worker_myfm(name, K, args.repeats, args.myfm_iters, args.seed)
         print("RESULT " + json.dumps(res), flush=True)
@@ -463,8 +608,11 @@ def main(argv=None) -> int:
     if args.column_moves:
         models = list(dict.fromkeys("ig-moves" if m == "plain" else m for m in models))
     load_before = list(os.getloadavg())
-    print(f"bmczoo Gibbs sweep benchmark: K={','.join(map(str, ranks))}, chains={','.join(map(str, chain_counts))}, "
-          f"models {','.join(models)}, float32, {os.cpu_count()} CPUs, load average before: {_load()}", flush=True)
+    print(
+        f"bmczoo Gibbs sweep benchmark: K={','.join(map(str, ranks))}, chains={','.join(map(str, chain_counts))}, "
+        f"models {','.join(models)}, float32, {os.cpu_count()} CPUs, load average before: {_load()}",
+        flush=True,
+    )
 
     smurff_sizes: list[str] = []
     if args.no_smurff:
@@ -494,38 +642,79 @@ def main(argv=None) -> int:
             jobs += [("bmczoo", "real-100k", "plain", K, C) for K in ranks for C in chain_counts]
         else:
             print(f"real MovieLens 100K: skipped ({REAL_100K} not found)")
-    common = ["--repeats", str(args.repeats), "--sweeps", str(args.sweeps), "--seed", str(args.seed),
-              "--myfm-iters", str(args.myfm_iters), "--smurff-iters", str(args.smurff_iters),
-              "--smurff-threads", str(args.smurff_threads)]
+    common = [
+        "--repeats",
+        str(args.repeats),
+        "--sweeps",
+        str(args.sweeps),
+        "--seed",
+        str(args.seed),
+        "--myfm-iters",
+        str(args.myfm_iters),
+        "--smurff-iters",
+        str(args.smurff_iters),
+        "--smurff-threads",
+        str(args.smurff_threads),
+    ]
     results = []
     for engine, name, model, K, C in jobs:
         print(f"  running {engine} ({model}) on {name}, K={K}, chains={C} ...", flush=True)
-        r = _spawn(["--worker", f"{engine}:{name}", "--model", model, "--K", str(K), "--chains", str(C), *common],
-                   args.timeout)
+        r = _spawn(
+            [
+                "--worker",
+                f"{engine}:{name}",
+                "--model",
+                model,
+                "--K",
+                str(K),
+                "--chains",
+                str(C),
+                *common,
+            ],
+            args.timeout,
+        )
         if r is not None:
             results.append(r)
     print()
     print_table(results)
     load_after = list(os.getloadavg())
-    print(f"\nload average after: {_load()}  "
-          "(best/sweep is the least disturbed estimate on a shared machine; cpu/sweep = CPU seconds of all "
-          "threads per sweep or iteration; * = over the 2 GB target)")
+    print(
+        f"\nload average after: {_load()}  "
+        "(best/sweep is the least disturbed estimate on a shared machine; cpu/sweep = CPU seconds of all "
+        "threads per sweep or iteration; * = over the 2 GB target)"
+    )
     for ours in results:
         if ours["engine"] == "bmczoo" and ours["name"] == "100k":
-            theirs = next((r for r in results if _model_of(r) == "myfm" and r["K"] == ours["K"]), None)
+            theirs = next(
+                (r for r in results if _model_of(r) == "myfm" and r["K"] == ours["K"]), None
+            )
             if theirs:
-                print(f"per-iteration time ratio bmczoo plain sweep / myFM on synthetic 100K (K={ours['K']}, "
-                      f"{ours['chains']} chain(s)): median {ours['median'] / theirs['median']:.2f}, "
-                      f"best {ours['best'] / theirs['best']:.2f}")
+                print(
+                    f"per-iteration time ratio bmczoo plain sweep / myFM on synthetic 100K (K={ours['K']}, "
+                    f"{ours['chains']} chain(s)): median {ours['median'] / theirs['median']:.2f}, "
+                    f"best {ours['best'] / theirs['best']:.2f}"
+                )
     rows = ratio_rows(results)
     if rows:
         print_ratios(rows)
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "argv": list(sys.argv[1:] if argv is None else argv), "cpus": os.cpu_count(),
-            "load_before": load_before, "load_after": load_after, "models": models, "K": ranks,
-            "chains": chain_counts, "smurff_sizes": smurff_sizes, "results": results, "ratios": rows,
-        }, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "argv": list(sys.argv[1:] if argv is None else argv),
+                    "cpus": os.cpu_count(),
+                    "load_before": load_before,
+                    "load_after": load_after,
+                    "models": models,
+                    "K": ranks,
+                    "chains": chain_counts,
+                    "smurff_sizes": smurff_sizes,
+                    "results": results,
+                    "ratios": rows,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

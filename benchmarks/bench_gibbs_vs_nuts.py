@@ -146,7 +146,9 @@ def _ess_mcse(theta: np.ndarray):
     ds = az.convert_to_dataset({"theta": theta})
     ess = np.asarray(az.ess(ds, method="bulk")["theta"])
     mcse = np.asarray(az.mcse(ds, method="mean")["theta"])
-    rhat = np.asarray(az.rhat(ds)["theta"]) if theta.shape[0] > 1 else np.full(theta.shape[-1], np.nan)
+    rhat = (
+        np.asarray(az.rhat(ds)["theta"]) if theta.shape[0] > 1 else np.full(theta.shape[-1], np.nan)
+    )
     return ess, mcse, rhat, theta.mean(axis=(0, 1))
 
 
@@ -176,7 +178,11 @@ def _mean_mcse_rhat(x: np.ndarray):
         # a series without variance within its chains has no MCSE or R-hat: set below
         warnings.simplefilter("ignore", RuntimeWarning)
         mcse = np.asarray(az.mcse(ds, method="mean")["x"], np.float64)
-        rhat = np.asarray(az.rhat(ds)["x"], np.float64) if x.shape[0] > 1 else np.full(x.shape[-1], np.nan)
+        rhat = (
+            np.asarray(az.rhat(ds)["x"], np.float64)
+            if x.shape[0] > 1
+            else np.full(x.shape[-1], np.nan)
+        )
     const = np.all(x == x[:1, :1], axis=(0, 1))
     mcse = np.where(const, 0.0, mcse)
     rhat = np.where(const, 1.0, rhat)  # every chain at the same constant
@@ -200,8 +206,15 @@ def agreement(x_ref: np.ndarray, x: np.ndarray) -> dict:
     worst_rhat = np.fmax(r0, r1)
     rhat = float(np.nanmax(worst_rhat))
     ok = bool(np.all(z < z_crit) and rhat < 1.05)
-    return dict(z=z, max_z=float(z.max()), argmax=int(np.argmax(z)), z_crit=z_crit, rhat=rhat,
-                rhat_argmax=int(np.nanargmax(worst_rhat)), verdict="agree" if ok else "DISAGREE")
+    return dict(
+        z=z,
+        max_z=float(z.max()),
+        argmax=int(np.argmax(z)),
+        z_crit=z_crit,
+        rhat=rhat,
+        rhat_argmax=int(np.nanargmax(worst_rhat)),
+        verdict="agree" if ok else "DISAGREE",
+    )
 
 
 def _log_density(fit, data, K, prior, likelihood, num: int = 200) -> float:
@@ -218,10 +231,20 @@ def _log_density(fit, data, K, prior, likelihood, num: int = 200) -> float:
     idx = np.linspace(0, M.shape[0] - 1, min(num, M.shape[0])).astype(int)
 
     def one(Mv, Nv):
-        return log_density(bmc.models.matrix_completion, (data, K, prior), {"likelihood": likelihood},
-                           {"M": Mv, "N": Nv})[0]
+        return log_density(
+            bmc.models.matrix_completion,
+            (data, K, prior),
+            {"likelihood": likelihood},
+            {"M": Mv, "N": Nv},
+        )[0]
 
-    return float(jnp.mean(jax.jit(jax.vmap(one))(jnp.asarray(M[idx], jnp.float32), jnp.asarray(N[idx], jnp.float32))))
+    return float(
+        jnp.mean(
+            jax.jit(jax.vmap(one))(
+                jnp.asarray(M[idx], jnp.float32), jnp.asarray(N[idx], jnp.float32)
+            )
+        )
+    )
 
 
 def _dispersed_starts(fit, threshold: float, num_chains: int, seed: int) -> tuple[dict, list[int]]:
@@ -263,7 +286,8 @@ def _unconstrained_start(template, fit_data, values: dict) -> dict:
 
     info = template.info
     trace = handlers.trace(handlers.seed(bmc.models.matrix_completion, 0)).get_trace(
-        fit_data, info.K, info.prior, likelihood=info.likelihood)
+        fit_data, info.K, info.prior, likelihood=info.likelihood
+    )
     out = {}
     for name, site in trace.items():
         if site["type"] == "sample" and not site["is_observed"]:
@@ -284,15 +308,31 @@ def _nuts_from(template, train, init, args, track):
     info = template.info
     fit_data, shift = GlobalMean(center=info.center, clip="auto").prepare(train)
     init = _unconstrained_start(template, fit_data, init)
-    samples, mcmc = run_nuts(fit_data, info.K, info.prior, info.likelihood, seed=info.seed,
-                             num_warmup=args.nuts_warmup, num_samples=args.nuts_samples, thinning=1,
-                             num_chains=args.nuts_chains, progress_bar=args.progress, dtype=info.dtype,
-                             init_params=init)
+    samples, mcmc = run_nuts(
+        fit_data,
+        info.K,
+        info.prior,
+        info.likelihood,
+        seed=info.seed,
+        num_warmup=args.nuts_warmup,
+        num_samples=args.nuts_samples,
+        thinning=1,
+        num_chains=args.nuts_chains,
+        progress_bar=args.progress,
+        dtype=info.dtype,
+        init_params=init,
+    )
     M, N = samples["M"], samples["N"]
     samples["theta"] = np.sum(M[:, :, track[0]] * N[:, :, track[1]], axis=-1)
     theta = draws_theta_mean(samples, template.pred_rows, template.pred_cols)
-    return dataclasses.replace(template, samples=samples, mcmc=mcmc, pred_theta=theta, pred_mean=shift.apply(theta),
-                               num_kept=M.shape[1])
+    return dataclasses.replace(
+        template,
+        samples=samples,
+        mcmc=mcmc,
+        pred_theta=theta,
+        pred_mean=shift.apply(theta),
+        num_kept=M.shape[1],
+    )
 
 
 def sampler_runs(train, prior, args, track, log=print) -> dict:
@@ -301,15 +341,30 @@ def sampler_runs(train, prior, args, track, log=print) -> dict:
 
     m1, m2 = train.shape
     rr, cc = np.repeat(np.arange(m1), m2), np.tile(np.arange(m2), m1)
-    common = dict(K=args.K, prior=prior, seed=args.seed, progress_bar=args.progress, track=track,
-                  predict=(rr, cc))
+    common = dict(
+        K=args.K,
+        prior=prior,
+        seed=args.seed,
+        progress_bar=args.progress,
+        track=track,
+        predict=(rr, cc),
+    )
     discrete = isinstance(prior, bmc.priors.Discrete)
 
     def gibbs(moves, start=None):
-        return bmc.fit(train, method="gibbs", num_warmup=args.gibbs_warmup, num_samples=args.gibbs_samples,
-                       thinning=1, num_chains=args.gibbs_chains, chain_method="vectorized",
-                       column_moves=None if moves else False, store_factors=True,
-                       **({"init_gamma": start} if start is not None else {}), **common)
+        return bmc.fit(
+            train,
+            method="gibbs",
+            num_warmup=args.gibbs_warmup,
+            num_samples=args.gibbs_samples,
+            thinning=1,
+            num_chains=args.gibbs_chains,
+            chain_method="vectorized",
+            column_moves=None if moves else False,
+            store_factors=True,
+            **({"init_gamma": start} if start is not None else {}),
+            **common,
+        )
 
     runs: dict = {}
     timings: dict = {}
@@ -328,16 +383,27 @@ def sampler_runs(train, prior, args, track, log=print) -> dict:
         run("Gibbs, plain sweep", lambda: gibbs(False))
         if discrete:
             run("Gibbs, plain sweep, spike start", lambda: gibbs(False, prior.eps))
-    run("NUTS, default start", lambda: bmc.fit(train, method="nuts", num_warmup=args.nuts_warmup,
-                                               num_samples=args.nuts_samples, thinning=1,
-                                               num_chains=args.nuts_chains, **common))
+    run(
+        "NUTS, default start",
+        lambda: bmc.fit(
+            train,
+            method="nuts",
+            num_warmup=args.nuts_warmup,
+            num_samples=args.nuts_samples,
+            thinning=1,
+            num_chains=args.nuts_chains,
+            **common,
+        ),
+    )
     template = runs["NUTS, default start"]
     g = runs[ref]
     last = {k: np.asarray(g.samples[k][:, -1]) for k in ("M", "N", "gamma") if k in g.samples}
     # the reference's chains cycle over the NUTS chains when their numbers differ
     pick = np.arange(args.nuts_chains) % args.gibbs_chains
-    run("NUTS, from the moves' state" if has_moves else "NUTS, from Gibbs's state",
-        lambda: _nuts_from(template, train, {k: v[pick] for k, v in last.items()}, args, track))
+    run(
+        "NUTS, from the moves' state" if has_moves else "NUTS, from Gibbs's state",
+        lambda: _nuts_from(template, train, {k: v[pick] for k, v in last.items()}, args, track),
+    )
     threshold = _threshold(g, prior)
     init, counts = _dispersed_starts(g, threshold, args.nuts_chains, args.seed + 1)
     run(f"NUTS, dispersed starts {counts}", lambda: _nuts_from(template, train, init, args, track))
@@ -369,13 +435,24 @@ def summarise_runs(res: dict, sim, prior, log_density: bool) -> list[dict]:
             rp = np.asarray(fit.rank_posterior(t), np.float64)
             mix = bmc.diagnostics.rank_mixing(fit, t)
         count = np.round(x[..., -1]) if not fixed else None
-        row = dict(label=label, rank_posterior=rp, chain_modes=None if mix is None else list(mix["chain_modes"]),
-                   chains_constant=None if count is None else bool(np.all(count == count[:, :1])),
-                   rmse=sim.rmse(fit), mean_count=float(np.sum(np.arange(rp.size) * rp)))
+        row = dict(
+            label=label,
+            rank_posterior=rp,
+            chain_modes=None if mix is None else list(mix["chain_modes"]),
+            chains_constant=None if count is None else bool(np.all(count == count[:, :1])),
+            rmse=sim.rmse(fit),
+            mean_count=float(np.sum(np.arange(rp.size) * rp)),
+        )
         if label != ref:
             a = agreement(x_ref, x)
-            row.update(verdict=a["verdict"], max_z=a["max_z"], worst=names[a["argmax"]], z_crit=a["z_crit"],
-                       rhat=a["rhat"], rhat_worst=names[a["rhat_argmax"]])
+            row.update(
+                verdict=a["verdict"],
+                max_z=a["max_z"],
+                worst=names[a["argmax"]],
+                z_crit=a["z_crit"],
+                rhat=a["rhat"],
+                rhat_worst=names[a["rhat_argmax"]],
+            )
         else:
             row.update(rhat=float(np.nanmax(_mean_mcse_rhat(x)[2])))
         if log_density:
@@ -393,13 +470,22 @@ def explain(rows: list[dict], res: dict, prior) -> str:
     mode = int(np.argmax(ref["rank_posterior"]))
     bad = [r for r in rows[1:] if r["verdict"] == "DISAGREE"]
     if not bad:
-        return (f"Every run agrees with {ref['label']} (max z below the threshold, R-hat < 1.05); "
-                f"the rank posteriors put {ref['rank_posterior'][mode]:.3f} on {mode} active columns.")
+        return (
+            f"Every run agrees with {ref['label']} (max z below the threshold, R-hat < 1.05); "
+            f"the rank posteriors put {ref['rank_posterior'][mode]:.3f} on {mode} active columns."
+        )
     lines = []
     moves_runs = [r for r in rows if r["label"].startswith("Gibbs, moves")]
-    lines.append(f"Reference {ref['label']}: P(#active = {mode}) = {ref['rank_posterior'][mode]:.3f}, chains at "
-                 f"{ref['chain_modes']}" + (f"; from the spike start too: chains at {moves_runs[1]['chain_modes']}"
-                                             if len(moves_runs) > 1 else "") + ".")
+    lines.append(
+        f"Reference {ref['label']}: P(#active = {mode}) = {ref['rank_posterior'][mode]:.3f}, chains at "
+        f"{ref['chain_modes']}"
+        + (
+            f"; from the spike start too: chains at {moves_runs[1]['chain_modes']}"
+            if len(moves_runs) > 1
+            else ""
+        )
+        + "."
+    )
     for r in bad:
         m = int(np.argmax(r["rank_posterior"]))
         stuck = bool(r.get("chains_constant"))
@@ -408,50 +494,73 @@ def explain(rows: list[dict], res: dict, prior) -> str:
         elif stuck and any(c != mode for c in r["chain_modes"]):
             why = f"only some chains at the {mode}-column mode: its chains sit at {r['chain_modes']} active columns"
         elif r["rhat"] > 1.05:
-            why = (f"the chains of this run or the reference do not mix on {r['rhat_worst']}, though every z is "
-                   f"below the threshold (max z {r['max_z']:.2f})")
+            why = (
+                f"the chains of this run or the reference do not mix on {r['rhat_worst']}, though every z is "
+                f"below the threshold (max z {r['max_z']:.2f})"
+            )
         else:
             why = f"max z {r['max_z']:.2f} ({r['worst']})"
         extra = ""
         if "log_density" in r and "log_density" in ref:
-            extra = (f"; mean log p(M, N, Y) (gamma summed out) {r['log_density']:.1f} against "
-                     f"{ref['log_density']:.1f} at the reference's draws")
-        lines.append(f"{r['label']}: DISAGREE - {why} (R-hat {r['rhat']:.3f}), mean active count "
-                     f"{r['mean_count']:.2f} against {ref['mean_count']:.2f}{extra}.")
+            extra = (
+                f"; mean log p(M, N, Y) (gamma summed out) {r['log_density']:.1f} against "
+                f"{ref['log_density']:.1f} at the reference's draws"
+            )
+        lines.append(
+            f"{r['label']}: DISAGREE - {why} (R-hat {r['rhat']:.3f}), mean active count "
+            f"{r['mean_count']:.2f} against {ref['mean_count']:.2f}{extra}."
+        )
     nuts = [r for r in rows if r["label"].startswith("NUTS") and r["chains_constant"] is not None]
     stay = [r for r in nuts if r["label"].startswith("NUTS, dispersed")]
     if stay and stay[0]["chain_modes"] is not None and stay[0]["chains_constant"]:
         counts, ends = res["dispersed"], [int(c) for c in stay[0]["chain_modes"]]
         kept = sum(int(a == b) for a, b in zip(counts, ends))
-        lines.append(f"Started at {counts} active columns, NUTS's chains end at {ends} ({kept} of {len(counts)} "
-                     "at their start count; the others moved during warm-up).")
+        lines.append(
+            f"Started at {counts} active columns, NUTS's chains end at {ends} ({kept} of {len(counts)} "
+            "at their start count; the others moved during warm-up)."
+        )
     if nuts and all(r["chains_constant"] for r in nuts):
-        lines.append("After warm-up every NUTS chain keeps one active count in all its draws: NUTS does not move "
-                     "columns between the spike and the slab while it samples, so each NUTS run reports the mode "
-                     "its chains settled in, whatever their agreement with each other (R-hat).")
+        lines.append(
+            "After warm-up every NUTS chain keeps one active count in all its draws: NUTS does not move "
+            "columns between the spike and the slab while it samples, so each NUTS run reports the mode "
+            "its chains settled in, whatever their agreement with each other (R-hat)."
+        )
     moved = [r for r in moves_runs if r["chain_modes"] is not None]
-    if len(moved) > 1 and ref["rank_posterior"][mode] > 0.95 and all(all(c == mode for c in r["chain_modes"])
-                                                                       for r in moved):
-        lines.append(f"The column moves reach {mode} active columns from the slab and from the spike start (and are "
-                     f"calibrated by SBC, tests/inference/test_sbc.py): the posterior mass is at {mode}; a run that "
-                     f"sits elsewhere misses that mode.")
+    if (
+        len(moved) > 1
+        and ref["rank_posterior"][mode] > 0.95
+        and all(all(c == mode for c in r["chain_modes"]) for r in moved)
+    ):
+        lines.append(
+            f"The column moves reach {mode} active columns from the slab and from the spike start (and are "
+            f"calibrated by SBC, tests/inference/test_sbc.py): the posterior mass is at {mode}; a run that "
+            f"sits elsewhere misses that mode."
+        )
     return "\n".join(lines)
 
 
 def print_comparison(name: str, prior, rows: list[dict], res: dict) -> str:
     K = rows[0]["rank_posterior"].size - 1
-    out = [f"\n[{name}] {prior}; active: gamma_h > {res['threshold']:.4g}; verdicts against {rows[0]['label']} "
-           f"(max z over the tracked entries and the active count; threshold "
-           f"{rows[1]['z_crit']:.2f} = Phi^-1(1 - {Z_ALPHA}/(2 S)); R-hat < 1.05)"]
-    head = (f"{'run':<40} " + " ".join(f"{'P(' + str(r) + ')':>6}" for r in range(K + 1))
-            + f" {'chains at':>14} {'R-hat':>7} {'RMSE':>7} {'log p':>9} {'max z':>7}  verdict")
+    out = [
+        f"\n[{name}] {prior}; active: gamma_h > {res['threshold']:.4g}; verdicts against {rows[0]['label']} "
+        f"(max z over the tracked entries and the active count; threshold "
+        f"{rows[1]['z_crit']:.2f} = Phi^-1(1 - {Z_ALPHA}/(2 S)); R-hat < 1.05)"
+    ]
+    head = (
+        f"{'run':<40} "
+        + " ".join(f"{'P(' + str(r) + ')':>6}" for r in range(K + 1))
+        + f" {'chains at':>14} {'R-hat':>7} {'RMSE':>7} {'log p':>9} {'max z':>7}  verdict"
+    )
     out += [head, "-" * len(head)]
     for r in rows:
         lp = f"{r['log_density']:9.1f}" if "log_density" in r else f"{'-':>9}"
         mz = f"{r['max_z']:7.2f}" if "max_z" in r else f"{'-':>7}"
         modes = "-" if r["chain_modes"] is None else ",".join(str(int(c)) for c in r["chain_modes"])
-        out.append(f"{r['label']:<40} " + " ".join(f"{p:6.3f}" for p in r["rank_posterior"])
-                   + f" {modes:>14} {r['rhat']:7.3f} {r['rmse']:7.4f} {lp} {mz}  {r.get('verdict', 'reference')}")
+        out.append(
+            f"{r['label']:<40} "
+            + " ".join(f"{p:6.3f}" for p in r["rank_posterior"])
+            + f" {modes:>14} {r['rhat']:7.3f} {r['rmse']:7.4f} {lp} {mz}  {r.get('verdict', 'reference')}"
+        )
     out.append(explain(rows, res, prior))
     text = "\n".join(out)
     print(text, flush=True)
@@ -465,20 +574,35 @@ def run_prior(name: str, args, sim, rows_t, cols_t, log) -> dict:
     from bmczoo.experiments.paper import PAPER_TABLE3_HYPER
 
     m = sim.shape[0]
-    prior = paper_prior(name, m if m in PAPER_TABLE3_HYPER[name] else 100)  # else the m = 100 values
+    prior = paper_prior(
+        name, m if m in PAPER_TABLE3_HYPER[name] else 100
+    )  # else the m = 100 values
     res = sampler_runs(sim.train, prior, args, (rows_t, cols_t), log)
     rows = summarise_runs(res, sim, prior, log_density=isinstance(prior, bmc.priors.Discrete))
-    out: dict = {"prior": str(prior), "comparison": print_comparison(name, prior, rows, res),
-                 "runs": [{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()} for r in rows]}
+    out: dict = {
+        "prior": str(prior),
+        "comparison": print_comparison(name, prior, rows, res),
+        "runs": [
+            {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()}
+            for r in rows
+        ],
+    }
 
     # ---------------------------------------------------------------- timing: Gibbs (default) vs NUTS (default)
     for smp, label in (("gibbs", res["reference"]), ("nuts", "NUTS, default start")):
         f = res["runs"][label]
         wall, comp = res["timings"][label]
         ess, mcse, rhat, mean = _ess_mcse(np.asarray(f.samples["theta"], np.float64))
-        out[smp] = dict(wall=wall, compile=comp, net=wall - comp, ess_min=float(ess.min()),
-                        ess_med=float(np.median(ess)), rhat_max=float(np.nanmax(rhat)), rmse=sim.rmse(f),
-                        draws=int(np.prod(f.samples["theta"].shape[:2])))
+        out[smp] = dict(
+            wall=wall,
+            compile=comp,
+            net=wall - comp,
+            ess_min=float(ess.min()),
+            ess_med=float(np.median(ess)),
+            rhat_max=float(np.nanmax(rhat)),
+            rmse=sim.rmse(f),
+            draws=int(np.prod(f.samples["theta"].shape[:2])),
+        )
     n_fit = res["runs"]["NUTS, default start"]
     out["nuts"]["divergences"] = int(np.sum(np.asarray(n_fit.mcmc.get_extra_fields()["diverging"])))
     gi, nu = out["gibbs"], out["nuts"]
@@ -493,40 +617,77 @@ def run_prior(name: str, args, sim, rows_t, cols_t, log) -> dict:
     # ---------------------------------------------------------------- VB, SVI, MAP
     train = sim.train
     log(f"[{name}] vb / svi / map")
-    v, t_v, _ = _timed(lambda: bmc.fit(train, K=args.K, prior=prior, method="vb", max_iter=args.vb_max_iter,
-                                    seed=args.seed, progress_bar=False))
-    out["vb"] = dict(wall=t_v, rmse=sim.rmse(v), iterations=int(v.meta["num_iter"]), converged=bool(v.converged))
-    s, t_s, _ = _timed(lambda: bmc.fit(train, K=args.K, prior=prior, method="svi", num_steps=args.svi_steps,
-                                    seed=args.seed, progress_bar=False))
+    v, t_v, _ = _timed(
+        lambda: bmc.fit(
+            train,
+            K=args.K,
+            prior=prior,
+            method="vb",
+            max_iter=args.vb_max_iter,
+            seed=args.seed,
+            progress_bar=False,
+        )
+    )
+    out["vb"] = dict(
+        wall=t_v, rmse=sim.rmse(v), iterations=int(v.meta["num_iter"]), converged=bool(v.converged)
+    )
+    s, t_s, _ = _timed(
+        lambda: bmc.fit(
+            train,
+            K=args.K,
+            prior=prior,
+            method="svi",
+            num_steps=args.svi_steps,
+            seed=args.seed,
+            progress_bar=False,
+        )
+    )
     out["svi"] = dict(wall=t_s, rmse=sim.rmse(s))
-    p, t_p, _ = _timed(lambda: bmc.fit(train, K=args.K, prior=prior, method="map", num_steps=args.svi_steps,
-                                    seed=args.seed, progress_bar=False))
+    p, t_p, _ = _timed(
+        lambda: bmc.fit(
+            train,
+            K=args.K,
+            prior=prior,
+            method="map",
+            num_steps=args.svi_steps,
+            seed=args.seed,
+            progress_bar=False,
+        )
+    )
     out["map"] = dict(wall=t_p, rmse=sim.rmse(p))
     return out
 
 
 def print_table(results: dict, args) -> None:
     print()
-    print(f"Gibbs vs NUTS: simulate_paper({args.m}, seed={args.data_seed}), K={args.K}, paper Table-3 priors; "
-          f"Gibbs {args.gibbs_chains}x({args.gibbs_warmup}+{args.gibbs_samples}) with the default moves, "
-          f"NUTS {args.nuts_chains}x({args.nuts_warmup}+{args.nuts_samples}) from its default start; "
-          f"{2 * args.track} tracked theta entries; seconds: wall = the fit call, compile = JAX tracing + "
-          f"compilation within it, net = wall - compile; ESS/s = min ESS / net (and / wall)")
-    hdr = (f"{'prior':<32} {'sampler':<6} {'wall':>8} {'compile':>8} {'net':>8} {'ESS min':>8} {'ESS med':>8} "
-           f"{'ESS/s':>9} {'(wall)':>8} {'R-hat':>6} {'RMSE':>7} {'div':>5}")
+    print(
+        f"Gibbs vs NUTS: simulate_paper({args.m}, seed={args.data_seed}), K={args.K}, paper Table-3 priors; "
+        f"Gibbs {args.gibbs_chains}x({args.gibbs_warmup}+{args.gibbs_samples}) with the default moves, "
+        f"NUTS {args.nuts_chains}x({args.nuts_warmup}+{args.nuts_samples}) from its default start; "
+        f"{2 * args.track} tracked theta entries; seconds: wall = the fit call, compile = JAX tracing + "
+        f"compilation within it, net = wall - compile; ESS/s = min ESS / net (and / wall)"
+    )
+    hdr = (
+        f"{'prior':<32} {'sampler':<6} {'wall':>8} {'compile':>8} {'net':>8} {'ESS min':>8} {'ESS med':>8} "
+        f"{'ESS/s':>9} {'(wall)':>8} {'R-hat':>6} {'RMSE':>7} {'div':>5}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for name, r in results.items():
         for smp in ("gibbs", "nuts"):
             x = r[smp]
             label = r["prior"] if smp == "gibbs" else ""
-            print(f"{label:<32} {smp:<6} {x['wall']:8.2f} {x['compile']:8.2f} {x['net']:8.2f} "
-                  f"{x['ess_min']:8.0f} {x['ess_med']:8.0f} {x['ess_min'] / x['net']:9.1f} "
-                  f"{x['ess_min'] / x['wall']:8.1f} {x['rhat_max']:6.3f} {x['rmse']:7.4f} "
-                  f"{x.get('divergences', ''):>5}")
-        print(f"{'':<32} ESS/s ratio Gibbs/NUTS = {r['ess_per_s_ratio']:.1f} (net), "
-              f"{r['ess_per_s_ratio_wall']:.1f} (wall); posterior means, NUTS default start vs Gibbs: "
-              f"{r['verdict_nuts_default']} (max z = {r['max_z_nuts_default']:.2f}; see the rank posteriors above)")
+            print(
+                f"{label:<32} {smp:<6} {x['wall']:8.2f} {x['compile']:8.2f} {x['net']:8.2f} "
+                f"{x['ess_min']:8.0f} {x['ess_med']:8.0f} {x['ess_min'] / x['net']:9.1f} "
+                f"{x['ess_min'] / x['wall']:8.1f} {x['rhat_max']:6.3f} {x['rmse']:7.4f} "
+                f"{x.get('divergences', ''):>5}"
+            )
+        print(
+            f"{'':<32} ESS/s ratio Gibbs/NUTS = {r['ess_per_s_ratio']:.1f} (net), "
+            f"{r['ess_per_s_ratio_wall']:.1f} (wall); posterior means, NUTS default start vs Gibbs: "
+            f"{r['verdict_nuts_default']} (max z = {r['max_z_nuts_default']:.2f}; see the rank posteriors above)"
+        )
     print()
     if args.no_vb:
         return
@@ -539,19 +700,27 @@ def print_table(results: dict, args) -> None:
             note = ""
             if meth == "vb":
                 note = f"{x['iterations']} iterations, converged={x['converged']}"
-            print(f"{r['prior'] if meth == 'gibbs' else '':<32} {meth:<6} {x['wall']:8.2f} {x['rmse']:7.4f}  {note}")
+            print(
+                f"{r['prior'] if meth == 'gibbs' else '':<32} {meth:<6} {x['wall']:8.2f} {x['rmse']:7.4f}  {note}"
+            )
     print()
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--priors", type=_parse_priors, default=list(PRIOR_NAMES),
-                    help="comma-separated subset of " + ",".join(PRIOR_NAMES))
+    ap.add_argument(
+        "--priors",
+        type=_parse_priors,
+        default=list(PRIOR_NAMES),
+        help="comma-separated subset of " + ",".join(PRIOR_NAMES),
+    )
     ap.add_argument("--m", type=int, default=100)
     ap.add_argument("--K", type=int, default=5)
     ap.add_argument("--data-seed", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0, help="sampler seed")
-    ap.add_argument("--track", type=int, default=10, help="observed (and as many unobserved) entries tracked")
+    ap.add_argument(
+        "--track", type=int, default=10, help="observed (and as many unobserved) entries tracked"
+    )
     ap.add_argument("--gibbs-chains", type=int, default=4)
     ap.add_argument("--gibbs-warmup", type=int, default=100)
     ap.add_argument("--gibbs-samples", type=int, default=1000)

@@ -44,14 +44,22 @@ from _synthetic import SIZES, parse_sizes, synthetic_ratings  # noqa: E402
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="100k,1m")
     ap.add_argument("--K", type=int, default=10)
-    ap.add_argument("--chains", type=int, default=4, help="chains for the stacked-vs-vmap comparison")
+    ap.add_argument(
+        "--chains", type=int, default=4, help="chains for the stacked-vs-vmap comparison"
+    )
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--segsum-max-mb", type=float, default=1500.0,
-                    help="skip segment_sum variants whose n x K(K+1)/2 temporary exceeds this")
+    ap.add_argument(
+        "--segsum-max-mb",
+        type=float,
+        default=1500.0,
+        help="skip segment_sum variants whose n x K(K+1)/2 temporary exceeds this",
+    )
     args = ap.parse_args(argv)
 
     import jax
@@ -90,12 +98,18 @@ def main(argv=None) -> int:
     def report(size, side, what, variant, med, best, tc, err, note=""):
         rows_out.append((size, side, what, variant, med, best, tc, err, note))
         e = "" if err is None else f"{err:9.1e}"
-        print(f"{size:5s} {side:5s} {what:10s} {variant:16s} {med * 1e3:10.2f} {best * 1e3:10.2f} {tc:8.2f} {e:>9s} {note}",
-              flush=True)
+        print(
+            f"{size:5s} {side:5s} {what:10s} {variant:16s} {med * 1e3:10.2f} {best * 1e3:10.2f} {tc:8.2f} {e:>9s} {note}",
+            flush=True,
+        )
 
-    print(f"hot-path variants, K={K}, {os.cpu_count()} CPUs, jax {jax.__version__}, "
-          f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"{'size':5s} {'side':5s} {'what':10s} {'variant':16s} {'median ms':>10s} {'best ms':>10s} {'compile':>8s} {'rel.err':>9s}")
+    print(
+        f"hot-path variants, K={K}, {os.cpu_count()} CPUs, jax {jax.__version__}, "
+        f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"{'size':5s} {'side':5s} {'what':10s} {'variant':16s} {'median ms':>10s} {'best ms':>10s} {'compile':>8s} {'rel.err':>9s}"
+    )
 
     for size in parse_sizes(args.sizes):
         m1, m2, n = SIZES[size]
@@ -109,24 +123,34 @@ def main(argv=None) -> int:
             g = jnp.ones((1, K), jnp.float32)
 
             # ---------------- precision (C = 1), the reference is kernels.row_precision
-            ref, med, best, tc = timeit(lambda F, csr: kr.row_precision(csr, kr.outer(F), g, 1.0), F, csr)
+            ref, med, best, tc = timeit(
+                lambda F, csr: kr.row_precision(csr, kr.outer(F), g, 1.0), F, csr
+            )
             report(size, side, "precision", "kernels (chosen)", med, best, tc, None)
 
             def bcsr_full(F, csr, pad):
                 dense = kr.outer(F)[0].reshape(mo, K * K)
                 if pad:
                     dense = jnp.pad(dense, ((0, 0), (0, (-K * K) % 8)))
-                a = jax.experimental.sparse.BCSR((csr.ones, csr.index, csr.indptr), shape=csr.shape,
-                                                 indices_sorted=True, unique_indices=True)
+                a = jax.experimental.sparse.BCSR(
+                    (csr.ones, csr.index, csr.indptr),
+                    shape=csr.shape,
+                    indices_sorted=True,
+                    unique_indices=True,
+                )
                 G = (a @ dense)[:, : K * K]
                 return G.reshape(1, m, K, K) + g[:, None, :, None] * jnp.eye(K)
 
             def bcsr_tri(F, csr, pad):
-                dense = (F[0][:, iu] * F[0][:, ju])
+                dense = F[0][:, iu] * F[0][:, ju]
                 if pad:
                     dense = jnp.pad(dense, ((0, 0), (0, (-T) % 8)))
-                a = jax.experimental.sparse.BCSR((csr.ones, csr.index, csr.indptr), shape=csr.shape,
-                                                 indices_sorted=True, unique_indices=True)
+                a = jax.experimental.sparse.BCSR(
+                    (csr.ones, csr.index, csr.indptr),
+                    shape=csr.shape,
+                    indices_sorted=True,
+                    unique_indices=True,
+                )
                 G = (a @ dense)[None, :, :T]
                 return kr.unpack_upper(G, K) + g[:, None, :, None] * jnp.eye(K)
 
@@ -136,31 +160,50 @@ def main(argv=None) -> int:
                 G = jax.ops.segment_sum(S, rowid, num_segments=m, indices_are_sorted=True)[None]
                 return kr.unpack_upper(G, K) + g[:, None, :, None] * jnp.eye(K)
 
-            for name, fn in (("bcsr-full", lambda F, c: bcsr_full(F, c, False)),
-                             ("bcsr-full-pad", lambda F, c: bcsr_full(F, c, True)),
-                             ("bcsr-tri", lambda F, c: bcsr_tri(F, c, False)),
-                             ("bcsr-tri-pad", lambda F, c: bcsr_tri(F, c, True))):
+            for name, fn in (
+                ("bcsr-full", lambda F, c: bcsr_full(F, c, False)),
+                ("bcsr-full-pad", lambda F, c: bcsr_full(F, c, True)),
+                ("bcsr-tri", lambda F, c: bcsr_tri(F, c, False)),
+                ("bcsr-tri-pad", lambda F, c: bcsr_tri(F, c, True)),
+            ):
                 out, med, best, tc = timeit(fn, F, csr)
                 report(size, side, "precision", name, med, best, tc, rel(out, ref))
             if n * T * 4 / 2**20 <= args.segsum_max_mb:
                 out, med, best, tc = timeit(segsum_tri, F, csr, rowid)
                 report(size, side, "precision", "segsum-tri", med, best, tc, rel(out, ref))
             else:
-                report(size, side, "precision", "segsum-tri", float("nan"), float("nan"), 0.0, None,
-                       f"skipped: n x {T} temporary of {n * T * 4 / 2**20:.0f} MB")
+                report(
+                    size,
+                    side,
+                    "precision",
+                    "segsum-tri",
+                    float("nan"),
+                    float("nan"),
+                    0.0,
+                    None,
+                    f"skipped: n x {T} temporary of {n * T * 4 / 2**20:.0f} MB",
+                )
 
             # ---------------- rhs
             rref, med, best, tc = timeit(lambda F, csr: kr.row_rhs(csr, F, 1.0), F, csr)
             report(size, side, "rhs", "kernels (chosen)", med, best, tc, None)
 
             def rhs_bcsr(F, csr, rowid):
-                a = jax.experimental.sparse.BCSR((csr.values, csr.index, csr.indptr), shape=csr.shape,
-                                                 indices_sorted=True, unique_indices=True)
+                a = jax.experimental.sparse.BCSR(
+                    (csr.values, csr.index, csr.indptr),
+                    shape=csr.shape,
+                    indices_sorted=True,
+                    unique_indices=True,
+                )
                 return (a @ F[0])[None]
 
             def rhs_segsum(F, csr, rowid):
-                return jax.ops.segment_sum(F[0][csr.index] * csr.values[:, None], rowid, num_segments=m,
-                                           indices_are_sorted=True)[None]
+                return jax.ops.segment_sum(
+                    F[0][csr.index] * csr.values[:, None],
+                    rowid,
+                    num_segments=m,
+                    indices_are_sorted=True,
+                )[None]
 
             for name, fn in (("bcsr (unpadded)", rhs_bcsr), ("segsum", rhs_segsum)):
                 out, med, best, tc = timeit(fn, F, csr, rowid)
@@ -186,13 +229,31 @@ def main(argv=None) -> int:
             def both(F, ptr2, idx2, val2):
                 top = jnp.pad(F[0][:, iu] * F[0][:, ju], ((0, 0), (0, Tp - T + Kp)))
                 bot = jnp.pad(F[0], ((0, 0), (Tp, Kp - K)))
-                G = kr.csr_matmul(ptr2, idx2, val2, (m, 2 * mo), jnp.concatenate([top, bot], axis=0))
+                G = kr.csr_matmul(
+                    ptr2, idx2, val2, (m, 2 * mo), jnp.concatenate([top, bot], axis=0)
+                )
                 P = kr.unpack_upper(G[None, :, :T], K) + g[:, None, :, None] * jnp.eye(K)
                 return P, G[None, :, Tp : Tp + K]
 
             (outP, outr), med, best, tc = timeit(both, F, ptr2, idx2, val2)
-            report(size, side, "prec+rhs", "one product", med, best, tc, max(rel(outP, ref), rel(outr, rref)))
-            _, med, best, tc = timeit(lambda F, csr: (kr.row_precision(csr, kr.outer(F), g, 1.0), kr.row_rhs(csr, F, 1.0)), F, csr)
+            report(
+                size,
+                side,
+                "prec+rhs",
+                "one product",
+                med,
+                best,
+                tc,
+                max(rel(outP, ref), rel(outr, rref)),
+            )
+            _, med, best, tc = timeit(
+                lambda F, csr: (
+                    kr.row_precision(csr, kr.outer(F), g, 1.0),
+                    kr.row_rhs(csr, F, 1.0),
+                ),
+                F,
+                csr,
+            )
             report(size, side, "prec+rhs", "two (chosen)", med, best, tc, None)
             del idx2, val2, ptr2
 
@@ -200,7 +261,11 @@ def main(argv=None) -> int:
             with jax.enable_x64(True):
                 csr64 = kr.csr_from_view(view, (m, mo), jnp.float64)
                 F64 = F.astype(jnp.float64)
-                out, med, best, tc = timeit(lambda F, c: kr.row_precision(c, kr.outer(F), g.astype(F.dtype), 1.0), F64, csr64)
+                out, med, best, tc = timeit(
+                    lambda F, c: kr.row_precision(c, kr.outer(F), g.astype(F.dtype), 1.0),
+                    F64,
+                    csr64,
+                )
                 report(size, side, "precision", "float64", med, best, tc, rel(out, ref))
                 del csr64
 
@@ -231,17 +296,38 @@ def main(argv=None) -> int:
                 return kr.row_precision(csr, kr.outer(F), gC, 1.0), kr.row_rhs(csr, F, 1.0)
 
             def vmapped(F, csr):
-                one = lambda f, gg: (kr.row_precision(csr, kr.outer(f[None]), gg[None], 1.0)[0],
-                                     kr.row_rhs(csr, f[None], 1.0)[0])
+                one = lambda f, gg: (  # noqa: E731
+                    kr.row_precision(csr, kr.outer(f[None]), gg[None], 1.0)[0],
+                    kr.row_rhs(csr, f[None], 1.0)[0],
+                )
                 return jax.vmap(one)(F, gC)
 
             (sP, sr), med, best, tc = timeit(stacked, FC, csr)
             report(size, side, f"C={C} chains", "stacked (chosen)", med, best, tc, None)
             if size != "10m":
                 (vP, vr), med, best, tc = timeit(vmapped, FC, csr)
-                report(size, side, f"C={C} chains", "jax.vmap", med, best, tc, max(rel(vP, sP), rel(vr, sr)))
+                report(
+                    size,
+                    side,
+                    f"C={C} chains",
+                    "jax.vmap",
+                    med,
+                    best,
+                    tc,
+                    max(rel(vP, sP), rel(vr, sr)),
+                )
             else:
-                report(size, side, f"C={C} chains", "jax.vmap", float("nan"), float("nan"), 0.0, None, "skipped at 10m")
+                report(
+                    size,
+                    side,
+                    f"C={C} chains",
+                    "jax.vmap",
+                    float("nan"),
+                    float("nan"),
+                    0.0,
+                    None,
+                    "skipped at 10m",
+                )
             del csr, FC
 
         # ---------------- whole Gibbs step: C stacked chains vs vmap over C single chains
@@ -252,9 +338,12 @@ def main(argv=None) -> int:
         st = gibbs.init(keys, problem, prior, K)
         _, med, best, tc = timeit(lambda s, p: gibbs.step(s, p, prior), st, problem)
         report(size, "both", f"C={C} step", "stacked (chosen)", med, best, tc, None)
-        st1 = jax.vmap(lambda k: gibbs.init(k[None], problem, prior, K))(keys)
+        # problem is bound above: pyflakes reads the del at the loop's end (hence the noqa)
+        st1 = jax.vmap(lambda k: gibbs.init(k[None], problem, prior, K))(keys)  # noqa: F821
         if size != "10m":
-            _, med, best, tc = timeit(jax.vmap(lambda s, p: gibbs.step(s, p, prior), in_axes=(0, None)), st1, problem)
+            _, med, best, tc = timeit(
+                jax.vmap(lambda s, p: gibbs.step(s, p, prior), in_axes=(0, None)), st1, problem
+            )
             report(size, "both", f"C={C} step", "jax.vmap", med, best, tc, None)
         st1 = gibbs.init(keys[:1], problem, prior, K)
         _, med, best, tc = timeit(lambda s, p: gibbs.step(s, p, prior), st1, problem)
@@ -284,7 +373,9 @@ def _cholesky_unrolled(P):
                 t = t - L[i][k] * L[j][k]
             L[i][j] = t / d
     zero = jnp.zeros_like(P[..., 0, 0])
-    return jnp.stack([jnp.stack([L[i][j] if j <= i else zero for j in range(K)], -1) for i in range(K)], -2)
+    return jnp.stack(
+        [jnp.stack([L[i][j] if j <= i else zero for j in range(K)], -1) for i in range(K)], -2
+    )
 
 
 def _sample_unrolled(L, b, z):

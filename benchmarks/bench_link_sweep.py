@@ -44,7 +44,9 @@ def main(argv=None) -> None:
     import bmczoo as bmc
     from bmczoo.inference import gibbs
 
-    print(f"load average at the start: {os.getloadavg()[0]:.1f}; {os.cpu_count()} CPUs; jax {jax.__version__}")
+    print(
+        f"load average at the start: {os.getloadavg()[0]:.1f}; {os.cpu_count()} CPUs; jax {jax.__version__}"
+    )
     data = bmc.datasets.load_movielens("100k", a.data, download=False)
     train, _ = data.official_split(a.fold)
     rows = []
@@ -52,9 +54,19 @@ def main(argv=None) -> None:
         steps = {}
         for name, kw in CONFIGS.items():
             prior = bmc.priors.NormalWishart(**kw)
-            lik = bmc.likelihoods.LearnedNoise() if a.likelihood == "learned" else bmc.likelihoods.OrderedProbit()
-            problem = gibbs.build_problem(train, 1.0, dtype=jnp.float32, prior=prior, likelihood=lik,
-                                          biases=bmc.offsets.Biases())
+            lik = (
+                bmc.likelihoods.LearnedNoise()
+                if a.likelihood == "learned"
+                else bmc.likelihoods.OrderedProbit()
+            )
+            problem = gibbs.build_problem(
+                train,
+                1.0,
+                dtype=jnp.float32,
+                prior=prior,
+                likelihood=lik,
+                biases=bmc.offsets.Biases(),
+            )
             state = gibbs.init(jax.random.split(jax.random.key(0), C), problem, prior, 10)
             step = jax.jit(lambda s, pr, prior=prior: gibbs.step(s, pr, prior))
             state = jax.block_until_ready(step(state, problem))
@@ -71,7 +83,7 @@ def main(argv=None) -> None:
         base = float(np.median(steps["ids"][3]))
         for name, (_, _, _, times) in steps.items():
             rows.append((C, name, float(np.median(times)), float(np.median(times)) / base))
-    print(f"| chains | configuration | ms/sweep | ratio to ids |\n|---|---|---|---|")
+    print("| chains | configuration | ms/sweep | ratio to ids |\n|---|---|---|---|")
     for C, name, sec, ratio in rows:
         print(f"| {C} | {name} | {sec * 1e3:.1f} | {ratio:.2f} |")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")

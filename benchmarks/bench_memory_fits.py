@@ -75,8 +75,17 @@ def shape_for(n: int) -> tuple[int, int]:
     return m1, m2
 
 
-def run_fits(method: str, train, test, fits: int, K: int, sweeps: int, seed: int,
-             clear_caches: bool = False, trim: bool = False) -> list[tuple[float, int, int]]:
+def run_fits(
+    method: str,
+    train,
+    test,
+    fits: int,
+    K: int,
+    sweeps: int,
+    seed: int,
+    clear_caches: bool = False,
+    trim: bool = False,
+) -> list[tuple[float, int, int]]:
     import jax
 
     import bmczoo as bmc
@@ -86,11 +95,30 @@ def run_fits(method: str, train, test, fits: int, K: int, sweeps: int, seed: int
     for i in range(fits):
         t0 = time.perf_counter()
         if method == "gibbs":
-            result = bmc.fit(train, K=K, prior=prior, method="gibbs", num_warmup=sweeps, num_samples=sweeps,
-                             thinning=1, num_chains=1, seed=seed + i, progress_bar=False, test=test)
+            result = bmc.fit(
+                train,
+                K=K,
+                prior=prior,
+                method="gibbs",
+                num_warmup=sweeps,
+                num_samples=sweeps,
+                thinning=1,
+                num_chains=1,
+                seed=seed + i,
+                progress_bar=False,
+                test=test,
+            )
         else:
-            result = bmc.fit(train, K=K, prior=prior, method="vb", max_iter=sweeps, seed=seed + i,
-                             progress_bar=False, test=test)
+            result = bmc.fit(
+                train,
+                K=K,
+                prior=prior,
+                method="vb",
+                max_iter=sweeps,
+                seed=seed + i,
+                progress_bar=False,
+                test=test,
+            )
         rmse = result.rmse(test)
         seconds = time.perf_counter() - t0
         del result
@@ -102,9 +130,12 @@ def run_fits(method: str, train, test, fits: int, K: int, sweeps: int, seed: int
         rss = rss_mb()
         trimmed = trimmed_rss_mb() if trim else None
         out.append((rss, n_live, live_bytes))
-        print(f"{method:5s} fit {i + 1}: {seconds:5.1f} s  test rmse {rmse:.4f}  RSS {rss:7.1f} MiB"
-              + (f" (after malloc_trim {trimmed:7.1f})" if trimmed is not None else "")
-              + f"  live JAX arrays {n_live:4d}  {live_bytes / 2**20:7.1f} MiB", flush=True)
+        print(
+            f"{method:5s} fit {i + 1}: {seconds:5.1f} s  test rmse {rmse:.4f}  RSS {rss:7.1f} MiB"
+            + (f" (after malloc_trim {trimmed:7.1f})" if trimmed is not None else "")
+            + f"  live JAX arrays {n_live:4d}  {live_bytes / 2**20:7.1f} MiB",
+            flush=True,
+        )
     return out
 
 
@@ -116,28 +147,45 @@ def verdict(method: str, rows: list[tuple[float, int, int]]) -> bool:
         ref = rss[1]
         lo, hi = min(rss[1:]) / ref - 1, max(rss[1:]) / ref - 1
         rss_ok = max(-lo, hi) <= RSS_TOLERANCE
-        rss_msg = (f"RSS fit 2..{len(rss)}: {ref:.1f} -> {rss[-1]:.1f} MiB ({100 * (rss[-1] / ref - 1):+.1f}%; "
-                   f"range {100 * lo:+.1f}%..{100 * hi:+.1f}% of fit 2) -> "
-                   f"{'flat' if rss_ok else 'NOT flat'} within {100 * RSS_TOLERANCE:.0f}%")
+        rss_msg = (
+            f"RSS fit 2..{len(rss)}: {ref:.1f} -> {rss[-1]:.1f} MiB ({100 * (rss[-1] / ref - 1):+.1f}%; "
+            f"range {100 * lo:+.1f}%..{100 * hi:+.1f}% of fit 2) -> "
+            f"{'flat' if rss_ok else 'NOT flat'} within {100 * RSS_TOLERANCE:.0f}%"
+        )
     else:
         rss_ok, rss_msg = True, "RSS: one fit only"
-    print(f"{method}: {rss_msg}; live JAX bytes {live[0] / 2**20:.1f} -> {live[-1] / 2**20:.1f} MiB "
-          f"({'no growth' if live_ok else 'GROWING'} after fit 1)")
+    print(
+        f"{method}: {rss_msg}; live JAX bytes {live[0] / 2**20:.1f} -> {live[-1] / 2**20:.1f} MiB "
+        f"({'no growth' if live_ok else 'GROWING'} after fit 1)"
+    )
     return rss_ok and live_ok
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ratings", type=int, default=3_000_000, help="number of synthetic ratings (default 3M)")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--ratings", type=int, default=3_000_000, help="number of synthetic ratings (default 3M)"
+    )
     p.add_argument("--fits", type=int, default=5, help="consecutive fits per method (default 5)")
     p.add_argument("--method", choices=("gibbs", "vb", "both"), default="both")
     p.add_argument("--K", type=int, default=10)
-    p.add_argument("--sweeps", type=int, default=3,
-                   help="Gibbs: warm-up and kept sweeps each; VB: iterations (default 3)")
+    p.add_argument(
+        "--sweeps",
+        type=int,
+        default=3,
+        help="Gibbs: warm-up and kept sweeps each; VB: iterations (default 3)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--clear-caches", action="store_true",
-                   help="also call jax.clear_caches() after each fit (for comparison; not needed)")
-    p.add_argument("--trim", action="store_true", help="also print the RSS after glibc's malloc_trim(0)")
+    p.add_argument(
+        "--clear-caches",
+        action="store_true",
+        help="also call jax.clear_caches() after each fit (for comparison; not needed)",
+    )
+    p.add_argument(
+        "--trim", action="store_true", help="also print the RSS after glibc's malloc_trim(0)"
+    )
     a = p.parse_args(argv)
     if a.fits < 1 or a.ratings < 1000 or a.sweeps < 1:
         p.error("--fits and --sweeps must be >= 1, --ratings >= 1000")
@@ -147,8 +195,10 @@ def main(argv=None) -> int:
     import bmczoo as bmc
 
     m1, m2 = shape_for(a.ratings)
-    print(f"bmczoo {bmc.__file__}; jax {jax.__version__} on {jax.default_backend()}; pid {os.getpid()}; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"bmczoo {bmc.__file__}; jax {jax.__version__} on {jax.default_backend()}; pid {os.getpid()}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     t0 = time.perf_counter()
     rows, cols, vals = synthetic_ratings(m1, m2, a.ratings, seed=a.seed)
     data = bmc.RatingData(rows, cols, vals, (m1, m2))
@@ -156,12 +206,16 @@ def main(argv=None) -> int:
     train, test = data.split(0.1, seed=a.seed)
     del data
     gc.collect()
-    print(f"data: {m1} x {m2}, {train.n + test.n:,} ratings ({train.n:,} train / {test.n:,} test), "
-          f"{time.perf_counter() - t0:.1f} s; RSS {rss_mb():.1f} MiB, live JAX arrays {live_jax()[0]}")
+    print(
+        f"data: {m1} x {m2}, {train.n + test.n:,} ratings ({train.n:,} train / {test.n:,} test), "
+        f"{time.perf_counter() - t0:.1f} s; RSS {rss_mb():.1f} MiB, live JAX arrays {live_jax()[0]}"
+    )
 
     methods = ("gibbs", "vb") if a.method == "both" else (a.method,)
-    results = {m: run_fits(m, train, test, a.fits, a.K, a.sweeps, a.seed, a.clear_caches, a.trim)
-               for m in methods}
+    results = {
+        m: run_fits(m, train, test, a.fits, a.K, a.sweeps, a.seed, a.clear_caches, a.trim)
+        for m in methods
+    }
     ok = [verdict(m, results[m]) for m in methods]
     print("PASS: memory flat across fits" if all(ok) else "FAIL: memory grows across fits")
     return 0 if all(ok) else 1

@@ -79,9 +79,21 @@ def run_member(name, split, K, warmup, samples, chains, seed, column_moves=None)
     test = bmc.RatingData(rows[te], cols[te], vals[te], shape)
     prior, likelihood, biases = member(name)
     t0 = time.perf_counter()
-    fit = bmc.fit(train, K=K, prior=prior, likelihood=likelihood, biases=biases, num_warmup=warmup,
-                  num_samples=samples, thinning=1, num_chains=chains, test=test, seed=seed, progress_bar=False,
-                  column_moves=column_moves)
+    fit = bmc.fit(
+        train,
+        K=K,
+        prior=prior,
+        likelihood=likelihood,
+        biases=biases,
+        num_warmup=warmup,
+        num_samples=samples,
+        thinning=1,
+        num_chains=chains,
+        test=test,
+        seed=seed,
+        progress_bar=False,
+        column_moves=column_moves,
+    )
     seconds = time.perf_counter() - t0
     return fit.rmse(test), seconds / (warmup + samples)
 
@@ -119,8 +131,14 @@ def run_smurff(split, K, warmup, samples, seed):
     t0 = time.perf_counter()
     # BPMF (Normal-Wishart rows for both factors) with SMURFF's adaptive noise precision:
     # BPMFSession fixes the precision at 5 (noise sd 0.45), which overfits ML-100K (0.976)
-    session = smurff.TrainSession(priors=["normal", "normal"], num_latent=K, burnin=warmup, nsamples=samples,
-                                  seed=seed, verbose=0)
+    session = smurff.TrainSession(
+        priors=["normal", "normal"],
+        num_latent=K,
+        burnin=warmup,
+        nsamples=samples,
+        seed=seed,
+        verbose=0,
+    )
     session.addTrainAndTest(ytr, yte, smurff.AdaptiveNoise(1.0, 10.0))
     predictions = session.run()
     seconds = time.perf_counter() - t0
@@ -131,17 +149,28 @@ def run_smurff(split, K, warmup, samples, seed):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(REAL_100K), help="ratings table (default: ../shared ML-100K u.data)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--data", default=str(REAL_100K), help="ratings table (default: ../shared ML-100K u.data)"
+    )
     ap.add_argument("--K", default="10,32", help="comma-separated ranks (default 10,32)")
     ap.add_argument("--warmup", type=int, default=100, help="burn-in iterations (default 100)")
-    ap.add_argument("--samples", type=int, default=400, help="kept iterations after burn-in (default 400)")
-    ap.add_argument("--chains", type=int, default=4, help="bmczoo chains run side by side (default 4)")
+    ap.add_argument(
+        "--samples", type=int, default=400, help="kept iterations after burn-in (default 400)"
+    )
+    ap.add_argument(
+        "--chains", type=int, default=4, help="bmczoo chains run side by side (default 4)"
+    )
     ap.add_argument("--members", default=",".join(MEMBERS), help=f"subset of {','.join(MEMBERS)}")
     ap.add_argument("--no-peers", action="store_true", help="skip SMURFF and myFM")
     ap.add_argument("--seed", type=int, default=0, help="split and sampler seed (default 0)")
-    ap.add_argument("--no-column-moves", action="store_true",
-                    help="the paper's plain Gibbs sweep (default: bmc.fit's, the column moves where the prior has one)")
+    ap.add_argument(
+        "--no-column-moves",
+        action="store_true",
+        help="the paper's plain Gibbs sweep (default: bmc.fit's, the column moves where the prior has one)",
+    )
     a = ap.parse_args(argv)
     path = Path(a.data)
     if not path.exists():
@@ -152,12 +181,28 @@ def main(argv=None) -> int:
         ap.error(f"--members must be a subset of {','.join(MEMBERS)}")
     split = load_split(path, a.seed)
     ranks = [int(k) for k in a.K.split(",")]
-    print(f"data {path} ({split[5][0]} x {split[5][1]}, {split[4].size} ratings, 80/20 split seed {a.seed}); "
-          f"{a.warmup} burn-in + {a.samples} kept iterations; bmczoo chains {a.chains}; "
-          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
-    jobs = [(f"bmczoo {m}", lambda K, m=m: run_member(m, split, K, a.warmup, a.samples, a.chains, a.seed,
-                                                           False if a.no_column_moves else None))
-            for m in members]
+    print(
+        f"data {path} ({split[5][0]} x {split[5][1]}, {split[4].size} ratings, 80/20 split seed {a.seed}); "
+        f"{a.warmup} burn-in + {a.samples} kept iterations; bmczoo chains {a.chains}; "
+        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    jobs = [
+        (
+            f"bmczoo {m}",
+            lambda K, m=m: run_member(
+                m,
+                split,
+                K,
+                a.warmup,
+                a.samples,
+                a.chains,
+                a.seed,
+                False if a.no_column_moves else None,
+            ),
+        )
+        for m in members
+    ]
     if not a.no_peers:
         for mod, label, fn in (("smurff", "SMURFF BPMF", run_smurff), ("myfm", "myFM", run_myfm)):
             if importable(mod):

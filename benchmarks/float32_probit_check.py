@@ -41,9 +41,13 @@ PRIORS = ("inverse-gamma", "gamma", "discrete", "normal-wishart")
 def make_prior(name):
     import bmczoo as bmc
 
-    return {"inverse-gamma": lambda: bmc.priors.InverseGamma(1.0, 0.1), "gamma": bmc.priors.Gamma,
-            "discrete": bmc.priors.Discrete, "normal-wishart": bmc.priors.NormalWishart,
-            "fixed": bmc.priors.Fixed}[name]()
+    return {
+        "inverse-gamma": lambda: bmc.priors.InverseGamma(1.0, 0.1),
+        "gamma": bmc.priors.Gamma,
+        "discrete": bmc.priors.Discrete,
+        "normal-wishart": bmc.priors.NormalWishart,
+        "fixed": bmc.priors.Fixed,
+    }[name]()
 
 
 def official_fold(data, fold, path):
@@ -71,9 +75,15 @@ def log_tiny_uniforms():
     def logged(u, mean, lo, hi):
         z = original(u, mean, lo, hi)
         tiny = jnp.finfo(u.dtype).tiny
-        jax.debug.callback(lambda nt, nbad: print(f"  latent draw: {int(nt)} u = tiny, {int(nbad)} non-finite z",
-                                                  flush=True) if nt else None,
-                           jnp.sum(u <= tiny), jnp.sum(~jnp.isfinite(z)))
+        jax.debug.callback(
+            lambda nt, nbad: (
+                print(f"  latent draw: {int(nt)} u = tiny, {int(nbad)} non-finite z", flush=True)
+                if nt
+                else None
+            ),
+            jnp.sum(u <= tiny),
+            jnp.sum(~jnp.isfinite(z)),
+        )
         return z
 
     truncnorm.sample_uniform = logged
@@ -84,9 +94,20 @@ def run_fit(train, test, prior, likelihood, dtype, chains, warmup, samples, bias
 
     t0 = time.perf_counter()
     try:
-        fit = bmc.fit(train, K=10, prior=make_prior(prior), likelihood=likelihood, method="gibbs",
-                      num_warmup=warmup, num_samples=samples, seed=0, num_chains=chains, dtype=dtype,
-                      biases=biases, progress_bar=False)
+        fit = bmc.fit(
+            train,
+            K=10,
+            prior=make_prior(prior),
+            likelihood=likelihood,
+            method="gibbs",
+            num_warmup=warmup,
+            num_samples=samples,
+            seed=0,
+            num_chains=chains,
+            dtype=dtype,
+            biases=biases,
+            progress_bar=False,
+        )
     except (FloatingPointError, ValueError) as err:
         return None, f"{type(err).__name__}: {err}", time.perf_counter() - t0
     return fit, None, time.perf_counter() - t0
@@ -106,9 +127,16 @@ def part_probit(a, data, out):
     for prior in a.priors:
         res = {}
         for dt in a.dtypes:
-            fit, err, sec = run_fit(train, test, prior, bmc.likelihoods.Probit(), dt, 1, a.warmup, a.samples)
-            res[dt] = {"seconds": sec, "error": err,
-                       "auc": None if fit is None else auc(test.values, fit.predict_proba(test.rows, test.cols))}
+            fit, err, sec = run_fit(
+                train, test, prior, bmc.likelihoods.Probit(), dt, 1, a.warmup, a.samples
+            )
+            res[dt] = {
+                "seconds": sec,
+                "error": err,
+                "auc": None
+                if fit is None
+                else auc(test.values, fit.predict_proba(test.rows, test.cols)),
+            }
             if err:
                 ok = False
                 print(f"  {prior} {dt}: {err}", flush=True)
@@ -120,9 +148,12 @@ def part_probit(a, data, out):
         def f(x, fmt="{:.4f}"):
             return "-" if x is None else fmt.format(x)
 
-        print(f"| {prior} | {f(res.get('float32', {}).get('auc'))} | {f(res.get('float64', {}).get('auc'))} | "
-              f"{f(diff)} | {f(res.get('float32', {}).get('seconds'), '{:.0f}')} | "
-              f"{f(res.get('float64', {}).get('seconds'), '{:.0f}')} |", flush=True)
+        print(
+            f"| {prior} | {f(res.get('float32', {}).get('auc'))} | {f(res.get('float64', {}).get('auc'))} | "
+            f"{f(diff)} | {f(res.get('float32', {}).get('seconds'), '{:.0f}')} | "
+            f"{f(res.get('float64', {}).get('seconds'), '{:.0f}')} |",
+            flush=True,
+        )
         out["probit"][prior] = dict(res, auc_diff=diff)
     return ok
 
@@ -131,27 +162,50 @@ def part_ordered(a, data, out):
     import bmczoo as bmc
 
     train, test = official_fold(data, "u3", a.data)
-    fit, err, sec = run_fit(train, test, "normal-wishart", bmc.likelihoods.OrderedProbit(), "float32", 4,
-                            a.warmup, a.samples, biases=True)
+    fit, err, sec = run_fit(
+        train,
+        test,
+        "normal-wishart",
+        bmc.likelihoods.OrderedProbit(),
+        "float32",
+        4,
+        a.warmup,
+        a.samples,
+        biases=True,
+    )
     rmse = None if fit is None else fit.rmse(test)
-    print(f"ordered probit, u3, NormalWishart + biases, 4 chains, float32: "
-          f"{err or f'ran to the end, test RMSE {rmse:.4f}'} ({sec:.0f} s)", flush=True)
+    print(
+        f"ordered probit, u3, NormalWishart + biases, 4 chains, float32: "
+        f"{err or f'ran to the end, test RMSE {rmse:.4f}'} ({sec:.0f} s)",
+        flush=True,
+    )
     out["ordered"] = {"error": err, "rmse": rmse, "seconds": sec}
     return err is None
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(REAL_100K), help="ML-100K folder or u.data (default ../shared)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--data", default=str(REAL_100K), help="ML-100K folder or u.data (default ../shared)"
+    )
     ap.add_argument("--part", choices=("probit", "ordered", "all"), default="all")
     ap.add_argument("--priors", nargs="+", choices=PRIORS, default=list(PRIORS))
-    ap.add_argument("--dtypes", nargs="+", choices=("float32", "float64"), default=["float32", "float64"])
+    ap.add_argument(
+        "--dtypes", nargs="+", choices=("float32", "float64"), default=["float32", "float64"]
+    )
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--samples", type=int, default=400)
     ap.add_argument("--auc-tol", type=float, default=0.005)
-    ap.add_argument("--old-routing", action="store_true",
-                    help="the sampler without the tiny-probability guard, logging u = tiny draws")
-    ap.add_argument("--cache", default=str(REPO / ".jax_cache"), help="persistent compilation cache folder")
+    ap.add_argument(
+        "--old-routing",
+        action="store_true",
+        help="the sampler without the tiny-probability guard, logging u = tiny draws",
+    )
+    ap.add_argument(
+        "--cache", default=str(REPO / ".jax_cache"), help="persistent compilation cache folder"
+    )
     ap.add_argument("--out", help="results JSON")
     a = ap.parse_args(argv)
 
@@ -166,8 +220,11 @@ def main(argv=None) -> int:
         truncnorm._BULK_MIN_P = 0.0
         log_tiny_uniforms()
     data = bmc.datasets.load_movielens("100k", a.data, download=False)
-    print(f"ML-100K {data.shape}, {data.n} ratings; {a.warmup} + {a.samples} sweeps; "
-          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"ML-100K {data.shape}, {data.n} ratings; {a.warmup} + {a.samples} sweeps; "
+        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     out = {"settings": {k: v for k, v in vars(a).items()}, "probit": {}}
     ok = True
     if a.part in ("probit", "all"):

@@ -53,9 +53,20 @@ def _fit(train, test, likelihood, a):
     import bmczoo as bmc
 
     t0 = time.perf_counter()
-    fit = bmc.fit(train, K=a.K, prior=bmc.priors.NormalWishart(), likelihood=likelihood, biases=True,
-                  num_warmup=a.warmup, num_samples=a.samples, thinning=1, num_chains=a.chains, test=test,
-                  seed=a.seed, progress_bar=False)
+    fit = bmc.fit(
+        train,
+        K=a.K,
+        prior=bmc.priors.NormalWishart(),
+        likelihood=likelihood,
+        biases=True,
+        num_warmup=a.warmup,
+        num_samples=a.samples,
+        thinning=1,
+        num_chains=a.chains,
+        test=test,
+        seed=a.seed,
+        progress_bar=False,
+    )
     return fit, time.perf_counter() - t0
 
 
@@ -93,21 +104,31 @@ def logistic_onehot(rows, cols, y, shape, rows_te, cols_te, C: float = 1.0):
         b, w = params[0], params[1:]
         f = s * (X @ w + b)
         grad_f = -s * expit(-f)
-        return (-np.sum(log_expit(f)) + 0.5 * w @ w / C,
-                np.concatenate([[grad_f.sum()], X.T @ grad_f + w / C]))
+        return (
+            -np.sum(log_expit(f)) + 0.5 * w @ w / C,
+            np.concatenate([[grad_f.sum()], X.T @ grad_f + w / C]),
+        )
 
-    res = minimize(objective, np.zeros(1 + m1 + m2), jac=True, method="L-BFGS-B", options={"maxiter": 2000})
+    res = minimize(
+        objective, np.zeros(1 + m1 + m2), jac=True, method="L-BFGS-B", options={"maxiter": 2000}
+    )
     return expit(Xte @ res.x[1:] + res.x[0]), "scipy L-BFGS"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(REAL_100K), help="ratings table (default: ../shared ML-100K u.data)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--data", default=str(REAL_100K), help="ratings table (default: ../shared ML-100K u.data)"
+    )
     ap.add_argument("--K", type=int, default=10, help="rank (default 10)")
     ap.add_argument("--warmup", type=int, default=100, help="burn-in sweeps (default 100)")
     ap.add_argument("--samples", type=int, default=400, help="kept sweeps (default 400)")
     ap.add_argument("--chains", type=int, default=4, help="chains side by side (default 4)")
-    ap.add_argument("--threshold", type=float, default=4.0, help="liked = rating >= THRESHOLD (default 4)")
+    ap.add_argument(
+        "--threshold", type=float, default=4.0, help="liked = rating >= THRESHOLD (default 4)"
+    )
     ap.add_argument("--seed", type=int, default=0, help="split and sampler seed (default 0)")
     ap.add_argument("--out", required=True, help="results JSON")
     a = ap.parse_args(argv)
@@ -124,31 +145,49 @@ def main(argv=None) -> int:
     levels = np.unique(vals[tr])
     level_idx = np.searchsorted(levels, vals[te])
     y_te = (vals[te] >= a.threshold).astype(np.float64)
-    print(f"data {path} ({shape[0]} x {shape[1]}, {vals.size} ratings, 80/20 split seed {a.seed}); K={a.K}, "
-          f"{a.warmup} burn-in + {a.samples} kept sweeps, {a.chains} chains; {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
-    results = {"settings": {k: getattr(a, k) for k in ("data", "K", "warmup", "samples", "chains", "threshold",
-                                                       "seed")},
-               "load_before": os.getloadavg()[0], "rows": []}
+    print(
+        f"data {path} ({shape[0]} x {shape[1]}, {vals.size} ratings, 80/20 split seed {a.seed}); K={a.K}, "
+        f"{a.warmup} burn-in + {a.samples} kept sweeps, {a.chains} chains; {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    results = {
+        "settings": {
+            k: getattr(a, k)
+            for k in ("data", "K", "warmup", "samples", "chains", "threshold", "seed")
+        },
+        "load_before": os.getloadavg()[0],
+        "rows": [],
+    }
 
     # (a) stars: Gaussian (learned noise) vs ordered probit
     gauss, sec = _fit(train, test, bmc.likelihoods.LearnedNoise(), a)
     mean, sd = gauss.predict(test.rows, test.cols, return_std=True)
     pg = gaussian_level_proba(mean, sd, levels)
-    rg = {"model": "Gaussian LearnedNoise (stars)", "seconds": sec, "rmse": gauss.rmse(test),
-          "level_log_loss": level_log_loss(pg, level_idx),
-          **classification_metrics(y_te, _binary_from_levels(pg, levels, a.threshold))}
+    rg = {
+        "model": "Gaussian LearnedNoise (stars)",
+        "seconds": sec,
+        "rmse": gauss.rmse(test),
+        "level_log_loss": level_log_loss(pg, level_idx),
+        **classification_metrics(y_te, _binary_from_levels(pg, levels, a.threshold)),
+    }
     results["rows"].append(rg)
     print(f"gaussian: {rg}", flush=True)
     del gauss
 
     op, sec = _fit(train, test, bmc.likelihoods.OrderedProbit(), a)
     po = op.predict_proba(test.rows, test.cols)
-    ro = {"model": "OrderedProbit (stars)", "seconds": sec, "rmse": op.rmse(test),
-          "level_log_loss": -op.log_predictive_density(test), "level_log_loss_from_proba": level_log_loss(po, level_idx),
-          "cuts_mean": np.asarray(op.samples["cuts"]).reshape(-1, levels.size - 1).mean(0).tolist()
-          if "cuts" in op.samples else None,
-          **classification_metrics(y_te, _binary_from_levels(po, levels, a.threshold))}
+    ro = {
+        "model": "OrderedProbit (stars)",
+        "seconds": sec,
+        "rmse": op.rmse(test),
+        "level_log_loss": -op.log_predictive_density(test),
+        "level_log_loss_from_proba": level_log_loss(po, level_idx),
+        "cuts_mean": np.asarray(op.samples["cuts"]).reshape(-1, levels.size - 1).mean(0).tolist()
+        if "cuts" in op.samples
+        else None,
+        **classification_metrics(y_te, _binary_from_levels(po, levels, a.threshold)),
+    }
     results["rows"].append(ro)
     print(f"ordered probit: {ro}", flush=True)
     del op
@@ -157,16 +196,23 @@ def main(argv=None) -> int:
     btrain = bmc.RatingData(rows[tr], cols[tr], (vals[tr] >= a.threshold).astype(np.float64), shape)
     btest = bmc.RatingData(rows[te], cols[te], y_te, shape)
     pb, sec = _fit(btrain, btest, bmc.likelihoods.Probit(), a)
-    rp = {"model": "Probit (binarised)", "seconds": sec, "threshold_fitted": pb.info.likelihood.threshold,
-          **classification_metrics(y_te, pb.predict_proba(btest.rows, btest.cols))}
+    rp = {
+        "model": "Probit (binarised)",
+        "seconds": sec,
+        "threshold_fitted": pb.info.likelihood.threshold,
+        **classification_metrics(y_te, pb.predict_proba(btest.rows, btest.cols)),
+    }
     results["rows"].append(rp)
     print(f"probit: {rp}", flush=True)
     del pb
 
     t0 = time.perf_counter()
     p_lr, how = logistic_onehot(rows[tr], cols[tr], btrain.values, shape, rows[te], cols[te])
-    rl = {"model": f"logistic regression, one-hot users + items ({how}, C=1)",
-          "seconds": time.perf_counter() - t0, **classification_metrics(y_te, p_lr)}
+    rl = {
+        "model": f"logistic regression, one-hot users + items ({how}, C=1)",
+        "seconds": time.perf_counter() - t0,
+        **classification_metrics(y_te, p_lr),
+    }
     results["rows"].append(rl)
     print(f"logistic: {rl}", flush=True)
     results["load_after"] = os.getloadavg()[0]
@@ -174,12 +220,16 @@ def main(argv=None) -> int:
     def f(x, fmt="{:.4f}"):
         return "—" if x is None else fmt.format(x)
 
-    print(f"\n| model | test RMSE (stars) | level log-loss | AUC (>= {a.threshold:g}) | log-loss (>= {a.threshold:g}) "
-          "| accuracy | seconds |")
+    print(
+        f"\n| model | test RMSE (stars) | level log-loss | AUC (>= {a.threshold:g}) | log-loss (>= {a.threshold:g}) "
+        "| accuracy | seconds |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in results["rows"]:
-        print(f"| {r['model']} | {f(r.get('rmse'))} | {f(r.get('level_log_loss'))} | {f(r['auc'])} | "
-              f"{f(r['log_loss'])} | {f(r['accuracy'])} | {f(r['seconds'], '{:.0f}')} |")
+        print(
+            f"| {r['model']} | {f(r.get('rmse'))} | {f(r.get('level_log_loss'))} | {f(r['auc'])} | "
+            f"{f(r['log_loss'])} | {f(r['accuracy'])} | {f(r['seconds'], '{:.0f}')} |"
+        )
     Path(a.out).expanduser().parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).expanduser().write_text(json.dumps(results, indent=2))
     print(f"\nwrote {a.out}")

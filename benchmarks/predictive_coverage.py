@@ -31,7 +31,9 @@ PROBS = (0.5, 0.8, 0.9, 0.95)
 def members():
     import bmczoo as bmc
 
-    nw_full = dict(prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(), biases=True)
+    nw_full = dict(
+        prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(), biases=True
+    )
     return {
         "gibbs paper discrete": dict(prior=bmc.priors.Discrete(1.0, 0.05, 0.07), method="gibbs"),
         "gibbs inverse-gamma": dict(prior=bmc.priors.InverseGamma(1.0, 0.1), method="gibbs"),
@@ -42,34 +44,56 @@ def members():
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data", default=str(REAL_100K))
     ap.add_argument("--K", type=int, default=10)
-    ap.add_argument("--sweeps", type=int, default=500, help="Gibbs: warm-up 100 + the rest kept (default 500)")
+    ap.add_argument(
+        "--sweeps", type=int, default=500, help="Gibbs: warm-up 100 + the rest kept (default 500)"
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-column-moves", action="store_true",
-                    help="Gibbs: the paper's plain sweep (default: bmc.fit's, the column moves where the prior has one)")
+    ap.add_argument(
+        "--no-column-moves",
+        action="store_true",
+        help="Gibbs: the paper's plain sweep (default: bmc.fit's, the column moves where the prior has one)",
+    )
     a = ap.parse_args(argv)
     import bmczoo as bmc
 
     tr, te, rows, cols, vals, shape = load_split(Path(a.data), a.seed)
     train = bmc.RatingData(rows[tr], cols[tr], vals[tr], shape)
     test = bmc.RatingData(rows[te], cols[te], vals[te], shape)
-    print(f"{a.data}: {train.n} train / {test.n} test ratings, K={a.K}, Gibbs {a.sweeps} sweeps (100 warm-up)")
-    print(f"\n| member | {' | '.join(f'{int(p * 100)}%' for p in PROBS)} | log pred. density | test RMSE |")
+    print(
+        f"{a.data}: {train.n} train / {test.n} test ratings, K={a.K}, Gibbs {a.sweeps} sweeps (100 warm-up)"
+    )
+    print(
+        f"\n| member | {' | '.join(f'{int(p * 100)}%' for p in PROBS)} | log pred. density | test RMSE |"
+    )
     print("|---|" + "---|" * (len(PROBS) + 2))
     for name, kw in members().items():
         t0 = time.perf_counter()
-        extra = dict(num_warmup=100, num_samples=a.sweeps - 100, thinning=1,
-                     column_moves=False if a.no_column_moves else None) if kw["method"] == "gibbs" else {}
+        extra = (
+            dict(
+                num_warmup=100,
+                num_samples=a.sweeps - 100,
+                thinning=1,
+                column_moves=False if a.no_column_moves else None,
+            )
+            if kw["method"] == "gibbs"
+            else {}
+        )
         fit = bmc.fit(train, K=a.K, test=test, seed=a.seed, progress_bar=False, **kw, **extra)
         cover = []
         for p in PROBS:
             lo, hi = fit.predictive_interval(test.rows, test.cols, prob=p)
             cover.append(float(np.mean((lo <= test.values) & (test.values <= hi))))
         lpd = fit.log_predictive_density(test)
-        print(f"| {name} | {' | '.join(f'{c:.3f}' for c in cover)} | {lpd:.4f} | {fit.rmse(test):.4f} |"
-              f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(
+            f"| {name} | {' | '.join(f'{c:.3f}' for c in cover)} | {lpd:.4f} | {fit.rmse(test):.4f} |"
+            f"  ({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
     return 0
 
 

@@ -106,8 +106,13 @@ class Probe:
         mean = self.tb * _segsum(res * aim[r], c, m2) / P
 
         def log_q(f):
-            return (0.5 * np.sum(np.log(P / (2 * np.pi))) - np.log(2.0)
-                    + logsumexp([-0.5 * np.sum(P * (f - mean) ** 2), -0.5 * np.sum(P * (f + mean) ** 2)]))
+            return (
+                0.5 * np.sum(np.log(P / (2 * np.pi)))
+                - np.log(2.0)
+                + logsumexp(
+                    [-0.5 * np.sum(P * (f - mean) ** 2), -0.5 * np.sum(P * (f + mean) ** 2)]
+                )
+            )
 
         def log_l(g, f):
             return self.log_marginal(g, _segsum(f[c] ** 2, r, m1), _segsum(res * f[c], r, m1))
@@ -117,7 +122,9 @@ class Probe:
         for _ in range(proposals):
             f = rng.choice([-1.0, 1.0]) * mean + rng.standard_normal(m2) / np.sqrt(P)
             log_prior = -0.5 * m2 * np.log(2 * np.pi * self.C) - 0.5 * f @ f / self.C
-            out.append(np.log(self.p / (1 - self.p)) + log_prior + log_l(self.C, f) - base - log_q(f))
+            out.append(
+                np.log(self.p / (1 - self.p)) + log_prior + log_l(self.C, f) - base - log_q(f)
+            )
         return np.array(out)
 
 
@@ -143,15 +150,21 @@ def _top_sv(M, N, cols):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data", type=Path, default=REAL_100K)
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--samples", type=int, default=300)
-    ap.add_argument("--proposals", type=int, default=20, help="data-aimed birth proposals per spike column")
+    ap.add_argument(
+        "--proposals", type=int, default=20, help="data-aimed birth proposals per spike column"
+    )
     ap.add_argument("--dtype", default="float64", choices=("float32", "float64"))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--anneal", default="20,100,400", help="path lengths of the annealed switch ('' for none)")
+    ap.add_argument(
+        "--anneal", default="20,100,400", help="path lengths of the annealed switch ('' for none)"
+    )
     ap.add_argument("--replicas", type=int, default=4, help="annealed paths per chain and length")
     a = ap.parse_args(argv)
     if not a.data.exists():
@@ -164,14 +177,28 @@ def main(argv=None) -> int:
     train = bmc.RatingData(rows[tr], cols[tr], vals[tr], shape)
     prior = bmc.priors.Discrete(1.0, 0.05, 0.07)
     K = 10
-    fit = bmc.fit(train, K=K, prior=prior, num_warmup=a.warmup, num_samples=a.samples, thinning=1,
-                  num_chains=a.chains, progress_bar=False, seed=a.seed, dtype=a.dtype, store_factors=False, track=0)
+    fit = bmc.fit(
+        train,
+        K=K,
+        prior=prior,
+        num_warmup=a.warmup,
+        num_samples=a.samples,
+        thinning=1,
+        num_chains=a.chains,
+        progress_bar=False,
+        seed=a.seed,
+        dtype=a.dtype,
+        store_factors=False,
+        track=0,
+    )
     state = fit.mcmc.last_state.core
     offset = fit.info.shift.offset
     tb = float(fit.info.tau)  # the default tempered likelihood: a fixed precision (not learned)
     probe = Probe(rows[tr], cols[tr], vals[tr] - offset, shape, prior, tb)
-    print(f"# {a.data} ({shape[0]} x {shape[1]}), {prior}, K = {K}, {a.chains} chains, {a.warmup} + {a.samples} "
-          f"sweeps with the column moves, {a.dtype}, seed {a.seed}; block precision {tb:g}; each chain's last state")
+    print(
+        f"# {a.data} ({shape[0]} x {shape[1]}), {prior}, K = {K}, {a.chains} chains, {a.warmup} + {a.samples} "
+        f"sweeps with the column moves, {a.dtype}, seed {a.seed}; block precision {tb:g}; each chain's last state"
+    )
     rng = np.random.default_rng(a.seed)
     threshold = np.sqrt(prior.C * prior.eps)
     for ch in range(a.chains):
@@ -180,39 +207,65 @@ def main(argv=None) -> int:
         g = np.asarray(state.prior_state["gamma"][ch], np.float64)
         slab, spike = np.where(g > threshold)[0], np.where(g <= threshold)[0]
         sse = float(np.sum((probe.y - np.sum(M[probe.r] * N[probe.c], axis=1)) ** 2))
-        log_prior = sum(-(shape[0] + shape[1]) / 2 * np.log(2 * np.pi * g[h]) - (M[:, h] @ M[:, h] + N[:, h] @ N[:, h])
-                        / (2 * g[h]) for h in range(K))
+        log_prior = sum(
+            -(shape[0] + shape[1]) / 2 * np.log(2 * np.pi * g[h])
+            - (M[:, h] @ M[:, h] + N[:, h] @ N[:, h]) / (2 * g[h])
+            for h in range(K)
+        )
         log_gamma = len(slab) * np.log(prior.p) + len(spike) * np.log(1 - prior.p)
-        print(f"chain {ch}: {len(slab)} slab column(s) {slab.tolist()}; training SSE {sse:.1f}; log joint "
-              f"{-0.5 * tb * sse + log_prior + log_gamma:.1f}; top singular values of theta's slab part "
-              f"{np.round(_top_sv(M, N, slab)[:3], 1).tolist()}, spike part {np.round(_top_sv(M, N, spike)[:3], 1).tolist()}")
+        print(
+            f"chain {ch}: {len(slab)} slab column(s) {slab.tolist()}; training SSE {sse:.1f}; log joint "
+            f"{-0.5 * tb * sse + log_prior + log_gamma:.1f}; top singular values of theta's slab part "
+            f"{np.round(_top_sv(M, N, slab)[:3], 1).tolist()}, spike part {np.round(_top_sv(M, N, spike)[:3], 1).tolist()}"
+        )
         if len(slab) == 1 and len(spike):
             gram = M[:, spike].T @ M[:, spike] + N[:, spike].T @ N[:, spike]
             top = np.linalg.eigh(gram)[1][:, -1]
-            h = spike[0]  # the spike block is rotation-invariant: which column is switched does not matter
+            h = spike[
+                0
+            ]  # the spike block is rotation-invariant: which column is switched does not matter
             M2, N2 = _reflect(M, N, spike, h, top)
-            print(f"    switch-on of the spike's top-energy direction (reflected into column {h}): "
-                  f"log ratio {probe.flip(M2, N2, h, prior.eps, prior.C, 'M'):.1f} (M_h integrated), "
-                  f"{probe.flip(M2, N2, h, prior.eps, prior.C, 'N'):.1f} (N_h integrated)")
+            print(
+                f"    switch-on of the spike's top-energy direction (reflected into column {h}): "
+                f"log ratio {probe.flip(M2, N2, h, prior.eps, prior.C, 'M'):.1f} (M_h integrated), "
+                f"{probe.flip(M2, N2, h, prior.eps, prior.C, 'N'):.1f} (N_h integrated)"
+            )
             las = np.concatenate([probe.birth(M, N, hh, rng, a.proposals) for hh in spike])
-            print(f"    data-aimed birth, {len(spike)} spike columns x {a.proposals} proposals: log acceptance "
-                  f"median {np.median(las):.1f}, best {np.max(las):.1f}")
+            print(
+                f"    data-aimed birth, {len(spike)} spike columns x {a.proposals} proposals: log acceptance "
+                f"median {np.median(las):.1f}, best {np.max(las):.1f}"
+            )
         elif len(slab) >= 2:
             gram = M[:, slab].T @ M[:, slab] + N[:, slab].T @ N[:, slab]
             low = np.linalg.eigh(gram)[1][:, 0]
             h = slab[0]
             M2, N2 = _reflect(M, N, slab, h, low)
-            print(f"    switch-off of the slab's least-energy direction (reflected into column {h}): "
-                  f"log ratio {probe.flip(M2, N2, h, prior.C, prior.eps, 'M'):.1f} (M_h integrated), "
-                  f"{probe.flip(M2, N2, h, prior.C, prior.eps, 'N'):.1f} (N_h integrated)")
+            print(
+                f"    switch-off of the slab's least-energy direction (reflected into column {h}): "
+                f"log ratio {probe.flip(M2, N2, h, prior.C, prior.eps, 'M'):.1f} (M_h integrated), "
+                f"{probe.flip(M2, N2, h, prior.C, prior.eps, 'N'):.1f} (N_h integrated)"
+            )
         for steps in [int(x) for x in a.anneal.split(",") if x.strip()]:
             out = []
             for name, cols_ in (("on", spike), ("off", slab)):
                 if len(cols_):
-                    la = _annealed(train, offset, fit.info.tau, prior, M, N, g, int(cols_[0]), steps, a.replicas,
-                                   a.seed + 100 * ch + steps)
-                    out.append(f"{name} ({len(slab)} -> {len(slab) + (1 if name == 'on' else -1)}) median "
-                               f"{np.median(la):.1f}, best {np.max(la):.1f}")
+                    la = _annealed(
+                        train,
+                        offset,
+                        fit.info.tau,
+                        prior,
+                        M,
+                        N,
+                        g,
+                        int(cols_[0]),
+                        steps,
+                        a.replicas,
+                        a.seed + 100 * ch + steps,
+                    )
+                    out.append(
+                        f"{name} ({len(slab)} -> {len(slab) + (1 if name == 'on' else -1)}) median "
+                        f"{np.median(la):.1f}, best {np.max(la):.1f}"
+                    )
             print(f"    annealed switch, {steps} steps, {a.replicas} paths: " + "; ".join(out))
     return 0
 
@@ -231,7 +284,11 @@ def _annealed(train, offset, tau, prior, M, N, gamma, h: int, steps: int, replic
         keys = jax.random.split(jax.random.key(seed), replicas)
         rep = lambda x: jnp.repeat(jnp.asarray(x, jnp.float64)[None], replicas, axis=0)  # noqa: E731
         state = gibbs.init(keys, problem, prior, M.shape[1], gamma=rep(gamma), M=rep(M), N=rep(N))
-        path = jax.jit(lambda st, k: gibbs.annealed_path(st, problem, prior, k, jnp.full(replicas, h), steps)[3])
+        path = jax.jit(
+            lambda st, k: gibbs.annealed_path(st, problem, prior, k, jnp.full(replicas, h), steps)[
+                3
+            ]
+        )
         return np.asarray(path(state, jax.random.split(jax.random.key(seed + 1), replicas)))
 
 

@@ -48,22 +48,35 @@ REAL_100K = REPO.parent / "shared" / "data" / "ml-100k"
 PRIORS = ("fixed", "inverse-gamma", "gamma", "discrete", "normal-wishart")
 LIKELIHOODS = ("tempered", "learned", "probit", "ordered")
 DATA = ("sim", "ml100k")
-FAST_COMPILE = ["--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
-                "--xla_cpu_parallel_codegen_split_count=1", "--xla_cpu_use_fusion_emitters=false"]
+FAST_COMPILE = [
+    "--xla_backend_optimization_level=0",
+    "--xla_llvm_disable_expensive_passes=true",
+    "--xla_cpu_parallel_codegen_split_count=1",
+    "--xla_cpu_use_fusion_emitters=false",
+]
 
 
 def make_prior(name):
     import bmczoo as bmc
 
-    return {"fixed": bmc.priors.Fixed, "inverse-gamma": bmc.priors.InverseGamma, "gamma": bmc.priors.Gamma,
-            "discrete": bmc.priors.Discrete, "normal-wishart": bmc.priors.NormalWishart}[name]()
+    return {
+        "fixed": bmc.priors.Fixed,
+        "inverse-gamma": bmc.priors.InverseGamma,
+        "gamma": bmc.priors.Gamma,
+        "discrete": bmc.priors.Discrete,
+        "normal-wishart": bmc.priors.NormalWishart,
+    }[name]()
 
 
 def make_likelihood(name):
     import bmczoo as bmc
 
-    return {"tempered": bmc.likelihoods.Tempered, "learned": bmc.likelihoods.LearnedNoise,
-            "probit": bmc.likelihoods.Probit, "ordered": bmc.likelihoods.OrderedProbit}[name]()
+    return {
+        "tempered": bmc.likelihoods.Tempered,
+        "learned": bmc.likelihoods.LearnedNoise,
+        "probit": bmc.likelihoods.Probit,
+        "ordered": bmc.likelihoods.OrderedProbit,
+    }[name]()
 
 
 def load_data(name, a):
@@ -73,13 +86,20 @@ def load_data(name, a):
     if name == "ml100k":
         data = bmc.datasets.load_movielens("100k", a.ml_path, download=False)
         v = np.asarray(data.values, np.float64)
-        variants = {"gauss": data, "probit": data.with_values((v >= 4).astype(np.float64)), "ordered": data}
+        variants = {
+            "gauss": data,
+            "probit": data.with_values((v >= 4).astype(np.float64)),
+            "ordered": data,
+        }
     else:
         data = bmc.datasets.simulate_paper(a.sim_m, rank=2, seed=0).train
         v = np.asarray(data.values, np.float64)
         cuts = np.quantile(v, [0.2, 0.4, 0.6, 0.8])
-        variants = {"gauss": data, "probit": data.with_values((v > 0).astype(np.float64)),
-                    "ordered": data.with_values(1.0 + np.searchsorted(cuts, v).astype(np.float64))}
+        variants = {
+            "gauss": data,
+            "probit": data.with_values((v > 0).astype(np.float64)),
+            "ordered": data.with_values(1.0 + np.searchsorted(cuts, v).astype(np.float64)),
+        }
     return {k: d.split(0.2, seed=0) for k, d in variants.items()}
 
 
@@ -96,9 +116,20 @@ def run_cell(splits, prior, likelihood, biases, seed, a):
     warmup = a.sweeps // 5
     t0 = time.perf_counter()
     try:
-        fit = bmc.fit(train, K=a.K, prior=make_prior(prior), likelihood=make_likelihood(likelihood), biases=biases,
-                      method="gibbs", num_warmup=warmup, num_samples=a.sweeps - warmup, num_chains=1, seed=seed,
-                      dtype="float32", progress_bar=False)
+        fit = bmc.fit(
+            train,
+            K=a.K,
+            prior=make_prior(prior),
+            likelihood=make_likelihood(likelihood),
+            biases=biases,
+            method="gibbs",
+            num_warmup=warmup,
+            num_samples=a.sweeps - warmup,
+            num_chains=1,
+            seed=seed,
+            dtype="float32",
+            progress_bar=False,
+        )
         if likelihood == "probit":
             p = fit.predict_proba(test.rows, test.cols)
             metric = auc(test.values, p) if np.all(np.isfinite(p)) else math.nan
@@ -113,21 +144,39 @@ def run_cell(splits, prior, likelihood, biases, seed, a):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--priors", nargs="+", choices=PRIORS, default=list(PRIORS))
     ap.add_argument("--likelihoods", nargs="+", choices=LIKELIHOODS, default=list(LIKELIHOODS))
     ap.add_argument("--data", nargs="+", choices=DATA, default=list(DATA))
     ap.add_argument("--biases", choices=("off", "on", "both"), default="both")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    ap.add_argument("--sweeps", type=int, default=1000, help="sweeps per fit, a fifth of them burn-in (default 1000)")
+    ap.add_argument(
+        "--sweeps",
+        type=int,
+        default=1000,
+        help="sweeps per fit, a fifth of them burn-in (default 1000)",
+    )
     ap.add_argument("--K", type=int, default=10, help="rank (default 10)")
-    ap.add_argument("--sim-m", type=int, default=100, help="rows = columns of the simulation (default 100)")
-    ap.add_argument("--ml-path", default=str(REAL_100K), help="ML-100K folder or u.data (default ../shared)")
+    ap.add_argument(
+        "--sim-m", type=int, default=100, help="rows = columns of the simulation (default 100)"
+    )
+    ap.add_argument(
+        "--ml-path", default=str(REAL_100K), help="ML-100K folder or u.data (default ../shared)"
+    )
     ap.add_argument("--quick", action="store_true", help="simulation only, seed 0, 100 sweeps")
-    ap.add_argument("--cache", default=str(REPO / ".jax_cache"), help="persistent compilation cache folder")
-    ap.add_argument("--nice", type=int, default=10, help="CPU priority increment (default 10; 0: none)")
-    ap.add_argument("--fast-compile", action="store_true",
-                    help="compile with XLA optimisation off (for short fits; implied by --quick)")
+    ap.add_argument(
+        "--cache", default=str(REPO / ".jax_cache"), help="persistent compilation cache folder"
+    )
+    ap.add_argument(
+        "--nice", type=int, default=10, help="CPU priority increment (default 10; 0: none)"
+    )
+    ap.add_argument(
+        "--fast-compile",
+        action="store_true",
+        help="compile with XLA optimisation off (for short fits; implied by --quick)",
+    )
     ap.add_argument("--out", help="results JSON")
     ap.add_argument("--verbose", action="store_true", help="print the traceback of every failure")
     a = ap.parse_args(argv)
@@ -147,9 +196,12 @@ def main(argv=None) -> int:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
     biases = {"off": [False], "on": [True], "both": [False, True]}[a.biases]
-    print(f"robustness: data {a.data}, priors {a.priors}, likelihoods {a.likelihoods}, biases {a.biases}, "
-          f"seeds {a.seeds}, {a.sweeps} sweeps, K={a.K}, float32, 1 chain; {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"robustness: data {a.data}, priors {a.priors}, likelihoods {a.likelihoods}, biases {a.biases}, "
+        f"seeds {a.seeds}, {a.sweeps} sweeps, K={a.K}, float32, 1 chain; {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     rows = []
     for data in a.data:
         splits = load_data(data, a)
@@ -158,11 +210,16 @@ def main(argv=None) -> int:
             for seed in a.seeds:
                 metric, err, sec = run_cell(splits, prior, lik, b, seed, a)
                 cell["seeds"][seed] = {"metric": metric, "error": err, "seconds": sec}
-                print(f"  {data} {prior} {lik} biases={'on' if b else 'off'} seed {seed}: "
-                      f"{err or f'{metric:.4f}'} ({sec:.0f} s)", flush=True)
+                print(
+                    f"  {data} {prior} {lik} biases={'on' if b else 'off'} seed {seed}: "
+                    f"{err or f'{metric:.4f}'} ({sec:.0f} s)",
+                    flush=True,
+                )
             rows.append(cell)
             if a.out:  # after every cell, so that an interrupted run keeps what it measured
-                Path(a.out).write_text(json.dumps({"settings": vars(a), "cells": rows}, indent=1, default=str))
+                Path(a.out).write_text(
+                    json.dumps({"settings": vars(a), "cells": rows}, indent=1, default=str)
+                )
 
     print()
     print("| data | prior | likelihood | biases | failures | metric | mean (sd) | seconds/fit |")
@@ -173,19 +230,30 @@ def main(argv=None) -> int:
         fails = sum(r["error"] is not None for r in res)
         failed += fails
         vals = np.array([r["metric"] for r in res if r["error"] is None])
-        stat = "-" if vals.size == 0 else (f"{vals.mean():.4f} ({vals.std(ddof=1):.4f})" if vals.size > 1
-                                           else f"{vals[0]:.4f}")
-        print(f"| {c['data']} | {c['prior']} | {c['likelihood']} | {'on' if c['biases'] else 'off'} | "
-              f"{fails}/{len(res)} | {'AUC' if c['likelihood'] == 'probit' else 'RMSE'} | {stat} | "
-              f"{np.mean([r['seconds'] for r in res]):.0f} |")
+        stat = (
+            "-"
+            if vals.size == 0
+            else (
+                f"{vals.mean():.4f} ({vals.std(ddof=1):.4f})" if vals.size > 1 else f"{vals[0]:.4f}"
+            )
+        )
+        print(
+            f"| {c['data']} | {c['prior']} | {c['likelihood']} | {'on' if c['biases'] else 'off'} | "
+            f"{fails}/{len(res)} | {'AUC' if c['likelihood'] == 'probit' else 'RMSE'} | {stat} | "
+            f"{np.mean([r['seconds'] for r in res]):.0f} |"
+        )
     for c in rows:
         for seed, r in c["seeds"].items():
             if r["error"]:
-                print(f"FAILED {c['data']} {c['prior']} {c['likelihood']} biases={c['biases']} seed {seed}: "
-                      f"{r['error']}")
+                print(
+                    f"FAILED {c['data']} {c['prior']} {c['likelihood']} biases={c['biases']} seed {seed}: "
+                    f"{r['error']}"
+                )
     print(f"{failed} failed fits of {sum(len(c['seeds']) for c in rows)}", flush=True)
     if a.out:
-        Path(a.out).write_text(json.dumps({"settings": vars(a), "cells": rows}, indent=1, default=str))
+        Path(a.out).write_text(
+            json.dumps({"settings": vars(a), "cells": rows}, indent=1, default=str)
+        )
     return 1 if failed else 0
 
 

@@ -91,10 +91,14 @@ CONFIGS: dict[str, dict] = {
     "ids": {"prior": {}, "likelihood": "LearnedNoise"},
     "side": {"prior": {"row_features": True, "col_features": True}, "likelihood": "LearnedNoise"},
     "implicit": {"prior": {"implicit": True}, "likelihood": "LearnedNoise"},
-    "side+implicit": {"prior": {"row_features": True, "col_features": True, "implicit": True},
-                      "likelihood": "LearnedNoise"},
-    "side+implicit+ordered": {"prior": {"row_features": True, "col_features": True, "implicit": True},
-                              "likelihood": "OrderedProbit"},
+    "side+implicit": {
+        "prior": {"row_features": True, "col_features": True, "implicit": True},
+        "likelihood": "LearnedNoise",
+    },
+    "side+implicit+ordered": {
+        "prior": {"row_features": True, "col_features": True, "implicit": True},
+        "likelihood": "OrderedProbit",
+    },
 }
 #: myFM configurations: (side features, implicit feedback, group_shapes, ordered probit).
 MYFM_CONFIGS: dict[str, tuple[bool, bool, bool, bool]] = {
@@ -127,7 +131,11 @@ def get_split(data, name: str, seed: int):
 
 
 def rmse(pred, y) -> float:
-    return float(np.sqrt(np.mean((np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)) ** 2)))
+    return float(
+        np.sqrt(
+            np.mean((np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)) ** 2)
+        )
+    )
 
 
 def cold_start_split(train, test, fraction: float, seed: int):
@@ -146,8 +154,12 @@ def item_baselines(train, test, shrinkage: float) -> dict:
     s = np.bincount(train.cols, weights=train.values, minlength=m2)
     item_mean = np.where(n > 0, s / np.maximum(n, 1.0), mu)
     item_bias = mu + (s - n * mu) / (n + shrinkage)
-    return {"item mean": rmse(np.clip(item_mean[test.cols], LO, HI), test.values),
-            f"item bias (shrinkage {shrinkage:g})": rmse(np.clip(item_bias[test.cols], LO, HI), test.values)}
+    return {
+        "item mean": rmse(np.clip(item_mean[test.cols], LO, HI), test.values),
+        f"item bias (shrinkage {shrinkage:g})": rmse(
+            np.clip(item_bias[test.cols], LO, HI), test.values
+        ),
+    }
 
 
 # --------------------------------------------------------------------------- bmczoo
@@ -158,10 +170,25 @@ def run_bmczoo(config: str, train, test, a) -> dict:
     prior = bmc.priors.NormalWishart(**spec["prior"])
     likelihood = getattr(bmc.likelihoods, spec["likelihood"])()
     t0 = time.perf_counter()
-    fit = bmc.fit(train, K=a.K, prior=prior, likelihood=likelihood, biases=True, num_warmup=a.warmup,
-                  num_samples=a.samples, thinning=1, num_chains=a.chains, seed=a.seed, progress_bar=False)
+    fit = bmc.fit(
+        train,
+        K=a.K,
+        prior=prior,
+        likelihood=likelihood,
+        biases=True,
+        num_warmup=a.warmup,
+        num_samples=a.samples,
+        thinning=1,
+        num_chains=a.chains,
+        seed=a.seed,
+        progress_bar=False,
+    )
     seconds = time.perf_counter() - t0
-    out = {"rmse": fit.rmse(test), "seconds": seconds, "seconds_per_iteration": seconds / (a.warmup + a.samples)}
+    out = {
+        "rmse": fit.rmse(test),
+        "seconds": seconds,
+        "seconds_per_iteration": seconds / (a.warmup + a.samples),
+    }
     if fit.timings:
         out["sweep_seconds"] = float(fit.timings.get("sweep_seconds", float("nan")))
         out["compile_seconds"] = float(fit.timings.get("compile_seconds", float("nan")))
@@ -194,8 +221,10 @@ def _side_blocks(train, use_side: bool, use_implicit: bool):
 
     m1, m2 = train.shape
     out = []
-    for axis, m, feats, present in (("rows", m1, train.row_features, train.row_counts > 0),
-                                    ("cols", m2, train.col_features, train.col_counts > 0)):
+    for axis, m, feats, present in (
+        ("rows", m1, train.row_features, train.row_counts > 0),
+        ("cols", m2, train.col_features, train.col_counts > 0),
+    ):
         parts, groups = [_id_block(m, present)], [m]
         if use_side:
             parts.append(_scipy(feats))
@@ -214,8 +243,14 @@ def run_myfm(config: str, train, test, a) -> dict:
     use_side, use_implicit, grouped, ordered = MYFM_CONFIGS[config]
     t0 = time.perf_counter()
     (U, gu), (V, gv) = _side_blocks(train, use_side, use_implicit)
-    blocks = [myfm.RelationBlock(train.rows.astype(np.int64), U), myfm.RelationBlock(train.cols.astype(np.int64), V)]
-    test_blocks = [myfm.RelationBlock(test.rows.astype(np.int64), U), myfm.RelationBlock(test.cols.astype(np.int64), V)]
+    blocks = [
+        myfm.RelationBlock(train.rows.astype(np.int64), U),
+        myfm.RelationBlock(train.cols.astype(np.int64), V),
+    ]
+    test_blocks = [
+        myfm.RelationBlock(test.rows.astype(np.int64), U),
+        myfm.RelationBlock(test.cols.astype(np.int64), V),
+    ]
     kw = {"X_rel": blocks, "n_iter": a.warmup + a.samples, "n_kept_samples": a.samples}
     if grouped:
         kw["group_shapes"] = gu + gv
@@ -223,10 +258,16 @@ def run_myfm(config: str, train, test, a) -> dict:
     with contextlib.redirect_stderr(io.StringIO()):
         pred = _myfm_fit_predict(myfm, a, train, blocks, test_blocks, kw, ordered)
     seconds = time.perf_counter() - t0
-    return {"rmse": rmse(np.clip(pred, LO, HI), test.values), "seconds": seconds,
-            "seconds_per_iteration": seconds / (a.warmup + a.samples),
-            "features": {"user_block": list(U.shape), "movie_block": list(V.shape),
-                         "group_shapes": kw.get("group_shapes")}}
+    return {
+        "rmse": rmse(np.clip(pred, LO, HI), test.values),
+        "seconds": seconds,
+        "seconds_per_iteration": seconds / (a.warmup + a.samples),
+        "features": {
+            "user_block": list(U.shape),
+            "movie_block": list(V.shape),
+            "group_shapes": kw.get("group_shapes"),
+        },
+    }
 
 
 def _myfm_fit_predict(myfm, a, train, blocks, test_blocks, kw, ordered):
@@ -253,23 +294,41 @@ def run_smurff(config: str, train, test, a) -> dict:
     shape = train.shape
     mean = float(np.mean(train.values))
     t0 = time.perf_counter()
-    ytr = sps.coo_matrix((np.asarray(train.values, np.float64) - mean, (train.rows, train.cols)), shape=shape)
-    yte = sps.coo_matrix((np.asarray(test.values, np.float64) - mean, (test.rows, test.cols)), shape=shape)
+    ytr = sps.coo_matrix(
+        (np.asarray(train.values, np.float64) - mean, (train.rows, train.cols)), shape=shape
+    )
+    yte = sps.coo_matrix(
+        (np.asarray(test.values, np.float64) - mean, (test.rows, test.cols)), shape=shape
+    )
     macau = use_side or use_implicit
-    session = smurff.TrainSession(priors=["macau", "macau"] if macau else ["normal", "normal"], num_latent=a.K,
-                                  burnin=a.warmup, nsamples=a.samples, seed=a.seed, verbose=0)
+    session = smurff.TrainSession(
+        priors=["macau", "macau"] if macau else ["normal", "normal"],
+        num_latent=a.K,
+        burnin=a.warmup,
+        nsamples=a.samples,
+        seed=a.seed,
+        verbose=0,
+    )
     session.addTrainAndTest(ytr, yte, smurff.AdaptiveNoise(1.0, 10.0))
     if macau:
-        for mode, (feats, axis) in enumerate(((train.row_features, "rows"), (train.col_features, "cols"))):
-            parts = ([_scipy(feats)] if use_side else []) + ([_implicit(train, axis)] if use_implicit else [])
+        for mode, (feats, axis) in enumerate(
+            ((train.row_features, "rows"), (train.col_features, "cols"))
+        ):
+            parts = ([_scipy(feats)] if use_side else []) + (
+                [_implicit(train, axis)] if use_implicit else []
+            )
             session.addSideInfo(mode, sps.hstack(parts, format="csr"), direct=True)
     with contextlib.redirect_stderr(io.StringIO()):  # its tqdm bar
         predictions = session.run()
     seconds = time.perf_counter() - t0
     pred = np.clip(np.array([p.pred_avg for p in predictions]) + mean, LO, HI)
     y = np.array([p.val for p in predictions]) + mean
-    return {"rmse": rmse(pred, y), "n_scored": int(y.size), "seconds": seconds,
-            "seconds_per_iteration": seconds / (a.warmup + a.samples)}
+    return {
+        "rmse": rmse(pred, y),
+        "n_scored": int(y.size),
+        "seconds": seconds,
+        "seconds_per_iteration": seconds / (a.warmup + a.samples),
+    }
 
 
 # --------------------------------------------------------------------------- reporting
@@ -281,11 +340,17 @@ def _version(pkg: str) -> str | None:
 
 
 def machine() -> dict:
-    return {"cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
-            "python": platform.python_version(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "versions": {p: _version(p) for p in ("bmczoo", "jax", "jaxlib", "numpyro", "numpy", "scipy", "myfm",
-                                                    "smurff")}}
+    return {
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {
+            p: _version(p)
+            for p in ("bmczoo", "jax", "jaxlib", "numpyro", "numpy", "scipy", "myfm", "smurff")
+        },
+    }
 
 
 def _fmt(x, f="{:.4f}"):
@@ -297,28 +362,51 @@ def tables(res: dict) -> str:
     splits = [s for s in res["settings"]["splits"]]
     models = list(dict.fromkeys((r["model"], r["config"]) for r in rows))
     get = {(r["model"], r["config"], r["split"]): r for r in rows}
-    lines = [f"Test RMSE, K = {res['settings']['K']}, {res['settings']['warmup']} + {res['settings']['samples']} "
-             "iterations", "", "| model | configuration | " + " | ".join(splits) + " |",
-             "|---|---|" + "---|" * len(splits)]
+    lines = [
+        f"Test RMSE, K = {res['settings']['K']}, {res['settings']['warmup']} + {res['settings']['samples']} "
+        "iterations",
+        "",
+        "| model | configuration | " + " | ".join(splits) + " |",
+        "|---|---|" + "---|" * len(splits),
+    ]
     for m, c in models:
-        lines.append(f"| {m} | {c} | " + " | ".join(_fmt(get.get((m, c, s), {}).get("rmse")) for s in splits) + " |")
-    lines += ["", "Seconds per fit (wall clock) and per iteration (bmczoo: its sweeps alone, "
-              "all chains as one sweep; peers: fit / iterations)", "",
-              "| model | configuration | " + " | ".join(f"s / fit {s}" for s in splits) + " | s / iteration |",
-              "|---|---|" + "---|" * (len(splits) + 1)]
+        lines.append(
+            f"| {m} | {c} | "
+            + " | ".join(_fmt(get.get((m, c, s), {}).get("rmse")) for s in splits)
+            + " |"
+        )
+    lines += [
+        "",
+        "Seconds per fit (wall clock) and per iteration (bmczoo: its sweeps alone, "
+        "all chains as one sweep; peers: fit / iterations)",
+        "",
+        "| model | configuration | "
+        + " | ".join(f"s / fit {s}" for s in splits)
+        + " | s / iteration |",
+        "|---|---|" + "---|" * (len(splits) + 1),
+    ]
     for m, c in models:
         per = [get[(m, c, s)] for s in splits if (m, c, s) in get]
         it = [r.get("sweep_seconds", r["seconds_per_iteration"]) for r in per]
-        lines.append(f"| {m} | {c} | " + " | ".join(_fmt(get.get((m, c, s), {}).get("seconds"), "{:.0f}")
-                                                      for s in splits)
-                     + f" | {_fmt(float(np.median(it)) if it else None, '{:.3f}')} |")
+        lines.append(
+            f"| {m} | {c} | "
+            + " | ".join(_fmt(get.get((m, c, s), {}).get("seconds"), "{:.0f}") for s in splits)
+            + f" | {_fmt(float(np.median(it)) if it else None, '{:.3f}')} |"
+        )
     cold = res.get("cold_start")
     if cold:
-        lines += ["", f"Cold start: {cold['n_cold_users']} users without training ratings "
-                  f"({cold['n_test']} test ratings), README split", "",
-                  "| model | configuration | test RMSE (cold users) | s / fit |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"Cold start: {cold['n_cold_users']} users without training ratings "
+            f"({cold['n_test']} test ratings), README split",
+            "",
+            "| model | configuration | test RMSE (cold users) | s / fit |",
+            "|---|---|---|---|",
+        ]
         for r in cold["results"]:
-            lines.append(f"| {r['model']} | {r['config']} | {_fmt(r['rmse'])} | {_fmt(r.get('seconds'), '{:.0f}')} |")
+            lines.append(
+                f"| {r['model']} | {r['config']} | {_fmt(r['rmse'])} | {_fmt(r.get('seconds'), '{:.0f}')} |"
+            )
     return "\n".join(lines)
 
 
@@ -331,21 +419,35 @@ def _parse_list(value: str, allowed, what: str, p) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=str(DEFAULT_DATA), help="the ML-100K folder (u.data, u.user, u.item)")
-    p.add_argument("--splits", default=",".join(SPLITS), help=f"comma-separated, of {', '.join(SPLITS)}")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--data", default=str(DEFAULT_DATA), help="the ML-100K folder (u.data, u.user, u.item)"
+    )
+    p.add_argument(
+        "--splits", default=",".join(SPLITS), help=f"comma-separated, of {', '.join(SPLITS)}"
+    )
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"bmczoo, of {', '.join(CONFIGS)}")
-    p.add_argument("--myfm-configs", default=",".join(MYFM_CONFIGS), help=f"of {', '.join(MYFM_CONFIGS)}")
-    p.add_argument("--smurff-configs", default=",".join(SMURFF_CONFIGS), help=f"of {', '.join(SMURFF_CONFIGS)}")
+    p.add_argument(
+        "--myfm-configs", default=",".join(MYFM_CONFIGS), help=f"of {', '.join(MYFM_CONFIGS)}"
+    )
+    p.add_argument(
+        "--smurff-configs", default=",".join(SMURFF_CONFIGS), help=f"of {', '.join(SMURFF_CONFIGS)}"
+    )
     p.add_argument("--K", type=int, default=10, help="rank (default 10; 32 as the larger option)")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--samples", type=int, default=400)
     p.add_argument("--chains", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0, help="sampler seed, README split seed and cold users' seed")
+    p.add_argument(
+        "--seed", type=int, default=0, help="sampler seed, README split seed and cold users' seed"
+    )
     p.add_argument("--cold-fraction", type=float, default=0.1)
     p.add_argument("--no-cold", action="store_true", help="skip the cold-start table")
     p.add_argument("--no-peers", action="store_true", help="skip myFM and SMURFF")
-    p.add_argument("--quick", action="store_true", help="smoke test: 10 burn-in + 20 kept iterations")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke test: 10 burn-in + 20 kept iterations"
+    )
     p.add_argument("--out", required=True, help="results JSON (rewritten after every fit)")
     a = p.parse_args(argv)
     if a.quick:
@@ -360,23 +462,40 @@ def main(argv=None) -> int:
     bmc.enable_compilation_cache()
     peers = []
     if not a.no_peers:
-        for mod, label, fn, cfgs in (("myfm", "myFM", run_myfm, myfm_configs),
-                                     ("smurff", "SMURFF", run_smurff, smurff_configs)):
+        for mod, label, fn, cfgs in (
+            ("myfm", "myFM", run_myfm, myfm_configs),
+            ("smurff", "SMURFF", run_smurff, smurff_configs),
+        ):
             if importable(mod):
                 peers.append((label, fn, cfgs))
             else:
-                print(f"{label}: skipped ({mod} not importable; pip install {mod} to compare)", flush=True)
+                print(
+                    f"{label}: skipped ({mod} not importable; pip install {mod} to compare)",
+                    flush=True,
+                )
     data = bmc.datasets.load_movielens("100k", a.data, download=False)
     if data.row_features is None or data.col_features is None:
         print(f"side_information: {a.data} has no u.user / u.item side tables", file=sys.stderr)
         return 2
-    res = {"machine": machine(), "load_start": list(os.getloadavg()),
-           "settings": {"data": a.data, "splits": splits, "K": a.K, "warmup": a.warmup, "samples": a.samples,
-                        "chains": a.chains, "seed": a.seed, "cold_fraction": None if a.no_cold else a.cold_fraction,
-                        "item_bias_shrinkage": ITEM_BIAS_SHRINKAGE, "quick": a.quick,
-                        "row_features": list(data.row_features.group_sizes()),
-                        "col_features": list(data.col_features.group_sizes())},
-           "results": []}
+    res = {
+        "machine": machine(),
+        "load_start": list(os.getloadavg()),
+        "settings": {
+            "data": a.data,
+            "splits": splits,
+            "K": a.K,
+            "warmup": a.warmup,
+            "samples": a.samples,
+            "chains": a.chains,
+            "seed": a.seed,
+            "cold_fraction": None if a.no_cold else a.cold_fraction,
+            "item_bias_shrinkage": ITEM_BIAS_SHRINKAGE,
+            "quick": a.quick,
+            "row_features": list(data.row_features.group_sizes()),
+            "col_features": list(data.col_features.group_sizes()),
+        },
+        "results": [],
+    }
     out = Path(a.out).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -384,33 +503,59 @@ def main(argv=None) -> int:
         res["load_end"] = list(os.getloadavg())
         out.write_text(json.dumps(res, indent=1))
 
-    print(f"ML-100K {data.shape}; splits {', '.join(splits)}; K={a.K}; {a.warmup} + {a.samples} iterations; "
-          f"bmczoo {a.chains} chains; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"ML-100K {data.shape}; splits {', '.join(splits)}; K={a.K}; {a.warmup} + {a.samples} iterations; "
+        f"bmczoo {a.chains} chains; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     jobs = [("bmczoo", run_bmczoo, configs)] + peers
     for s in splits:
         train, test = get_split(data, s, a.seed)
         for model, fn, cfgs in jobs:
             for c in cfgs:
-                r = {"split": s, "model": model, "config": c, "n_train": train.n, "n_test": test.n,
-                     "load_before": os.getloadavg()[0], **fn(c, train, test, a)}
+                r = {
+                    "split": s,
+                    "model": model,
+                    "config": c,
+                    "n_train": train.n,
+                    "n_test": test.n,
+                    "load_before": os.getloadavg()[0],
+                    **fn(c, train, test, a),
+                }
                 res["results"].append(r)
                 save()
-                print(f"{s:>6} {model:>7} {c:>24}  RMSE {r['rmse']:.4f}  {r['seconds']:.0f} s  "
-                      f"load {r['load_before']:.1f}", flush=True)
+                print(
+                    f"{s:>6} {model:>7} {c:>24}  RMSE {r['rmse']:.4f}  {r['seconds']:.0f} s  "
+                    f"load {r['load_before']:.1f}",
+                    flush=True,
+                )
 
     if not a.no_cold:
         train, test = get_split(data, "readme", a.seed)
         ctrain, ctest, cold = cold_start_split(train, test, a.cold_fraction, a.seed)
-        res["cold_start"] = {"split": "readme", "n_cold_users": int(cold.size), "cold_users": cold.tolist(),
-                             "n_train": ctrain.n, "n_test": ctest.n, "results": []}
+        res["cold_start"] = {
+            "split": "readme",
+            "n_cold_users": int(cold.size),
+            "cold_users": cold.tolist(),
+            "n_train": ctrain.n,
+            "n_test": ctest.n,
+            "results": [],
+        }
         for name, v in item_baselines(ctrain, ctest, ITEM_BIAS_SHRINKAGE).items():
             res["cold_start"]["results"].append({"model": "baseline", "config": name, "rmse": v})
             print(f"  cold {name}: RMSE {v:.4f}", flush=True)
         cold_jobs = [("bmczoo", run_bmczoo, [c for c in COLD_CONFIGS if c in CONFIGS])]
-        cold_jobs += [(label, fn, COLD_MYFM if label == "myFM" else COLD_SMURFF) for label, fn, _ in peers]
+        cold_jobs += [
+            (label, fn, COLD_MYFM if label == "myFM" else COLD_SMURFF) for label, fn, _ in peers
+        ]
         for model, fn, cfgs in cold_jobs:
             for c in cfgs:
-                r = {"model": model, "config": c, "load_before": os.getloadavg()[0], **fn(c, ctrain, ctest, a)}
+                r = {
+                    "model": model,
+                    "config": c,
+                    "load_before": os.getloadavg()[0],
+                    **fn(c, ctrain, ctest, a),
+                }
                 res["cold_start"]["results"].append(r)
                 save()
                 print(f"  cold {model} {c}: RMSE {r['rmse']:.4f}  {r['seconds']:.0f} s", flush=True)

@@ -18,7 +18,9 @@ from pathlib import Path
 # keyed by the program, JAX's version and the compile options, so a hit is the program a
 # compilation would give.  Set JAX_COMPILATION_CACHE_DIR to put it elsewhere; delete
 # ``.jax_cache/`` to reclaim the space.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache")
+)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 # The programs the tests compile are small and run briefly, so compiling them costs more
@@ -31,8 +33,12 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 # tests compare paths within one process or with tolerances).  The benchmarks run at
 # XLA's defaults.  BMCZOO_TEST_XLA_OPT=1 keeps XLA's defaults (XLA_FLAGS is read when the
 # backend starts, after this file; the child processes of the tests inherit it).
-_FAST_COMPILE = ["--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
-                 "--xla_cpu_parallel_codegen_split_count=1", "--xla_cpu_use_fusion_emitters=false"]
+_FAST_COMPILE = [
+    "--xla_backend_optimization_level=0",
+    "--xla_llvm_disable_expensive_passes=true",
+    "--xla_cpu_parallel_codegen_split_count=1",
+    "--xla_cpu_use_fusion_emitters=false",
+]
 
 
 def _xla_flags_with(flags: list[str]) -> str:
@@ -49,15 +55,20 @@ def _xla_accepts(flags: list[str]) -> bool:
 
     env = {**os.environ, "XLA_FLAGS": _xla_flags_with(flags), "JAX_PLATFORMS": "cpu"}
     try:
-        res = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True,
-                             timeout=120)
+        res = subprocess.run(
+            [sys.executable, "-c", "import jax; jax.devices()"],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
     except subprocess.TimeoutExpired:
         return False
     return res.returncode == 0
 
 
-if os.environ.get("BMCZOO_TEST_XLA_OPT", "0") != "1" and "xla_backend_optimization_level" not in os.environ.get(
-        "XLA_FLAGS", ""):
+if os.environ.get(
+    "BMCZOO_TEST_XLA_OPT", "0"
+) != "1" and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     for _flags in (_FAST_COMPILE, _FAST_COMPILE[:2]):
         if _xla_accepts(_flags):
             os.environ["XLA_FLAGS"] = _xla_flags_with(_flags)
@@ -67,12 +78,16 @@ import jax  # noqa: E402  (after the cache's environment variables, which JAX re
 
 # a plugin may have imported JAX before this file: set the same values explicitly
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                  float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
-jax.config.update("jax_persistent_cache_min_entry_size_bytes",
-                  int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
-import numpy as np
-import pytest
+jax.config.update(
+    "jax_persistent_cache_min_compile_time_secs",
+    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+)
+jax.config.update(
+    "jax_persistent_cache_min_entry_size_bytes",
+    int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
+)
+import numpy as np  # noqa: E402 - after the compilation cache settings above
+import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -17,7 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_gibbs", REPO / "benchmarks" / "bench_gibbs.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_gibbs", REPO / "benchmarks" / "bench_gibbs.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -25,7 +27,14 @@ def bench():
 
 #: made-up seconds per sweep (bmczoo) or iteration (peers) at K = 10, one chain, 100K:
 #: full misses both of its targets, plain meets the SMURFF one
-FAKE = {"plain": 0.010, "full": 0.015, "ig-moves": 0.012, "discrete-moves": 0.016, "smurff": 0.040, "myfm": 0.050}
+FAKE = {
+    "plain": 0.010,
+    "full": 0.015,
+    "ig-moves": 0.012,
+    "discrete-moves": 0.016,
+    "smurff": 0.040,
+    "myfm": 0.050,
+}
 
 
 def _fake_time(model: str, name: str, K: int, chains: int) -> float:
@@ -43,13 +52,36 @@ def spawned(bench, monkeypatch):
         a = dict(zip(args[::2], args[1::2]))
         engine, name = a["--worker"].split(":")
         K, C, model = int(a["--K"]), int(a["--chains"]), a["--model"]
-        calls.append({"engine": engine, "name": name, "model": model, "K": K, "chains": C,
-                      "smurff_threads": a["--smurff-threads"]})
+        calls.append(
+            {
+                "engine": engine,
+                "name": name,
+                "model": model,
+                "K": K,
+                "chains": C,
+                "smurff_threads": a["--smurff-threads"],
+            }
+        )
         t = _fake_time(model, name, K, C)
-        eng = {"bmczoo": "bmczoo" if model == "plain" else f"bmczoo-{model}", "smurff": "smurff 1.1",
-               "myfm": "myfm 0.4"}[engine]
-        r = {"name": name, "engine": eng, "model": model, "shape": [3, 4], "n": 5, "K": K, "chains": C,
-             "per_sweep": [t, 0.5 * t], "median": t, "best": 0.5 * t, "cpu_median": t, "peak_rss_mb": 1.0}
+        eng = {
+            "bmczoo": "bmczoo" if model == "plain" else f"bmczoo-{model}",
+            "smurff": "smurff 1.1",
+            "myfm": "myfm 0.4",
+        }[engine]
+        r = {
+            "name": name,
+            "engine": eng,
+            "model": model,
+            "shape": [3, 4],
+            "n": 5,
+            "K": K,
+            "chains": C,
+            "per_sweep": [t, 0.5 * t],
+            "median": t,
+            "best": 0.5 * t,
+            "cpu_median": t,
+            "peak_rss_mb": 1.0,
+        }
         if engine == "smurff":
             r["threads"] = int(a["--smurff-threads"])
         return r
@@ -68,8 +100,12 @@ def test_int_list(bench):
 
 
 def test_bad_arguments_are_named(bench, spawned, capsys):
-    for argv, word in ((["--K", "10,abc"], "--K"), (["--chains", "0"], "--chains"),
-                       (["--models", "plain,fancy"], "--models"), (["--smurff-iters", "0"], "--smurff-iters")):
+    for argv, word in (
+        (["--K", "10,abc"], "--K"),
+        (["--chains", "0"], "--chains"),
+        (["--models", "plain,fancy"], "--models"),
+        (["--smurff-iters", "0"], "--smurff-iters"),
+    ):
         with pytest.raises(SystemExit):
             bench.main(["--sizes", "100k", "--no-real", *argv])
         assert word in capsys.readouterr().err
@@ -88,7 +124,11 @@ def test_models_of_the_new_members(bench):
     prior, likelihood, biases, moves = bench._model("plain")
     assert isinstance(prior, bmc.priors.InverseGamma) and not moves
     prior, likelihood, biases, moves = bench._model("full")
-    assert isinstance(prior, bmc.priors.NormalWishart) and likelihood is not None and biases is not None
+    assert (
+        isinstance(prior, bmc.priors.NormalWishart)
+        and likelihood is not None
+        and biases is not None
+    )
     assert not moves
     with pytest.raises(ValueError, match="unknown model"):
         bench._model("fancy")
@@ -97,8 +137,24 @@ def test_models_of_the_new_members(bench):
 def test_without_smurff(bench, spawned, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(bench, "_smurff_available", lambda: False)
     out = tmp_path / "r.json"
-    assert bench.main(["--sizes", "100k,1m", "--K", "10,32", "--chains", "1,4", "--models", "plain,full",
-                       "--no-real", "--json", str(out)]) == 0
+    assert (
+        bench.main(
+            [
+                "--sizes",
+                "100k,1m",
+                "--K",
+                "10,32",
+                "--chains",
+                "1,4",
+                "--models",
+                "plain,full",
+                "--no-real",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "SMURFF: skipped (smurff is not importable)" in text
     assert all(c["engine"] == "bmczoo" for c in spawned)
@@ -109,7 +165,11 @@ def test_without_smurff(bench, spawned, monkeypatch, capsys, tmp_path):
     assert len(saved["results"]) == 16 and len(saved["ratios"]) == 16
     assert len(saved["load_before"]) == 3 and len(saved["load_after"]) == 3
     for row in saved["ratios"]:
-        assert row["smurff_median"] is None and row["smurff_over_model_median"] is None and row["smurff_ok"] is None
+        assert (
+            row["smurff_median"] is None
+            and row["smurff_over_model_median"] is None
+            and row["smurff_ok"] is None
+        )
         t = _fake_time(row["model"], row["name"], row["K"], row["chains"])
         tp = _fake_time("plain", row["name"], row["K"], row["chains"])
         assert row["vs_plain_median"] == pytest.approx(t / tp)
@@ -129,8 +189,23 @@ def test_no_smurff_flag(bench, spawned, monkeypatch, capsys):
 def test_smurff_jobs_and_ratios(bench, spawned, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(bench, "_smurff_available", lambda: True)
     out = tmp_path / "r.json"
-    bench.main(["--sizes", "100k,10m", "--K", "10,64", "--chains", "1,4", "--models", "plain,full,discrete-moves",
-                "--no-real", "--smurff-threads", "3", "--json", str(out)])
+    bench.main(
+        [
+            "--sizes",
+            "100k,10m",
+            "--K",
+            "10,64",
+            "--chains",
+            "1,4",
+            "--models",
+            "plain,full,discrete-moves",
+            "--no-real",
+            "--smurff-threads",
+            "3",
+            "--json",
+            str(out),
+        ]
+    )
     text = capsys.readouterr().out
     assert "SMURFF: 10m skipped (--smurff-10m adds it)" in text
     smurff_jobs = [(c["name"], c["K"], c["chains"]) for c in spawned if c["engine"] == "smurff"]
@@ -148,7 +223,9 @@ def test_smurff_jobs_and_ratios(bench, spawned, monkeypatch, capsys, tmp_path):
         ts = smurff[row["K"]]["median"]
         assert row["smurff_median"] == ts and row["smurff_threads"] == 3
         assert row["smurff_over_model_median"] == pytest.approx(ts / t)
-        assert row["smurff_over_model_best"] == pytest.approx(ts / t)  # best = half of median for both
+        assert row["smurff_over_model_best"] == pytest.approx(
+            ts / t
+        )  # best = half of median for both
         if row["model"] in ("plain", "full") and row["K"] == 10 and row["chains"] == 1:
             assert row["smurff_target"] == 3.0 and row["smurff_ok"] is (ts / t >= 3.0)
         else:  # K = 64, four chains and the other models are reported without a target

@@ -12,8 +12,22 @@ U_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ml-10
 
 
 def test_fit_simulation_prints_rmse_last(capsys):
-    rc = main(["fit", "--data", "sim:30", "-K", "2", "--num-warmup", "20", "--num-samples", "40",
-               "--thinning", "2", "--quiet"])
+    rc = main(
+        [
+            "fit",
+            "--data",
+            "sim:30",
+            "-K",
+            "2",
+            "--num-warmup",
+            "20",
+            "--num-samples",
+            "40",
+            "--thinning",
+            "2",
+            "--quiet",
+        ]
+    )
     assert rc == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("theta_rmse=")
@@ -22,7 +36,9 @@ def test_fit_simulation_prints_rmse_last(capsys):
 
 def test_fit_vb_writes_predictions(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["fit", "--data", "sim:30", "-K", "2", "--method", "vb", "--quiet", "--out", str(out)])
+    rc = main(
+        ["fit", "--data", "sim:30", "-K", "2", "--method", "vb", "--quiet", "--out", str(out)]
+    )
     assert rc == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("theta_rmse=")
     assert (out / "posterior.nc").stat().st_size > 0
@@ -37,7 +53,20 @@ def test_fit_vb_writes_predictions(tmp_path, capsys):
         (["fit", "--data", "sim:30", "--hyper", "eps"], "NAME=VALUE"),
         (["fit", "--data", "sim:30", "--hyper", "eps=-1"], "eps"),
         (["fit", "--data", "sim:30", "--hyper", "nope=1"], "nope"),
-        (["fit", "--data", "sim:30", "--prior", "fixed", "--hyper", "eps=0.1", "--hyper", "zz=2"], "eps, zz"),
+        (
+            [
+                "fit",
+                "--data",
+                "sim:30",
+                "--prior",
+                "fixed",
+                "--hyper",
+                "eps=0.1",
+                "--hyper",
+                "zz=2",
+            ],
+            "eps, zz",
+        ),
         (["fit", "--data", "sim:30", "--hyper", "C=0.06"], "eps"),  # eps=0.07 (default) must be < C
         (["fit", "--data", "sim:30", "-K", "0"], "K"),
         (["reproduce", "simulation-m", "--quick", "--jobs", "0"], "--jobs"),
@@ -51,7 +80,9 @@ def test_bad_arguments_give_one_line_error(argv, message, capsys):
 
 
 def test_module_entry_point_help():
-    r = subprocess.run([sys.executable, "-m", "bmczoo", "fit", "--help"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "bmczoo", "fit", "--help"], capture_output=True, text=True
+    )
     assert r.returncode == 0 and "--prior" in r.stdout
 
 
@@ -79,8 +110,24 @@ def test_priors_come_from_the_registry(capsys):
 
 
 def test_fit_prints_the_prior_with_its_defaults(capsys):
-    rc = main(["fit", "--data", "sim:20", "--prior", "inverse-gamma", "--hyper", "b=0.2", "-K", "2", "--method",
-               "vb", "--max-iter", "5", "--quiet"])
+    rc = main(
+        [
+            "fit",
+            "--data",
+            "sim:20",
+            "--prior",
+            "inverse-gamma",
+            "--hyper",
+            "b=0.2",
+            "-K",
+            "2",
+            "--method",
+            "vb",
+            "--max-iter",
+            "5",
+            "--quiet",
+        ]
+    )
     assert "prior: inverse-gamma(a=1, b=0.2), K=2, method=vb" in capsys.readouterr().out
     assert rc == 0
 
@@ -94,7 +141,20 @@ def test_reproduce_help_mentions_jobs_and_start(capsys):
 
 @pytest.mark.skipif(not U_DATA.exists(), reason=f"{U_DATA} not present")
 def test_fit_movielens_file_vb(capsys):
-    rc = main(["fit", "--data", str(U_DATA), "--prior", "inverse-gamma", "--method", "vb", "-K", "10", "--quiet"])
+    rc = main(
+        [
+            "fit",
+            "--data",
+            str(U_DATA),
+            "--prior",
+            "inverse-gamma",
+            "--method",
+            "vb",
+            "-K",
+            "10",
+            "--quiet",
+        ]
+    )
     assert rc == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("test_rmse=") and float(last.split("=")[1]) <= 0.925
@@ -110,7 +170,20 @@ def test_fit_movielens_file_gibbs_discrete(capsys):
     chain keeps all ten columns in the slab.  With the column moves (the default) the
     chain holds one or two slab columns, as the posterior does, and the RMSE is 0.927-0.935
     (README, "Best predictions"): the bound here is the paper's 0.92 + 0.02."""
-    rc = main(["fit", "--data", str(U_DATA), "--prior", "discrete", "--method", "gibbs", "-K", "10", "--quiet"])
+    rc = main(
+        [
+            "fit",
+            "--data",
+            str(U_DATA),
+            "--prior",
+            "discrete",
+            "--method",
+            "gibbs",
+            "-K",
+            "10",
+            "--quiet",
+        ]
+    )
     assert rc == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("test_rmse=") and float(last.split("=")[1]) <= 0.94
@@ -120,8 +193,26 @@ def test_fit_checkpoint_and_overrelax(tmp_path, capsys):
     from bmczoo.cli import main
 
     ck = tmp_path / "run.npz"
-    args = ["fit", "--data", "sim:30", "-K", "2", "--num-warmup", "5", "--num-samples", "10", "--thinning", "1",
-            "--quiet", "--overrelax", "-0.7", "--checkpoint", str(ck), "--checkpoint-every", "4"]
+    args = [
+        "fit",
+        "--data",
+        "sim:30",
+        "-K",
+        "2",
+        "--num-warmup",
+        "5",
+        "--num-samples",
+        "10",
+        "--thinning",
+        "1",
+        "--quiet",
+        "--overrelax",
+        "-0.7",
+        "--checkpoint",
+        str(ck),
+        "--checkpoint-every",
+        "4",
+    ]
     assert main(args) == 0
     first = capsys.readouterr().out.strip().splitlines()[-1]
     assert ck.exists() and first.startswith("theta_rmse=")
@@ -134,11 +225,27 @@ def test_fit_checkpoint_and_overrelax(tmp_path, capsys):
 def test_fit_column_moves(capsys):
     from bmczoo.cli import main
 
-    args = ["fit", "--data", "sim:30", "-K", "3", "--num-warmup", "5", "--num-samples", "10", "--thinning", "1",
-            "--quiet", "--column-moves"]
+    args = [
+        "fit",
+        "--data",
+        "sim:30",
+        "-K",
+        "3",
+        "--num-warmup",
+        "5",
+        "--num-samples",
+        "10",
+        "--thinning",
+        "1",
+        "--quiet",
+        "--column-moves",
+    ]
     assert main(args) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("theta_rmse=")
-    assert main(["fit", "--data", "sim:30", "-K", "3", "--method", "vb", "--quiet", "--column-moves"]) == 2
+    assert (
+        main(["fit", "--data", "sim:30", "-K", "3", "--method", "vb", "--quiet", "--column-moves"])
+        == 2
+    )
     # a Gibbs setting given to VB: a one-line error naming the option as the command line spells it
     assert "--column-moves applies to --method gibbs" in capsys.readouterr().err
 
@@ -148,20 +255,27 @@ def test_compilation_cache_on_by_default_and_off_with_the_flag(monkeypatch, tmp_
 
     from bmczoo.cli import _enable_compilation_cache, build_parser
 
-    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-            "jax_persistent_cache_min_entry_size_bytes")
+    keys = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    )
     saved = {k: getattr(jax.config, k) for k in keys}
     monkeypatch.setenv("BMCZOO_CACHE", str(tmp_path))
     try:
         jax.config.update("jax_compilation_cache_dir", None)
-        _enable_compilation_cache(build_parser().parse_args(["fit", "--data", "sim:20", "--no-compilation-cache"]))
+        _enable_compilation_cache(
+            build_parser().parse_args(["fit", "--data", "sim:20", "--no-compilation-cache"])
+        )
         assert jax.config.jax_compilation_cache_dir is None
         _enable_compilation_cache(build_parser().parse_args(["fit", "--data", "sim:20"]))
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "jax")
         assert (tmp_path / "jax").is_dir()
         # a folder configured already (JAX_COMPILATION_CACHE_DIR, jax.config) is kept
         jax.config.update("jax_compilation_cache_dir", str(tmp_path / "own"))
-        _enable_compilation_cache(build_parser().parse_args(["predict", "--model", "m.npz", "--entries", "e.csv"]))
+        _enable_compilation_cache(
+            build_parser().parse_args(["predict", "--model", "m.npz", "--entries", "e.csv"])
+        )
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "own")
     finally:
         for k, v in saved.items():

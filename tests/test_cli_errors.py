@@ -41,8 +41,16 @@ def no_fit(monkeypatch):
     return calls
 
 
-def write_ratings(path: Path, sep: str = "\t", timestamp: bool = True, header: str | None = None,
-                  n_users: int = 30, n_items: int = 20, n: int = 200, seed: int = 0) -> np.ndarray:
+def write_ratings(
+    path: Path,
+    sep: str = "\t",
+    timestamp: bool = True,
+    header: str | None = None,
+    n_users: int = 30,
+    n_items: int = 20,
+    n: int = 200,
+    seed: int = 0,
+) -> np.ndarray:
     """A small ratings table with ids that are not 0-based indices (user 1000 + 7u, item 50 + 3i)."""
     rng = np.random.default_rng(seed)
     keys = rng.choice(n_users * n_items, size=n, replace=False)
@@ -67,13 +75,17 @@ def test_offline_download_is_one_line_error(tmp_path, monkeypatch, capsys, no_fi
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     assert main(["fit", "--data", "ml-100k", "--quiet"]) == 2
-    one_line_error(capsys, "could not be downloaded", "ml-100k.zip", "--data PATH", "Temporary failure")
+    one_line_error(
+        capsys, "could not be downloaded", "ml-100k.zip", "--data PATH", "Temporary failure"
+    )
     assert not no_fit
 
 
 # --------------------------------------------------------------------------- output paths
-@pytest.mark.parametrize("case", ["out-is-a-file", "out-holds-a-fit", "checkpoint-not-a-checkpoint",
-                                  "checkpoint-is-a-folder"])
+@pytest.mark.parametrize(
+    "case",
+    ["out-is-a-file", "out-holds-a-fit", "checkpoint-not-a-checkpoint", "checkpoint-is-a-folder"],
+)
 def test_existing_output_refused_before_the_fit(case, tmp_path, capsys, no_fit):
     """An existing output is refused before the fit runs (bmczoo.fit is never called)."""
     existing = tmp_path / "existing"
@@ -168,14 +180,18 @@ def test_ratings_file_accepted_whatever_its_name(name, sep, timestamp, header, t
     write_ratings(path, sep=sep, timestamp=timestamp, header=header)
     assert main(["fit", "--data", str(path), *FAST]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[0].startswith("data: RatingData(n=160, shape=(30, 20)") and out[-1].startswith("test_rmse=")
+    assert out[0].startswith("data: RatingData(n=160, shape=(30, 20)") and out[-1].startswith(
+        "test_rmse="
+    )
 
 
 def test_predictions_have_the_dataset_ids(tmp_path, capsys):
     path = tmp_path / "u1.base"
     table = write_ratings(path)
     out = tmp_path / "out"
-    assert main(["fit", "--data", str(path), *FAST, "--test-fraction", "0.25", "--out", str(out)]) == 0
+    assert (
+        main(["fit", "--data", str(path), *FAST, "--test-fraction", "0.25", "--out", str(out)]) == 0
+    )
     with open(out / "predictions.csv", newline="") as f:
         rows = list(csv.reader(f))
     assert rows[0] == ["user_id", "item_id", "rating", "prediction"]
@@ -212,13 +228,17 @@ def test_help_of_every_subcommand_shows_defaults():
     for name, sub in parser._subparsers._group_actions[0].choices.items():
         formatter = sub._get_formatter()
         for action in sub._actions:
-            if not action.option_strings or action.nargs == 0 or action.required:  # positionals, flags,
+            if (
+                not action.option_strings or action.nargs == 0 or action.required
+            ):  # positionals, flags,
                 continue  # --help and required options (no default to show)
             text = formatter._get_help_string(action)
             assert "default" in text.lower(), f"{name} {action.option_strings[0]}: {text!r}"
     fit_help = " ".join(parser._subparsers._group_actions[0].choices["fit"].format_help().split())
-    assert "--test-fraction F ratings data: fraction of the ratings held out as the test set, in (0, 1) " \
-           "(default: 0.2)" in fit_help
+    assert (
+        "--test-fraction F ratings data: fraction of the ratings held out as the test set, in (0, 1) "
+        "(default: 0.2)" in fit_help
+    )
     assert "--seed SEED seed of the simulation and of the fit (default: 0)" in fit_help
 
 
@@ -233,16 +253,22 @@ def test_dtype_and_test_fraction_reach_the_fit(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bmczoo, "fit", recording_fit)
     path = tmp_path / "small.data"
     write_ratings(path)
-    assert main(["fit", "--data", str(path), *FAST, "--dtype", "float64", "--test-fraction", "0.1"]) == 0
+    assert (
+        main(["fit", "--data", str(path), *FAST, "--dtype", "float64", "--test-fraction", "0.1"])
+        == 0
+    )
     assert seen["dtype"] == "float64" and (seen["n"], seen["n_test"]) == (180, 20)
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--dtype", "float16"], "invalid choice: 'float16'"),
-    (["--test-fraction", "1"], "--test-fraction must be in (0, 1)"),
-    (["--test-fraction", "x"], "--test-fraction"),
-    (["--no-such-option"], "unrecognized arguments"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--dtype", "float16"], "invalid choice: 'float16'"),
+        (["--test-fraction", "1"], "--test-fraction must be in (0, 1)"),
+        (["--test-fraction", "x"], "--test-fraction"),
+        (["--no-such-option"], "unrecognized arguments"),
+    ],
+)
 def test_usage_errors_are_one_line(argv, needle, capsys, no_fit):
     assert main(["fit", "--data", "sim:20", *FAST, *argv]) == 2
     one_line_error(capsys, needle)
@@ -251,8 +277,10 @@ def test_usage_errors_are_one_line(argv, needle, capsys, no_fit):
 
 def test_float32_failure_points_to_the_dtype_option(monkeypatch, capsys):
     def failing_fit(*args, **kwargs):
-        raise FloatingPointError("Gibbs sweep 3, chain 0: non-finite draw of row 2 of M (...) in float32; "
-                                 "rerun with dtype=jnp.float64")
+        raise FloatingPointError(
+            "Gibbs sweep 3, chain 0: non-finite draw of row 2 of M (...) in float32; "
+            "rerun with dtype=jnp.float64"
+        )
 
     monkeypatch.setattr(bmczoo, "fit", failing_fit)
     assert main(["fit", "--data", "sim:20", *FAST]) == 2
@@ -297,7 +325,9 @@ def test_movielens_zip_accepted_whatever_its_name(tmp_path, capsys):
         zf.write(tmp_path / "u.data", "ml-100k/u.data")
     assert main(["fit", "--data", str(archive), *FAST]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[0].startswith("data: RatingData(n=160, shape=(30, 20)") and out[-1].startswith("test_rmse=")
+    assert out[0].startswith("data: RatingData(n=160, shape=(30, 20)") and out[-1].startswith(
+        "test_rmse="
+    )
 
 
 # --------------------------------------------------------------------------- checked before the data is read
@@ -311,22 +341,39 @@ def no_load(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["-K", "0"], "-K (the latent dimension) must be at least 1, got 0"),
-    (["-K", "-3"], "-K (the latent dimension) must be at least 1, got -3"),
-    (["-K", "abc"], "argument -K: invalid int value: 'abc'"),
-    (["--seed", "-1"], "--seed must be >= 0"),
-    (["--binarize", "nan"], "--binarize THRESHOLD must be a finite number"),
-    (["--method", "gibbs", "--num-samples", "0"], "--num-samples must be"),
-    (["--method", "gibbs", "--thinning", "10", "--num-samples", "5"], "--thinning 10 > --num-samples 5"),
-    (["--method", "gibbs", "--overrelax", "1.5"], "--overrelax must be in (-1, 1)"),
-    (["--method", "gibbs", "--max-iter", "5"], "--max-iter applies to --method vb, not to --method gibbs"),
-    (["--method", "svi", "--chains", "2"], "--chains applies to --method gibbs or vb or nuts, not to --method svi"),
-    (["--method", "nuts", "--checkpoint", "run.npz"], "--checkpoint applies to --method gibbs or vb"),
-    (["--method", "vb", "--tol", "-1"], "--tol"),
-    (["--method", "vb", "--checkpoint-every", "0"], "--checkpoint-every must be"),
-])
-def test_cheap_arguments_checked_before_the_data(argv, needle, tmp_path, monkeypatch, capsys, no_load, no_fit):
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["-K", "0"], "-K (the latent dimension) must be at least 1, got 0"),
+        (["-K", "-3"], "-K (the latent dimension) must be at least 1, got -3"),
+        (["-K", "abc"], "argument -K: invalid int value: 'abc'"),
+        (["--seed", "-1"], "--seed must be >= 0"),
+        (["--binarize", "nan"], "--binarize THRESHOLD must be a finite number"),
+        (["--method", "gibbs", "--num-samples", "0"], "--num-samples must be"),
+        (
+            ["--method", "gibbs", "--thinning", "10", "--num-samples", "5"],
+            "--thinning 10 > --num-samples 5",
+        ),
+        (["--method", "gibbs", "--overrelax", "1.5"], "--overrelax must be in (-1, 1)"),
+        (
+            ["--method", "gibbs", "--max-iter", "5"],
+            "--max-iter applies to --method vb, not to --method gibbs",
+        ),
+        (
+            ["--method", "svi", "--chains", "2"],
+            "--chains applies to --method gibbs or vb or nuts, not to --method svi",
+        ),
+        (
+            ["--method", "nuts", "--checkpoint", "run.npz"],
+            "--checkpoint applies to --method gibbs or vb",
+        ),
+        (["--method", "vb", "--tol", "-1"], "--tol"),
+        (["--method", "vb", "--checkpoint-every", "0"], "--checkpoint-every must be"),
+    ],
+)
+def test_cheap_arguments_checked_before_the_data(
+    argv, needle, tmp_path, monkeypatch, capsys, no_load, no_fit
+):
     """``bmczoo fit --data BIG -K 0`` fails at once: every argument that needs no data is
     checked before the data is read, named as the command line spells it."""
     monkeypatch.chdir(tmp_path)
@@ -367,19 +414,28 @@ def test_interrupted_without_checkpoint_names_the_option(method, monkeypatch, ca
     assert main(["fit", "--data", "sim:20", "--method", method, "--quiet"]) == 130
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [err], err
-    assert err.startswith("bmczoo: interrupted; nothing was saved") and "--checkpoint FILE.npz" in err, err
+    assert (
+        err.startswith("bmczoo: interrupted; nothing was saved") and "--checkpoint FILE.npz" in err
+    ), err
 
 
 def test_interrupted_with_checkpoint_says_how_to_resume(tmp_path, monkeypatch, capsys):
     """The run loop's message (where its work is) in command-line terms."""
     ckpt = tmp_path / "run.npz"
-    monkeypatch.setattr(bmczoo, "fit", _interrupting_fit(
-        f"interrupted after 40 of 1000 sweeps; the work done is saved in {str(ckpt)!r}: call fit again with the "
-        "same arguments to resume"))
+    monkeypatch.setattr(
+        bmczoo,
+        "fit",
+        _interrupting_fit(
+            f"interrupted after 40 of 1000 sweeps; the work done is saved in {str(ckpt)!r}: call fit again with the "
+            "same arguments to resume"
+        ),
+    )
     assert main(["fit", "--data", "sim:20", "--checkpoint", str(ckpt), "--quiet"]) == 130
     err = capsys.readouterr().err.strip()
-    assert err == (f"bmczoo: interrupted after 40 of 1000 sweeps; the work done is saved in {str(ckpt)!r}: rerun "
-                   "the same command to resume"), err
+    assert err == (
+        f"bmczoo: interrupted after 40 of 1000 sweeps; the work done is saved in {str(ckpt)!r}: rerun "
+        "the same command to resume"
+    ), err
 
 
 def test_interrupted_before_the_first_checkpoint(tmp_path, monkeypatch, capsys):
@@ -387,7 +443,10 @@ def test_interrupted_before_the_first_checkpoint(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bmczoo, "fit", _interrupting_fit())
     assert main(["fit", "--data", "sim:20", "--checkpoint", str(ckpt), "--quiet"]) == 130
     err = capsys.readouterr().err.strip()
-    assert err == f"bmczoo: interrupted before any work was saved in {ckpt}; rerun the same command to start again"
+    assert (
+        err
+        == f"bmczoo: interrupted before any work was saved in {ckpt}; rerun the same command to start again"
+    )
 
 
 def test_interrupted_while_writing_outputs_keeps_the_result(tmp_path, monkeypatch, capsys):
@@ -399,7 +458,9 @@ def test_interrupted_while_writing_outputs_keeps_the_result(tmp_path, monkeypatc
     monkeypatch.setattr(cli, "_write_outputs", interrupted)
     assert main(["fit", "--data", "sim:20", *FAST, "--out", str(tmp_path / "out")]) == 130
     err = capsys.readouterr().err.strip()
-    assert err.startswith("bmczoo: interrupted while writing the outputs; the fit itself finished (theta_rmse="), err
+    assert err.startswith(
+        "bmczoo: interrupted while writing the outputs; the fit itself finished (theta_rmse="
+    ), err
 
 
 def test_python_keeps_its_sigint_handler(capsys):
@@ -414,7 +475,10 @@ def test_python_keeps_its_sigint_handler(capsys):
 
 
 # --------------------------------------------------------------------------- NaN ratings, file modes
-@pytest.mark.parametrize("bad, shown", [("nan", "'nan'"), ("NaN", "'NaN'"), ("-inf", "'-inf'"), ("Infinity", "'Infinity'")])
+@pytest.mark.parametrize(
+    "bad, shown",
+    [("nan", "'nan'"), ("NaN", "'NaN'"), ("-inf", "'-inf'"), ("Infinity", "'Infinity'")],
+)
 def test_nan_rating_is_named_as_such(bad, shown, tmp_path, capsys, no_fit):
     path = tmp_path / "ratings.csv"
     path.write_text(f"1,2,3\n2,3,4\n3,4,{bad}\n")

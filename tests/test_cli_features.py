@@ -16,7 +16,9 @@ from bmczoo.cli import main
 
 ML100K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ml-100k"
 
-pytestmark = pytest.mark.skipif(not (ML100K / "u.data").is_file(), reason="no ML-100K copy beside the repository")
+pytestmark = pytest.mark.skipif(
+    not (ML100K / "u.data").is_file(), reason="no ML-100K copy beside the repository"
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +26,11 @@ def mini(tmp_path_factory) -> Path:
     """A small ML-100K folder: the ratings of users 1-60 on movies 1-80, with the official
     u.user, u.item and u.genre (lines for ids without ratings are left out by the loader)."""
     folder = tmp_path_factory.mktemp("ml-mini")
-    lines = [ln for ln in (ML100K / "u.data").read_text().splitlines()
-             if int(ln.split("\t")[0]) <= 60 and int(ln.split("\t")[1]) <= 80]
+    lines = [
+        ln
+        for ln in (ML100K / "u.data").read_text().splitlines()
+        if int(ln.split("\t")[0]) <= 60 and int(ln.split("\t")[1]) <= 80
+    ]
     (folder / "u.data").write_text("\n".join(lines) + "\n")
     for name in ("u.user", "u.item", "u.genre"):
         shutil.copy(ML100K / name, folder / name)
@@ -33,7 +38,21 @@ def mini(tmp_path_factory) -> Path:
 
 
 def _fit(args, capsys):
-    rc = main(["fit", "-K", "2", "--method", "vb", "--max-iter", "8", "--quiet", "--prior", "normal-wishart"] + args)
+    rc = main(
+        [
+            "fit",
+            "-K",
+            "2",
+            "--method",
+            "vb",
+            "--max-iter",
+            "8",
+            "--quiet",
+            "--prior",
+            "normal-wishart",
+        ]
+        + args
+    )
     out = capsys.readouterr()
     return rc, out.out, out.err
 
@@ -42,13 +61,27 @@ def _prior_line(out: str) -> str:
     return next(ln for ln in out.splitlines() if ln.startswith("prior:"))
 
 
-@pytest.mark.parametrize("option, link_M, link_N", [
-    (["--features"], "{'features': 'data', 'implicit': False}", "{'features': 'data', 'implicit': False}"),
-    (["--features", "rows"], "{'features': 'data', 'implicit': False}", None),
-    (["--features", "cols", "--implicit", "rows"], "{'features': None, 'implicit': True}",
-     "{'features': 'data', 'implicit': False}"),
-    (["--implicit", "both"], "{'features': None, 'implicit': True}", "{'features': None, 'implicit': True}"),
-])
+@pytest.mark.parametrize(
+    "option, link_M, link_N",
+    [
+        (
+            ["--features"],
+            "{'features': 'data', 'implicit': False}",
+            "{'features': 'data', 'implicit': False}",
+        ),
+        (["--features", "rows"], "{'features': 'data', 'implicit': False}", None),
+        (
+            ["--features", "cols", "--implicit", "rows"],
+            "{'features': None, 'implicit': True}",
+            "{'features': 'data', 'implicit': False}",
+        ),
+        (
+            ["--implicit", "both"],
+            "{'features': None, 'implicit': True}",
+            "{'features': None, 'implicit': True}",
+        ),
+    ],
+)
 def test_fit_with_features_and_implicit_feedback(mini, capsys, option, link_M, link_N):
     rc, out, err = _fit(["--data", str(mini / "u.data")] + option, capsys)
     assert rc == 0, err
@@ -62,7 +95,9 @@ def test_fit_with_features_and_implicit_feedback(mini, capsys, option, link_M, l
 def test_a_folder_gets_its_side_files(mini, capsys):
     rc, out, err = _fit(["--data", str(mini), "--features", "both"], capsys)
     assert rc == 0, err
-    assert "link_M={'features': 'data'" in _prior_line(out) and "link_N={'features': 'data'" in _prior_line(out)
+    assert "link_M={'features': 'data'" in _prior_line(
+        out
+    ) and "link_N={'features': 'data'" in _prior_line(out)
 
 
 def test_the_link_needs_the_normal_wishart_prior(mini, capsys):
@@ -95,18 +130,25 @@ def test_a_plain_ratings_file_without_features_asked_is_read_as_before(mini, cap
 
 
 def test_binarized_data_keeps_the_features(mini, capsys):
-    rc, out, err = _fit(["--data", str(mini), "--features", "rows", "--binarize", "4", "--likelihood", "probit"],
-                        capsys)
+    rc, out, err = _fit(
+        ["--data", str(mini), "--features", "rows", "--binarize", "4", "--likelihood", "probit"],
+        capsys,
+    )
     assert rc == 0, err
     assert "link_M={'features': 'data'" in _prior_line(out)
 
 
 def test_saved_model_keeps_the_links(mini, tmp_path, capsys):
     path = tmp_path / "model.npz"
-    rc, out, err = _fit(["--data", str(mini), "--features", "rows", "--implicit", "cols", "--save", str(path)], capsys)
+    rc, out, err = _fit(
+        ["--data", str(mini), "--features", "rows", "--implicit", "cols", "--save", str(path)],
+        capsys,
+    )
     assert rc == 0, err
     fit = bmc.load(path)
-    assert str(fit.info.prior) == _prior_line(out)[len("prior: "):].split(", K=")[0]
-    assert fit.info.prior.links() == {"M": {"features": "data", "implicit": False},
-                                      "N": {"features": None, "implicit": True}}
+    assert str(fit.info.prior) == _prior_line(out)[len("prior: ") :].split(", K=")[0]
+    assert fit.info.prior.links() == {
+        "M": {"features": "data", "implicit": False},
+        "N": {"features": None, "implicit": True},
+    }
     assert np.isfinite(fit.predict(np.arange(3), np.arange(3))).all()

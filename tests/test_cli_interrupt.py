@@ -43,9 +43,27 @@ ML100K = Path(os.environ.get("BMCZOO_ML100K", "/work/shared/data/ml-100k/u.data"
 
 # a small Gibbs fit whose sampling outlasts the signal: 4,100 sweeps of the paper's model at m = 40
 SMALL = ["--data", "sim:40", "-K", "2", "--quiet"]
-GIBBS = SMALL + ["--num-warmup", "100", "--num-samples", "4000", "--thinning", "20", "--checkpoint-every", "200"]
+GIBBS = SMALL + [
+    "--num-warmup",
+    "100",
+    "--num-samples",
+    "4000",
+    "--thinning",
+    "20",
+    "--checkpoint-every",
+    "200",
+]
 VB = SMALL + ["--method", "vb", "--max-iter", "1500", "--tol", "0", "--checkpoint-every", "5"]
-ISSUE_MODEL = ["--prior", "normal-wishart", "--likelihood", "learned", "--biases", "-K", "10", "--quiet"]
+ISSUE_MODEL = [
+    "--prior",
+    "normal-wishart",
+    "--likelihood",
+    "learned",
+    "--biases",
+    "-K",
+    "10",
+    "--quiet",
+]
 
 
 @functools.cache
@@ -76,21 +94,33 @@ def env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cached_env(env, tmp_path_factory):
     """``env`` with a compilation cache of this module's own (warm after a first run)."""
-    return {**env, "JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax_cache")),
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+    return {
+        **env,
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax_cache")),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    }
 
 
 class Try:
     """One ``bmczoo fit`` process: its output lines as they come, and one SIGINT."""
 
     def __init__(self, args, env, cwd):
-        self.proc = subprocess.Popen([str(BMCZOO), "fit", *_cache_flag(env), *map(str, args)], env=env, cwd=cwd, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [str(BMCZOO), "fit", *_cache_flag(env), *map(str, args)],
+            env=env,
+            cwd=cwd,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.lines: queue.Queue = queue.Queue()
         self.out: list[str] = []
         self.err: list[str] = []
-        self._readers = [threading.Thread(target=self._read, args=(s, b), daemon=True)
-                         for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        self._readers = [
+            threading.Thread(target=self._read, args=(s, b), daemon=True)
+            for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))
+        ]
         for t in self._readers:
             t.start()
 
@@ -140,7 +170,9 @@ class Try:
     def check_interrupted(self, rc: int, *needles: str) -> str:
         """Exit code 130, and stderr is the one ``bmczoo: interrupted...`` line (beside
         XLA's own log lines): no traceback, no 'Exception ignored', no fatal error."""
-        lines = [line for line in self.err if not line.startswith("import time:")]  # PYTHONPROFILEIMPORTTIME
+        lines = [
+            line for line in self.err if not line.startswith("import time:")
+        ]  # PYTHONPROFILEIMPORTTIME
         err = "\n".join(lines)
         assert rc == 130, (rc, self.out, err)
         ours = [line for line in lines if line.startswith("bmczoo:")]
@@ -155,8 +187,15 @@ class Try:
 
 def _finish(args, env, cwd) -> list[str]:
     """Run ``bmczoo fit ARGS`` to the end; its stdout lines."""
-    out = subprocess.run([str(BMCZOO), "fit", *_cache_flag(env), *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True,
-                         check=False, timeout=600)
+    out = subprocess.run(
+        [str(BMCZOO), "fit", *_cache_flag(env), *map(str, args)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
@@ -167,8 +206,10 @@ def test_interrupt_from_the_start(delay, env, tmp_path):
     """From the moment ``bmczoo.cli`` is imported (Python's import-time log): importing
     JAX, NumPyro and the zoo, building the parser, reading or simulating the data (and
     compiling, when those are quick).  Python's own start-up before that is not bmczoo's."""
-    assert _import_is_lazy(), ("import bmczoo.cli imported JAX: a Ctrl-C during that import would come "
-                               "before bmczoo.cli.main can handle it")
+    assert _import_is_lazy(), (
+        "import bmczoo.cli imported JAX: a Ctrl-C during that import would come "
+        "before bmczoo.cli.main can handle it"
+    )
     t = Try(SMALL, {**env, "PYTHONPROFILEIMPORTTIME": "1"}, tmp_path)
     assert t.wait_for(lambda: any(re.search(r"\|\s+bmczoo\.cli$", line) for line in t.err))
     t.check_interrupted(t.interrupt(delay))
@@ -218,7 +259,9 @@ def test_interrupt_after_a_checkpoint_resumes(method, delay, cached_env, tmp_pat
     line = t.check_interrupted(t.interrupt(delay), str(ckpt), "rerun the same command")
     # VB can reach its fixed point (tol=0: an ELBO that no longer changes) before the signal:
     # its last checkpoint then holds the finished run
-    assert "interrupted after" in line or (method == "vb" and "keeps the work saved so far" in line), line
+    assert "interrupted after" in line or (
+        method == "vb" and "keeps the work saved so far" in line
+    ), line
     assert not list(tmp_path.glob("*.tmp")), list(tmp_path.iterdir())
     assert _finish(args, cached_env, tmp_path)[-1] == expected
 
@@ -231,7 +274,11 @@ def test_interrupt_while_writing_outputs(delay, cached_env, tmp_path):
     import bmczoo as bmc
 
     model = tmp_path / "model.npz"
-    t = Try(GIBBS + ["--num-samples", "200", "--save", model, "--out", tmp_path / "out"], cached_env, tmp_path)
+    t = Try(
+        GIBBS + ["--num-samples", "200", "--save", model, "--out", tmp_path / "out"],
+        cached_env,
+        tmp_path,
+    )
     assert t.wait_for(t.printed("wrote"))
     line = t.check_interrupted(t.interrupt(delay))
     assert "the fit itself finished (theta_rmse=" in line, line

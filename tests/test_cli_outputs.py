@@ -21,7 +21,9 @@ def saved(tmp_path_factory):
     """A VB model of a ratings file whose ids are not indices (users 1000 + 7u, items 50 + 3i)."""
     d = tmp_path_factory.mktemp("model")
     table = write_ratings(d / "small.data")
-    assert main(["fit", "--data", str(d / "small.data"), *FAST, "--save", str(d / "model.npz")]) == 0
+    assert (
+        main(["fit", "--data", str(d / "small.data"), *FAST, "--save", str(d / "model.npz")]) == 0
+    )
     return d, table
 
 
@@ -41,7 +43,20 @@ def test_predict_in_dataset_ids(saved, capsys):
     pairs = table[:6, :2]
     (d / "pairs.csv").write_text("user,item\n" + "\n".join(f"{u},{i}" for u, i in pairs) + "\n")
     capsys.readouterr()
-    assert main(["predict", "--model", str(d / "model.npz"), "--entries", str(d / "pairs.csv"), "--prob", "0.8"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(d / "model.npz"),
+                "--entries",
+                str(d / "pairs.csv"),
+                "--prob",
+                "0.8",
+            ]
+        )
+        == 0
+    )
     rows = _csv(capsys.readouterr().out)
     assert list(rows[0]) == ["user_id", "item_id", "mean", "sd", "lo80", "hi80"]
     assert [(int(r["user_id"]), int(r["item_id"])) for r in rows] == [tuple(p) for p in pairs]
@@ -60,7 +75,22 @@ def test_recommend_in_dataset_ids(saved, capsys):
     d, table = saved
     user = int(table[0, 0])
     capsys.readouterr()
-    assert main(["recommend", "--model", str(d / "model.npz"), "--user", str(user), "-n", "4", "--by", "upper"]) == 0
+    assert (
+        main(
+            [
+                "recommend",
+                "--model",
+                str(d / "model.npz"),
+                "--user",
+                str(user),
+                "-n",
+                "4",
+                "--by",
+                "upper",
+            ]
+        )
+        == 0
+    )
     rows = _csv(capsys.readouterr().out)
     assert [int(r["rank"]) for r in rows] == [1, 2, 3, 4]
     items = {int(r["item_id"]) for r in rows}
@@ -78,24 +108,52 @@ def test_recommend_in_dataset_ids(saved, capsys):
 def test_save_path_checked_before_the_fit(tmp_path, capsys, no_fit):  # noqa: F811
     write_ratings(tmp_path / "r.data")
     (tmp_path / "model.npz").write_text("earlier")
-    assert main(["fit", "--data", str(tmp_path / "r.data"), *FAST, "--save", str(tmp_path / "model.npz")]) == 2
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                str(tmp_path / "r.data"),
+                *FAST,
+                "--save",
+                str(tmp_path / "model.npz"),
+            ]
+        )
+        == 2
+    )
     one_line_error(capsys, "--save", "existing file", "--overwrite")
     (tmp_path / "afile").write_text("x")
-    assert main(["fit", "--data", str(tmp_path / "r.data"), *FAST, "--save", str(tmp_path / "afile" / "m.npz")]) == 2
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                str(tmp_path / "r.data"),
+                *FAST,
+                "--save",
+                str(tmp_path / "afile" / "m.npz"),
+            ]
+        )
+        == 2
+    )
     one_line_error(capsys, "--save", "not a folder")
     assert main(["fit", "--data", str(tmp_path / "r.data"), *FAST, "--save", str(tmp_path)]) == 2
     one_line_error(capsys, "--save", "folder")
     assert no_fit == []
 
 
-@pytest.mark.parametrize("case", ["unknown-user", "unknown-item", "bad-line", "no-model", "not-a-model",
-                                  "bad-prob"])
+@pytest.mark.parametrize(
+    "case", ["unknown-user", "unknown-item", "bad-line", "no-model", "not-a-model", "bad-prob"]
+)
 def test_predict_errors_are_one_line(saved, tmp_path, capsys, case):
     d, table = saved
     u, i = int(table[0, 0]), int(table[0, 1])
     model, entries, extra = str(d / "model.npz"), tmp_path / "pairs.csv", []
-    text = {"unknown-user": f"1,{i}\n", "unknown-item": f"{u},2\n", "bad-line": f"{u},{i}\n{u},x\n"}.get(case,
-                                                                                                      f"{u},{i}\n")
+    text = {
+        "unknown-user": f"1,{i}\n",
+        "unknown-item": f"{u},2\n",
+        "bad-line": f"{u},{i}\n{u},x\n",
+    }.get(case, f"{u},{i}\n")
     entries.write_text(text)
     if case == "no-model":
         model = str(tmp_path / "missing.npz")
@@ -105,8 +163,14 @@ def test_predict_errors_are_one_line(saved, tmp_path, capsys, case):
         extra = ["--prob", "1.5"]
     capsys.readouterr()
     assert main(["predict", "--model", model, "--entries", str(entries), *extra]) == 2
-    needle = {"unknown-user": "unknown user id 1", "unknown-item": "unknown item id 2", "bad-line": "line 2",
-              "no-model": "no such file", "not-a-model": "not a saved bmczoo fit", "bad-prob": "--prob"}[case]
+    needle = {
+        "unknown-user": "unknown user id 1",
+        "unknown-item": "unknown item id 2",
+        "bad-line": "line 2",
+        "no-model": "no such file",
+        "not-a-model": "not a saved bmczoo fit",
+        "bad-prob": "--prob",
+    }[case]
     one_line_error(capsys, needle)
 
 

@@ -28,8 +28,16 @@ def test_programs_are_written_and_reused(tmp_path):
     folder = tmp_path / "cache"
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env["JAX_PLATFORMS"] = "cpu"
-    runs = [subprocess.run([sys.executable, "-c", _CHILD, str(folder)], env=env, capture_output=True,
-                           text=True, timeout=120) for _ in range(2)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", _CHILD, str(folder)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        for _ in range(2)
+    ]
     for r in runs:
         assert r.returncode == 0, r.stderr
     assert runs[0].stdout.splitlines()[0] == str(folder)

@@ -59,14 +59,18 @@ def test_examples_run(path: Path, tmp_path, monkeypatch):
             pytest.skip(f"MovieLens 100K not found at {ML100K} (set BMCZOO_ML100K)")
         # the loader's cache layout: <root>/movielens/ml-100k/u.data
         (tmp_path / "cache" / "movielens").mkdir(parents=True)
-        (tmp_path / "cache" / "movielens" / "ml-100k").symlink_to(ML100K.resolve(), target_is_directory=True)
+        (tmp_path / "cache" / "movielens" / "ml-100k").symlink_to(
+            ML100K.resolve(), target_is_directory=True
+        )
         monkeypatch.setenv("BMCZOO_CACHE", str(tmp_path / "cache"))
     # enable_compilation_cache() in an example keeps the suite's compilation cache
     import bmczoo._cache
 
     suite_cache = os.environ.get("JAX_COMPILATION_CACHE_DIR")
     if suite_cache:
-        monkeypatch.setattr(bmczoo._cache, "default_compilation_cache_dir", lambda: Path(suite_cache))
+        monkeypatch.setattr(
+            bmczoo._cache, "default_compilation_cache_dir", lambda: Path(suite_cache)
+        )
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

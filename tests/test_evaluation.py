@@ -55,8 +55,11 @@ def test_binary_metrics_by_hand():
     # positive/negative pairs: (0.6, 0.1) win, (0.6, 0.6) tie, (0.8, *) 2 wins, (0.4, 0.1) win, (0.4, 0.6) loss
     assert auc(y, p) == pytest.approx((1 + 0.5 + 2 + 1) / 6)
     assert accuracy(y, p) == pytest.approx(3 / 5)
-    assert classification_metrics(y, p) == {"log_loss": log_loss(y, p), "auc": auc(y, p),
-                                            "accuracy": accuracy(y, p)}
+    assert classification_metrics(y, p) == {
+        "log_loss": log_loss(y, p),
+        "auc": auc(y, p),
+        "accuracy": accuracy(y, p),
+    }
     assert math.isnan(auc([1, 1], [0.2, 0.3]))
     with pytest.raises(ValueError, match="binary"):
         log_loss([0, 2], [0.5, 0.5])
@@ -68,7 +71,9 @@ def test_level_log_loss_and_gaussian_levels():
     from bmczoo.evaluation import gaussian_level_proba, level_log_loss
 
     probs = np.array([[0.2, 0.5, 0.3], [0.6, 0.3, 0.1]])
-    assert level_log_loss(probs, np.array([1, 2])) == pytest.approx(-(np.log(0.5) + np.log(0.1)) / 2)
+    assert level_log_loss(probs, np.array([1, 2])) == pytest.approx(
+        -(np.log(0.5) + np.log(0.1)) / 2
+    )
     with pytest.raises(ValueError, match="level_index"):
         level_log_loss(probs, np.array([0, 3]))
     levels = [1, 2, 3, 4, 5]

@@ -52,14 +52,22 @@ def test_committed_notebook_carries_a_full_run(name):
     cells = _code_cells(nb)
     assert cells, f"{name} has no code cell"
     first = "".join(cells[0].source)
-    assert 'QUICK = os.environ.get("BMCZOO_QUICK", "0") == "1"' in first, f"{name}: first code cell sets QUICK"
+    assert 'QUICK = os.environ.get("BMCZOO_QUICK", "0") == "1"' in first, (
+        f"{name}: first code cell sets QUICK"
+    )
     counts = [c.execution_count for c in cells]
-    assert counts == list(range(1, len(cells) + 1)), f"{name} was not run top to bottom in one kernel: {counts}"
+    assert counts == list(range(1, len(cells) + 1)), (
+        f"{name} was not run top to bottom in one kernel: {counts}"
+    )
     for c in cells:
         for out in c.outputs:
-            assert out.output_type != "error", f"{name}: a cell failed ({out.get('ename')}: {out.get('evalue')})"
+            assert out.output_type != "error", (
+                f"{name}: a cell failed ({out.get('ename')}: {out.get('evalue')})"
+            )
     printed = "".join(o.get("text", "") for o in cells[0].outputs if o.output_type == "stream")
-    assert "QUICK = False" in printed, f"{name} carries the outputs of a quick run, not of a full one"
+    assert "QUICK = False" in printed, (
+        f"{name} carries the outputs of a quick run, not of a full one"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +76,15 @@ def kernel_env(tmp_path_factory):
     root = tmp_path_factory.mktemp("jupyter")
     spec = root / "kernels" / KERNEL
     spec.mkdir(parents=True)
-    spec.joinpath("kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "bmczoo tests",
-        "language": "python",
-    }))
+    spec.joinpath("kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "bmczoo tests",
+                "language": "python",
+            }
+        )
+    )
     env = {
         "JUPYTER_PATH": str(root),
         "JUPYTER_PLATFORM_DIRS": "1",  # jupyter_core's platformdirs migration notice
@@ -94,8 +106,12 @@ def test_notebook_runs_in_quick_mode(name, kernel_env):
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
-    client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S,
-                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    client = NotebookClient(
+        nb,
+        kernel_name=KERNEL,
+        timeout=CELL_TIMEOUT_S,
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+    )
     try:
         client.execute()
     except CellExecutionError as e:  # the failing cell and its traceback, without nbclient's frames
@@ -108,4 +124,6 @@ def test_notebook_runs_in_quick_mode(name, kernel_env):
         for out in c.outputs:
             assert out.output_type != "error", f"{name}: {out.get('ename')}: {out.get('evalue')}"
             if out.output_type == "stream" and out.name == "stderr":
-                assert not WARNING_LINE.search(out.text), f"{name}: a warning was printed:\n{out.text}"
+                assert not WARNING_LINE.search(out.text), (
+                    f"{name}: a warning was printed:\n{out.text}"
+                )

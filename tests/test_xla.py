@@ -43,8 +43,14 @@ def test_configure_leaves_a_started_backend_alone(monkeypatch):
 
 def test_import_sets_the_flag_in_a_fresh_process():
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run([sys.executable, "-c", "import os, bmczoo; print(os.environ['XLA_FLAGS'])"],
-                         env=env, capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import os, bmczoo; print(os.environ['XLA_FLAGS'])"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert out.stdout.strip() == f"{FLAG}=false"
 
 
@@ -65,8 +71,14 @@ _HANG = textwrap.dedent("""
 def _runs_to_the_end(program: str, env: dict, timeout: float, what: str) -> None:
     """Run ``program`` in a fresh Python process; it must print ``done True`` in time."""
     try:
-        out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
-                             timeout=timeout, check=False)
+        out = subprocess.run(
+            [sys.executable, "-c", program],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{what} did not finish in {timeout:g} s (XLA stopped?)")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -150,12 +162,21 @@ def test_sweeps_compiled_with_the_options_equal_the_default_compilation():
     with jax.enable_x64(True):
         rng = np.random.default_rng(0)
         pairs = rng.choice(40 * 30, size=500, replace=False)
-        data = bmc.RatingData(pairs // 30, pairs % 30, rng.integers(1, 6, size=500).astype(float), (40, 30))
-        problem = gibbs.build_problem(data, tau=1.0, dtype=jnp.float64, likelihood=bmc.likelihoods.LearnedNoise(),
-                                      biases=bmc.offsets.Biases())
+        data = bmc.RatingData(
+            pairs // 30, pairs % 30, rng.integers(1, 6, size=500).astype(float), (40, 30)
+        )
+        problem = gibbs.build_problem(
+            data,
+            tau=1.0,
+            dtype=jnp.float64,
+            likelihood=bmc.likelihoods.LearnedNoise(),
+            biases=bmc.offsets.Biases(),
+        )
         prior = bmc.priors.NormalWishart()
         state = gibbs.init(jax.random.split(jax.random.key(3), 4), problem, prior, 4)
-        run = jax.jit(lambda s, p: jax.lax.fori_loop(0, 10, lambda i, s: gibbs.step(s, p, prior), s))
+        run = jax.jit(
+            lambda s, p: jax.lax.fori_loop(0, 10, lambda i, s: gibbs.step(s, p, prior), s)
+        )
         lowered = run.lower(state, problem)
         ours, default = _xla.compile(lowered)(state, problem), lowered.compile()(state, problem)
         for name in ("M", "N"):

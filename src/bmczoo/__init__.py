@@ -20,16 +20,53 @@ _xla.configure_pool()
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("data", "datasets", "diagnostics", "evaluation", "inference", "likelihoods", "models", "offsets",
-               "priors")
-_NAMES = {"RatingData": "data", "fit": "inference", "load": "inference.saving",
-          "enable_compilation_cache": "_cache"}
+_SUBMODULES = (
+    "data",
+    "datasets",
+    "diagnostics",
+    "evaluation",
+    "inference",
+    "likelihoods",
+    "models",
+    "offsets",
+    "priors",
+)
+_NAMES = {
+    "RatingData": "data",
+    "fit": "inference",
+    "load": "inference.saving",
+    "enable_compilation_cache": "_cache",
+}
 
-__all__ = ["RatingData", "fit", "load", "enable_compilation_cache", "evaluation", "data", "datasets", "diagnostics",
-           "inference", "likelihoods", "models", "offsets", "priors", "__version__"]
+__all__ = [
+    "RatingData",
+    "fit",
+    "load",
+    "enable_compilation_cache",
+    "evaluation",
+    "data",
+    "datasets",
+    "diagnostics",
+    "inference",
+    "likelihoods",
+    "models",
+    "offsets",
+    "priors",
+    "__version__",
+]
 
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
-    from . import data, datasets, diagnostics, evaluation, inference, likelihoods, models, offsets, priors
+    from . import (
+        data,
+        datasets,
+        diagnostics,
+        evaluation,
+        inference,
+        likelihoods,
+        models,
+        offsets,
+        priors,
+    )
     from ._cache import enable_compilation_cache
     from .data import RatingData
     from .inference import fit

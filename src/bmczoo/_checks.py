@@ -17,8 +17,15 @@ from .data import RatingData
 from .priors import Prior
 
 __all__ = [
-    "check_ratings", "check_K", "check_prior", "check_int", "check_positive_int",
-    "check_real", "check_bool", "check_choice", "check_path",
+    "check_ratings",
+    "check_K",
+    "check_prior",
+    "check_int",
+    "check_positive_int",
+    "check_real",
+    "check_bool",
+    "check_choice",
+    "check_path",
 ]
 
 
@@ -30,7 +37,8 @@ def check_int(name: str, value, *, minimum: int | None = None) -> int:
     """``value`` as an int: ``TypeError`` unless an integer (bools refused),
     ``ValueError`` below ``minimum``."""
     what = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(
-        minimum, f"an integer >= {minimum}")
+        minimum, f"an integer >= {minimum}"
+    )
     if not _is_int(value):
         raise TypeError(f"{name} must be {what}, got {value!r}")
     if minimum is not None and value < minimum:
@@ -42,8 +50,15 @@ def check_positive_int(name: str, value) -> int:
     return check_int(name, value, minimum=1)
 
 
-def check_real(name: str, value, *, low: float | None = None, high: float | None = None,
-               low_open: bool = False, high_open: bool = False) -> float:
+def check_real(
+    name: str,
+    value,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """``value`` as a finite float in the given range (``TypeError`` for
     non-numbers and bools, ``ValueError`` for NaN, inf or out of range)."""
     parts = []
@@ -52,7 +67,9 @@ def check_real(name: str, value, *, low: float | None = None, high: float | None
     if high is not None:
         parts.append(f"{'<' if high_open else '<='} {high:g}")
     what = "finite" + (" and " + " and ".join(parts) if parts else "")
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (numbers.Real, np.floating, np.integer)
+    ):
         raise TypeError(f"{name} must be a real number, {what}, got {value!r}")
     v = float(value)
     bad = not math.isfinite(v)
@@ -92,7 +109,9 @@ def check_ratings(ratings, name: str = "ratings") -> RatingData:
 def check_K(K, shape: tuple[int, int]) -> int:
     K = check_positive_int("K", K)
     if K > min(shape):
-        raise ValueError(f"K={K} is too large for a {shape[0]} x {shape[1]} matrix (need K <= {min(shape)})")
+        raise ValueError(
+            f"K={K} is too large for a {shape[0]} x {shape[1]} matrix (need K <= {min(shape)})"
+        )
     return K
 
 

@@ -23,7 +23,11 @@ def normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Arr
     return jax.random.normal(key, (math.prod(shape),), dtype).reshape(shape)
 
 
-def uniform(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32, minval=0.0, maxval=1.0) -> jax.Array:
+def uniform(
+    key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32, minval=0.0, maxval=1.0
+) -> jax.Array:
     """``jax.random.uniform(key, shape, dtype, minval, maxval)``, drawn flat and reshaped."""
     shape = tuple(shape)
-    return jax.random.uniform(key, (math.prod(shape),), dtype, minval=minval, maxval=maxval).reshape(shape)
+    return jax.random.uniform(
+        key, (math.prod(shape),), dtype, minval=minval, maxval=maxval
+    ).reshape(shape)

@@ -43,8 +43,16 @@ import logging
 import os
 import sys
 
-__all__ = ["CPU_COMPILER_OPTIONS", "POOL_VARIABLE", "SCHEDULER_FLAG", "compile", "compiler_options", "configure",
-           "configure_pool", "pool_size"]
+__all__ = [
+    "CPU_COMPILER_OPTIONS",
+    "POOL_VARIABLE",
+    "SCHEDULER_FLAG",
+    "compile",
+    "compiler_options",
+    "configure",
+    "configure_pool",
+    "pool_size",
+]
 
 #: the XLA option bmczoo sets to ``false`` (see the module's docstring)
 SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler"
@@ -87,8 +95,11 @@ def configure(environ=None) -> bool:
     if SCHEDULER_FLAG.lstrip("-") in flags:
         return False
     if _backend_started():
-        _log.debug("JAX's backend started before bmczoo was imported: %s=false is not set "
-                   "(put it in XLA_FLAGS, or import bmczoo first)", SCHEDULER_FLAG)
+        _log.debug(
+            "JAX's backend started before bmczoo was imported: %s=false is not set "
+            "(put it in XLA_FLAGS, or import bmczoo first)",
+            SCHEDULER_FLAG,
+        )
         return False
     environ["XLA_FLAGS"] = f"{flags} {SCHEDULER_FLAG}=false".strip()
     return True
@@ -117,7 +128,9 @@ def pool_size(cpu_count: int | None) -> int:
     return max(4, (cpu_count or 1) + 2)
 
 
-def configure_pool(environ=None, jaxlib_version: str | None = None, cpu_count: int | None = None) -> bool:
+def configure_pool(
+    environ=None, jaxlib_version: str | None = None, cpu_count: int | None = None
+) -> bool:
     """Set ``PJRT_NPROC`` (the size of XLA's CPU thread pool) for jaxlib 0.10.0-0.10.2.
 
     Parameters
@@ -143,11 +156,17 @@ def configure_pool(environ=None, jaxlib_version: str | None = None, cpu_count: i
     if environ.get(POOL_VARIABLE):
         return False
     if _backend_started():
-        _log.debug("JAX's backend started before bmczoo was imported: %s is not set (jaxlib %s can stop "
-                    "forever on concurrent batched LAPACK calls; import bmczoo first)", POOL_VARIABLE, version)
+        _log.debug(
+            "JAX's backend started before bmczoo was imported: %s is not set (jaxlib %s can stop "
+            "forever on concurrent batched LAPACK calls; import bmczoo first)",
+            POOL_VARIABLE,
+            version,
+        )
         return False
     if cpu_count is None:
-        cpu_count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        cpu_count = (
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        )
     environ[POOL_VARIABLE] = str(pool_size(cpu_count))
     return True
 

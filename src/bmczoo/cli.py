@@ -17,8 +17,15 @@ __all__ = ["main"]
 
 _DEFAULT_PRIOR = "discrete"
 
-_MOVIELENS = {"ml-100k": "100k", "ml-1m": "1m", "ml-10m": "10m", "ml-20m": "20m", "ml-25m": "25m",
-              "ml-32m": "32m", "ml-latest-small": "latest-small"}
+_MOVIELENS = {
+    "ml-100k": "100k",
+    "ml-1m": "1m",
+    "ml-10m": "10m",
+    "ml-20m": "20m",
+    "ml-25m": "25m",
+    "ml-32m": "32m",
+    "ml-latest-small": "latest-small",
+}
 
 
 class CLIError(Exception):
@@ -41,8 +48,13 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         text = action.help or ""
         default = action.default
         # identity checks: a default of 0 is shown, False (a flag) is not
-        if "default" in text.lower() or default is None or default is False or default is argparse.SUPPRESS \
-                or (isinstance(default, list) and not default):
+        if (
+            "default" in text.lower()
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or (isinstance(default, list) and not default)
+        ):
             return text
         if not action.option_strings:
             return text
@@ -85,8 +97,10 @@ def _prior_help() -> str:
     for name, cls in sorted(_priors().items()):
         hyper = ", ".join(f"{k}={_fmt_default(v)}" for k, v in _prior_defaults(cls).items())
         parts.append(f"{name} ({hyper})" if hyper else name)
-    text = (f"prior on the column scales gamma_h (default {_DEFAULT_PRIOR}), with its default hyper-parameters: "
-            + "; ".join(parts))
+    text = (
+        f"prior on the column scales gamma_h (default {_DEFAULT_PRIOR}), with its default hyper-parameters: "
+        + "; ".join(parts)
+    )
     return text.replace("%", "%%")  # argparse formats help strings with %
 
 
@@ -96,8 +110,10 @@ def _make_prior(name: str, hyper: dict[str, float]):
     fields = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(hyper) - set(fields))
     if unknown:
-        raise CLIError(f"--hyper: the {name} prior has no hyper-parameter {', '.join(unknown)}; "
-                       f"it has {', '.join(fields)}")
+        raise CLIError(
+            f"--hyper: the {name} prior has no hyper-parameter {', '.join(unknown)}; "
+            f"it has {', '.join(fields)}"
+        )
     return cls.from_cli(**hyper)
 
 
@@ -142,8 +158,17 @@ def _is_network_error(e: BaseException) -> bool:
     import socket
     import urllib.error
 
-    return isinstance(e, (urllib.error.URLError, http.client.HTTPException, socket.gaierror, socket.timeout,
-                          ConnectionError, TimeoutError))
+    return isinstance(
+        e,
+        (
+            urllib.error.URLError,
+            http.client.HTTPException,
+            socket.gaierror,
+            socket.timeout,
+            ConnectionError,
+            TimeoutError,
+        ),
+    )
 
 
 def _load(spec: str, seed: int, test_fraction: float = 0.2, side_info: bool = False) -> _Loaded:
@@ -168,7 +193,9 @@ def _load(spec: str, seed: int, test_fraction: float = 0.2, side_info: bool = Fa
     else:
         path = Path(spec).expanduser()
         if not path.exists():
-            raise CLIError(f"--data {spec}: no such file or folder (or MovieLens name: {', '.join(_MOVIELENS)})")
+            raise CLIError(
+                f"--data {spec}: no such file or folder (or MovieLens name: {', '.join(_MOVIELENS)})"
+            )
         if path.is_dir():
             data, user_ids, item_ids = _load_folder(path, side_info)
         else:
@@ -186,17 +213,26 @@ def _download(name: str):
     try:
         return datasets.load_movielens(name, return_ids=True)
     except Exception as e:  # noqa: BLE001 - any failure of the download is reported the same way
-        if not (_is_network_error(e) or (isinstance(e, OSError) and not isinstance(e, FileNotFoundError))):
+        if not (
+            _is_network_error(e)
+            or (isinstance(e, OSError) and not isinstance(e, FileNotFoundError))
+        ):
             raise
         reason = " ".join(str(getattr(e, "reason", None) or e or type(e).__name__).split())
-        local = (f"pass --data PATH to {info.archive}, to the folder it unpacks to, or to its {info.filename} "
-                 "(any ratings file is accepted)")
+        local = (
+            f"pass --data PATH to {info.archive}, to the folder it unpacks to, or to its {info.filename} "
+            "(any ratings file is accepted)"
+        )
         if not _is_network_error(e):  # the download worked, the cache could not be written
-            raise CLIError(f"MovieLens {name} could not be stored in the cache {datasets.cache_root()} ({reason}); "
-                           f"set BMCZOO_CACHE to a writable folder, or {local}") from e
-        raise CLIError(f"MovieLens {name} could not be downloaded from {info.url} ({reason}); without network "
-                       f"access, download {info.archive} elsewhere and {local}, or unpack it into "
-                       f"{datasets.cache_root() / 'movielens'}") from e
+            raise CLIError(
+                f"MovieLens {name} could not be stored in the cache {datasets.cache_root()} ({reason}); "
+                f"set BMCZOO_CACHE to a writable folder, or {local}"
+            ) from e
+        raise CLIError(
+            f"MovieLens {name} could not be downloaded from {info.url} ({reason}); without network "
+            f"access, download {info.archive} elsewhere and {local}, or unpack it into "
+            f"{datasets.cache_root() / 'movielens'}"
+        ) from e
 
 
 def _load_folder(path: Path, side_info: bool = False):
@@ -206,8 +242,10 @@ def _load_folder(path: Path, side_info: bool = False):
         for cand in (path / fname, path / datasets.DATASETS[name].folder / fname):
             if cand.is_file():
                 return _load_file(cand, side_info)
-    raise CLIError(f"--data {path}: no u.data, ratings.dat or ratings.csv in this folder; "
-                   "give the ratings file itself (any name)")
+    raise CLIError(
+        f"--data {path}: no u.data, ratings.dat or ratings.csv in this folder; "
+        "give the ratings file itself (any name)"
+    )
 
 
 def _movielens_release(path: Path) -> str | None:
@@ -244,8 +282,10 @@ def _load_file(path: Path, side_info: bool = False):
         for info in datasets.DATASETS.values():
             if f"{info.folder}/{info.filename}" in names or info.filename in names:
                 return datasets.load_movielens(info.name, path=path, return_ids=True)
-        raise CLIError(f"--data {path}: a zip archive without a MovieLens ratings file "
-                       "(u.data, ratings.dat or ratings.csv)")
+        raise CLIError(
+            f"--data {path}: a zip archive without a MovieLens ratings file "
+            "(u.data, ratings.dat or ratings.csv)"
+        )
     return _read_ratings_table(path.read_bytes(), str(path))
 
 
@@ -271,8 +311,10 @@ def _read_ratings_table(data: bytes, source: str):
 
     def not_a_table(lineno: int, line: bytes) -> CLIError:
         shown = line.decode("utf-8", "replace")[:80]
-        return CLIError(f"--data {source}: not a ratings table: line {lineno} is {shown!r}; expected lines of "
-                        "user item rating [timestamp] separated by TAB, ',' or '::'")
+        return CLIError(
+            f"--data {source}: not a ratings table: line {lineno} is {shown!r}; expected lines of "
+            "user item rating [timestamp] separated by TAB, ',' or '::'"
+        )
 
     first_line = 1
     head = data.partition(b"\n")[0].strip()
@@ -282,8 +324,10 @@ def _read_ratings_table(data: bytes, source: str):
         data, first_line = data.partition(b"\n")[2], 2
         head = data.partition(b"\n")[0].strip()
     if not head:
-        raise CLIError(f"--data {source}: no ratings on line {first_line}: expected lines of "
-                       "user item rating [timestamp] separated by TAB, ',' or '::'")
+        raise CLIError(
+            f"--data {source}: no ratings on line {first_line}: expected lines of "
+            "user item rating [timestamp] separated by TAB, ',' or '::'"
+        )
     sep, ncols = fields(head)
     if ncols not in (3, 4):
         raise not_a_table(first_line, head)
@@ -296,13 +340,17 @@ def _read_ratings_table(data: bytes, source: str):
         bad = ~np.isfinite(c) | (c != np.round(c)) | (np.abs(c) > 2.0**53)
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            raise CLIError(f"--data {source}, line {first_line + k}: {label} must be an integer, "
-                           f"got {table[k].tolist()}")
+            raise CLIError(
+                f"--data {source}, line {first_line + k}: {label} must be an integer, "
+                f"got {table[k].tolist()}"
+            )
     bad = ~np.isfinite(table[:, 2])  # a number too large for a float64 (1e999) is read as infinity
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
-        raise CLIError(f"--data {source}, line {first_line + k}: rating must be finite, got {table[k, 2]} (a number "
-                       "beyond the float64 range)")
+        raise CLIError(
+            f"--data {source}, line {first_line + k}: rating must be finite, got {table[k, 2]} (a number "
+            "beyond the float64 range)"
+        )
     try:
         return _to_ratingdata(table, source, first_line)
     except ValueError as e:  # a duplicate rating
@@ -337,17 +385,23 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
     """``fit --out DIR``, before the fit: DIR is or can become a writable folder, and holds
     none of the files the fit writes unless ``--overwrite``."""
     if out.exists() and not out.is_dir():
-        raise CLIError(f"--out {out}: an existing file; --out names a folder (it is created if needed)")
+        raise CLIError(
+            f"--out {out}: an existing file; --out names a folder (it is created if needed)"
+        )
     _probe_writable(out, "--out", out)
     if out.is_dir():
         found = [n for n in _OUT_FILES + _OUT_DIRS if (out / n).exists()]
         if found and not overwrite:
-            raise CLIError(f"--out {out}: already holds {', '.join(found)} of an earlier fit; "
-                           "use another folder or --overwrite to replace them")
+            raise CLIError(
+                f"--out {out}: already holds {', '.join(found)} of an earlier fit; "
+                "use another folder or --overwrite to replace them"
+            )
         for n in _OUT_FILES + _OUT_DIRS:
             if (out / n).exists() and (out / n).is_dir() != (n in _OUT_DIRS):
                 kind = "folder" if (out / n).is_dir() else "file"
-                raise CLIError(f"--out {out}: {n} there is a {kind}; remove it or use another folder")
+                raise CLIError(
+                    f"--out {out}: {n} there is a {kind}; remove it or use another folder"
+                )
 
 
 def _check_checkpoint(path: Path, overwrite: bool) -> None:
@@ -359,8 +413,10 @@ def _check_checkpoint(path: Path, overwrite: bool) -> None:
     _probe_writable(path.parent, "--checkpoint", path)
     if path.exists() and not _is_checkpoint(path):
         if not overwrite:
-            raise CLIError(f"--checkpoint {path}: an existing file that is not a bmczoo checkpoint; "
-                           "use another path or --overwrite to replace it")
+            raise CLIError(
+                f"--checkpoint {path}: an existing file that is not a bmczoo checkpoint; "
+                "use another path or --overwrite to replace it"
+            )
         path.unlink()
 
 
@@ -370,7 +426,9 @@ def _check_save(path: Path, overwrite: bool) -> None:
     if path.is_dir():
         raise CLIError(f"--save {path}: an existing folder; --save names a file (e.g. model.npz)")
     if path.exists() and not overwrite:
-        raise CLIError(f"--save {path}: an existing file; use another path or --overwrite to replace it")
+        raise CLIError(
+            f"--save {path}: an existing file; use another path or --overwrite to replace it"
+        )
     _probe_writable(path.parent, "--save", path)
 
 
@@ -388,8 +446,9 @@ def _save_model(fit, path: Path, loaded: _Loaded, metric: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         save(fit, path, extra={"user_ids": users, "item_ids": items})
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
-        raise CLIError(f"could not write {path}: {' '.join(str(e).split())}; the fit itself finished ({metric})") \
-            from e
+        raise CLIError(
+            f"could not write {path}: {' '.join(str(e).split())}; the fit itself finished ({metric})"
+        ) from e
 
 
 def _is_checkpoint(path: Path) -> bool:
@@ -428,8 +487,14 @@ def _binarize(data, threshold: float):
     if data is None:
         return None
     values = (np.asarray(data.values) >= threshold).astype(np.float64)
-    return RatingData(data.rows, data.cols, values, data.shape, row_features=data.row_features,
-                      col_features=data.col_features)
+    return RatingData(
+        data.rows,
+        data.cols,
+        values,
+        data.shape,
+        row_features=data.row_features,
+        col_features=data.col_features,
+    )
 
 
 def _write_outputs(fit, out: Path, test, loaded: _Loaded, metric: str) -> None:
@@ -441,7 +506,9 @@ def _write_outputs(fit, out: Path, test, loaded: _Loaded, metric: str) -> None:
     from . import diagnostics
 
     def failed(what, e):
-        return CLIError(f"could not write {what}: {' '.join(str(e).split())}; the fit itself finished ({metric})")
+        return CLIError(
+            f"could not write {what}: {' '.join(str(e).split())}; the fit itself finished ({metric})"
+        )
 
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -451,13 +518,24 @@ def _write_outputs(fit, out: Path, test, loaded: _Loaded, metric: str) -> None:
     try:
         if test is not None:
             # the dataset's own ids (rows and columns are indices among the sorted distinct ids)
-            users = np.asarray(loaded.user_ids)[test.rows] if loaded.user_ids is not None else test.rows
-            items = np.asarray(loaded.item_ids)[test.cols] if loaded.item_ids is not None else test.cols
+            users = (
+                np.asarray(loaded.user_ids)[test.rows] if loaded.user_ids is not None else test.rows
+            )
+            items = (
+                np.asarray(loaded.item_ids)[test.cols] if loaded.item_ids is not None else test.cols
+            )
             names, probs = _proba_columns(fit, test.rows, test.cols)
-            table = [users, items, test.values, fit.predict(test.rows, test.cols)] + ([probs] if names else [])
-            np.savetxt(pred, np.column_stack(table), delimiter=",",
-                       header=",".join(["user_id", "item_id", "rating", "prediction"] + names), comments="",
-                       fmt=["%d", "%d", "%.10g", "%.6f"] + ["%.6f"] * len(names))
+            table = [users, items, test.values, fit.predict(test.rows, test.cols)] + (
+                [probs] if names else []
+            )
+            np.savetxt(
+                pred,
+                np.column_stack(table),
+                delimiter=",",
+                header=",".join(["user_id", "item_id", "rating", "prediction"] + names),
+                comments="",
+                fmt=["%d", "%d", "%.10g", "%.6f"] + ["%.6f"] * len(names),
+            )
         elif pred.is_file():  # --overwrite: no stale predictions of an earlier fit
             pred.unlink()
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
@@ -489,7 +567,11 @@ def _print_level_metrics(fit, test) -> None:
         print(f"test_level_log_loss={-fit.log_predictive_density(test):.4f}")
 
 
-_FEATURE_SIDES = {"rows": ("row_features",), "cols": ("col_features",), "both": ("row_features", "col_features")}
+_FEATURE_SIDES = {
+    "rows": ("row_features",),
+    "cols": ("col_features",),
+    "both": ("row_features", "col_features"),
+}
 
 
 def _check_link_options(args, prior) -> None:
@@ -498,10 +580,14 @@ def _check_link_options(args, prior) -> None:
     if args.features is None and args.implicit is None:
         return
     if prior.name != "normal-wishart":
-        given = " and ".join(f"--{o}" for o in ("features", "implicit") if getattr(args, o) is not None)
-        raise CLIError(f"{given} need --prior normal-wishart (the feature link of its rows' prior mean, "
-                       f"see the documentation's Priors page, 'Side information, implicit "
-                       f"feedback and cold start'), got --prior {args.prior}")
+        given = " and ".join(
+            f"--{o}" for o in ("features", "implicit") if getattr(args, o) is not None
+        )
+        raise CLIError(
+            f"{given} need --prior normal-wishart (the feature link of its rows' prior mean, "
+            f"see the documentation's Priors page, 'Side information, implicit "
+            f"feedback and cold start'), got --prior {args.prior}"
+        )
 
 
 def _link_prior(args, prior, train):
@@ -515,18 +601,29 @@ def _link_prior(args, prior, train):
         if args.features == "auto":
             sides = tuple(n for n in names if getattr(train, n) is not None)
             if not sides:
-                raise CLIError("--features: the data has no feature tables (the MovieLens loaders read the side "
-                               "files beside the ratings: u.user/u.item, users.dat/movies.dat, movies.csv); "
-                               "for implicit feedback only, use --implicit")
+                raise CLIError(
+                    "--features: the data has no feature tables (the MovieLens loaders read the side "
+                    "files beside the ratings: u.user/u.item, users.dat/movies.dat, movies.csv); "
+                    "for implicit feedback only, use --implicit"
+                )
         else:
             sides = _FEATURE_SIDES[args.features]
             missing = [names[n] for n in sides if getattr(train, n) is None]
             if missing:
-                have = [a for a, n in (("rows", "row_features"), ("cols", "col_features"))
-                        if getattr(train, n) is not None]
-                raise CLIError(f"--features {args.features}: the data has no feature table for its "
-                               f"{' and '.join(missing)}" + (f"; it has one for its {', '.join(have)}: "
-                                                             f"--features {' '.join(have)}" if have else ""))
+                have = [
+                    a
+                    for a, n in (("rows", "row_features"), ("cols", "col_features"))
+                    if getattr(train, n) is not None
+                ]
+                raise CLIError(
+                    f"--features {args.features}: the data has no feature table for its "
+                    f"{' and '.join(missing)}"
+                    + (
+                        f"; it has one for its {', '.join(have)}: --features {' '.join(have)}"
+                        if have
+                        else ""
+                    )
+                )
         kw.update({n: True for n in sides})
     if args.implicit is not None:
         kw["implicit"] = True if args.implicit == "both" else args.implicit
@@ -540,7 +637,9 @@ def _cmd_fit(args) -> int:
 
     prior = _make_prior(args.prior, _parse_hyper(args.hyper))
     _check_link_options(args, prior)
-    likelihood = _make_likelihood(args.likelihood, _parse_hyper(args.likelihood_opt, option="--likelihood-opt"))
+    likelihood = _make_likelihood(
+        args.likelihood, _parse_hyper(args.likelihood_opt, option="--likelihood-opt")
+    )
     # every cheap argument is checked before the data is read
     if not 0.0 < args.test_fraction < 1.0:
         raise CLIError(f"--test-fraction must be in (0, 1), got {args.test_fraction:g}")
@@ -562,26 +661,47 @@ def _cmd_fit(args) -> int:
         _check_save(save_path, args.overwrite)
     loaded = _load(args.data, args.seed, args.test_fraction, side_info=args.features is not None)
     if args.binarize is not None:
-        loaded = loaded._replace(train=_binarize(loaded.train, args.binarize),
-                                 test=_binarize(loaded.test, args.binarize))
+        loaded = loaded._replace(
+            train=_binarize(loaded.train, args.binarize), test=_binarize(loaded.test, args.binarize)
+        )
     train, test, sim = loaded.train, loaded.test, loaded.sim
     prior = _link_prior(args, prior, train)
     if likelihood.binary:
         vals = np.asarray(train.values)
         if not np.all((vals == 0) | (vals == 1)):
-            raise CLIError("--likelihood probit needs binary ratings 0/1; add --binarize THRESHOLD (e.g. "
-                           "--binarize 4: ratings >= 4 become 1, the others 0)")
+            raise CLIError(
+                "--likelihood probit needs binary ratings 0/1; add --binarize THRESHOLD (e.g. "
+                "--binarize 4: ratings >= 4 become 1, the others 0)"
+            )
     print(f"data: {train!r} train" + (f", {test!r} test" if test is not None else ""))
-    model = "".join([f", likelihood: {likelihood.name}" if args.likelihood != "tempered" else "",
-                     ", biases" if args.biases else ""])
-    print(f"prior: {prior}, K={args.K}, method={args.method}{model}"
-          + (f", binarized at >= {args.binarize:g}" if args.binarize is not None else ""))
+    model = "".join(
+        [
+            f", likelihood: {likelihood.name}" if args.likelihood != "tempered" else "",
+            ", biases" if args.biases else "",
+        ]
+    )
+    print(
+        f"prior: {prior}, K={args.K}, method={args.method}{model}"
+        + (f", binarized at >= {args.binarize:g}" if args.binarize is not None else "")
+    )
     predict = None
     if sim is not None:
         m = sim.theta.shape[0]
         predict = np.divmod(np.arange(m * m), m)
-    fit = bmc.fit(train, K=args.K, prior=prior, method=args.method, seed=args.seed, test=test, predict=predict,
-                  progress_bar=not args.quiet, dtype=args.dtype, likelihood=likelihood, biases=args.biases, **given)
+    fit = bmc.fit(
+        train,
+        K=args.K,
+        prior=prior,
+        method=args.method,
+        seed=args.seed,
+        test=test,
+        predict=predict,
+        progress_bar=not args.quiet,
+        dtype=args.dtype,
+        likelihood=likelihood,
+        biases=args.biases,
+        **given,
+    )
     if sim is not None:
         metric = f"theta_rmse={fit.rmse_theta(sim.theta):.4f}"
     else:
@@ -641,8 +761,10 @@ def _index_of(ids, wanted, what: str, where=None):
         k = int(np.flatnonzero(~found)[0])
         shown = wanted[k].item() if hasattr(wanted[k], "item") else wanted[k]
         place = f" ({where(k)})" if where is not None else ""
-        raise CLIError(f"unknown {what} id {shown}{place}: the model knows {ids.size} {what}s "
-                       f"(ids {ids.min()}..{ids.max()})")
+        raise CLIError(
+            f"unknown {what} id {shown}{place}: the model knows {ids.size} {what}s "
+            f"(ids {ids.min()}..{ids.max()})"
+        )
     return order[pos]
 
 
@@ -656,7 +778,9 @@ def _read_pairs(spec: str):
         raise CLIError(f"--entries {spec}: no such file")
     users, items = [], []
     first = None
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8-sig", errors="replace").splitlines(), 1):
+    for lineno, raw in enumerate(
+        path.read_text(encoding="utf-8-sig", errors="replace").splitlines(), 1
+    ):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -669,8 +793,9 @@ def _read_pairs(spec: str):
             if first is None and not users:  # a header line
                 first = lineno + 1
                 continue
-            raise CLIError(f"--entries {spec}, line {lineno}: expected 'user_id item_id', got {line[:80]!r}") \
-                from None
+            raise CLIError(
+                f"--entries {spec}, line {lineno}: expected 'user_id item_id', got {line[:80]!r}"
+            ) from None
         users.append(u)
         items.append(i)
     if not users:
@@ -693,7 +818,9 @@ def _cmd_predict(args) -> int:
         if out.is_dir():
             raise CLIError(f"--out {out}: an existing folder; --out names a .csv file")
         if out.exists() and not args.overwrite:
-            raise CLIError(f"--out {out}: an existing file; use another path or --overwrite to replace it")
+            raise CLIError(
+                f"--out {out}: an existing file; use another path or --overwrite to replace it"
+            )
         _probe_writable(out.parent, "--out", out)
     model = _load_model(args.model)
     users, items = _read_pairs(args.entries)
@@ -727,8 +854,14 @@ def _cmd_recommend(args) -> int:
     users = np.asarray(args.user, np.int64)
     rows = _index_of(model.user_ids, users, "user")
     try:
-        items, scores = model.fit.recommend(rows, n=args.n, exclude_seen=not args.include_seen, by=args.by,
-                                            prob=prob, seed=args.seed)
+        items, scores = model.fit.recommend(
+            rows,
+            n=args.n,
+            exclude_seen=not args.include_seen,
+            by=args.by,
+            prob=prob,
+            seed=args.seed,
+        )
     except ValueError as e:
         if "factor draws" in str(e):
             raise CLIError(f"{' '.join(str(e).split())} (bmczoo fit --store-factors)") from None
@@ -748,7 +881,11 @@ def _method_settings(args) -> dict:
     a bad value is one ``CLIError`` naming the option as the command line spells it."""
     from .inference.settings import settings_for
 
-    given = {name: getattr(args, dest) for name, dest in _METHOD_OPTIONS.items() if getattr(args, dest) is not None}
+    given = {
+        name: getattr(args, dest)
+        for name, dest in _METHOD_OPTIONS.items()
+        if getattr(args, dest) is not None
+    }
     if "store_factors" in given:
         given["store_factors"] = {"auto": "auto", "yes": True, "no": False}[given["store_factors"]]
     try:
@@ -756,10 +893,18 @@ def _method_settings(args) -> dict:
     except (TypeError, ValueError) as e:
         # the names of bmc.fit's arguments (num_warmup=) as the options that set them (--num-warmup)
         names = sorted(_METHOD_OPTIONS, key=len, reverse=True)
-        text = re.sub(r"\s*\(whose arguments are [^)]*\)", "", str(e))  # bmc.fit's names, not options
+        text = re.sub(
+            r"\s*\(whose arguments are [^)]*\)", "", str(e)
+        )  # bmc.fit's names, not options
         pattern = r"\b(" + "|".join(names) + r")\b(=?)"
-        text = re.sub(pattern, lambda m: _option_flag(m.group(1)) + (" " if m.group(2) else ""), text)
-        text = re.sub(r"\bmethod=('\w+'(?: or '\w+')*)", lambda m: "--method " + m.group(1).replace("'", ""), text)
+        text = re.sub(
+            pattern, lambda m: _option_flag(m.group(1)) + (" " if m.group(2) else ""), text
+        )
+        text = re.sub(
+            r"\bmethod=('\w+'(?: or '\w+')*)",
+            lambda m: "--method " + m.group(1).replace("'", ""),
+            text,
+        )
         raise CLIError(" ".join(text.split())) from None
     return given
 
@@ -771,10 +916,21 @@ def _option_flag(name: str) -> str:
 
 # bmc.fit's name of each method-specific option -> argparse dest
 _METHOD_OPTIONS = {
-    "num_warmup": "num_warmup", "num_samples": "num_samples", "thinning": "thinning", "num_chains": "chains",
-    "max_iter": "max_iter", "tol": "tol", "num_steps": "num_steps", "overrelax": "overrelax", "checkpoint": "checkpoint",
-    "checkpoint_every": "checkpoint_every", "store_factors": "store_factors", "column_moves": "column_moves",
-    "column_moves_every": "column_moves_every", "anneal_steps": "anneal_steps", "anneal_every": "anneal_every",
+    "num_warmup": "num_warmup",
+    "num_samples": "num_samples",
+    "thinning": "thinning",
+    "num_chains": "chains",
+    "max_iter": "max_iter",
+    "tol": "tol",
+    "num_steps": "num_steps",
+    "overrelax": "overrelax",
+    "checkpoint": "checkpoint",
+    "checkpoint_every": "checkpoint_every",
+    "store_factors": "store_factors",
+    "column_moves": "column_moves",
+    "column_moves_every": "column_moves_every",
+    "anneal_steps": "anneal_steps",
+    "anneal_every": "anneal_every",
 }
 
 
@@ -788,8 +944,13 @@ def _cmd_reproduce(args) -> int:
         if out.exists() and not out.is_dir():
             raise CLIError(f"--out {out}: an existing file; --out names the cache folder")
         _probe_writable(out, "--out", out)
-    print(f"reproducing {args.experiment}" + (" (quick)" if args.quick else "") + "; each finished fit is cached, "
-          "a rerun resumes", flush=True)
+    print(
+        f"reproducing {args.experiment}"
+        + (" (quick)" if args.quick else "")
+        + "; each finished fit is cached, "
+        "a rerun resumes",
+        flush=True,
+    )
     settings = None
     if not args.column_moves:
         from .experiments.tasks import FULL, QUICK
@@ -797,8 +958,16 @@ def _cmd_reproduce(args) -> int:
         settings = dataclasses.replace(QUICK if args.quick else FULL, column_moves=False)
     priors = [p.strip() for p in args.priors.split(",")] if args.priors else None
     # a bad --priors is the runner's ValueError (it names the rows there are): one line
-    rows = run_experiment(args.experiment, quick=args.quick, out=out, progress=not args.quiet,
-                          data_dir=args.data_dir, jobs=args.jobs, settings=settings, priors=priors)
+    rows = run_experiment(
+        args.experiment,
+        quick=args.quick,
+        out=out,
+        progress=not args.quiet,
+        data_dir=args.data_dir,
+        jobs=args.jobs,
+        settings=settings,
+        priors=priors,
+    )
     print()
     print(format_table(rows))
     return 0
@@ -818,10 +987,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_debug_option(parser) -> None:
     """``--debug`` and ``--no-compilation-cache``, which every subcommand takes."""
-    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also BMCZOO_DEBUG=1)")
-    parser.add_argument("--no-compilation-cache", dest="compilation_cache", action="store_false",
-                        help="do not use JAX's persistent compilation cache (default: on, in ~/.cache/bmczoo/jax "
-                        "or $BMCZOO_CACHE/jax, unless JAX_COMPILATION_CACHE_DIR names another folder)")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the Python traceback of an error (also BMCZOO_DEBUG=1)",
+    )
+    parser.add_argument(
+        "--no-compilation-cache",
+        dest="compilation_cache",
+        action="store_false",
+        help="do not use JAX's persistent compilation cache (default: on, in ~/.cache/bmczoo/jax "
+        "or $BMCZOO_CACHE/jax, unless JAX_COMPILATION_CACHE_DIR names another folder)",
+    )
 
 
 def _enable_compilation_cache(args) -> None:
@@ -852,98 +1029,215 @@ def _add_fit(sub) -> None:
         "path is checked before the fit starts; an error is one line on stderr and exit code 2.",
         formatter_class=_HelpFormatter,
     )
-    f.add_argument("--data", default="sim:100",
-                   help="ml-100k | ml-1m | ... (downloaded once into the cache) | PATH to a ratings file of any "
-                   "name whose lines are user item rating [timestamp] separated by TAB, ',' or '::' (u.data, "
-                   "u1.base, ratings.dat, ratings.csv, ...; an optional header line), a folder holding u.data / "
-                   "ratings.dat / ratings.csv, or an official MovieLens .zip | sim:M (the paper's simulation "
-                   "with an M x M matrix) (default: sim:100)")
+    f.add_argument(
+        "--data",
+        default="sim:100",
+        help="ml-100k | ml-1m | ... (downloaded once into the cache) | PATH to a ratings file of any "
+        "name whose lines are user item rating [timestamp] separated by TAB, ',' or '::' (u.data, "
+        "u1.base, ratings.dat, ratings.csv, ...; an optional header line), a folder holding u.data / "
+        "ratings.dat / ratings.csv, or an official MovieLens .zip | sim:M (the paper's simulation "
+        "with an M x M matrix) (default: sim:100)",
+    )
     f.add_argument("--prior", default=_DEFAULT_PRIOR, choices=sorted(_priors()), help=_prior_help())
-    f.add_argument("--hyper", action="append", default=[], metavar="NAME=VALUE",
-                   help="a hyper-parameter of the prior, repeatable; the others keep the prior's defaults "
-                   "(listed under --prior: the paper's values)")
-    f.add_argument("--features", nargs="?", const="auto", default=None, choices=["rows", "cols", "both", "auto"],
-                   help="normal-wishart prior: link the rows' (users') and/or columns' (items') prior means to "
-                   "the data's side tables (Macau); auto (also the flag alone): every side the data has a table "
-                   "for. MovieLens data "
-                   "gets them from the side files beside the ratings (ML-100K u.user/u.item, ML-1M "
-                   "users.dat/movies.dat, movies.csv/movies.dat of the other releases); default: no features")
-    f.add_argument("--implicit", default=None, choices=["rows", "cols", "both"],
-                   help="normal-wishart prior: implicit-feedback features of the same link (SVD++): for a row "
-                   "the items it rated in the training data, for a column the users who rated it, "
-                   "normalised by |R|^-1/2; default: none")
-    f.add_argument("--likelihood", default="tempered", choices=sorted(_likelihoods()),
-                   help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd via "
-                   "--likelihood-opt), learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper), probit "
-                   "(binary 0/1 ratings, e.g. with --binarize 4; P(1) = Phi(theta - threshold), threshold read "
-                   "from the data unless given) or ordered-probit (ordinal levels read from the data, e.g. 1-5 "
-                   "stars, with learned cut points of prior scale cut_scale=2); probit prints test log-loss, AUC "
-                   "and accuracy, ordered-probit the test log-loss of the levels, before test_rmse (of P(1), or "
-                   "of the expected level)")
-    f.add_argument("--likelihood-opt", action="append", default=[], metavar="NAME=VALUE",
-                   help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, a=2 for learned, threshold=0 "
-                   "for probit, cut_scale=1 for ordered-probit); default: the likelihood's own defaults")
-    f.add_argument("--binarize", type=float, default=None, metavar="THRESHOLD",
-                   help="replace every rating by 1 if >= THRESHOLD, else 0 (train and test), for --likelihood "
-                   "probit (default: none, ratings as given)")
-    f.add_argument("--biases", action="store_true",
-                   help="add row and column biases b_i + c_j with inverse-gamma variances")
-    f.add_argument("--method", default="gibbs", choices=["gibbs", "vb", "svi", "map", "nuts"],
-                   help="gibbs (default), vb (closed-form variational Bayes), svi (NumPyro AutoNormal), "
-                   "map (AutoDelta), nuts (NumPyro NUTS: small problems only)")
+    f.add_argument(
+        "--hyper",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a hyper-parameter of the prior, repeatable; the others keep the prior's defaults "
+        "(listed under --prior: the paper's values)",
+    )
+    f.add_argument(
+        "--features",
+        nargs="?",
+        const="auto",
+        default=None,
+        choices=["rows", "cols", "both", "auto"],
+        help="normal-wishart prior: link the rows' (users') and/or columns' (items') prior means to "
+        "the data's side tables (Macau); auto (also the flag alone): every side the data has a table "
+        "for. MovieLens data "
+        "gets them from the side files beside the ratings (ML-100K u.user/u.item, ML-1M "
+        "users.dat/movies.dat, movies.csv/movies.dat of the other releases); default: no features",
+    )
+    f.add_argument(
+        "--implicit",
+        default=None,
+        choices=["rows", "cols", "both"],
+        help="normal-wishart prior: implicit-feedback features of the same link (SVD++): for a row "
+        "the items it rated in the training data, for a column the users who rated it, "
+        "normalised by |R|^-1/2; default: none",
+    )
+    f.add_argument(
+        "--likelihood",
+        default="tempered",
+        choices=sorted(_likelihoods()),
+        help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd via "
+        "--likelihood-opt), learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper), probit "
+        "(binary 0/1 ratings, e.g. with --binarize 4; P(1) = Phi(theta - threshold), threshold read "
+        "from the data unless given) or ordered-probit (ordinal levels read from the data, e.g. 1-5 "
+        "stars, with learned cut points of prior scale cut_scale=2); probit prints test log-loss, AUC "
+        "and accuracy, ordered-probit the test log-loss of the levels, before test_rmse (of P(1), or "
+        "of the expected level)",
+    )
+    f.add_argument(
+        "--likelihood-opt",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, a=2 for learned, threshold=0 "
+        "for probit, cut_scale=1 for ordered-probit); default: the likelihood's own defaults",
+    )
+    f.add_argument(
+        "--binarize",
+        type=float,
+        default=None,
+        metavar="THRESHOLD",
+        help="replace every rating by 1 if >= THRESHOLD, else 0 (train and test), for --likelihood "
+        "probit (default: none, ratings as given)",
+    )
+    f.add_argument(
+        "--biases",
+        action="store_true",
+        help="add row and column biases b_i + c_j with inverse-gamma variances",
+    )
+    f.add_argument(
+        "--method",
+        default="gibbs",
+        choices=["gibbs", "vb", "svi", "map", "nuts"],
+        help="gibbs (default), vb (closed-form variational Bayes), svi (NumPyro AutoNormal), "
+        "map (AutoDelta), nuts (NumPyro NUTS: small problems only)",
+    )
     f.add_argument("-K", type=int, default=5, help="latent dimension (default 5)")
     # method-specific options default to the method's own settings (bmc.inference.settings)
-    f.add_argument("--num-warmup", type=int, default=None, help="gibbs/nuts: warm-up sweeps (default 100)")
-    f.add_argument("--num-samples", type=int, default=None, help="gibbs/nuts: sweeps after warm-up (default 900)")
-    f.add_argument("--thinning", type=int, default=None, help="gibbs/nuts: keep every N-th draw (default 10)")
-    f.add_argument("--chains", type=int, default=None,
-                   help="gibbs/nuts: chains advanced side by side (default 4); vb: random starts, the best "
-                   "ELBO kept (default 1)")
-    f.add_argument("--max-iter", type=int, default=None, help="vb: maximum iterations (default 200)")
-    f.add_argument("--tol", type=float, default=None,
-                   help="vb: stop when the relative change of the ELBO is below TOL (default 1e-4; 0: run "
-                   "--max-iter iterations)")
-    f.add_argument("--num-steps", type=int, default=None, help="svi/map: optimisation steps (default 2000)")
+    f.add_argument(
+        "--num-warmup", type=int, default=None, help="gibbs/nuts: warm-up sweeps (default 100)"
+    )
+    f.add_argument(
+        "--num-samples",
+        type=int,
+        default=None,
+        help="gibbs/nuts: sweeps after warm-up (default 900)",
+    )
+    f.add_argument(
+        "--thinning", type=int, default=None, help="gibbs/nuts: keep every N-th draw (default 10)"
+    )
+    f.add_argument(
+        "--chains",
+        type=int,
+        default=None,
+        help="gibbs/nuts: chains advanced side by side (default 4); vb: random starts, the best "
+        "ELBO kept (default 1)",
+    )
+    f.add_argument(
+        "--max-iter", type=int, default=None, help="vb: maximum iterations (default 200)"
+    )
+    f.add_argument(
+        "--tol",
+        type=float,
+        default=None,
+        help="vb: stop when the relative change of the ELBO is below TOL (default 1e-4; 0: run "
+        "--max-iter iterations)",
+    )
+    f.add_argument(
+        "--num-steps", type=int, default=None, help="svi/map: optimisation steps (default 2000)"
+    )
     f.add_argument("--seed", type=int, default=0, help="seed of the simulation and of the fit")
-    f.add_argument("--overrelax", type=float, default=None, metavar="RHO",
-                   help="gibbs: over-relaxed row updates, RHO in (-1, 1) (default 0: plain Gibbs; -0.7 mixes "
-                   "faster)")
-    f.add_argument("--column-moves", action=argparse.BooleanOptionalAction, default=None,
-                   help="gibbs: end each sweep with the moves that change gamma_h together with its column (the "
-                   "discrete prior's aimed spike/slab flip, the continuous priors' scale walk); "
-                   "--no-column-moves: the paper's plain sweep (default: the moves wherever the prior has one)")
-    f.add_argument("--column-moves-every", type=int, default=None, metavar="S",
-                   help="gibbs: run the column moves every S sweeps (default 1: every sweep)")
-    f.add_argument("--anneal-steps", type=int, default=None, metavar="T",
-                   help="gibbs, discrete prior: every --anneal-every sweeps, switch one column between spike and "
-                   "slab along a path of T steps (Metropolis-Hastings on the work; default 0: none)")
-    f.add_argument("--anneal-every", type=int, default=None, metavar="S",
-                   help="gibbs: sweeps between two annealed switches (default 50)")
-    f.add_argument("--checkpoint", default=None, metavar="FILE.npz",
-                   help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
-                        "rerun the same command to resume (an existing file that is not a bmczoo checkpoint is an "
-                        "error unless --overwrite) (default: none)")
-    f.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
-                   help="gibbs/vb: iterations between checkpoints (default 100)")
-    f.add_argument("--out", default=None, metavar="DIR",
-                   help="folder for posterior.nc (ArviZ), predictions.csv (ratings data: the test ratings as "
-                   "user_id,item_id,rating,prediction with the dataset's own ids; probit adds p1, ordered-probit p_LEVEL "
-                   "per level) and report/ (diagnostics "
-                   "figures and summary tables); checked before the fit (default: none, nothing written)")
-    f.add_argument("--save", default=None, metavar="FILE.npz",
-                   help="save the fitted model there (fit.save: .npz + JSON, no pickle, with the dataset's ids) for "
-                   "bmczoo predict / recommend; checked before the fit (default: none)")
-    f.add_argument("--store-factors", choices=["auto", "yes", "no"], default=None,
-                   help="gibbs/nuts: keep the factor draws M, N (needed by recommend, fold-in and predictions at "
-                   "new entries from a saved model; default auto: when they take < 256 MiB)")
-    f.add_argument("--overwrite", action="store_true",
-                   help="replace the outputs of an earlier fit in --out, an existing --save file, and a "
-                   "--checkpoint file that is not a bmczoo checkpoint (a checkpoint is always resumed)")
-    f.add_argument("--test-fraction", type=float, default=0.2, metavar="F",
-                   help="ratings data: fraction of the ratings held out as the test set, in (0, 1)")
-    f.add_argument("--dtype", choices=["float32", "float64"], default=None,
-                   help="floating-point precision of the fit (default: float32, or float64 when JAX_ENABLE_X64 "
-                   "is set); float64 is slower but avoids the failed Cholesky factorisations float32 can hit")
+    f.add_argument(
+        "--overrelax",
+        type=float,
+        default=None,
+        metavar="RHO",
+        help="gibbs: over-relaxed row updates, RHO in (-1, 1) (default 0: plain Gibbs; -0.7 mixes "
+        "faster)",
+    )
+    f.add_argument(
+        "--column-moves",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="gibbs: end each sweep with the moves that change gamma_h together with its column (the "
+        "discrete prior's aimed spike/slab flip, the continuous priors' scale walk); "
+        "--no-column-moves: the paper's plain sweep (default: the moves wherever the prior has one)",
+    )
+    f.add_argument(
+        "--column-moves-every",
+        type=int,
+        default=None,
+        metavar="S",
+        help="gibbs: run the column moves every S sweeps (default 1: every sweep)",
+    )
+    f.add_argument(
+        "--anneal-steps",
+        type=int,
+        default=None,
+        metavar="T",
+        help="gibbs, discrete prior: every --anneal-every sweeps, switch one column between spike and "
+        "slab along a path of T steps (Metropolis-Hastings on the work; default 0: none)",
+    )
+    f.add_argument(
+        "--anneal-every",
+        type=int,
+        default=None,
+        metavar="S",
+        help="gibbs: sweeps between two annealed switches (default 50)",
+    )
+    f.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="FILE.npz",
+        help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
+        "rerun the same command to resume (an existing file that is not a bmczoo checkpoint is an "
+        "error unless --overwrite) (default: none)",
+    )
+    f.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="N",
+        help="gibbs/vb: iterations between checkpoints (default 100)",
+    )
+    f.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="folder for posterior.nc (ArviZ), predictions.csv (ratings data: the test ratings as "
+        "user_id,item_id,rating,prediction with the dataset's own ids; probit adds p1, ordered-probit p_LEVEL "
+        "per level) and report/ (diagnostics "
+        "figures and summary tables); checked before the fit (default: none, nothing written)",
+    )
+    f.add_argument(
+        "--save",
+        default=None,
+        metavar="FILE.npz",
+        help="save the fitted model there (fit.save: .npz + JSON, no pickle, with the dataset's ids) for "
+        "bmczoo predict / recommend; checked before the fit (default: none)",
+    )
+    f.add_argument(
+        "--store-factors",
+        choices=["auto", "yes", "no"],
+        default=None,
+        help="gibbs/nuts: keep the factor draws M, N (needed by recommend, fold-in and predictions at "
+        "new entries from a saved model; default auto: when they take < 256 MiB)",
+    )
+    f.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the outputs of an earlier fit in --out, an existing --save file, and a "
+        "--checkpoint file that is not a bmczoo checkpoint (a checkpoint is always resumed)",
+    )
+    f.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.2,
+        metavar="F",
+        help="ratings data: fraction of the ratings held out as the test set, in (0, 1)",
+    )
+    f.add_argument(
+        "--dtype",
+        choices=["float32", "float64"],
+        default=None,
+        help="floating-point precision of the fit (default: float32, or float64 when JAX_ENABLE_X64 "
+        "is set); float64 is slower but avoids the failed Cholesky factorisations float32 can hit",
+    )
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_debug_option(f)
     f.set_defaults(func=_cmd_fit)
@@ -961,12 +1255,22 @@ def _add_predict(sub) -> None:
         "stderr and exit code 2.",
         formatter_class=_HelpFormatter,
     )
-    pr.add_argument("--model", required=True, metavar="FILE.npz", help="a model saved by bmczoo fit --save")
-    pr.add_argument("--entries", required=True, metavar="PAIRS.csv",
-                    help="lines 'user_id item_id' (TAB, ',' or spaces between; an optional header line; further "
-                    "fields ignored)")
-    pr.add_argument("--prob", type=float, default=0.9, help="probability of the central predictive interval")
-    pr.add_argument("--out", default=None, metavar="FILE.csv", help="write the CSV there (default: stdout)")
+    pr.add_argument(
+        "--model", required=True, metavar="FILE.npz", help="a model saved by bmczoo fit --save"
+    )
+    pr.add_argument(
+        "--entries",
+        required=True,
+        metavar="PAIRS.csv",
+        help="lines 'user_id item_id' (TAB, ',' or spaces between; an optional header line; further "
+        "fields ignored)",
+    )
+    pr.add_argument(
+        "--prob", type=float, default=0.9, help="probability of the central predictive interval"
+    )
+    pr.add_argument(
+        "--out", default=None, metavar="FILE.csv", help="write the CSV there (default: stdout)"
+    )
     pr.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     _add_debug_option(pr)
     pr.set_defaults(func=_cmd_predict)
@@ -983,14 +1287,28 @@ def _add_recommend(sub) -> None:
         "draws for Gibbs/NUTS models (fit with --store-factors yes on large data).",
         formatter_class=_HelpFormatter,
     )
-    rc.add_argument("--model", required=True, metavar="FILE.npz", help="a model saved by bmczoo fit --save")
-    rc.add_argument("--user", required=True, type=int, action="append", metavar="ID",
-                    help="a user id of the dataset, repeatable")
+    rc.add_argument(
+        "--model", required=True, metavar="FILE.npz", help="a model saved by bmczoo fit --save"
+    )
+    rc.add_argument(
+        "--user",
+        required=True,
+        type=int,
+        action="append",
+        metavar="ID",
+        help="a user id of the dataset, repeatable",
+    )
     rc.add_argument("-n", type=int, default=10, help="number of items per user")
-    rc.add_argument("--by", choices=["mean", "upper", "thompson"], default="mean", help="ranking score")
-    rc.add_argument("--prob", type=float, default=0.9, help="--by upper: probability of the central interval")
+    rc.add_argument(
+        "--by", choices=["mean", "upper", "thompson"], default="mean", help="ranking score"
+    )
+    rc.add_argument(
+        "--prob", type=float, default=0.9, help="--by upper: probability of the central interval"
+    )
     rc.add_argument("--seed", type=int, default=0, help="--by thompson: seed of the posterior draw")
-    rc.add_argument("--include-seen", action="store_true", help="also rank the items the user rated in training")
+    rc.add_argument(
+        "--include-seen", action="store_true", help="also rank the items the user rated in training"
+    )
     _add_debug_option(rc)
     rc.set_defaults(func=_cmd_recommend)
 
@@ -1009,21 +1327,39 @@ def _add_reproduce(sub) -> None:
         formatter_class=_HelpFormatter,
     )
     r.add_argument("experiment", choices=["simulation-m", "simulation-K", "movielens"])
-    r.add_argument("--quick", action="store_true", help="small version: one dataset, short chains (minutes)")
+    r.add_argument(
+        "--quick", action="store_true", help="small version: one dataset, short chains (minutes)"
+    )
     r.add_argument("--out", default=None, help="cache folder (default ~/.cache/bmczoo/experiments)")
-    r.add_argument("--data-dir", default=None,
-                   help="movielens: folder with the extracted archives (ml-100k/u.data, ml-1m/ratings.dat, ...) "
-                   "(default: none, the archives are downloaded once into the cache)")
-    r.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="run N fits at a time in separate processes (default 1; same results for any N)")
+    r.add_argument(
+        "--data-dir",
+        default=None,
+        help="movielens: folder with the extracted archives (ml-100k/u.data, ml-1m/ratings.dat, ...) "
+        "(default: none, the archives are downloaded once into the cache)",
+    )
+    r.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N fits at a time in separate processes (default 1; same results for any N)",
+    )
     r.add_argument("--quiet", action="store_true", help="print only the final table")
-    r.add_argument("--priors", default=None, metavar="NAMES",
-                   help="simulation-m / simulation-K: only these priors' rows, comma-separated, e.g. discrete "
-                   "(default: all rows)")
-    r.add_argument("--column-moves", action=argparse.BooleanOptionalAction, default=True,
-                   help="the Gibbs fits of the discrete, inverse-gamma and gamma priors end each sweep with the "
-                   "column moves (bmc.fit's default); --no-column-moves: the paper's plain sweep for every prior, "
-                   "cached apart from the runs with the moves")
+    r.add_argument(
+        "--priors",
+        default=None,
+        metavar="NAMES",
+        help="simulation-m / simulation-K: only these priors' rows, comma-separated, e.g. discrete "
+        "(default: all rows)",
+    )
+    r.add_argument(
+        "--column-moves",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the Gibbs fits of the discrete, inverse-gamma and gamma priors end each sweep with the "
+        "column moves (bmc.fit's default); --no-column-moves: the paper's plain sweep for every prior, "
+        "cached apart from the runs with the moves",
+    )
     _add_debug_option(r)
     r.set_defaults(func=_cmd_reproduce)
 
@@ -1033,16 +1369,21 @@ def _error_line(e: BaseException) -> str:
     of an unexpected one with its type."""
     if _is_network_error(e):
         reason = " ".join(str(getattr(e, "reason", None) or e).split())
-        return (f"a download failed ({reason}); without network access give local files "
-                "(fit: --data PATH; reproduce movielens: --data-dir FOLDER)")
+        return (
+            f"a download failed ({reason}); without network access give local files "
+            "(fit: --data PATH; reproduce movielens: --data-dir FOLDER)"
+        )
     text = str(e)
     if isinstance(e, FloatingPointError):  # the library's hint, in command-line terms
         text = text.replace("dtype=jnp.float64", "--dtype float64")
     if isinstance(e, (CLIError, ValueError, OSError, FloatingPointError)):
         return " ".join(text.split()) or type(e).__name__
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return f"{type(e).__name__}: {first} (rerun with --debug for the traceback)" if first else \
-        f"{type(e).__name__} (rerun with --debug for the traceback)"
+    return (
+        f"{type(e).__name__}: {first} (rerun with --debug for the traceback)"
+        if first
+        else f"{type(e).__name__} (rerun with --debug for the traceback)"
+    )
 
 
 # --------------------------------------------------------------------------- Ctrl-C
@@ -1084,7 +1425,9 @@ class _Interrupts:
         os.set_blocking(writer, False)  # set_wakeup_fd needs a non-blocking descriptor
         signal.signal(signal.SIGINT, _sigint_noted)
         signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
-        threading.Thread(target=self._watch, args=(reader,), name="bmczoo-ctrl-c", daemon=True).start()
+        threading.Thread(
+            target=self._watch, args=(reader,), name="bmczoo-ctrl-c", daemon=True
+        ).start()
         self.installed = True
         return True
 
@@ -1117,12 +1460,20 @@ class _Interrupts:
         if a.checkpoint:
             path = Path(a.checkpoint).expanduser()
             if path.exists():
-                lead = "interrupted again before the checkpoint was updated" if again else "interrupted"
-                return f"{lead}; {path} keeps the work saved so far: rerun the same command to resume"
+                lead = (
+                    "interrupted again before the checkpoint was updated"
+                    if again
+                    else "interrupted"
+                )
+                return (
+                    f"{lead}; {path} keeps the work saved so far: rerun the same command to resume"
+                )
             return f"interrupted before any work was saved in {path}; rerun the same command to start again"
         if a.method in ("gibbs", "vb"):
-            return ("interrupted; nothing was saved (run with --checkpoint FILE.npz to make a fit resumable: "
-                    "Ctrl-C then saves the work done, and the same command resumes it)")
+            return (
+                "interrupted; nothing was saved (run with --checkpoint FILE.npz to make a fit resumable: "
+                "Ctrl-C then saves the work done, and the same command resumes it)"
+            )
         return "interrupted; nothing was saved"
 
     def exit(self, line: str) -> None:
@@ -1152,7 +1503,9 @@ def _bar_showing() -> bool:
     """Whether a tqdm progress bar is displayed now (its line has no newline yet)."""
     std = sys.modules.get("tqdm.std")
     try:
-        return any(not getattr(bar, "disable", True) for bar in list(getattr(std.tqdm, "_instances", ())))
+        return any(
+            not getattr(bar, "disable", True) for bar in list(getattr(std.tqdm, "_instances", ()))
+        )
     except Exception:  # noqa: BLE001 - tqdm not imported, or its set changed meanwhile
         return False
 

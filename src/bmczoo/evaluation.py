@@ -21,8 +21,18 @@ import numpy as np
 from ._checks import check_ratings
 from .inference.levels import classification_metrics
 
-__all__ = ["precision_at_k", "recall_at_k", "ndcg_at_k", "relevant_items", "log_loss", "auc", "accuracy",
-           "classification_metrics", "level_log_loss", "gaussian_level_proba"]
+__all__ = [
+    "precision_at_k",
+    "recall_at_k",
+    "ndcg_at_k",
+    "relevant_items",
+    "log_loss",
+    "auc",
+    "accuracy",
+    "classification_metrics",
+    "level_log_loss",
+    "gaussian_level_proba",
+]
 
 
 def relevant_items(test, users, threshold: float = 4.0) -> list[set]:
@@ -216,8 +226,12 @@ def level_log_loss(probs, level_index) -> float:
     probs = np.asarray(probs, np.float64)
     idx = np.asarray(level_index)
     if probs.ndim != 2 or idx.shape != probs.shape[:1]:
-        raise ValueError(f"probs must be (P, L) and level_index (P,), got {probs.shape} and {idx.shape}")
-    if idx.size and (not np.issubdtype(idx.dtype, np.integer) or idx.min() < 0 or idx.max() >= probs.shape[1]):
+        raise ValueError(
+            f"probs must be (P, L) and level_index (P,), got {probs.shape} and {idx.shape}"
+        )
+    if idx.size and (
+        not np.issubdtype(idx.dtype, np.integer) or idx.min() < 0 or idx.max() >= probs.shape[1]
+    ):
         raise ValueError(f"level_index must hold integers in [0, {probs.shape[1] - 1}]")
     return float(-np.mean(level_lpd(probs, idx)))
 

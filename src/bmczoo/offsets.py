@@ -140,7 +140,9 @@ class Biases:
         import jax
         import jax.numpy as jnp
 
-        g = jax.random.gamma(key, jnp.asarray(self.a + 0.5 * m, sumsq.dtype), jnp.shape(sumsq), dtype=sumsq.dtype)
+        g = jax.random.gamma(
+            key, jnp.asarray(self.a + 0.5 * m, sumsq.dtype), jnp.shape(sumsq), dtype=sumsq.dtype
+        )
         # kept in the positive normal floats: a gamma variate at its extreme must not make
         # the variance 0 or infinite (an infinite or zero bias precision)
         fi = jnp.finfo(sumsq.dtype)
@@ -163,8 +165,16 @@ class Biases:
         s0 = self.init_variance()
         z1, z2 = jnp.zeros((C, m1), dtype), jnp.zeros((C, m2), dtype)
         sh, rt = jnp.full((C,), self.a, dtype), jnp.full((C,), self.a * s0, dtype)
-        return {"b_mean": z1, "b_var": z1, "c_mean": z2, "c_var": z2,
-                "sb_shape": sh, "sb_rate": rt, "sc_shape": sh, "sc_rate": rt}
+        return {
+            "b_mean": z1,
+            "b_var": z1,
+            "c_mean": z2,
+            "c_var": z2,
+            "sb_shape": sh,
+            "sb_rate": rt,
+            "sc_shape": sh,
+            "sc_rate": rt,
+        }
 
     @staticmethod
     def vb_bias_update(resid_sum, counts, tau, shape, rate):
@@ -181,7 +191,9 @@ class Biases:
         returns ``(shape, rate)``."""
         import jax.numpy as jnp
 
-        return jnp.broadcast_to(jnp.asarray(self.a + 0.5 * m, sumsq.dtype), sumsq.shape), self.b + 0.5 * sumsq
+        return jnp.broadcast_to(
+            jnp.asarray(self.a + 0.5 * m, sumsq.dtype), sumsq.shape
+        ), self.b + 0.5 * sumsq
 
     def vb_elbo_term(self, q: dict, m1: int, m2: int, sums: dict):
         """``E[log p(b, c | s^2)] + E[log p(s^2)] - E[log q(s^2)] + H[q(b)] + H[q(c)]`` (C,)
@@ -200,8 +212,18 @@ class Biases:
         for side, m in (("b", m1), ("c", m2)):
             al, be = q[f"s{side}_shape"], q[f"s{side}_rate"]
             Einv, Elog = al / be, jnp.log(be) - digamma(al)
-            gauss = 0.5 * m - 0.5 * m * Elog - 0.5 * Einv * sums[f"{side}_sq"] + 0.5 * sums[f"{side}_logvar"]
-            log_p = self.a * math.log(self.b) - math.lgamma(self.a) - (self.a + 1.0) * Elog - self.b * Einv
+            gauss = (
+                0.5 * m
+                - 0.5 * m * Elog
+                - 0.5 * Einv * sums[f"{side}_sq"]
+                + 0.5 * sums[f"{side}_logvar"]
+            )
+            log_p = (
+                self.a * math.log(self.b)
+                - math.lgamma(self.a)
+                - (self.a + 1.0) * Elog
+                - self.b * Einv
+            )
             log_q = al * jnp.log(be) - gammaln(al) - (al + 1.0) * Elog - be * Einv
             total = total + gauss + log_p - log_q
         return total

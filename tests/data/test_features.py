@@ -9,7 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from bmczoo.data import Features, RatingData, features_from_table, hstack_features, implicit_features
+from bmczoo.data import (
+    Features,
+    RatingData,
+    features_from_table,
+    hstack_features,
+    implicit_features,
+)
 
 
 def _random_features(seed=0, m=30, f=12, density=0.3):
@@ -80,18 +86,21 @@ class TestFeatures:
         with pytest.raises(ValueError, match="same number of rows"):
             hstack_features(x1, x2.take([0, 1]))
 
-    @pytest.mark.parametrize("args, match", [
-        (([0, 1], [0], [1.0], ["a", "a"]), "duplicate feature name 'a'"),
-        (([0, 1], [2], [1.0], ["a", "b"]), r"feature indices must lie in 0\.\.1"),
-        (([0, 2], [1, 0], [1.0, 1.0], ["a", "b"]), "strictly increasing"),
-        (([0, 2], [1, 1], [1.0, 1.0], ["a", "b"]), "strictly increasing"),
-        (([0, 1], [0], [np.nan], ["a"]), "finite; row 0"),
-        (([0, 2], [0], [1.0], ["a"]), "end at len"),
-        (([1, 1], [0], [1.0], ["a"]), "start at 0"),
-        (([0, 1], [0], [1.0, 2.0], ["a"]), "same length"),
-        (([0, 1], [0], [1.0], [1]), "names must be strings"),
-        (([0, 1], [0], [1.0], ["a"], ["g", "h"]), "groups must be 1 strings"),
-    ])
+    @pytest.mark.parametrize(
+        "args, match",
+        [
+            (([0, 1], [0], [1.0], ["a", "a"]), "duplicate feature name 'a'"),
+            (([0, 1], [2], [1.0], ["a", "b"]), r"feature indices must lie in 0\.\.1"),
+            (([0, 2], [1, 0], [1.0, 1.0], ["a", "b"]), "strictly increasing"),
+            (([0, 2], [1, 1], [1.0, 1.0], ["a", "b"]), "strictly increasing"),
+            (([0, 1], [0], [np.nan], ["a"]), "finite; row 0"),
+            (([0, 2], [0], [1.0], ["a"]), "end at len"),
+            (([1, 1], [0], [1.0], ["a"]), "start at 0"),
+            (([0, 1], [0], [1.0, 2.0], ["a"]), "same length"),
+            (([0, 1], [0], [1.0], [1]), "names must be strings"),
+            (([0, 1], [0], [1.0], ["a"], ["g", "h"]), "groups must be 1 strings"),
+        ],
+    )
     def test_invalid(self, args, match):
         with pytest.raises(ValueError, match=match):
             Features(*args)
@@ -127,40 +136,92 @@ def _dense(x: Features) -> dict[str, list]:
 class TestFromTable:
     def test_each_encoding(self):
         x = features_from_table(
-            USERS, categorical=["gender", "occupation"], prefix={"zip": 1},
-            numeric_buckets={"age": 10}, multilabel={"genres": "|"}, numeric=["score"],
+            USERS,
+            categorical=["gender", "occupation"],
+            prefix={"zip": 1},
+            numeric_buckets={"age": 10},
+            multilabel={"genres": "|"},
+            numeric=["score"],
         )
         assert x.names == (
-            "gender=F", "gender=M",
-            "occupation=other", "occupation=student", "occupation=technician", "occupation=writer",
-            "zip=3", "zip=8", "zip=9", "zip=T",
-            "age=[10,20)", "age=[20,30)", "age=[50,60)",
-            "genres=Action", "genres=Comedy", "genres=Drama",
+            "gender=F",
+            "gender=M",
+            "occupation=other",
+            "occupation=student",
+            "occupation=technician",
+            "occupation=writer",
+            "zip=3",
+            "zip=8",
+            "zip=9",
+            "zip=T",
+            "age=[10,20)",
+            "age=[20,30)",
+            "age=[50,60)",
+            "genres=Action",
+            "genres=Comedy",
+            "genres=Drama",
             "score",
         )
-        assert x.group_sizes() == [("gender", 2), ("occupation", 4), ("zip", 4), ("age", 3), ("genres", 3),
-                                   ("score", 1)]
+        assert x.group_sizes() == [
+            ("gender", 2),
+            ("occupation", 4),
+            ("zip", 4),
+            ("age", 3),
+            ("genres", 3),
+            ("score", 1),
+        ]
         rows = _dense(x)
-        assert rows[0] == sorted([("gender=M", 1), ("occupation=technician", 1), ("zip=8", 1), ("age=[20,30)", 1),
-                                  ("genres=Comedy", 1), ("genres=Drama", 1), ("score", 1.5)])
+        assert rows[0] == sorted(
+            [
+                ("gender=M", 1),
+                ("occupation=technician", 1),
+                ("zip=8", 1),
+                ("age=[20,30)", 1),
+                ("genres=Comedy", 1),
+                ("genres=Drama", 1),
+                ("score", 1.5),
+            ]
+        )
         # missing values (None, "", NaN) give no feature of their group; 0 is not stored
-        assert rows[1] == sorted([("gender=F", 1), ("occupation=other", 1), ("zip=9", 1), ("age=[50,60)", 1)])
-        assert rows[3] == sorted([("gender=F", 1), ("occupation=technician", 1), ("zip=T", 1), ("score", 3.0)])
+        assert rows[1] == sorted(
+            [("gender=F", 1), ("occupation=other", 1), ("zip=9", 1), ("age=[50,60)", 1)]
+        )
+        assert rows[3] == sorted(
+            [("gender=F", 1), ("occupation=technician", 1), ("zip=T", 1), ("score", 3.0)]
+        )
         # a repeated label counts once
-        assert rows[4] == sorted([("occupation=student", 1), ("age=[10,20)", 1), ("genres=Action", 1),
-                                  ("genres=Comedy", 1), ("score", 4.0)])
+        assert rows[4] == sorted(
+            [
+                ("occupation=student", 1),
+                ("age=[10,20)", 1),
+                ("genres=Action", 1),
+                ("genres=Comedy", 1),
+                ("score", 4.0),
+            ]
+        )
 
     def test_bucket_edges_give_every_bucket(self):
-        x = features_from_table({"age": [1, 18, 24.9, 25, 56, 70, float("nan")]},
-                                numeric_buckets={"age": [18, 25, 35, 45, 50, 56]})
-        assert x.names == ("age=<18", "age=[18,25)", "age=[25,35)", "age=[35,45)", "age=[45,50)",
-                           "age=[50,56)", "age=>=56")
+        x = features_from_table(
+            {"age": [1, 18, 24.9, 25, 56, 70, float("nan")]},
+            numeric_buckets={"age": [18, 25, 35, 45, 50, 56]},
+        )
+        assert x.names == (
+            "age=<18",
+            "age=[18,25)",
+            "age=[25,35)",
+            "age=[35,45)",
+            "age=[45,50)",
+            "age=[50,56)",
+            "age=>=56",
+        )
         d = x.to_dense()
         np.testing.assert_array_equal(d.argmax(axis=1)[:6], [0, 1, 1, 2, 6, 6])
         np.testing.assert_array_equal(d.sum(axis=1), [1, 1, 1, 1, 1, 1, 0])
 
     def test_width_buckets_are_ordered_numerically(self):
-        x = features_from_table({"year": [1995, 2001, 1930, 1995.0, 1999]}, numeric_buckets={"year": 1})
+        x = features_from_table(
+            {"year": [1995, 2001, 1930, 1995.0, 1999]}, numeric_buckets={"year": 1}
+        )
         assert x.names == ("year=1930", "year=1995", "year=1999", "year=2001")
         y = features_from_table({"v": [-3, 7, 95, 100]}, numeric_buckets={"v": 5})
         assert y.names == ("v=[-5,0)", "v=[5,10)", "v=[95,100)", "v=[100,105)")
@@ -168,27 +229,35 @@ class TestFromTable:
     def test_multilabel_sequences_and_numpy_columns(self):
         genres = np.empty(3, dtype=object)
         genres[:] = [("b", "a"), (), ("c",)]
-        x = features_from_table({"genres": genres, "n": np.array([3, 1, 2])}, multilabel={"genres": None},
-                                categorical=["n"])
+        x = features_from_table(
+            {"genres": genres, "n": np.array([3, 1, 2])},
+            multilabel={"genres": None},
+            categorical=["n"],
+        )
         assert x.names == ("n=1", "n=2", "n=3", "genres=a", "genres=b", "genres=c")
-        np.testing.assert_array_equal(x.to_dense(), [[0, 0, 1, 1, 1, 0], [1, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 1]])
+        np.testing.assert_array_equal(
+            x.to_dense(), [[0, 0, 1, 1, 1, 0], [1, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 1]]
+        )
 
     def test_mixed_types_sorted_deterministically(self):
         x = features_from_table({"c": [3, "x", 1, "a"]}, categorical=["c"])
         assert x.names == ("c=1", "c=3", "c=a", "c=x")
 
-    @pytest.mark.parametrize("kwargs, match", [
-        (dict(categorical=["nope"]), "no column 'nope'"),
-        (dict(numeric_buckets={"gender": 5}), r"column 'gender', row 0: 'M' is not a number"),
-        (dict(numeric_buckets={"age": 0}), "width must be positive"),
-        (dict(numeric_buckets={"age": [25, 18]}), "strictly increasing"),
-        (dict(numeric_buckets={"age": "abc"}), "strictly increasing|width or a sequence"),
-        (dict(numeric=["age"]), r"column 'age', row 3: None is not a number"),
-        (dict(categorical=["gender"], prefix={"gender": 1}), "used more than once"),
-        (dict(prefix={"zip": 0}), "positive integer"),
-        (dict(multilabel={"genres": None}), "row 0 is a string; give a separator"),
-        (dict(multilabel={"age": "|"}), r"row 0: 24 is neither"),
-    ])
+    @pytest.mark.parametrize(
+        "kwargs, match",
+        [
+            (dict(categorical=["nope"]), "no column 'nope'"),
+            (dict(numeric_buckets={"gender": 5}), r"column 'gender', row 0: 'M' is not a number"),
+            (dict(numeric_buckets={"age": 0}), "width must be positive"),
+            (dict(numeric_buckets={"age": [25, 18]}), "strictly increasing"),
+            (dict(numeric_buckets={"age": "abc"}), "strictly increasing|width or a sequence"),
+            (dict(numeric=["age"]), r"column 'age', row 3: None is not a number"),
+            (dict(categorical=["gender"], prefix={"gender": 1}), "used more than once"),
+            (dict(prefix={"zip": 0}), "positive integer"),
+            (dict(multilabel={"genres": None}), "row 0 is a string; give a separator"),
+            (dict(multilabel={"age": "|"}), r"row 0: 24 is neither"),
+        ],
+    )
     def test_errors(self, kwargs, match):
         with pytest.raises(ValueError, match=match):
             features_from_table(USERS, **kwargs)
@@ -207,7 +276,10 @@ class TestFromTable:
         x = features_from_table(new, **spec).reindex(old)
         assert x.names == old.names and x.groups == old.groups
         # unseen categories (X, pilot, [90,100)) give no feature
-        assert _dense(x) == [[("age=[20,30)", 1.0), ("gender=F", 1.0)], [("occupation=writer", 1.0)]]
+        assert _dense(x) == [
+            [("age=[20,30)", 1.0), ("gender=F", 1.0)],
+            [("occupation=writer", 1.0)],
+        ]
         # by names; absent names are zero columns
         y = old.reindex(["zz", "gender=M", "age=[50,60)"])
         cols = [old.names.index("gender=M"), old.names.index("age=[50,60)")]
@@ -273,14 +345,23 @@ class TestRatingDataFeatures:
         data = _data()
         rf = Features.from_dense(np.arange(18.0).reshape(9, 2), names=["a", "b"])
         cf = implicit_features(data, "cols")
-        d = RatingData(data.rows, data.cols, data.values, data.shape, row_features=rf, col_features=cf)
-        parts = [*d.split(0.3, seed=0), d.subset([0, 1]), d.centered()[0], d.astype(np.float32),
-                 d.with_values(np.ones(d.n))]
+        d = RatingData(
+            data.rows, data.cols, data.values, data.shape, row_features=rf, col_features=cf
+        )
+        parts = [
+            *d.split(0.3, seed=0),
+            d.subset([0, 1]),
+            d.centered()[0],
+            d.astype(np.float32),
+            d.with_values(np.ones(d.n)),
+        ]
         for p in parts:
             assert p.row_features is rf and p.col_features is cf
         assert d == data  # equality is on the entries
         assert data.row_features is None and data.col_features is None
-        assert d.with_features(None).row_features is None and d.with_features(None).col_features is cf
+        assert (
+            d.with_features(None).row_features is None and d.with_features(None).col_features is cf
+        )
         assert d.with_features(col_features=None).row_features is rf
 
     def test_row_count_checked(self):

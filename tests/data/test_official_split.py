@@ -22,7 +22,9 @@ REAL = ML100K / "u.data"
 
 
 # --------------------------------------------------------------------------- reference
-def _script_folds(lines: list[str], block: int, maxtest: int = 100_000) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _script_folds(
+    lines: list[str], block: int, maxtest: int = 100_000
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The folds as mku.sh / allbut.pl write them, transcribed line by line: u1..u5 with
     ``head``/``tail`` blocks of ``block`` lines, ua/ub with allbut.pl's per-user running
     count; every file sorted numerically on user then movie.  Each file comes back as an
@@ -34,8 +36,8 @@ def _script_folds(lines: list[str], block: int, maxtest: int = 100_000) -> dict[
 
     out = {}
     for i in range(1, 6):
-        test = parsed[block * (i - 1): block * i]
-        base = np.concatenate([parsed[: block * (i - 1)], parsed[block * i:]])
+        test = parsed[block * (i - 1) : block * i]
+        base = np.concatenate([parsed[: block * (i - 1)], parsed[block * i :]])
         out[f"u{i}"] = (srt(base), srt(test))
     for name, start, stop in (("ua", 1, 10), ("ub", 11, 20)):
         count: dict[str, int] = {}
@@ -67,20 +69,28 @@ def _same(got: np.ndarray, want: np.ndarray) -> bool:
     return got.shape == want.shape and bool(np.array_equal(got, want))
 
 
-def _synthetic_udata(path: Path, seed: int, n_users: int, n_items: int, n: int, min_per_user: int) -> list[str]:
+def _synthetic_udata(
+    path: Path, seed: int, n_users: int, n_items: int, n: int, min_per_user: int
+) -> list[str]:
     """A u.data-like file: distinct (user, movie) pairs in random order, ids from 1, every
     user with at least ``min_per_user`` ratings; returns its lines."""
     rng = np.random.default_rng(seed)
     # the minimum per user first (distinct movies per user), then distinct other pairs
-    first = np.concatenate([u * n_items + rng.choice(n_items, size=min_per_user, replace=False)
-                            for u in range(n_users)])
+    first = np.concatenate(
+        [
+            u * n_items + rng.choice(n_items, size=min_per_user, replace=False)
+            for u in range(n_users)
+        ]
+    )
     rest = np.setdiff1d(np.arange(n_users * n_items), first)
     keys = np.concatenate([first, rng.choice(rest, size=n - first.size, replace=False)])
     keys = keys[rng.permutation(n)]
     users, items = np.divmod(keys, n_items)
     ratings = rng.integers(1, 6, size=n)
-    lines = [f"{u + 1}\t{j + 1}\t{r}\t{874000000 + k}" for k, (u, j, r) in
-             enumerate(zip(users.tolist(), items.tolist(), ratings.tolist()))]
+    lines = [
+        f"{u + 1}\t{j + 1}\t{r}\t{874000000 + k}"
+        for k, (u, j, r) in enumerate(zip(users.tolist(), items.tolist(), ratings.tolist()))
+    ]
     path.write_text("\n".join(lines) + "\n")
     return lines
 
@@ -90,7 +100,9 @@ def _synthetic_udata(path: Path, seed: int, n_users: int, n_items: int, n: int, 
 def test_rule_on_small_synthetic_file(tmp_path, seed):
     # 6 users with 20-27 ratings, blocks of 30 lines: every fold of the rule as the
     # scripts would cut a 150-line file
-    lines = _synthetic_udata(tmp_path / "u.data", seed, n_users=6, n_items=40, n=150, min_per_user=20)
+    lines = _synthetic_udata(
+        tmp_path / "u.data", seed, n_users=6, n_items=40, n=150, min_per_user=20
+    )
     data, users, items = bmc.datasets.load_movielens("100k", path=tmp_path, return_ids=True)
     ref = _script_folds(lines, block=30)
     for fold in OFFICIAL_FOLDS:
@@ -122,7 +134,9 @@ def synthetic_100k(tmp_path_factory):
     """A synthetic u.data of the ML-100K shape (943 users with >= 20 ratings, 1682 movies,
     100,000 lines in random order)."""
     folder = tmp_path_factory.mktemp("synthetic-ml-100k")
-    lines = _synthetic_udata(folder / "u.data", 7, n_users=943, n_items=1682, n=100_000, min_per_user=20)
+    lines = _synthetic_udata(
+        folder / "u.data", 7, n_users=943, n_items=1682, n=100_000, min_per_user=20
+    )
     data, users, items = bmc.datasets.load_movielens("100k", path=folder, return_ids=True)
     assert data.shape == (943, 1682)
     return folder, lines, data, users, items
@@ -149,13 +163,22 @@ def _run_mku(folder: Path, udata: Path) -> dict[str, tuple[list, list]]:
     wrapper.write_text(f'#!/bin/sh\nexec perl "{work / "allbut_real.pl"}" "$@"\n')
     wrapper.chmod(0o755)
     env = {"PATH": f"{work}:/usr/bin:/bin", "LC_ALL": "C"}
-    subprocess.run(["sh", "mku.sh"], cwd=work, env=env, check=True, capture_output=True, timeout=120)
-    return {f: (_parse((work / f"{f}.base").read_text().splitlines()),
-                _parse((work / f"{f}.test").read_text().splitlines())) for f in OFFICIAL_FOLDS}
+    subprocess.run(
+        ["sh", "mku.sh"], cwd=work, env=env, check=True, capture_output=True, timeout=120
+    )
+    return {
+        f: (
+            _parse((work / f"{f}.base").read_text().splitlines()),
+            _parse((work / f"{f}.test").read_text().splitlines()),
+        )
+        for f in OFFICIAL_FOLDS
+    }
 
 
 _scripts = pytest.mark.skipif(
-    not (ML100K / "mku.sh").is_file() or shutil.which("perl") is None or shutil.which("sort") is None,
+    not (ML100K / "mku.sh").is_file()
+    or shutil.which("perl") is None
+    or shutil.which("sort") is None,
     reason="needs mku.sh/allbut.pl from /work/shared/data/ml-100k, perl and sort",
 )
 
@@ -181,7 +204,9 @@ def test_unknown_fold_and_wrong_data(synthetic_100k):
             data.official_split(bad, check_order=False)
     # other shapes / sizes: not ML-100K
     small = RatingData([0, 1, 2], [0, 1, 2], [1.0, 2.0, 3.0])
-    with pytest.raises(ValueError, match=r"100000 ratings of a 943 x 1682 matrix.*got 3 ratings of a 3 x 3"):
+    with pytest.raises(
+        ValueError, match=r"100000 ratings of a 943 x 1682 matrix.*got 3 ratings of a 3 x 3"
+    ):
         small.official_split("u1")
     with pytest.raises(ValueError, match="got 99999 ratings"):
         data.subset(np.arange(99_999)).official_split("u1", check_order=False)
@@ -219,7 +244,9 @@ def real_100k():
 def test_real_fingerprint(real_100k):
     # the pinned digest is that of the file's (user - 1, movie - 1) pairs in line order
     table = np.loadtxt(REAL, dtype=np.int64, delimiter="\t")
-    h = hashlib.sha256((table[:, 0] - 1).astype("<i4").tobytes() + (table[:, 1] - 1).astype("<i4").tobytes())
+    h = hashlib.sha256(
+        (table[:, 0] - 1).astype("<i4").tobytes() + (table[:, 1] - 1).astype("<i4").tobytes()
+    )
     assert h.hexdigest() == _ML100K_PAIRS_SHA256
 
 
@@ -231,7 +258,11 @@ def test_real_u3_and_sizes(real_100k):
     third = _parse(lines[40_000:60_000])
     assert _same(_as_lines(test, users, items), third[np.lexsort((third[:, 1], third[:, 0]))])
     sizes = {f: tuple(p.n for p in data.official_split(f)) for f in OFFICIAL_FOLDS}
-    assert sizes == {**{f"u{i}": (80_000, 20_000) for i in range(1, 6)}, "ua": (90_570, 9_430), "ub": (90_570, 9_430)}
+    assert sizes == {
+        **{f"u{i}": (80_000, 20_000) for i in range(1, 6)},
+        "ua": (90_570, 9_430),
+        "ub": (90_570, 9_430),
+    }
     # a user-built RatingData from the file, in file order, passes the order check
     table = np.loadtxt(REAL, dtype=np.int64, delimiter="\t")
     own = RatingData(table[:, 0] - 1, table[:, 1] - 1, table[:, 2].astype(float))

@@ -42,8 +42,11 @@ class TestBadValues:
     def test_float32_nan(self):
         _raises(r"values\[1\]", [0, 1], [0, 0], np.array([1.0, np.nan], np.float32))
 
-    @pytest.mark.parametrize("values", [["a", "b"], [1 + 1j, 2.0], [True, False], [None, 1.0]],
-                             ids=["str", "complex", "bool", "object"])
+    @pytest.mark.parametrize(
+        "values",
+        [["a", "b"], [1 + 1j, 2.0], [True, False], [None, 1.0]],
+        ids=["str", "complex", "bool", "object"],
+    )
     def test_non_real_values(self, values):
         _raises("values", [0, 1], [0, 0], values)
 
@@ -89,8 +92,11 @@ class TestBadIndices:
         np.testing.assert_array_equal(r.rows, [0, 2])
 
     @pytest.mark.parametrize("field", ["rows", "cols"])
-    @pytest.mark.parametrize("bad", [["0", "1"], [True, False], [0.0 + 0j, 1.0 + 0j], [None, 1]],
-                             ids=["str", "bool", "complex", "object"])
+    @pytest.mark.parametrize(
+        "bad",
+        [["0", "1"], [True, False], [0.0 + 0j, 1.0 + 0j], [None, 1]],
+        ids=["str", "bool", "complex", "object"],
+    )
     def test_non_integer_dtype(self, field, bad):
         good = [0, 1]
         args = (bad, good) if field == "rows" else (good, bad)
@@ -146,10 +152,20 @@ class TestBadStructure:
 
     @pytest.mark.parametrize(
         "shape, match",
-        [((2,), "shape"), ((2, 2, 2), "shape"), ("ab", r"shape\[0\]"), (5, "shape"),
-         ((0, 3), r"shape\[0\]"), ((3, 0), r"shape\[1\]"), ((-1, 3), r"shape\[0\]"),
-         ((2.0, 3), r"shape\[0\]"), ((3, 3.5), r"shape\[1\]"), ((True, 3), r"shape\[0\]"),
-         ((3, None), r"shape\[1\]"), ((3, "3"), r"shape\[1\]")],
+        [
+            ((2,), "shape"),
+            ((2, 2, 2), "shape"),
+            ("ab", r"shape\[0\]"),
+            (5, "shape"),
+            ((0, 3), r"shape\[0\]"),
+            ((3, 0), r"shape\[1\]"),
+            ((-1, 3), r"shape\[0\]"),
+            ((2.0, 3), r"shape\[0\]"),
+            ((3, 3.5), r"shape\[1\]"),
+            ((True, 3), r"shape\[0\]"),
+            ((3, None), r"shape\[1\]"),
+            ((3, "3"), r"shape\[1\]"),
+        ],
     )
     def test_bad_shape(self, shape, match):
         _raises(match, [0, 1], [0, 1], [1.0, 2.0], shape)
@@ -245,7 +261,7 @@ def _check_view(r: RatingData, view: SortedView, by_row: bool):
     np.testing.assert_array_equal(minor[view.order], view.index)
     np.testing.assert_array_equal(r.values[view.order], view.values)
     for g in range(m_major):
-        seg = view.index[view.indptr[g]:view.indptr[g + 1]]
+        seg = view.index[view.indptr[g] : view.indptr[g + 1]]
         assert np.all(np.diff(seg) > 0), f"group {g} not strictly ascending: {seg}"
     # reconstruct the ORIGINAL triples exactly from the view alone
     rec_major = np.empty(r.n, np.int64)
@@ -262,8 +278,14 @@ def _check_view(r: RatingData, view: SortedView, by_row: bool):
 
 @pytest.mark.parametrize(
     "seed, m1, m2, n, dtype",
-    [(0, 40, 30, 500, np.float64), (1, 7, 300, 900, np.float32), (2, 300, 5, 1000, np.float64),
-     (3, 1, 1, 1, np.float64), (4, 1, 50, 50, np.float64), (5, 60, 1, 20, np.float32)],
+    [
+        (0, 40, 30, 500, np.float64),
+        (1, 7, 300, 900, np.float32),
+        (2, 300, 5, 1000, np.float64),
+        (3, 1, 1, 1, np.float64),
+        (4, 1, 50, 50, np.float64),
+        (5, 60, 1, 20, np.float32),
+    ],
 )
 def test_views_round_trip(seed, m1, m2, n, dtype):
     r = RatingData(*_random_data(seed, m1, m2, n, dtype))
@@ -295,7 +317,9 @@ class TestSplit:
     def _keys(r):
         return set(zip(r.rows.tolist(), r.cols.tolist()))
 
-    @pytest.mark.parametrize("n, frac", [(500, 0.2), (101, 0.2), (10, 0.5), (1000, 0.013), (37, 0.9)])
+    @pytest.mark.parametrize(
+        "n, frac", [(500, 0.2), (101, 0.2), (10, 0.5), (1000, 0.013), (37, 0.9)]
+    )
     def test_partition(self, n, frac):
         r = RatingData(*_random_data(n=n, m1=50, m2=40))
         train, test = r.split(test_fraction=frac, seed=3)
@@ -407,9 +431,14 @@ class TestTransformations:
 
     @pytest.mark.parametrize(
         "rows, cols, match",
-        [([0, 40], [0, 0], r"query rows\[1\]"), ([0, 0], [0, 30], r"query cols\[1\]"),
-         ([-1, 0], [0, 0], r"query rows\[0\]"), ([0, 0.5], [0, 0], r"query rows\[1\]"),
-         ([0, 1], [0], "same length"), (["a"], [0], "query rows")],
+        [
+            ([0, 40], [0, 0], r"query rows\[1\]"),
+            ([0, 0], [0, 30], r"query cols\[1\]"),
+            ([-1, 0], [0, 0], r"query rows\[0\]"),
+            ([0, 0.5], [0, 0], r"query rows\[1\]"),
+            ([0, 1], [0], "same length"),
+            (["a"], [0], "query rows"),
+        ],
     )
     def test_check_entries_bad(self, rows, cols, match):
         r = RatingData(*_random_data(n=30, m1=40, m2=30))

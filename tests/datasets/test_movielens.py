@@ -21,10 +21,20 @@ from bmczoo.datasets.movielens import resolve_name
 REAL_100K = Path(__file__).resolve().parents[2].parent / "shared/data/ml-100k/u.data"
 
 # (user, item, rating, timestamp) in file order; ids deliberately sparse and unsorted
-RECORDS_INT = [(10, 7, 4, 881250949), (3, 7, 5, 891717742), (10, 200, 1, 878887116),
-               (7, 3, 2, 880606923), (3, 200, 3, 886397596)]
-RECORDS_HALF = [(10, 7, 4.5, 1260759144), (3, 7, 0.5, 1260759179), (10, 200, 1.0, 1260759182),
-                (7, 3, 2.5, 1260759185), (3, 200, 5.0, 1260759205)]
+RECORDS_INT = [
+    (10, 7, 4, 881250949),
+    (3, 7, 5, 891717742),
+    (10, 200, 1, 878887116),
+    (7, 3, 2, 880606923),
+    (3, 200, 3, 886397596),
+]
+RECORDS_HALF = [
+    (10, 7, 4.5, 1260759144),
+    (3, 7, 0.5, 1260759179),
+    (10, 200, 1.0, 1260759182),
+    (7, 3, 2.5, 1260759185),
+    (3, 200, 5.0, 1260759205),
+]
 USER_IDS, ITEM_IDS = [3, 7, 10], [3, 7, 200]
 
 FORMATS = {  # name -> (file name, folder of the official archive, records)
@@ -88,7 +98,10 @@ def test_real_100k(real_100k):
     # first line of u.data: "196\t242\t3\t881250949"
     first = REAL_100K.read_text().split("\n", 1)[0].split("\t")
     assert (user_ids[data.rows[0]], item_ids[data.cols[0]], data.values[0]) == (
-        int(first[0]), int(first[1]), float(first[2]))
+        int(first[0]),
+        int(first[1]),
+        float(first[2]),
+    )
 
 
 def test_real_100k_folder_equals_file(real_100k):
@@ -131,9 +144,18 @@ def test_ids_are_readonly_and_sorted(tmp_path):
 
 @pytest.mark.parametrize(
     "alias, canonical",
-    [("100k", "100k"), ("ML-100K", "100k"), ("ml_1m", "1m"), ("ml-10m", "10m"),
-     ("ml-10M100K", "10m"), ("ml-20m", "20m"), ("25M", "25m"), ("ml-32m", "32m"),
-     ("ml-latest-small", "latest-small"), ("latest_small", "latest-small")],
+    [
+        ("100k", "100k"),
+        ("ML-100K", "100k"),
+        ("ml_1m", "1m"),
+        ("ml-10m", "10m"),
+        ("ml-10M100K", "10m"),
+        ("ml-20m", "20m"),
+        ("25M", "25m"),
+        ("ml-32m", "32m"),
+        ("ml-latest-small", "latest-small"),
+        ("latest_small", "latest-small"),
+    ],
 )
 def test_name_aliases(alias, canonical):
     assert resolve_name(alias) == canonical
@@ -177,21 +199,41 @@ CORRUPT = [  # (name, text, pattern that the error message must match)
     ("100k", "1\t2\t3\t4\n1\t3\t1.2.3\t4\n", r"line 2, field 3: '1.2.3' is not a number"),
     ("100k", "1\t2\t3\t4\n1\t3\t-\t4\n", r"line 2, field 3: '-' is not a number"),
     ("100k", "1\t2\t3\t4\n1.5\t3\t3\t4\n", r"line 2: user id must be an integer"),
-    ("100k", "1\t2\t3\t4\n2\t2\t3\t4\n1\t2\t5\t9\n", r"duplicate rating of movie 2 by user 1 on lines 1 and 3"),
+    (
+        "100k",
+        "1\t2\t3\t4\n2\t2\t3\t4\n1\t2\t5\t9\n",
+        r"duplicate rating of movie 2 by user 1 on lines 1 and 3",
+    ),
     ("100k", "", r"u\.data: no data lines"),
     ("100k", "\n\n", r"no data lines"),
     ("1m", "1::2::3::4\n1::3:3::4\n", r"ratings\.dat, line 2: expected 4 fields separated by '::'"),
     ("1m", "1::2::3::4\n1:::3::3::4\n", r"line 2"),
     ("1m", "1::2::3::4\n1::3::3\n", r"line 2: expected 4 fields.*found 3"),
     ("1m", "1\t2\t3\t4\n", r"line 1: unexpected character"),
-    ("25m", "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,x,4\n", r"ratings\.csv, line 3: unexpected character 'x'"),
+    (
+        "25m",
+        "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,x,4\n",
+        r"ratings\.csv, line 3: unexpected character 'x'",
+    ),
     ("25m", "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,4.5\n", r"line 3: expected 4 fields"),
     ("25m", "user,movie,rating,timestamp\n1,2,3.5,4\n", r"line 1: unexpected header"),
     ("25m", "userId,movieId,rating,timestamp\n", r"no data lines"),
     # NaN and infinity are numbers to float(), not ratings
-    ("100k", "1\t2\t3\t4\n1\t3\tnan\t4\n", r"line 2: .*field 3 is 'nan', and NaN or infinity is not a valid rating"),
-    ("1m", "1::2::3::4\n1::3::-Inf::4\n", r"line 2: .*field 3 is '-Inf', and NaN or infinity is not a valid rating"),
-    ("25m", "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,NaN,4\n", r"ratings\.csv, line 3: .*field 3 is 'NaN'"),
+    (
+        "100k",
+        "1\t2\t3\t4\n1\t3\tnan\t4\n",
+        r"line 2: .*field 3 is 'nan', and NaN or infinity is not a valid rating",
+    ),
+    (
+        "1m",
+        "1::2::3::4\n1::3::-Inf::4\n",
+        r"line 2: .*field 3 is '-Inf', and NaN or infinity is not a valid rating",
+    ),
+    (
+        "25m",
+        "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,NaN,4\n",
+        r"ratings\.csv, line 3: .*field 3 is 'NaN'",
+    ),
     ("100k", "1\t2\t3\t4\n1\t3\t1e999\t4\n", r"line 2: rating must be finite"),
     ("100k", "1\t2\t3\t4\n1\t3\t" + "9" * 400 + "\t4\n", r"line 2: rating must be finite"),
 ]
@@ -210,8 +252,15 @@ def test_line_numbers_across_chunks(tmp_path, monkeypatch):
     """With tiny chunks, a corrupt line deep in the file is still located exactly."""
     monkeypatch.setattr(_parse, "_CHUNK_BYTES", 64)
     rng = np.random.default_rng(3)
-    lines = [f"{u}::{i}::{r}::{t}" for u, i, r, t in zip(
-        rng.integers(1, 10**6, 900), np.arange(900) + 1, rng.integers(1, 6, 900), rng.integers(0, 10**9, 900))]
+    lines = [
+        f"{u}::{i}::{r}::{t}"
+        for u, i, r, t in zip(
+            rng.integers(1, 10**6, 900),
+            np.arange(900) + 1,
+            rng.integers(1, 6, 900),
+            rng.integers(0, 10**9, 900),
+        )
+    ]
     path = tmp_path / "ratings.dat"
     path.write_text("\n".join(lines) + "\n")
     data, users, items = load_movielens("1m", path, return_ids=True)
@@ -230,7 +279,9 @@ def test_line_numbers_across_chunks(tmp_path, monkeypatch):
     bad = list(lines)
     bad[99] = bad[99].rsplit("::", 2)[0] + "::4e0::1e9"
     data2 = load_movielens("1m", _write(path, bad))
-    assert data2.values[99] == 4.0 and np.array_equal(np.delete(data2.values, 99), np.delete(data.values, 99))
+    assert data2.values[99] == 4.0 and np.array_equal(
+        np.delete(data2.values, 99), np.delete(data.values, 99)
+    )
     bad[599] = bad[599].rsplit("::", 2)[0] + "::1.2.3::5"
     with pytest.raises(ValueError, match=r"line 600, field 3: '1\.2\.3' is not a number"):
         load_movielens("1m", _write(path, bad))
@@ -268,14 +319,20 @@ def test_numbers_parse_exactly_like_float():
 
 
 def test_usecols_skips_conversion_but_checks_fields():
-    out = _parse.parse_numeric_table(b"1\t2\t3.5\t99\n4\t5\t6\t100\n", b"\t", 4, "t", usecols=(0, 2))
+    out = _parse.parse_numeric_table(
+        b"1\t2\t3.5\t99\n4\t5\t6\t100\n", b"\t", 4, "t", usecols=(0, 2)
+    )
     assert out.tolist() == [[1.0, 3.5], [4.0, 6.0]]
     with pytest.raises(ValueError, match="line 2, field 4"):
-        _parse.parse_numeric_table(b"1\t2\t3.5\t99\n4\t5\t6\t1.0.0\n", b"\t", 4, "t", usecols=(0, 2))
+        _parse.parse_numeric_table(
+            b"1\t2\t3.5\t99\n4\t5\t6\t1.0.0\n", b"\t", 4, "t", usecols=(0, 2)
+        )
 
 
 # --------------------------------------------------------------------------- cache and downloads
-def make_zip(path: Path, members: dict[str, str | bytes], symlinks: dict[str, str] | None = None) -> bytes:
+def make_zip(
+    path: Path, members: dict[str, str | bytes], symlinks: dict[str, str] | None = None
+) -> bytes:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, content in members.items():
             zf.writestr(name, content)
@@ -314,8 +371,10 @@ def cache_listing(root: Path) -> list[str]:
 
 def fake_archive(tmp_path: Path, name: str) -> bytes:
     filename, folder, records = FORMATS[name]
-    return make_zip(tmp_path / "src.zip", {f"{folder}/{filename}": ratings_text(name, records),
-                                           f"{folder}/README": "readme"})
+    return make_zip(
+        tmp_path / "src.zip",
+        {f"{folder}/{filename}": ratings_text(name, records), f"{folder}/README": "readme"},
+    )
 
 
 def test_download_verify_extract_then_cache(tmp_path, monkeypatch):
@@ -327,10 +386,14 @@ def test_download_verify_extract_then_cache(tmp_path, monkeypatch):
     check_small(*load_movielens("ml-1m", cache_dir=cache, return_ids=True), RECORDS_INT)
     assert server.calls == [info.url]
     assert (cache / "movielens/ml-1m/ratings.dat").is_file()
-    assert not [p for p in (cache / "movielens").iterdir() if p.name.startswith(".")]  # no staging left
+    assert not [
+        p for p in (cache / "movielens").iterdir() if p.name.startswith(".")
+    ]  # no staging left
     # second call: served from the cache, no network
     monkeypatch.setattr(movielens, "_fetch", FakeServer({}))
-    check_small(*load_movielens("1m", cache_dir=cache, return_ids=True, download=False), RECORDS_INT)
+    check_small(
+        *load_movielens("1m", cache_dir=cache, return_ids=True, download=False), RECORDS_INT
+    )
 
 
 def test_checksum_mismatch_leaves_no_cache_entry(tmp_path, monkeypatch):
@@ -348,22 +411,39 @@ def test_companion_md5_file_for_unpinned_archive(tmp_path, monkeypatch):
     info = DATASETS["latest-small"]
     blob = fake_archive(tmp_path, "latest-small")
     good = hashlib.md5(blob).hexdigest()
-    monkeypatch.setattr(movielens, "_fetch", FakeServer(
-        {info.url: blob, info.url + ".md5": f"MD5 (ml-latest-small.zip) = {good}\n".encode()}))
+    monkeypatch.setattr(
+        movielens,
+        "_fetch",
+        FakeServer(
+            {info.url: blob, info.url + ".md5": f"MD5 (ml-latest-small.zip) = {good}\n".encode()}
+        ),
+    )
     data = load_movielens("latest-small", cache_dir=tmp_path / "a")
     assert data.n == len(RECORDS_HALF)
     # GNU-style companion file, upper case
-    monkeypatch.setattr(movielens, "_fetch", FakeServer(
-        {info.url: blob, info.url + ".md5": f"{good.upper()}  ml-latest-small.zip\n".encode()}))
+    monkeypatch.setattr(
+        movielens,
+        "_fetch",
+        FakeServer(
+            {info.url: blob, info.url + ".md5": f"{good.upper()}  ml-latest-small.zip\n".encode()}
+        ),
+    )
     assert load_movielens("latest-small", cache_dir=tmp_path / "b") == data
     # a companion that disagrees with the archive
-    monkeypatch.setattr(movielens, "_fetch", FakeServer(
-        {info.url: blob, info.url + ".md5": b"MD5 (ml-latest-small.zip) = " + b"0" * 32}))
+    monkeypatch.setattr(
+        movielens,
+        "_fetch",
+        FakeServer(
+            {info.url: blob, info.url + ".md5": b"MD5 (ml-latest-small.zip) = " + b"0" * 32}
+        ),
+    )
     with pytest.raises(ValueError, match="checksum mismatch"):
         load_movielens("latest-small", cache_dir=tmp_path / "c")
     assert cache_listing(tmp_path / "c") == ["movielens"]
     # an unreadable companion
-    monkeypatch.setattr(movielens, "_fetch", FakeServer({info.url: blob, info.url + ".md5": b"<html>"}))
+    monkeypatch.setattr(
+        movielens, "_fetch", FakeServer({info.url: blob, info.url + ".md5": b"<html>"})
+    )
     with pytest.raises(ValueError, match="could not read an MD5"):
         load_movielens("latest-small", cache_dir=tmp_path / "d")
 
@@ -374,7 +454,11 @@ def test_companion_md5_file_for_unpinned_archive(tmp_path, monkeypatch):
         ({"ml-100k/u.data": "1\t1\t1\t1\n", "../evil.txt": "pwned"}, None, r"'\.\.'"),
         ({"ml-100k/u.data": "1\t1\t1\t1\n", "ml-100k/../../evil.txt": "pwned"}, None, r"'\.\.'"),
         ({"ml-100k/u.data": "1\t1\t1\t1\n", "/tmp/evil.txt": "pwned"}, None, "absolute path"),
-        ({"ml-100k/u.data": "1\t1\t1\t1\n", "ml-100k\\..\\..\\evil.txt": "pwned"}, None, "backslash"),
+        (
+            {"ml-100k/u.data": "1\t1\t1\t1\n", "ml-100k\\..\\..\\evil.txt": "pwned"},
+            None,
+            "backslash",
+        ),
         ({"ml-100k/u.data": "1\t1\t1\t1\n"}, {"ml-100k/link": "/etc/passwd"}, "symbolic link"),
     ],
 )

@@ -28,9 +28,7 @@ def _row(x, i) -> set[str]:
 # --------------------------------------------------------------------------- ML-100K format
 U_DATA = "3\t1\t4\t881250949\n1\t2\t3\t891717742\n3\t2\t1\t878887116\n1\t4\t5\t880606923\n"
 U_USER = (  # out of id order; user 2 has no ratings
-    "3|23|M|writer|32067\n"
-    "2|53|F|other|94043\n"
-    "1|24|M|technician|85711\n"
+    "3|23|M|writer|32067\n2|53|F|other|94043\n1|24|M|technician|85711\n"
 )
 FLAGS = ["0"] * 19
 
@@ -58,9 +56,27 @@ def _write_100k(folder: Path, user=U_USER, item=U_ITEM, genre=True) -> Path:
     if item is not None:
         (folder / "u.item").write_bytes(item.encode("latin-1"))
     if genre:
-        names = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
-                 "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller",
-                 "War", "Western"]
+        names = [
+            "unknown",
+            "Action",
+            "Adventure",
+            "Animation",
+            "Children's",
+            "Comedy",
+            "Crime",
+            "Documentary",
+            "Drama",
+            "Fantasy",
+            "Film-Noir",
+            "Horror",
+            "Musical",
+            "Mystery",
+            "Romance",
+            "Sci-Fi",
+            "Thriller",
+            "War",
+            "Western",
+        ]
         (folder / "u.genre").write_text("".join(f"{g}|{k}\n" for k, g in enumerate(names)) + "\n")
     return folder
 
@@ -74,7 +90,14 @@ def test_100k_format_aligned_with_rows_and_columns(tmp_path):
     # user 2 (no ratings) is not a row, so its values make no features
     assert _row(rf, 0) == {"gender=M", "occupation=technician", "zip=8", "age=[20,25)"}
     assert _row(rf, 1) == {"gender=M", "occupation=writer", "zip=3", "age=[20,25)"}
-    assert rf.names == ("gender=M", "occupation=technician", "occupation=writer", "zip=3", "zip=8", "age=[20,25)")
+    assert rf.names == (
+        "gender=M",
+        "occupation=technician",
+        "occupation=writer",
+        "zip=3",
+        "zip=8",
+        "age=[20,25)",
+    )
     assert _row(cf, 0) == {"year=1995", "genres=Animation", "genres=Children's", "genres=Comedy"}
     assert _row(cf, 1) == {"year=1994", "genres=Drama"}
     assert _row(cf, 2) == {"genres=unknown"}  # no release date: no year feature
@@ -143,24 +166,51 @@ def test_absent_side_files_and_opt_out(tmp_path):
     assert d.col_features == load_movielens("100k", path=tmp_path / "d").col_features
 
 
-@pytest.mark.parametrize("user, item, match", [
-    ("1|24|M|technician|85711\n", U_ITEM, r"u\.user: no line for user id 3 \(1 rated users missing\)"),
-    (U_USER, U_ITEM.replace("4|unknown", "5|unknown"), r"u\.item: no line for movie id 4"),
-    (U_USER + "4|30|M|writer\n", U_ITEM, r"u\.user, line 4: expected 5 fields separated by '\|', found 4"),
-    (U_USER + "3|30|M|writer|1\n", U_ITEM, r"u\.user: id 3 appears on more than one line"),
-    ("x|24|M|technician|85711\n" + U_USER, U_ITEM, r"u\.user, line 1: the id 'x' is not an integer"),
-    ("1|old|M|technician|85711\n" + U_USER[:-1], U_ITEM, r"u\.user, line 1: the age 'old' is not a number"),
-    (U_USER, U_ITEM.replace("|0|0|0|0\n", "|0|0|0|2\n", 1), r"u\.item, line 1: the genre flags must be 0 or 1"),
-    (U_USER, U_ITEM + "5|Short|01-Jan-1990|\n", r"u\.item, line 5: expected 24 fields"),
-])
+@pytest.mark.parametrize(
+    "user, item, match",
+    [
+        (
+            "1|24|M|technician|85711\n",
+            U_ITEM,
+            r"u\.user: no line for user id 3 \(1 rated users missing\)",
+        ),
+        (U_USER, U_ITEM.replace("4|unknown", "5|unknown"), r"u\.item: no line for movie id 4"),
+        (
+            U_USER + "4|30|M|writer\n",
+            U_ITEM,
+            r"u\.user, line 4: expected 5 fields separated by '\|', found 4",
+        ),
+        (U_USER + "3|30|M|writer|1\n", U_ITEM, r"u\.user: id 3 appears on more than one line"),
+        (
+            "x|24|M|technician|85711\n" + U_USER,
+            U_ITEM,
+            r"u\.user, line 1: the id 'x' is not an integer",
+        ),
+        (
+            "1|old|M|technician|85711\n" + U_USER[:-1],
+            U_ITEM,
+            r"u\.user, line 1: the age 'old' is not a number",
+        ),
+        (
+            U_USER,
+            U_ITEM.replace("|0|0|0|0\n", "|0|0|0|2\n", 1),
+            r"u\.item, line 1: the genre flags must be 0 or 1",
+        ),
+        (U_USER, U_ITEM + "5|Short|01-Jan-1990|\n", r"u\.item, line 5: expected 24 fields"),
+    ],
+)
 def test_bad_side_files_name_file_and_line(tmp_path, user, item, match):
     with pytest.raises(ValueError, match=match):
         load_movielens("100k", path=_write_100k(tmp_path / "ml-100k", user=user, item=item))
 
 
 # --------------------------------------------------------------------------- ML-1M format
-RATINGS_DAT = "1::1193::5::978300760\n2::661::3::978302109\n2::1193::4::978301968\n6040::3952::1::978300275\n"
-USERS_DAT = "1::F::1::10::48067\n2::M::56::16::70072\n6040::M::25::6::11106-4567\n17::M::50::20::95350\n"
+RATINGS_DAT = (
+    "1::1193::5::978300760\n2::661::3::978302109\n2::1193::4::978301968\n6040::3952::1::978300275\n"
+)
+USERS_DAT = (
+    "1::F::1::10::48067\n2::M::56::16::70072\n6040::M::25::6::11106-4567\n17::M::50::20::95350\n"
+)
 MOVIES_DAT = (
     "661::James and the Giant Peach (1996)::Animation|Children's|Musical\n"
     "1193::One Flew Over the Cuckoo's Nest (1975)::Drama\n"
@@ -182,7 +232,14 @@ def test_1m_format(tmp_path):
     rf, cf = data.row_features, data.col_features
     # ages are ML-1M's range codes, bucketed at the ranges' edges (all 7 buckets)
     assert [n for n in rf.names if n.startswith("age=")] == [
-        "age=<18", "age=[18,25)", "age=[25,35)", "age=[35,45)", "age=[45,50)", "age=[50,56)", "age=>=56"]
+        "age=<18",
+        "age=[18,25)",
+        "age=[25,35)",
+        "age=[35,45)",
+        "age=[45,50)",
+        "age=[50,56)",
+        "age=>=56",
+    ]
     assert _row(rf, 0) == {"gender=F", "occupation=K-12 student", "zip=4", "age=<18"}
     assert _row(rf, 1) == {"gender=M", "occupation=self-employed", "zip=7", "age=>=56"}
     assert _row(rf, 2) == {"gender=M", "occupation=doctor/health care", "zip=1", "age=[25,35)"}
@@ -190,13 +247,20 @@ def test_1m_format(tmp_path):
     assert _row(cf, 2) == {"year=2000", "genres=Drama", "genres=Thriller"}
     assert SIDE_FEATURES["users-1m"]["numeric_buckets"]["age"] == (18, 25, 35, 45, 50, 56)
     users, movies = load_movielens_side("1m", folder)
-    assert users["occupation"].tolist() == ["K-12 student", "self-employed", "doctor/health care", "writer"]
+    assert users["occupation"].tolist() == [
+        "K-12 student",
+        "self-employed",
+        "doctor/health care",
+        "writer",
+    ]
     assert users["zip"][2] == "11106-4567"
     assert movies["title"][4] == "Mis\xe9rables, Les (1995)" and movies["year"][4] == 1995
 
 
 # --------------------------------------------------------------------------- csv releases
-RATINGS_CSV = "userId,movieId,rating,timestamp\n1,1,4.0,964982703\n1,3,4.0,964981247\n2,1,2.5,1445714835\n"
+RATINGS_CSV = (
+    "userId,movieId,rating,timestamp\n1,1,4.0,964982703\n1,3,4.0,964981247\n2,1,2.5,1445714835\n"
+)
 MOVIES_CSV = (
     "movieId,title,genres\n"
     "1,Toy Story (1995),Adventure|Animation|Children|Comedy|Fantasy\n"
@@ -214,13 +278,22 @@ def test_movies_csv(tmp_path, name, folder):
     data = load_movielens(name, path=d)
     assert data.row_features is None  # no users file in these releases
     cf = data.col_features
-    assert _row(cf, 0) == {"year=1995", "genres=Adventure", "genres=Animation", "genres=Children",
-                           "genres=Comedy", "genres=Fantasy"}
+    assert _row(cf, 0) == {
+        "year=1995",
+        "genres=Adventure",
+        "genres=Animation",
+        "genres=Children",
+        "genres=Comedy",
+        "genres=Fantasy",
+    }
     assert _row(cf, 1) == {"year=1995", "genres=Comedy", "genres=Romance"}
     # no genres, no year in the title: no features; a title with a range of years
-    (d / "movies.csv").write_text(MOVIES_CSV.replace("3,\"Grumpier Old Men, The (1995)\",Comedy|Romance",
-                                                     "3,Untitled,(no genres listed)")
-                                  + "9,Band of Brothers (2001-2002),War\n")
+    (d / "movies.csv").write_text(
+        MOVIES_CSV.replace(
+            '3,"Grumpier Old Men, The (1995)",Comedy|Romance', "3,Untitled,(no genres listed)"
+        )
+        + "9,Band of Brothers (2001-2002),War\n"
+    )
     data = load_movielens(name, path=d)
     assert _row(data.col_features, 1) == set()
     _, movies = load_movielens_side(name, d)
@@ -237,8 +310,10 @@ def test_10m_movies_dat(tmp_path):
 
 
 # --------------------------------------------------------------------------- real ML-100K
-_real = pytest.mark.skipif(not (ML100K / "u.user").is_file() or not (ML100K / "u.item").is_file(),
-                           reason="ML-100K side files not in /work/shared/data/ml-100k")
+_real = pytest.mark.skipif(
+    not (ML100K / "u.user").is_file() or not (ML100K / "u.item").is_file(),
+    reason="ML-100K side files not in /work/shared/data/ml-100k",
+)
 
 
 @_real
@@ -246,7 +321,9 @@ def test_real_100k_side_files():
     data, uid, iid = load_movielens("100k", path=ML100K, return_ids=True)
     rf, cf = data.row_features, data.col_features
     assert rf.n_rows == 943 and cf.n_rows == 1682
-    n_occupations = len([s for s in (ML100K / "u.occupation").read_text().splitlines() if s.strip()])
+    n_occupations = len(
+        [s for s in (ML100K / "u.occupation").read_text().splitlines() if s.strip()]
+    )
     sizes = dict(rf.group_sizes())
     assert sizes["occupation"] == n_occupations == 21 and sizes["gender"] == 2
     assert dict(cf.group_sizes())["genres"] == 19
@@ -256,14 +333,28 @@ def test_real_100k_side_files():
         cols = [j for j, gg in enumerate(rf.groups) if gg == g]
         np.testing.assert_array_equal(d[:, cols].sum(axis=1), 1.0)
     # user 1: 24, M, technician, zip 85711; user 2: 53, F, other, 94043
-    assert uid[0] == 1 and _row(rf, 0) == {"age=[20,25)", "gender=M", "occupation=technician", "zip=8"}
+    assert uid[0] == 1 and _row(rf, 0) == {
+        "age=[20,25)",
+        "gender=M",
+        "occupation=technician",
+        "zip=8",
+    }
     assert _row(rf, 1) == {"age=[50,55)", "gender=F", "occupation=other", "zip=9"}
     # movie 1: Toy Story, 01-Jan-1995, Animation|Children's|Comedy; movie 267: no date, unknown
-    assert iid[0] == 1 and _row(cf, 0) == {"year=1995", "genres=Animation", "genres=Children's", "genres=Comedy"}
+    assert iid[0] == 1 and _row(cf, 0) == {
+        "year=1995",
+        "genres=Animation",
+        "genres=Children's",
+        "genres=Comedy",
+    }
     assert iid[266] == 267 and _row(cf, 266) == {"genres=unknown"}
     users, movies = load_movielens_side("100k", ML100K)
     assert (users["age"][0], users["gender"][0], users["occupation"][0], users["zip"][0]) == (
-        24, "M", "technician", "85711")
+        24,
+        "M",
+        "technician",
+        "85711",
+    )
     assert movies["title"][0] == "Toy Story (1995)" and movies["id"].size == 1682
     # the features travel with the official folds
     train, test = data.official_split("u3")

@@ -23,7 +23,10 @@ def test_paper_defaults():
     assert "Simulation(shape=(100, 100), rank=2, n=2000" in repr(sim)
 
 
-@pytest.mark.parametrize("m, m2, rank, frac", [(50, None, 2, 0.2), (30, 45, 3, 0.5), (7, None, 1, 1.0), (20, 10, 5, 0.013)])
+@pytest.mark.parametrize(
+    "m, m2, rank, frac",
+    [(50, None, 2, 0.2), (30, 45, 3, 0.5), (7, None, 1, 1.0), (20, 10, 5, 0.013)],
+)
 def test_shapes_and_n(m, m2, rank, frac):
     sim = simulate_paper(m, rank=rank, frac=frac, m2=m2, seed=1)
     cols = m if m2 is None else m2
@@ -57,7 +60,9 @@ def test_observations_are_theta_plus_noise():
     assert abs(resid.mean()) < 5 * sd / math.sqrt(n)
     assert abs(resid.var(ddof=1) - sd**2) < 5 * sd**2 * math.sqrt(2 / (n - 1))
     exact = simulate_paper(100, noise_sd=0.0, seed=2)
-    np.testing.assert_allclose(exact.train.values, exact.theta[exact.train.rows, exact.train.cols], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        exact.train.values, exact.theta[exact.train.rows, exact.train.cols], rtol=0, atol=1e-12
+    )
     # same seed: same factors and positions whatever the noise level
     assert np.array_equal(exact.M0, sim.M0) and np.array_equal(exact.train.rows, sim.train.rows)
 
@@ -73,7 +78,9 @@ def test_factor_entry_variance_under_both_readings(factor_scale):
     assert abs(x.mean()) < 5 * math.sqrt(target / n)
     assert abs(x.var(ddof=1) - target) < 5 * target * math.sqrt(2 / (n - 1))
     other = (20 / math.sqrt(m)) ** 2 if factor_scale == "variance" else 20 / math.sqrt(m)
-    assert abs(x.var(ddof=1) - other) > 5 * target * math.sqrt(2 / (n - 1))  # the readings are told apart
+    assert abs(x.var(ddof=1) - other) > 5 * target * math.sqrt(
+        2 / (n - 1)
+    )  # the readings are told apart
 
 
 def test_readings_coincide_at_m_400():
@@ -118,7 +125,9 @@ def test_rmse_array_callable_and_predict_agree():
 
     assert sim.rmse(Fit()) == pytest.approx(want, rel=1e-12)
     assert sim.rmse(sim.theta) == 0.0
-    assert sim.rmse(np.zeros(sim.shape)) == pytest.approx(math.sqrt(np.mean(sim.theta**2)), rel=1e-12)
+    assert sim.rmse(np.zeros(sim.shape)) == pytest.approx(
+        math.sqrt(np.mean(sim.theta**2)), rel=1e-12
+    )
 
 
 def test_rmse_without_materialising_theta():

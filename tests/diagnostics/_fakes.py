@@ -21,17 +21,38 @@ def fake_info(method, K, shape, prior=None, **settings):
     from bmczoo.inference.settings import settings_for
     from bmczoo.offsets import Shift
 
-    return FitInfo(method=method, prior=prior, likelihood=bmc.likelihoods.Tempered(), K=int(K),
-                   shape=tuple(shape), shift=Shift(0.0), center=False, seed=0, dtype="float64",
-                   settings=settings_for(method, **settings), tau=1.0)
+    return FitInfo(
+        method=method,
+        prior=prior,
+        likelihood=bmc.likelihoods.Tempered(),
+        K=int(K),
+        shape=tuple(shape),
+        shift=Shift(0.0),
+        center=False,
+        seed=0,
+        dtype="float64",
+        settings=settings_for(method, **settings),
+        tau=1.0,
+    )
 
 
 class FakeMCMCFit:
     """What the conversion reads from a ``GibbsFit``: draws with axes (chain, draw, ...)
     and the typed ``info``."""
 
-    def __init__(self, samples, track_rows, track_cols, shape, rmse_draw=None, rmse_mean=None, *,
-                 method="gibbs", prior=None, settings=None):
+    def __init__(
+        self,
+        samples,
+        track_rows,
+        track_cols,
+        shape,
+        rmse_draw=None,
+        rmse_mean=None,
+        *,
+        method="gibbs",
+        prior=None,
+        settings=None,
+    ):
         C = next(iter(samples.values())).shape[0]
         self.samples = samples
         self.track_rows = np.asarray(track_rows)

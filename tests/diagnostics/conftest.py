@@ -25,20 +25,40 @@ def sim_data():
 def gibbs_fit(sim_data):
     train, test = sim_data
     return bmc.fit(
-        train, K=K, prior=PRIOR, method="gibbs", num_warmup=NUM_WARMUP, num_samples=NUM_SAMPLES,
-        thinning=THINNING, num_chains=NUM_CHAINS, test=test, track=NUM_TRACK, store_factors=True,
-        clip=False, progress_bar=False, seed=0,
+        train,
+        K=K,
+        prior=PRIOR,
+        method="gibbs",
+        num_warmup=NUM_WARMUP,
+        num_samples=NUM_SAMPLES,
+        thinning=THINNING,
+        num_chains=NUM_CHAINS,
+        test=test,
+        track=NUM_TRACK,
+        store_factors=True,
+        clip=False,
+        progress_bar=False,
+        seed=0,
     )
 
 
 @pytest.fixture(scope="session")
 def vb_fit(sim_data):
     train, test = sim_data
-    return bmc.fit(train, K=K, prior=PRIOR, method="vb", test=test, clip=False, progress_bar=False, seed=0)
+    return bmc.fit(
+        train, K=K, prior=PRIOR, method="vb", test=test, clip=False, progress_bar=False, seed=0
+    )
 
 
 @pytest.fixture(scope="session")
 def svi_fit(sim_data):
     train, _ = sim_data
-    return bmc.fit(train, K=K, prior=bmc.priors.InverseGamma(1.0, 0.1), method="svi", num_steps=60,
-                   progress_bar=False, seed=0)
+    return bmc.fit(
+        train,
+        K=K,
+        prior=bmc.priors.InverseGamma(1.0, 0.1),
+        method="svi",
+        num_steps=60,
+        progress_bar=False,
+        seed=0,
+    )

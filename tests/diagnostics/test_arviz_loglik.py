@@ -24,9 +24,13 @@ def sim():
 
 @pytest.fixture(scope="module")
 def gibbs_pair(sim):
-    kw = dict(K=3, num_warmup=30, num_samples=40, thinning=1, num_chains=2, store_factors=True, seed=0)
-    return {"fixed": bmc.fit(sim.train, prior=bmc.priors.Fixed(), **kw),
-            "gamma": bmc.fit(sim.train, prior=bmc.priors.Gamma(), **kw)}
+    kw = dict(
+        K=3, num_warmup=30, num_samples=40, thinning=1, num_chains=2, store_factors=True, seed=0
+    )
+    return {
+        "fixed": bmc.fit(sim.train, prior=bmc.priors.Fixed(), **kw),
+        "gamma": bmc.fit(sim.train, prior=bmc.priors.Gamma(), **kw),
+    }
 
 
 def _quiet(fn, *a, **k):
@@ -51,14 +55,21 @@ def test_compare_two_priors_on_the_paper_simulation(sim, gibbs_pair):
     mu = np.sum(M[sim.train.rows] * N[sim.train.cols], axis=-1) + fit.info.shift.offset
     var = 1.0 / fit.info.tau
     expect = -0.5 * (np.log(2 * np.pi * var) + (sim.train.values - mu) ** 2 / var)
-    np.testing.assert_allclose(idata.log_likelihood["y"].values[1, 7], expect, rtol=1e-5, atol=1e-6)  # float32 factors
+    np.testing.assert_allclose(
+        idata.log_likelihood["y"].values[1, 7], expect, rtol=1e-5, atol=1e-6
+    )  # float32 factors
     assert _quiet(az.waic, idata).elpd_waic < 0
 
 
 def test_bounds_subsample_the_same_ratings_for_every_fit(gibbs_pair):
-    a, b = (f.to_arviz(log_likelihood=True, max_ratings=50, max_draws=30, seed=4) for f in gibbs_pair.values())
+    a, b = (
+        f.to_arviz(log_likelihood=True, max_ratings=50, max_draws=30, seed=4)
+        for f in gibbs_pair.values()
+    )
     assert a.log_likelihood["y"].shape == (2, 14, 50)  # step ceil(80 / 30) = 3: draws 0, 3, ..., 39
-    np.testing.assert_array_equal(a.observed_data["rating"].values, b.observed_data["rating"].values)
+    np.testing.assert_array_equal(
+        a.observed_data["rating"].values, b.observed_data["rating"].values
+    )
     assert a.log_likelihood.attrs["num_ratings"] == 50 and a.log_likelihood.attrs["draw_step"] == 3
     assert np.all(np.isfinite(_quiet(az.compare, {"a": a, "b": b})["elpd_loo"].values))
 
@@ -78,8 +89,16 @@ def test_plot_ppc(gibbs_pair):
 def test_gibbs_without_factors_needs_tracked_entries(sim):
     train = sim.train
     part = train.subset(np.arange(25))
-    fit = bmc.fit(train, K=2, prior=bmc.priors.Fixed(), num_warmup=10, num_samples=20, thinning=1,
-                  track=(part.rows, part.cols), store_factors=False)
+    fit = bmc.fit(
+        train,
+        K=2,
+        prior=bmc.priors.Fixed(),
+        num_warmup=10,
+        num_samples=20,
+        thinning=1,
+        track=(part.rows, part.cols),
+        store_factors=False,
+    )
     with pytest.raises(ValueError, match="store_factors=True.*track="):
         fit.to_arviz(log_likelihood=True)
     idata = fit.to_arviz(log_likelihood=part)
@@ -90,24 +109,35 @@ def test_gibbs_without_factors_needs_tracked_entries(sim):
     assert "data" in table.attrs["theta_scale"]
     post = fit.to_arviz().posterior
     # the offset is added before az.summary's rounding (3 decimals), not to rounded values
-    want = np.round(post["theta"].mean(("chain", "draw")).values.astype(np.float64) + fit.info.shift.offset, 3)
-    np.testing.assert_allclose(table["mean"].values[:len(want)], want, rtol=0, atol=1e-9)
+    want = np.round(
+        post["theta"].mean(("chain", "draw")).values.astype(np.float64) + fit.info.shift.offset, 3
+    )
+    np.testing.assert_allclose(table["mean"].values[: len(want)], want, rtol=0, atol=1e-9)
     raw = bmc.diagnostics.summary(fit, round_to="none")
-    np.testing.assert_allclose(raw["mean"].values[:len(want)], want, rtol=0, atol=5e-4 + 1e-6)
+    np.testing.assert_allclose(raw["mean"].values[: len(want)], want, rtol=0, atol=5e-4 + 1e-6)
     sd1 = bmc.diagnostics.summary(fit, round_to=1)["sd"].values
     np.testing.assert_array_equal(sd1, np.round(sd1, 1))
 
 
 def test_vb_with_learned_noise_and_biases(sim):
-    fit = bmc.fit(sim.train, K=3, prior=bmc.priors.Gamma(), method="vb", likelihood=bmc.likelihoods.LearnedNoise(),
-                  biases=True, max_iter=40)
+    fit = bmc.fit(
+        sim.train,
+        K=3,
+        prior=bmc.priors.Gamma(),
+        method="vb",
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        biases=True,
+        max_iter=40,
+    )
     idata = fit.to_arviz(log_likelihood=True, num_draws=60, seed=2)
     assert idata.log_likelihood["y"].shape == (1, 60, sim.train.n)
     assert "learned" in idata.log_likelihood.attrs["noise"]
     assert np.all(np.isfinite(idata.log_likelihood["y"].values))
     assert np.isfinite(_quiet(az.loo, idata).elpd_loo)
     again = fit.to_arviz(log_likelihood=True, num_draws=60, seed=2)
-    np.testing.assert_array_equal(idata.posterior_predictive["y"].values, again.posterior_predictive["y"].values)
+    np.testing.assert_array_equal(
+        idata.posterior_predictive["y"].values, again.posterior_predictive["y"].values
+    )
 
 
 def test_loaded_fit_needs_the_ratings(gibbs_pair, sim, tmp_path):
@@ -116,15 +146,24 @@ def test_loaded_fit_needs_the_ratings(gibbs_pair, sim, tmp_path):
     back = bmc.load(tmp_path / "f.npz")
     with pytest.raises(ValueError, match="log_likelihood=train"):
         back.to_arviz(log_likelihood=True)
-    np.testing.assert_array_equal(back.to_arviz(log_likelihood=sim.train).log_likelihood["y"].values,
-                                  fit.to_arviz(log_likelihood=True).log_likelihood["y"].values)
+    np.testing.assert_array_equal(
+        back.to_arviz(log_likelihood=sim.train).log_likelihood["y"].values,
+        fit.to_arviz(log_likelihood=True).log_likelihood["y"].values,
+    )
 
 
 def _conjugate_gibbs(train, prior, store_factors=False, **model_kw):
     from numpyro.infer import MCMC
 
     kernel = bmc.inference.ConjugateGibbs(num_samples=10, store_factors=store_factors)
-    mcmc = MCMC(kernel, num_warmup=5, num_samples=10, num_chains=2, chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=5,
+        num_samples=10,
+        num_chains=2,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.key(0), train, 2, prior, **model_kw)
     return mcmc
 
@@ -141,7 +180,9 @@ def test_from_numpyro_readme_snippet(sim):
 @pytest.mark.parametrize("store", [False, True])
 def test_from_numpyro_every_prior(sim, name, store):
     kw = dict(biases=True, likelihood=bmc.likelihoods.LearnedNoise()) if store else {}
-    idata = az.from_numpyro(_conjugate_gibbs(sim.train, bmc.priors.get_prior(name), store_factors=store, **kw))
+    idata = az.from_numpyro(
+        _conjugate_gibbs(sim.train, bmc.priors.get_prior(name), store_factors=store, **kw)
+    )
     assert idata.posterior["theta"].shape == (2, 10, 8)
     if store:
         assert idata.log_likelihood["obs"].shape == (2, 10, sim.train.n)

@@ -44,7 +44,9 @@ def ar1_fit():
     theta = ar1(rng, (C_AR, D_AR, E_AR), PHI)
     theta[..., 2] += np.arange(C_AR)[:, None]  # entry 2: chains disagree, R-hat >> 1
     gamma = np.exp(ar1(rng, (C_AR, D_AR, 2), PHI))
-    return FakeMCMCFit({"gamma": gamma, "theta": theta}, track_rows=[0, 3, 7], track_cols=[1, 1, 4], shape=(8, 5))
+    return FakeMCMCFit(
+        {"gamma": gamma, "theta": theta}, track_rows=[0, 3, 7], track_cols=[1, 1, 4], shape=(8, 5)
+    )
 
 
 def test_ar1_diagnostics_match_arviz_on_raw_arrays(ar1_fit):
@@ -73,7 +75,9 @@ def test_ar1_diagnostics_match_arviz_on_raw_arrays(ar1_fit):
     # sorted gamma: rows 0 >= 1 in every draw, diagnostics of the sorted raw array
     g = np.sort(ar1_fit.samples["gamma"], axis=-1)[..., ::-1]
     np.testing.assert_array_equal(post["gamma_sorted"].values, g)
-    assert table.loc["gamma_sorted[0]", "ess_bulk"] == pytest.approx(float(az.ess(g[..., 0])), abs=0.5)
+    assert table.loc["gamma_sorted[0]", "ess_bulk"] == pytest.approx(
+        float(az.ess(g[..., 0])), abs=0.5
+    )
 
 
 def test_one_chain_r_hat_is_split_r_hat_and_constants_have_no_ess():
@@ -83,25 +87,40 @@ def test_one_chain_r_hat_is_split_r_hat_and_constants_have_no_ess():
     rng = np.random.default_rng(7)
     D = 1001  # odd: the last draw is left out of the halves
     theta = ar1(rng, (1, D, 3), PHI)
-    theta[0, D // 2:, 1] += 1.0  # entry 1 shifts in the second half
+    theta[0, D // 2 :, 1] += 1.0  # entry 1 shifts in the second half
     gamma = np.exp(ar1(rng, (1, D, 2), PHI))
     gamma[..., 1] = 1e-4  # a column scale that never moves (always the smaller)
-    fit = FakeMCMCFit({"gamma": gamma, "theta": theta}, track_rows=[0, 3, 7], track_cols=[1, 1, 4], shape=(8, 5))
+    fit = FakeMCMCFit(
+        {"gamma": gamma, "theta": theta}, track_rows=[0, 3, 7], track_cols=[1, 1, 4], shape=(8, 5)
+    )
     table = dg.summary(fit, round_to="none")
     assert "split R-hat" in table.attrs["r_hat"]
     n = D // 2
     for e, lab in enumerate(["theta[0,1]", "theta[3,1]", "theta[7,4]"]):
-        halves = theta[0, :2 * n, e].reshape(2, n)
+        halves = theta[0, : 2 * n, e].reshape(2, n)
         assert table.loc[lab, "r_hat"] == pytest.approx(float(az.rhat(halves)), rel=1e-12)
-        assert table.loc[lab, "ess_bulk"] == pytest.approx(float(az.ess(theta[..., e], method="bulk")), rel=1e-12)
+        assert table.loc[lab, "ess_bulk"] == pytest.approx(
+            float(az.ess(theta[..., e], method="bulk")), rel=1e-12
+        )
     assert table.loc["theta[3,1]", "r_hat"] > 1.05 > table.loc["theta[0,1]", "r_hat"]
     const = table.loc["gamma_sorted[1]"]
-    assert np.ptp(dg.to_arviz(fit).posterior["gamma_sorted"].values[..., 1]) == 0  # (its float sd need not be 0)
+    assert (
+        np.ptp(dg.to_arviz(fit).posterior["gamma_sorted"].values[..., 1]) == 0
+    )  # (its float sd need not be 0)
     assert const[["ess_bulk", "ess_tail", "mcse_mean", "mcse_sd", "r_hat"]].isna().all()
     assert np.isfinite(table.loc["gamma_sorted[0]", ["ess_bulk", "r_hat"]].astype(float)).all()
     # several chains: ArviZ's R-hat across chains, no note
-    assert "r_hat" not in dg.summary(FakeMCMCFit({"gamma": np.concatenate([gamma] * 2), "theta": np.concatenate(
-        [theta] * 2)}, track_rows=[0, 3, 7], track_cols=[1, 1, 4], shape=(8, 5))).attrs
+    assert (
+        "r_hat"
+        not in dg.summary(
+            FakeMCMCFit(
+                {"gamma": np.concatenate([gamma] * 2), "theta": np.concatenate([theta] * 2)},
+                track_rows=[0, 3, 7],
+                track_cols=[1, 1, 4],
+                shape=(8, 5),
+            )
+        ).attrs
+    )
 
 
 def test_dims_and_coords(ar1_fit):
@@ -161,8 +180,13 @@ def test_gibbs_fit(gibbs_fit, sim_data):
     np.testing.assert_allclose(post["theta_fro"].values, fro, rtol=1e-4)
     # the per-iteration traces, and the per-draw RMSE at exactly the sweeps kept
     assert conv["rmse_draw"].shape == (NUM_CHAINS, NUM_WARMUP + NUM_SAMPLES)
-    np.testing.assert_array_equal(conv["iteration"].values, np.arange(1, NUM_WARMUP + NUM_SAMPLES + 1))
-    pred = np.einsum("cdpk,cdpk->cdp", M[:, :, test.rows], N[:, :, test.cols]) + gibbs_fit.meta["offset"]
+    np.testing.assert_array_equal(
+        conv["iteration"].values, np.arange(1, NUM_WARMUP + NUM_SAMPLES + 1)
+    )
+    pred = (
+        np.einsum("cdpk,cdpk->cdp", M[:, :, test.rows], N[:, :, test.cols])
+        + gibbs_fit.meta["offset"]
+    )
     rmse = np.sqrt(np.mean((pred - test.values) ** 2, axis=-1))
     np.testing.assert_allclose(stats["rmse"].values, rmse, rtol=1e-4)
     it = dg.kept_iterations(NUM_WARMUP, NUM_SAMPLES, THINNING)
@@ -170,7 +194,9 @@ def test_gibbs_fit(gibbs_fit, sim_data):
     np.testing.assert_array_equal(stats["rmse_mean"].values, gibbs_fit.rmse_mean[:, it - 1])
     # entries not tracked: from the stored factor draws
     other = dg.to_arviz(gibbs_fit, entries=([0, 29], [29, 0])).posterior["theta"].values
-    np.testing.assert_allclose(other, np.einsum("cdek,cdek->cde", M[:, :, [0, 29]], N[:, :, [29, 0]]), rtol=1e-6)
+    np.testing.assert_allclose(
+        other, np.einsum("cdek,cdek->cde", M[:, :, [0, 29]], N[:, :, [29, 0]]), rtol=1e-6
+    )
     # the table: invariant quantities only, multi-chain R-hat present
     table = dg.summary(gibbs_fit)
     assert not any(lab.startswith(("gamma[", "theta_sv")) for lab in table.index)
@@ -182,8 +208,10 @@ def test_gibbs_fit(gibbs_fit, sim_data):
     assert np.all(np.isfinite(table.loc[smooth, "r_hat"].values))
     # rank posterior equals the counts over draws
     g = gibbs_fit.samples["gamma"]
-    np.testing.assert_allclose(dg.rank_posterior(gibbs_fit, 0.5),
-                               np.bincount(np.sum(g > 0.5, -1).ravel(), minlength=K + 1) / g[..., 0].size)
+    np.testing.assert_allclose(
+        dg.rank_posterior(gibbs_fit, 0.5),
+        np.bincount(np.sum(g > 0.5, -1).ravel(), minlength=K + 1) / g[..., 0].size,
+    )
 
 
 def test_from_numpyro(sim_data):
@@ -193,11 +221,19 @@ def test_from_numpyro(sim_data):
     from bmczoo.inference import ConjugateGibbs
 
     train, _ = sim_data
-    mcmc = MCMC(ConjugateGibbs(store_factors=True), num_warmup=NUM_WARMUP, num_samples=NUM_SAMPLES, num_chains=1, progress_bar=False)
+    mcmc = MCMC(
+        ConjugateGibbs(store_factors=True),
+        num_warmup=NUM_WARMUP,
+        num_samples=NUM_SAMPLES,
+        num_chains=1,
+        progress_bar=False,
+    )
     mcmc.run(jax.random.key(0), train, K, PRIOR)
     idata = dg.from_numpyro(mcmc)
     post = idata.posterior
-    np.testing.assert_array_equal(post["gamma_sorted"].values[0], -np.sort(-np.asarray(mcmc.get_samples()["gamma"]), -1))
+    np.testing.assert_array_equal(
+        post["gamma_sorted"].values[0], -np.sort(-np.asarray(mcmc.get_samples()["gamma"]), -1)
+    )
     assert post["theta_sv"].dims == ("chain", "draw", "h") and "eff_rank" in post
     assert post["theta_sv"].dims == ("chain", "draw", "h") and "eff_rank" in post
 
@@ -207,8 +243,17 @@ def _fake_vb(rng, prior, q_gamma, full=True, m1=5, m2=4, Kv=3):
     if not full:
         V = V * np.eye(Kv)
         W = W * np.eye(Kv)
-    return FakeVBFit(rng.normal(size=(m1, Kv)), rng.normal(size=(m2, Kv)), V, W, q_gamma, prior,
-                     elbo=[-50.0, -20.0, -19.0], rmse_trace=[2.0, 1.5, 1.4], full=full)
+    return FakeVBFit(
+        rng.normal(size=(m1, Kv)),
+        rng.normal(size=(m2, Kv)),
+        V,
+        W,
+        q_gamma,
+        prior,
+        elbo=[-50.0, -20.0, -19.0],
+        rmse_trace=[2.0, 1.5, 1.4],
+        full=full,
+    )
 
 
 @pytest.mark.parametrize("full", [True, False])
@@ -218,7 +263,9 @@ def test_vb_draws_match_q_moments(full):
     rows, cols = np.array([0, 0, 4, 2]), np.array([1, 3, 3, 0])
     mean, var, is_full = dg.vb_theta_moments(fit, rows, cols)
     assert is_full == full
-    draws = dg.fit_arrays(fit, entries=(rows, cols), num_draws=40000, seed=1).groups["posterior"]["theta"][0]
+    draws = dg.fit_arrays(fit, entries=(rows, cols), num_draws=40000, seed=1).groups["posterior"][
+        "theta"
+    ][0]
     np.testing.assert_allclose(draws.mean(0), mean, atol=4 * np.sqrt(var / 40000).max())
     np.testing.assert_allclose(draws.var(0), var, rtol=0.05)
     # same seed, same draws; the fixed prior's gamma is constant
@@ -234,8 +281,14 @@ def test_vb_draws_match_q_moments(full):
     "prior,q",
     [
         (bmc.priors.Discrete(C=1.0, p=0.1, eps=0.05), {"slab_prob": np.array([0.9, 0.3, 0.02])}),
-        (bmc.priors.InverseGamma(1.0, 0.1), {"shape": np.full(3, 6.0), "scale": np.array([10.0, 1.0, 0.2])}),
-        (bmc.priors.Gamma(beta=2.0), {"ig_mean": np.array([0.5, 3.0, 40.0]), "ig_shape": np.full(3, 4.0)}),
+        (
+            bmc.priors.InverseGamma(1.0, 0.1),
+            {"shape": np.full(3, 6.0), "scale": np.array([10.0, 1.0, 0.2])},
+        ),
+        (
+            bmc.priors.Gamma(beta=2.0),
+            {"ig_mean": np.array([0.5, 3.0, 40.0]), "ig_shape": np.full(3, 4.0)},
+        ),
     ],
     ids=["discrete", "inverse-gamma", "gamma"],
 )
@@ -287,12 +340,17 @@ def test_map_like_fit_single_draw():
     from types import SimpleNamespace
 
     rng = np.random.default_rng(1)
-    fit = SimpleNamespace(draws={"M": rng.normal(size=(1, 6, 2)), "N": rng.normal(size=(1, 5, 2))},
-                          losses=np.array([3.0, 2.0, 1.5]), shape=(6, 5),
-                          info=fake_info("map", 2, (6, 5), bmc.priors.InverseGamma(1.0, 0.1)))
+    fit = SimpleNamespace(
+        draws={"M": rng.normal(size=(1, 6, 2)), "N": rng.normal(size=(1, 5, 2))},
+        losses=np.array([3.0, 2.0, 1.5]),
+        shape=(6, 5),
+        info=fake_info("map", 2, (6, 5), bmc.priors.InverseGamma(1.0, 0.1)),
+    )
     idata = dg.to_arviz(fit, entries=[(0, 0), (5, 4)])
     assert dict(idata.posterior.sizes) == {"chain": 1, "draw": 1, "h": 2, "entry": 2}
-    np.testing.assert_allclose(idata.posterior["theta"].values[0, 0, 1], fit.draws["M"][0, 5] @ fit.draws["N"][0, 4])
+    np.testing.assert_allclose(
+        idata.posterior["theta"].values[0, 0, 1], fit.draws["M"][0, 5] @ fit.draws["N"][0, 4]
+    )
     table = dg.summary(fit, entries=[(0, 0)])
     assert list(table.columns) == ["mean"]
     with pytest.raises(ValueError, match="no draws of gamma"):

@@ -24,7 +24,16 @@ from ._fakes import FakeMCMCFit, FakeVBFit, random_spd
 
 K, C, D, M1, M2 = 3, 2, 12, 6, 5
 ROWS, COLS = np.array([0, 2, 5]), np.array([1, 4, 0])
-NW_DEFAULT = ["theta", "theta_sv", "theta_fro", "eff_rank", "noise_sd", "bias_var", "cov_eig", "mu_norm"]
+NW_DEFAULT = [
+    "theta",
+    "theta_sv",
+    "theta_fro",
+    "eff_rank",
+    "noise_sd",
+    "bias_var",
+    "cov_eig",
+    "mu_norm",
+]
 PER_ROW = {"row_bias", "col_bias", "M", "N"}
 
 
@@ -35,9 +44,15 @@ def _full_fit(prior=None):
     rng = np.random.default_rng(5)
     lead = (C, D)
     M, N = rng.normal(size=lead + (M1, K)), rng.normal(size=lead + (M2, K))
-    s = {"M": M, "N": N, "row_bias": rng.normal(size=lead + (M1,)), "col_bias": rng.normal(size=lead + (M2,)),
-         "row_bias_var": rng.gamma(2.0, size=lead), "col_bias_var": rng.gamma(2.0, size=lead),
-         "tau": rng.gamma(5.0, size=lead)}
+    s = {
+        "M": M,
+        "N": N,
+        "row_bias": rng.normal(size=lead + (M1,)),
+        "col_bias": rng.normal(size=lead + (M2,)),
+        "row_bias_var": rng.gamma(2.0, size=lead),
+        "col_bias_var": rng.gamma(2.0, size=lead),
+        "tau": rng.gamma(5.0, size=lead),
+    }
     if prior.has_column_scales:
         s["gamma"] = rng.gamma(2.0, size=lead + (K,))
     else:
@@ -46,7 +61,9 @@ def _full_fit(prior=None):
             s[f"Lambda_{side}"] = random_spd(rng, C * D, K).reshape(lead + (K, K))
     s["theta"] = np.einsum("cdek,cdek->cde", M[:, :, ROWS], N[:, :, COLS])
     fit = FakeMCMCFit(s, ROWS, COLS, (M1, M2), prior=prior)
-    fit.info = dataclasses.replace(fit.info, likelihood=bmc.likelihoods.LearnedNoise(), biases=bmc.offsets.Biases())
+    fit.info = dataclasses.replace(
+        fit.info, likelihood=bmc.likelihoods.LearnedNoise(), biases=bmc.offsets.Biases()
+    )
     return fit
 
 
@@ -55,7 +72,9 @@ def test_default_holds_the_small_variables_in_order():
     s = fit.samples
     post = dg.to_arviz(fit).posterior
     assert list(post.data_vars) == NW_DEFAULT
-    assert not (PER_ROW | {"tau", "row_bias_var", "mu_M", "Lambda_M", "mu_N", "Lambda_N"}) & set(post.data_vars)
+    assert not (PER_ROW | {"tau", "row_bias_var", "mu_M", "Lambda_M", "mu_N", "Lambda_N"}) & set(
+        post.data_vars
+    )
     np.testing.assert_array_equal(post["theta"].values, s["theta"])
     np.testing.assert_allclose(post["noise_sd"].values, 1.0 / np.sqrt(s["tau"]), rtol=1e-12)
     assert list(post["bias"].values) == ["row", "col"]
@@ -67,30 +86,61 @@ def test_default_holds_the_small_variables_in_order():
     np.testing.assert_allclose(post["theta_fro"].values, np.sqrt(np.sum(sv**2, -1)), rtol=1e-9)
     # a prior with column scales: gamma and its summaries instead of the Normal-Wishart ones
     post = dg.to_arviz(_full_fit(bmc.priors.Gamma())).posterior
-    assert list(post.data_vars) == ["theta", "gamma", "gamma_sorted", "num_active", "theta_sv", "theta_fro",
-                                    "eff_rank", "noise_sd", "bias_var"]
+    assert list(post.data_vars) == [
+        "theta",
+        "gamma",
+        "gamma_sorted",
+        "num_active",
+        "theta_sv",
+        "theta_fro",
+        "eff_rank",
+        "noise_sd",
+        "bias_var",
+    ]
 
 
 def test_var_names_round_trip_and_unknown_names():
     fit = _full_fit()
     s = fit.samples
     extra = dg.extra_var_names(fit)
-    assert extra == sorted(["M", "N", "row_bias", "col_bias", "row_bias_var", "col_bias_var", "tau", "mu_M",
-                            "Lambda_M", "mu_N", "Lambda_N"])
+    assert extra == sorted(
+        [
+            "M",
+            "N",
+            "row_bias",
+            "col_bias",
+            "row_bias_var",
+            "col_bias_var",
+            "tau",
+            "mu_M",
+            "Lambda_M",
+            "mu_N",
+            "Lambda_N",
+        ]
+    )
     post = dg.to_arviz(fit, var_names=["row_bias", "col_bias", "M", "N", "tau", "theta"]).posterior
     assert list(post.data_vars) == NW_DEFAULT + ["row_bias", "col_bias", "M", "N", "tau"]
     for name in ("row_bias", "col_bias", "M", "N", "tau"):
         np.testing.assert_array_equal(post[name].values, s[name])
     assert post["row_bias"].dims == ("chain", "draw", "i") and post.sizes["i"] == M1
     assert post["col_bias"].dims == ("chain", "draw", "j") and post.sizes["j"] == M2
-    assert post["M"].dims == ("chain", "draw", "i", "h") and post["N"].dims == ("chain", "draw", "j", "h")
+    assert post["M"].dims == ("chain", "draw", "i", "h") and post["N"].dims == (
+        "chain",
+        "draw",
+        "j",
+        "h",
+    )
     # one name as a string; the method of a fit result passes it on
-    assert list(dg.to_arviz(fit, var_names="Lambda_M").posterior.data_vars) == NW_DEFAULT + ["Lambda_M"]
+    assert list(dg.to_arviz(fit, var_names="Lambda_M").posterior.data_vars) == NW_DEFAULT + [
+        "Lambda_M"
+    ]
     # full=True: every stored draw
     assert set(dg.to_arviz(fit, full=True).posterior.data_vars) == set(NW_DEFAULT) | set(extra)
     with pytest.raises(ValueError, match=r"no variable \['row_biases'\].*can add \[.*'row_bias'"):
         dg.to_arviz(fit, var_names=["row_bias", "row_biases"])
-    with pytest.raises(ValueError, match=r"no variable \['gamma'\]"):  # a Normal-Wishart fit has no gamma
+    with pytest.raises(
+        ValueError, match=r"no variable \['gamma'\]"
+    ):  # a Normal-Wishart fit has no gamma
         dg.fit_arrays(fit, var_names=["gamma"])
     with pytest.raises(TypeError, match="var_names"):
         dg.to_arviz(fit, var_names=[3])
@@ -98,8 +148,15 @@ def test_var_names_round_trip_and_unknown_names():
 
 def test_vb_has_nothing_to_add():
     rng = np.random.default_rng(1)
-    vb = FakeVBFit(rng.normal(size=(M1, K)), rng.normal(size=(M2, K)), random_spd(rng, M1, K),
-                   random_spd(rng, M2, K), {}, bmc.priors.NormalWishart(), elbo=[-3.0, -2.0])
+    vb = FakeVBFit(
+        rng.normal(size=(M1, K)),
+        rng.normal(size=(M2, K)),
+        random_spd(rng, M1, K),
+        random_spd(rng, M2, K),
+        {},
+        bmc.priors.NormalWishart(),
+        elbo=[-3.0, -2.0],
+    )
     assert dg.extra_var_names(vb) == []
     with pytest.raises(ValueError, match="can add nothing"):
         dg.to_arviz(vb, var_names=["M"], num_draws=5)
@@ -110,9 +167,19 @@ def recommended_fit():
     """The recommended model (Normal-Wishart, learned noise, biases) on a small simulated
     problem, two chains."""
     train = bmc.datasets.simulate_paper(20, seed=3).train
-    return bmc.fit(train, K=3, prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(),
-                   biases=True, num_warmup=10, num_samples=20, thinning=2, num_chains=2, progress_bar=False,
-                   seed=0)
+    return bmc.fit(
+        train,
+        K=3,
+        prior=bmc.priors.NormalWishart(),
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        biases=True,
+        num_warmup=10,
+        num_samples=20,
+        thinning=2,
+        num_chains=2,
+        progress_bar=False,
+        seed=0,
+    )
 
 
 def test_recommended_fit_default_and_extras(recommended_fit, tmp_path):
@@ -135,6 +202,8 @@ def test_recommended_fit_default_and_extras(recommended_fit, tmp_path):
     axes.ravel()[0].figure.clf()
     # the summary and the report read the small default
     table = dg.summary(fit)
-    assert not any(label.startswith(("row_bias", "col_bias", "Lambda", "mu_")) for label in table.index)
+    assert not any(
+        label.startswith(("row_bias", "col_bias", "Lambda", "mu_")) for label in table.index
+    )
     written = {p.name for p in dg.report(fit, tmp_path, dpi=50)}
     assert {"summary.md", "trace.png"} <= written

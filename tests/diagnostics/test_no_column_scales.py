@@ -55,13 +55,19 @@ def test_gamma_diagnostics_name_the_prior(nw_mcmc):
 def _svd_counts(M, N, t):
     """#{k: s_k(M N^T) > t} per draw, by NumPy's SVD of the formed theta."""
     M, N = M.reshape((-1,) + M.shape[-2:]), N.reshape((-1,) + N.shape[-2:])
-    return np.array([np.sum(np.linalg.svd(m @ n.T, compute_uv=False)[:K] > t) for m, n in zip(M, N)])
+    return np.array(
+        [np.sum(np.linalg.svd(m @ n.T, compute_uv=False)[:K] > t) for m, n in zip(M, N)]
+    )
 
 
 def test_rank_posterior_is_the_effective_rank_of_theta(nw_mcmc):
     s = nw_mcmc.samples
-    sv = np.concatenate([np.linalg.svd(m @ n.T, compute_uv=False)[None, :K] for m, n in
-                         zip(s["M"].reshape(-1, M1, K), s["N"].reshape(-1, M2, K))])
+    sv = np.concatenate(
+        [
+            np.linalg.svd(m @ n.T, compute_uv=False)[None, :K]
+            for m, n in zip(s["M"].reshape(-1, M1, K), s["N"].reshape(-1, M2, K))
+        ]
+    )
     # thresholds between the singular values, so that the counts vary over the draws
     for t in (np.median(sv[:, 0]), np.median(sv[:, 1]), np.median(sv[:, 2]), 0.0, 1e9):
         want = np.bincount(_svd_counts(s["M"], s["N"], t), minlength=K + 1) / (C * D)
@@ -75,15 +81,27 @@ def test_rank_posterior_is_the_effective_rank_of_theta(nw_mcmc):
     with pytest.raises(ValueError, match="threshold"):
         dg.rank_posterior(nw_mcmc, float("nan"))
     # without factor draws: a clear error
-    nofactors = FakeMCMCFit({k: v for k, v in s.items() if k not in ("M", "N")}, [0, 2, 5], [1, 4, 0], (M1, M2),
-                            prior=NW)
+    nofactors = FakeMCMCFit(
+        {k: v for k, v in s.items() if k not in ("M", "N")},
+        [0, 2, 5],
+        [1, 4, 0],
+        (M1, M2),
+        prior=NW,
+    )
     with pytest.raises(ValueError, match="store_factors=True"):
         dg.rank_posterior(nofactors, 0.5)
 
 
 def test_rank_posterior_of_a_vb_fit_is_that_of_its_draws():
-    vb = FakeVBFit(np.ones((M1, K)), np.ones((M2, K)), random_spd(np.random.default_rng(1), M1, K),
-                   random_spd(np.random.default_rng(2), M2, K), {}, NW, elbo=[-3.0, -2.0])
+    vb = FakeVBFit(
+        np.ones((M1, K)),
+        np.ones((M2, K)),
+        random_spd(np.random.default_rng(1), M1, K),
+        random_spd(np.random.default_rng(2), M2, K),
+        {},
+        NW,
+        elbo=[-3.0, -2.0],
+    )
     sv = dg.to_arviz(vb, num_draws=50, seed=4).posterior["theta_sv"].values.reshape(-1, K)
     t = float(np.median(sv[:, 1]))
     want = np.bincount(np.sum(sv > t, axis=-1), minlength=K + 1) / 50
@@ -100,15 +118,20 @@ def test_to_arviz_state_summaries_and_draws_on_request(nw_mcmc):
         # eigenvalues of the covariance Lambda^{-1}, decreasing, by a route of their own
         want = -np.sort(-np.linalg.eigvals(np.linalg.inv(lam)).real, axis=-1)
         np.testing.assert_allclose(post["cov_eig"].values[:, :, k], want, rtol=1e-10)
-        np.testing.assert_allclose(post["mu_norm"].values[:, :, k],
-                                   np.sqrt(np.sum(nw_mcmc.samples[f"mu_{side}"] ** 2, axis=-1)), rtol=1e-12)
+        np.testing.assert_allclose(
+            post["mu_norm"].values[:, :, k],
+            np.sqrt(np.sum(nw_mcmc.samples[f"mu_{side}"] ** 2, axis=-1)),
+            rtol=1e-12,
+        )
     assert post["cov_eig"].dims == ("chain", "draw", "side", "h")
     assert post["mu_norm"].dims == ("chain", "draw", "side")
     # the state as stored, on request
     post = dg.to_arviz(nw_mcmc, var_names=["mu_M", "Lambda_M", "mu_N", "Lambda_N"]).posterior
     for side in ("M", "N"):
         np.testing.assert_array_equal(post[f"mu_{side}"].values, nw_mcmc.samples[f"mu_{side}"])
-        np.testing.assert_array_equal(post[f"Lambda_{side}"].values, nw_mcmc.samples[f"Lambda_{side}"])
+        np.testing.assert_array_equal(
+            post[f"Lambda_{side}"].values, nw_mcmc.samples[f"Lambda_{side}"]
+        )
         assert post[f"mu_{side}"].dims == ("chain", "draw", "h")
         assert post[f"Lambda_{side}"].dims == ("chain", "draw", "h", "h2")
     assert {"theta", "theta_sv", "theta_fro", "eff_rank", "cov_eig"} <= set(post.data_vars)
@@ -128,17 +151,34 @@ def test_summary_and_report_skip_gamma(nw_mcmc, tmp_path):
 def test_guide_draws_and_vb(nw_mcmc):
     rng = np.random.default_rng(3)
     S = 7
-    draws = {**_state(rng, (S,)), "M": rng.normal(size=(S, M1, K)), "N": rng.normal(size=(S, M2, K))}
-    svi = SimpleNamespace(draws=draws, losses=np.array([2.0, 1.0]), shape=(M1, M2),
-                          info=fake_info("svi", K, (M1, M2), NW))
+    draws = {
+        **_state(rng, (S,)),
+        "M": rng.normal(size=(S, M1, K)),
+        "N": rng.normal(size=(S, M2, K)),
+    }
+    svi = SimpleNamespace(
+        draws=draws,
+        losses=np.array([2.0, 1.0]),
+        shape=(M1, M2),
+        info=fake_info("svi", K, (M1, M2), NW),
+    )
     post = dg.to_arviz(svi).posterior
     assert "gamma" not in post and "Lambda_N" not in post and post["cov_eig"].shape == (1, S, 2, K)
     post = dg.to_arviz(svi, var_names=["Lambda_N"]).posterior
     np.testing.assert_array_equal(post["Lambda_N"].values[0], draws["Lambda_N"])
     r = dg.rank_posterior(svi, 0.5)
-    np.testing.assert_array_equal(r, np.bincount(_svd_counts(draws["M"], draws["N"], 0.5), minlength=K + 1) / S)
-    vb = FakeVBFit(rng.normal(size=(M1, K)), rng.normal(size=(M2, K)), random_spd(rng, M1, K),
-                   random_spd(rng, M2, K), {}, NW, elbo=[-3.0, -2.0])
+    np.testing.assert_array_equal(
+        r, np.bincount(_svd_counts(draws["M"], draws["N"], 0.5), minlength=K + 1) / S
+    )
+    vb = FakeVBFit(
+        rng.normal(size=(M1, K)),
+        rng.normal(size=(M2, K)),
+        random_spd(rng, M1, K),
+        random_spd(rng, M2, K),
+        {},
+        NW,
+        elbo=[-3.0, -2.0],
+    )
     post = dg.to_arviz(vb, num_draws=20).posterior
     assert "gamma" not in post and "theta_sv" in post
 

@@ -35,11 +35,25 @@ def test_acf_vanishes_within_five_lags(tmp_path):
     sim = bmc.datasets.simulate_paper(200, seed=0)
     m = sim.theta.shape[0]
     rows, cols = np.divmod(np.arange(m * m), m)
-    truth = bmc.RatingData(rows, cols, sim.theta.ravel(), sim.theta.shape)  # RMSE over all m^2 entries
+    truth = bmc.RatingData(
+        rows, cols, sim.theta.ravel(), sim.theta.shape
+    )  # RMSE over all m^2 entries
     fit = bmc.fit(
-        sim.train, K=5, prior=bmc.priors.Discrete(1.0, 0.05, 0.05), method="gibbs",
-        num_warmup=100, num_samples=1000, thinning=1, num_chains=2, track=16, test=truth,
-        clip=False, progress_bar=False, seed=0, overrelax=-0.7, column_moves=False,
+        sim.train,
+        K=5,
+        prior=bmc.priors.Discrete(1.0, 0.05, 0.05),
+        method="gibbs",
+        num_warmup=100,
+        num_samples=1000,
+        thinning=1,
+        num_chains=2,
+        track=16,
+        test=truth,
+        clip=False,
+        progress_bar=False,
+        seed=0,
+        overrelax=-0.7,
+        column_moves=False,
     )
     acf = dg.autocorrelation(fit, max_lag=10)  # (entry, lag)
     print("ACF of tracked theta entries, lags 0..5:")
@@ -47,7 +61,10 @@ def test_acf_vanishes_within_five_lags(tmp_path):
         print(f"  theta[{lab}]: " + " ".join(f"{v:+.3f}" for v in row[:6]))
     first_below = [next((k for k in range(1, 11) if abs(row[k]) < 0.1), 99) for row in acf]
     print("first lag with |ACF| < 0.1 per entry:", first_below)
-    print("max |ACF| over entries, lags 1..10:", " ".join(f"{v:.3f}" for v in np.abs(acf[:, 1:11]).max(axis=0)))
+    print(
+        "max |ACF| over entries, lags 1..10:",
+        " ".join(f"{v:.3f}" for v in np.abs(acf[:, 1:11]).max(axis=0)),
+    )
     assert max(first_below) <= 5, first_below
     # Fig. 1 and 2 of the paper render for this run
     dg.plot_rmse_trace(fit).savefig(tmp_path / "fig1.png")
@@ -60,8 +77,18 @@ def test_acf_vanishes_within_five_lags(tmp_path):
 @pytest.mark.slow
 def test_nuts_fit_converts_with_sampler_stats():
     sim = bmc.datasets.simulate_paper(12, seed=0)
-    fit = bmc.fit(sim.train, K=2, prior=bmc.priors.InverseGamma(1.0, 0.1), method="nuts", num_warmup=30,
-                  num_samples=30, thinning=1, num_chains=1, progress_bar=False, seed=0)
+    fit = bmc.fit(
+        sim.train,
+        K=2,
+        prior=bmc.priors.InverseGamma(1.0, 0.1),
+        method="nuts",
+        num_warmup=30,
+        num_samples=30,
+        thinning=1,
+        num_chains=1,
+        progress_bar=False,
+        seed=0,
+    )
     idata = dg.to_arviz(fit)
     assert idata.sample_stats["diverging"].shape == (1, 30)
     assert {"theta", "gamma_sorted", "theta_fro", "eff_rank"} <= set(idata.posterior.data_vars)

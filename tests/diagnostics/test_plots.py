@@ -42,8 +42,12 @@ def test_plot_acf(gibbs_fit, tmp_path):
     assert len(fig.axes) == NUM_TRACK
     assert all(ax.get_title().startswith("θ[") for ax in fig.axes)
     _save(fig, tmp_path, "acf")
-    fig = dg.plot_acf(gibbs_fit, entries=[(int(gibbs_fit.track_rows[0]), int(gibbs_fit.track_cols[0]))],
-                      combined=False, max_lag=5)
+    fig = dg.plot_acf(
+        gibbs_fit,
+        entries=[(int(gibbs_fit.track_rows[0]), int(gibbs_fit.track_cols[0]))],
+        combined=False,
+        max_lag=5,
+    )
     assert len(fig.axes) == gibbs_fit.samples["theta"].shape[0]  # one entry, per chain
 
 
@@ -56,8 +60,12 @@ def test_plot_trace(gibbs_fit, vb_fit, tmp_path):
     assert {"theta", "theta_fro", "eff_rank"} <= set(varying)
     assert len(fig.axes) == 2 * len(varying)
     _save(fig, tmp_path, "trace")
-    fake = FakeMCMCFit({"gamma": np.ones((2, 10, 3)), "theta": np.random.default_rng(0).normal(size=(2, 10, 2))},
-                       [0, 1], [1, 0], (2, 2))
+    fake = FakeMCMCFit(
+        {"gamma": np.ones((2, 10, 3)), "theta": np.random.default_rng(0).normal(size=(2, 10, 2))},
+        [0, 1],
+        [1, 0],
+        (2, 2),
+    )
     fig = dg.plot_trace(fake)
     assert len(fig.axes) == 2 and "constant over all draws: sorted γ = 1" in fig.get_suptitle()
     fig = dg.plot_trace(vb_fit, var_names=["theta_fro"])
@@ -85,8 +93,15 @@ def test_plot_convergence(vb_fit, tmp_path):
     _save(fig, tmp_path, "convergence")
     rng = np.random.default_rng(0)
     eye = np.broadcast_to(np.eye(2), (3, 2, 2)).copy()
-    no_test = FakeVBFit(rng.normal(size=(3, 2)), rng.normal(size=(3, 2)), eye, eye, {"inv_mean": np.ones(2)},
-                        PRIOR, elbo=[-10.0, -5.0, -4.9])
+    no_test = FakeVBFit(
+        rng.normal(size=(3, 2)),
+        rng.normal(size=(3, 2)),
+        eye,
+        eye,
+        {"inv_mean": np.ones(2)},
+        PRIOR,
+        elbo=[-10.0, -5.0, -4.9],
+    )
     assert len(dg.plot_convergence([no_test]).axes) == 1
 
 
@@ -103,8 +118,16 @@ def test_plot_gamma(gibbs_fit, vb_fit, svi_fit, tmp_path):
 def test_report(gibbs_fit, vb_fit, tmp_path):
     paths = dg.report(gibbs_fit, tmp_path / "gibbs")
     names = [p.name for p in paths]
-    assert names == ["summary.csv", "summary.md", "summary.png", "rank_posterior.csv",
-                     "rmse_trace.png", "trace.png", "acf.png", "gamma.png"]
+    assert names == [
+        "summary.csv",
+        "summary.md",
+        "summary.png",
+        "rank_posterior.csv",
+        "rmse_trace.png",
+        "trace.png",
+        "acf.png",
+        "gamma.png",
+    ]
     for p in paths:
         assert p.is_file() and p.stat().st_size > 0
         if p.suffix == ".png":
@@ -116,7 +139,11 @@ def test_report(gibbs_fit, vb_fit, tmp_path):
     md = paths[1].read_text()
     assert "| `theta[" in md and "![acf](acf.png)" in md
     # ESS and R-hat of the number of active columns and of the effective rank
-    assert "## Rank mixing" in md and "| number of active columns |" in md and "| effective rank of theta |" in md
+    assert (
+        "## Rank mixing" in md
+        and "| number of active columns |" in md
+        and "| effective rank of theta |" in md
+    )
     assert "Most frequent number of active columns per chain" in md
     with open(paths[3], newline="") as fh:
         probs = [float(r[1]) for r in list(csv.reader(fh))[1:]]
@@ -139,7 +166,17 @@ def test_report_of_one_chain_names_its_split_r_hat_and_drift(tmp_path):
     assert "R-hat: one chain: R-hat of its two halves" in md
     assert "**Warning: the number of active columns drifts within the chain**" in md
     assert "chains disagree" not in md
-    steady = FakeMCMCFit({"gamma": np.where(np.arange(K)[None, None] < np.resize([1, 2], D)[None, :, None],
-                                            PRIOR.C, PRIOR.eps), "theta": theta}, [0, 1], [1, 0], (6, 5), prior=PRIOR)
+    steady = FakeMCMCFit(
+        {
+            "gamma": np.where(
+                np.arange(K)[None, None] < np.resize([1, 2], D)[None, :, None], PRIOR.C, PRIOR.eps
+            ),
+            "theta": theta,
+        },
+        [0, 1],
+        [1, 0],
+        (6, 5),
+        prior=PRIOR,
+    )
     md = dg.report(steady, tmp_path / "steady")[1].read_text()
     assert "R-hat: one chain" in md and "drifts" not in md

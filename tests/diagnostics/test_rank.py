@@ -52,20 +52,34 @@ def test_poisson_binomial_vectorised_matches_enumeration():
     np.testing.assert_array_equal(_poisson_binomial(z), np.eye(7)[z.sum(-1).astype(int)])
 
 
-@pytest.mark.filterwarnings("ignore::bmczoo.diagnostics.RankMixingWarning")  # iid fakes: R-hat varies by chance
-@pytest.mark.parametrize("prior", [None, bmc.priors.InverseGamma(1.0, 0.1), bmc.priors.Discrete(1.0, 0.3, 0.05)],
-                         ids=["no-prior", "inverse-gamma", "discrete"])
+@pytest.mark.filterwarnings(
+    "ignore::bmczoo.diagnostics.RankMixingWarning"
+)  # iid fakes: R-hat varies by chance
+@pytest.mark.parametrize(
+    "prior",
+    [None, bmc.priors.InverseGamma(1.0, 0.1), bmc.priors.Discrete(1.0, 0.3, 0.05)],
+    ids=["no-prior", "inverse-gamma", "discrete"],
+)
 def test_drawn_gamma_gives_exactly_the_frequencies(prior):
     """Draws of gamma itself: prob_above is an indicator, and the average of the one-hot
     laws is exactly the frequency count of the draws (bit for bit)."""
     rng = np.random.default_rng(1)
-    gamma = rng.choice([0.05, 0.3, 1.0], size=(3, 37, 4)) if prior is not None else rng.exponential(size=(3, 37, 4))
-    fit = FakeMCMCFit({"gamma": gamma, "theta": np.zeros((3, 37, 1))}, [0], [0], (2, 2),
-                      prior=prior)
+    gamma = (
+        rng.choice([0.05, 0.3, 1.0], size=(3, 37, 4))
+        if prior is not None
+        else rng.exponential(size=(3, 37, 4))
+    )
+    fit = FakeMCMCFit(
+        {"gamma": gamma, "theta": np.zeros((3, 37, 1))}, [0], [0], (2, 2), prior=prior
+    )
     for t in (0.0, 0.1, 0.2, 0.5, 2.0):
         counts = np.sum(gamma > t, axis=-1).ravel()
-        np.testing.assert_array_equal(dg.rank_posterior(fit, t), np.bincount(counts, minlength=5) / counts.size)
-        np.testing.assert_allclose(dg.prob_gamma_above(fit, t), np.mean(gamma > t, axis=(0, 1)), rtol=1e-12)
+        np.testing.assert_array_equal(
+            dg.rank_posterior(fit, t), np.bincount(counts, minlength=5) / counts.size
+        )
+        np.testing.assert_allclose(
+            dg.prob_gamma_above(fit, t), np.mean(gamma > t, axis=(0, 1)), rtol=1e-12
+        )
 
 
 def test_nuts_discrete_integrated_gamma():
@@ -76,8 +90,14 @@ def test_nuts_discrete_integrated_gamma():
     q = rng.uniform(size=(2, 15, 3)) ** 2
     q[0, 0] = [0.0, 1.0, 1.0]
     gamma = q * prior.C + (1 - q) * prior.eps  # the model's Rao-Blackwellised E[gamma | M, N]
-    fit = FakeMCMCFit({"gamma": gamma, "gamma_slab_prob": q, "theta": np.zeros((2, 15, 1))}, [0], [0], (2, 2),
-                      method="nuts", prior=prior)
+    fit = FakeMCMCFit(
+        {"gamma": gamma, "gamma_slab_prob": q, "theta": np.zeros((2, 15, 1))},
+        [0],
+        [0],
+        (2, 2),
+        method="nuts",
+        prior=prior,
+    )
     t = 0.5
     want = np.mean([_brute_force(qq) for qq in q.reshape(-1, 3)], axis=0)
     np.testing.assert_allclose(dg.rank_posterior(fit, t), want, rtol=1e-12, atol=1e-15)
@@ -95,8 +115,18 @@ def test_nuts_discrete_fit(tiny_ratings):
     prior = bmc.priors.Discrete(C=1.0, p=0.5, eps=0.05)
     # one chain: ten NUTS steps are too few for chains to agree on the count (that would
     # raise RankMixingWarning, which rank_posterior's other tests check)
-    fit = bmc.fit(tiny_ratings, K=2, prior=prior, method="nuts", num_warmup=10, num_samples=10, thinning=1,
-                  num_chains=1, progress_bar=False, seed=0)
+    fit = bmc.fit(
+        tiny_ratings,
+        K=2,
+        prior=prior,
+        method="nuts",
+        num_warmup=10,
+        num_samples=10,
+        thinning=1,
+        num_chains=1,
+        progress_bar=False,
+        seed=0,
+    )
     assert "gamma_slab_prob" in fit.samples
     t = dg.gamma_threshold(fit)
     q = np.asarray(fit.samples["gamma_slab_prob"], np.float64).reshape(-1, 2)
@@ -108,8 +138,15 @@ def test_nuts_discrete_fit(tiny_ratings):
 
 def _fake_vb(prior, q_gamma, K=3):
     rng = np.random.default_rng(4)
-    return FakeVBFit(rng.normal(size=(5, K)), rng.normal(size=(4, K)), random_spd(rng, 5, K), random_spd(rng, 4, K),
-                     q_gamma, prior, elbo=[-3.0, -2.0])
+    return FakeVBFit(
+        rng.normal(size=(5, K)),
+        rng.normal(size=(4, K)),
+        random_spd(rng, 5, K),
+        random_spd(rng, 4, K),
+        q_gamma,
+        prior,
+        elbo=[-3.0, -2.0],
+    )
 
 
 def test_vb_uses_the_priors_q_methods():
@@ -119,18 +156,24 @@ def test_vb_uses_the_priors_q_methods():
     for t in (0.01, 0.2, 1.5):
         p = prior.q_prob_above(q, t)
         np.testing.assert_allclose(dg.prob_gamma_above(fit, t), p, rtol=1e-12)
-        np.testing.assert_allclose(dg.rank_posterior(fit, t), _brute_force(p), rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(
+            dg.rank_posterior(fit, t), _brute_force(p), rtol=1e-12, atol=1e-15
+        )
     # the draws of q(gamma) are the prior's q_sample with the same generator
     g = dg.to_arviz(fit, num_draws=64, seed=3).posterior["gamma"].values[0]
     np.testing.assert_array_equal(g, prior.q_sample(q, 64, np.random.default_rng(3)))
     assert dg.gamma_threshold(fit) == pytest.approx(math.sqrt(0.05))
     # no threshold of its own: 1% of the largest E[gamma] proxy 1/E[1/gamma]
-    ig = _fake_vb(bmc.priors.InverseGamma(1.0, 0.1),
-                  {"inv_mean": np.array([0.5, 2.0, 10.0]), "shape": np.full(3, 6.0), "scale": np.ones(3)})
+    ig = _fake_vb(
+        bmc.priors.InverseGamma(1.0, 0.1),
+        {"inv_mean": np.array([0.5, 2.0, 10.0]), "shape": np.full(3, 6.0), "scale": np.ones(3)},
+    )
     assert dg.gamma_threshold(ig) == pytest.approx(0.02)
 
 
-@pytest.mark.filterwarnings("ignore::bmczoo.diagnostics.RankMixingWarning")  # iid fakes: R-hat varies by chance
+@pytest.mark.filterwarnings(
+    "ignore::bmczoo.diagnostics.RankMixingWarning"
+)  # iid fakes: R-hat varies by chance
 def test_no_branching_on_the_prior_name():
     base = bmc.priors.Discrete(C=1.0, p=0.2, eps=0.04)
     # the same prior under another name (an instance attribute: no class is added to the
@@ -147,8 +190,10 @@ def test_no_branching_on_the_prior_name():
     qg = {"inv_mean": np.ones(3), "slab_prob": np.array([0.7, 0.2, 0.5])}
     vbs = [_fake_vb(p, qg) for p in (base, other)]
     np.testing.assert_array_equal(dg.rank_posterior(vbs[0], 0.3), dg.rank_posterior(vbs[1], 0.3))
-    np.testing.assert_array_equal(dg.to_arviz(vbs[0], num_draws=20).posterior["gamma"].values,
-                                  dg.to_arviz(vbs[1], num_draws=20).posterior["gamma"].values)
+    np.testing.assert_array_equal(
+        dg.to_arviz(vbs[0], num_draws=20).posterior["gamma"].values,
+        dg.to_arviz(vbs[1], num_draws=20).posterior["gamma"].values,
+    )
 
 
 def test_vb_without_prior():
@@ -161,8 +206,12 @@ def test_vb_without_prior():
 
 def test_bad_thresholds():
     fit = _fake_vb(bmc.priors.Fixed(1.0), {"inv_mean": np.ones(3)})
-    for bad, error in ((float("nan"), ValueError), (float("inf"), ValueError), (True, TypeError),
-                       ("0.1", TypeError)):
+    for bad, error in (
+        (float("nan"), ValueError),
+        (float("inf"), ValueError),
+        (True, TypeError),
+        ("0.1", TypeError),
+    ):
         with pytest.raises(error, match="threshold"):
             dg.rank_posterior(fit, bad)
         with pytest.raises(error, match="threshold"):
@@ -170,7 +219,9 @@ def test_bad_thresholds():
     with pytest.raises(TypeError, match="threshold"):
         dg.prob_gamma_above(fit, None)
     # no threshold: the prior's (gamma_threshold)
-    np.testing.assert_array_equal(dg.rank_posterior(fit), dg.rank_posterior(fit, dg.gamma_threshold(fit)))
+    np.testing.assert_array_equal(
+        dg.rank_posterior(fit), dg.rank_posterior(fit, dg.gamma_threshold(fit))
+    )
 
 
 def _stuck_fit(levels_per_chain, num_draws=50, K=4):
@@ -203,7 +254,9 @@ def test_rank_posterior_quiet_when_chains_agree():
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        p = dg.rank_posterior(_stuck_fit([[1, 2], [2, 1], [1, 2]]), dg.gamma_threshold(_stuck_fit([2])))
+        p = dg.rank_posterior(
+            _stuck_fit([[1, 2], [2, 1], [1, 2]]), dg.gamma_threshold(_stuck_fit([2]))
+        )
         np.testing.assert_allclose(p[1:3], [0.5, 0.5])
         dg.rank_posterior(_stuck_fit([3, 3]), 0.2)  # identical constant chains: no disagreement
     mix = dg.rank_mixing(_stuck_fit([[1, 2], [2, 1]]))
@@ -219,7 +272,9 @@ def test_one_chain_gets_the_split_r_hat_of_its_halves():
     mix = dg.rank_mixing(drift)
     x = np.resize([1, 2], 50).tolist() + np.resize([3, 4], 50).tolist()
     assert mix["r_hat_kind"] == "split one chain" and not mix["disagree"] and mix["drifts"]
-    assert mix["r_hat"] == pytest.approx(float(az.rhat(np.asarray(x, float).reshape(2, 50))), rel=1e-12)
+    assert mix["r_hat"] == pytest.approx(
+        float(az.rhat(np.asarray(x, float).reshape(2, 50))), rel=1e-12
+    )
     # each half constant at its own count: no within-half variance, R-hat infinite
     halves = dg.rank_mixing(_stuck_fit([[2] * 25 + [3] * 25], num_draws=50))
     assert halves["r_hat"] == float("inf") and halves["drifts"]

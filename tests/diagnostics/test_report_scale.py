@@ -23,9 +23,19 @@ def shifted():
 @pytest.fixture(scope="module")
 def learned_fit(shifted):
     train, test = shifted
-    return bmc.fit(train, K=2, prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(),
-                   biases=True, num_warmup=10, num_samples=40, thinning=1, num_chains=2, test=test,
-                   progress_bar=False)
+    return bmc.fit(
+        train,
+        K=2,
+        prior=bmc.priors.NormalWishart(),
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        biases=True,
+        num_warmup=10,
+        num_samples=40,
+        thinning=1,
+        num_chains=2,
+        test=test,
+        progress_bar=False,
+    )
 
 
 def test_learned_noise_in_table_and_settings(learned_fit, tmp_path):
@@ -43,8 +53,14 @@ def test_learned_noise_in_table_and_settings(learned_fit, tmp_path):
 
 def test_tempered_fit_lists_its_fixed_noise(shifted, tmp_path):
     train, _ = shifted
-    fit = bmc.fit(train, K=2, method="vb", max_iter=5, likelihood=bmc.likelihoods.Tempered(noise_sd=0.5),
-                  progress_bar=False)
+    fit = bmc.fit(
+        train,
+        K=2,
+        method="vb",
+        max_iter=5,
+        likelihood=bmc.likelihoods.Tempered(noise_sd=0.5),
+        progress_bar=False,
+    )
     dg.report(fit, tmp_path)
     md = (tmp_path / "summary.md").read_text()
     assert "- **likelihood**: Tempered(" in md
@@ -54,8 +70,14 @@ def test_tempered_fit_lists_its_fixed_noise(shifted, tmp_path):
 
 def test_vb_learned_noise_sd_draws_from_q(shifted):
     train, _ = shifted
-    fit = bmc.fit(train, K=2, method="vb", max_iter=20, likelihood=bmc.likelihoods.LearnedNoise(),
-                  progress_bar=False)
+    fit = bmc.fit(
+        train,
+        K=2,
+        method="vb",
+        max_iter=20,
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        progress_bar=False,
+    )
     post = dg.to_arviz(fit, num_draws=4000, seed=1).posterior
     q = fit.q_noise
     # E[tau^(-1/2)] under Gamma(shape, rate) = sqrt(rate) Gamma(shape - 1/2) / Gamma(shape)
@@ -73,9 +95,13 @@ def test_trace_plot_draws_theta_on_the_data_scale(learned_fit):
     theta = np.asarray(fit.samples["theta"], np.float64) + fit.info.shift.offset
     trace_axes = [ax for ax in fig.axes if ax.get_title().startswith("θ")]
     assert len(trace_axes) == 2  # density and trace
-    ys = np.concatenate([np.asarray(line.get_ydata(), np.float64) for line in trace_axes[1].get_lines()])
+    ys = np.concatenate(
+        [np.asarray(line.get_ydata(), np.float64) for line in trace_axes[1].get_lines()]
+    )
     ys = ys[np.isfinite(ys)]
     assert ys.size >= theta.size
     # every drawn value is a draw of theta on the data scale
-    assert ys.min() == pytest.approx(theta.min(), rel=1e-6) and ys.max() == pytest.approx(theta.max(), rel=1e-6)
+    assert ys.min() == pytest.approx(theta.min(), rel=1e-6) and ys.max() == pytest.approx(
+        theta.max(), rel=1e-6
+    )
     assert fit.info.shift.offset > 2.0

@@ -23,8 +23,16 @@ def test_ml100k_discrete_gibbs_rmse():
     # posterior holds one slab column and the RMSE is about 0.935
     # (benchmarks/rank_movielens.py)
     fit = bmc.fit(
-        train, K=10, prior=bmc.priors.Discrete(C=1.0, p=0.05, eps=0.07), num_warmup=100,
-        num_samples=400, thinning=1, num_chains=1, test=test, progress_bar=False, seed=0,
+        train,
+        K=10,
+        prior=bmc.priors.Discrete(C=1.0, p=0.05, eps=0.07),
+        num_warmup=100,
+        num_samples=400,
+        thinning=1,
+        num_chains=1,
+        test=test,
+        progress_bar=False,
+        seed=0,
         column_moves=False,
     )
     rmse = fit.rmse(test)

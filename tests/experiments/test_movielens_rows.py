@@ -23,7 +23,9 @@ from bmczoo.offsets import Biases
 from bmczoo.priors import NormalWishart
 
 # the paper's plain sweep: its cache keys are those of earlier versions (checked below)
-FAST = Settings(seeds=(0,), num_warmup=3, num_samples=6, thinning=3, vb_max_iter=5, column_moves=False)
+FAST = Settings(
+    seeds=(0,), num_warmup=3, num_samples=6, thinning=3, vb_max_iter=5, column_moves=False
+)
 NEW = ["normal-wishart", "normal-wishart+learned+biases"]
 
 
@@ -35,15 +37,22 @@ def data_dir(tmp_path_factory):
     rng = np.random.default_rng(0)
     theta = 3.5 + rng.normal(size=(40, 2)) @ rng.normal(size=(2, 30))
     users, items = np.nonzero(rng.random(theta.shape) < 0.5)
-    ratings = np.clip(np.rint(theta[users, items] + 0.5 * rng.normal(size=users.size)), 1, 5).astype(int)
-    lines = [f"{u + 1}\t{i + 1}\t{r}\t{881250949 + k}" for k, (u, i, r) in enumerate(zip(users, items, ratings))]
+    ratings = np.clip(
+        np.rint(theta[users, items] + 0.5 * rng.normal(size=users.size)), 1, 5
+    ).astype(int)
+    lines = [
+        f"{u + 1}\t{i + 1}\t{r}\t{881250949 + k}"
+        for k, (u, i, r) in enumerate(zip(users, items, ratings))
+    ]
     (root / "ml-100k").mkdir()
     (root / "ml-100k" / "u.data").write_text("\n".join(lines) + "\n")
     return root
 
 
 def _rows(data_dir, settings=FAST):
-    return runner.plan_movielens(runner._movielens_entries(True, data_dir, False), settings=settings)
+    return runner.plan_movielens(
+        runner._movielens_entries(True, data_dir, False), settings=settings
+    )
 
 
 def _keys(folder):
@@ -59,21 +68,31 @@ def test_new_rows_are_planned(data_dir):
     assert labels == paper + [(label, method) for method in ("gibbs", "vb") for label in NEW]
     for row, (_, _, prior, hyper, value) in zip(rows, [r for r in PAPER_TABLE6 if r[0] == "100k"]):
         unit = row.units[0]
-        assert (unit.prior, dict(unit.base_hyper), row.paper, unit.components) == (prior, hyper, value, ())
+        assert (unit.prior, dict(unit.base_hyper), row.paper, unit.components) == (
+            prior,
+            hyper,
+            value,
+            (),
+        )
         assert all(t.likelihood == () and t.biases == () for t in unit.candidates)
-    for row in rows[len(paper):]:
+    for row in rows[len(paper) :]:
         unit = row.units[0]
         assert math.isnan(row.paper) and unit.prior == NormalWishart.name
         assert dict(unit.base_hyper) == NormalWishart.from_cli().hyperparameters()
         # the grid varies W0_scale x1/2, x1, x2; one Gibbs start, the prior's own (no init_gamma)
         assert [dict(t.hyper)["W0_scale"] for t in unit.candidates] == [0.5, 1.0, 2.0]
-        assert all(t.init_gamma is None and t.start == "default" and t.stage == "validation"
-                   for t in unit.candidates)
+        assert all(
+            t.init_gamma is None and t.start == "default" and t.stage == "validation"
+            for t in unit.candidates
+        )
         assert all("init_gamma" not in t.key and "start" not in t.key for t in unit.candidates)
-    full = [r.units[0] for r in rows[len(paper):] if r.units[0].components]
+    full = [r.units[0] for r in rows[len(paper) :] if r.units[0].components]
     assert [u.components for u in full] == [("learned", "biases")] * 2
-    assert all(t.build_likelihood() == LearnedNoise() and t.build_biases() == Biases()
-               for u in full for t in u.candidates)
+    assert all(
+        t.build_likelihood() == LearnedNoise() and t.build_biases() == Biases()
+        for u in full
+        for t in u.candidates
+    )
     # the rows beyond the paper are exactly those of MOVIELENS_BEYOND
     assert len(rows) == len(paper) + 2 * len(MOVIELENS_BEYOND)
 
@@ -82,24 +101,52 @@ def test_paper_row_keys_are_unchanged(data_dir):
     """A paper row's cache key has no likelihood or biases entry (the layout of earlier versions)."""
     task = _rows(data_dir)[1].units[0].candidates[0]  # inverse gamma, Gibbs, b x 1/2
     assert task.key == {
-        "experiment": "movielens", "dataset": "100k", "method": "gibbs", "prior": "inverse-gamma", "K": 10,
-        "seed": 0, "stage": "validation", "hyper": {"a": 1.0, "b": 0.05},
-        "settings": {"seeds": [0], "num_warmup": 3, "num_samples": 6, "thinning": 3, "vb_max_iter": 5},
-        "start": "gamma=1", "init_gamma": 1.0,
+        "experiment": "movielens",
+        "dataset": "100k",
+        "method": "gibbs",
+        "prior": "inverse-gamma",
+        "K": 10,
+        "seed": 0,
+        "stage": "validation",
+        "hyper": {"a": 1.0, "b": 0.05},
+        "settings": {
+            "seeds": [0],
+            "num_warmup": 3,
+            "num_samples": 6,
+            "thinning": 3,
+            "vb_max_iter": 5,
+        },
+        "start": "gamma=1",
+        "init_gamma": 1.0,
     }
     assert task.build_likelihood() is None and task.build_biases() is None
 
 
 def test_cache_key_changes_with_likelihood_and_biases():
-    common = dict(tag=(("experiment", "x"),), data=MovieLensData("100k"), stage="validation", method="gibbs",
-                  prior=NormalWishart.name, hyper=(("W0_scale", 1.0),), K=2, seed=0, settings=FAST)
+    common = dict(
+        tag=(("experiment", "x"),),
+        data=MovieLensData("100k"),
+        stage="validation",
+        method="gibbs",
+        prior=NormalWishart.name,
+        hyper=(("W0_scale", 1.0),),
+        K=2,
+        seed=0,
+        settings=FAST,
+    )
     base = FitTask(**common)
     # the paper's likelihood given explicitly is the default: same task, same key
     assert FitTask(**common, likelihood=Tempered()) == base
     assert FitTask(**common, likelihood=Tempered().describe(), biases=False) == base
-    variants = [base, FitTask(**common, likelihood=LearnedNoise()), FitTask(**common, likelihood=LearnedNoise(a=2.0)),
-                FitTask(**common, likelihood=Tempered(noise_sd=0.5)), FitTask(**common, biases=True),
-                FitTask(**common, biases=Biases(a=2.0)), FitTask(**common, likelihood=LearnedNoise(), biases=True)]
+    variants = [
+        base,
+        FitTask(**common, likelihood=LearnedNoise()),
+        FitTask(**common, likelihood=LearnedNoise(a=2.0)),
+        FitTask(**common, likelihood=Tempered(noise_sd=0.5)),
+        FitTask(**common, biases=True),
+        FitTask(**common, biases=Biases(a=2.0)),
+        FitTask(**common, likelihood=LearnedNoise(), biases=True),
+    ]
     keys = [t.key_json for t in variants]
     assert len(set(keys)) == len(keys)
     assert len({execute._cache_path(Path("/x"), t) for t in variants}) == len(keys)
@@ -114,8 +161,18 @@ def test_cache_key_changes_with_likelihood_and_biases():
     assert variants[3].build_likelihood() == Tempered(noise_sd=0.5)
     assert variants[5].build_biases() == Biases(a=2.0)
     # a unit carries its components, the label joins their names
-    unit = plan_unit({}, MovieLensData("100k"), method="vb", prior=NormalWishart.name, hyper={"W0_scale": 1.0},
-                     K=2, seed=0, settings=FAST, likelihood=LearnedNoise(), biases=True)
+    unit = plan_unit(
+        {},
+        MovieLensData("100k"),
+        method="vb",
+        prior=NormalWishart.name,
+        hyper={"W0_scale": 1.0},
+        K=2,
+        seed=0,
+        settings=FAST,
+        likelihood=LearnedNoise(),
+        biases=True,
+    )
     assert unit.label == "normal-wishart+learned+biases"
     assert all(t.key["likelihood"]["name"] == "learned" for t in unit.candidates)
 
@@ -137,11 +194,24 @@ def test_no_component_or_prior_name_is_compared_in_the_experiments():
 
 
 def test_table_prints_rows_beyond_the_paper():
-    r = runner.Result("movielens", "100k", "normal-wishart", "gibbs", math.nan, {"beta0": 2.0, "W0_scale": 1.0},
-                      0.91, {"beta0": 2.0, "W0_scale": 2.0}, 0.905, 1, components=("learned", "biases"))
+    r = runner.Result(
+        "movielens",
+        "100k",
+        "normal-wishart",
+        "gibbs",
+        math.nan,
+        {"beta0": 2.0, "W0_scale": 1.0},
+        0.91,
+        {"beta0": 2.0, "W0_scale": 2.0},
+        0.905,
+        1,
+        components=("learned", "biases"),
+    )
     line = format_table([r]).splitlines()[-1]
-    assert line == ("| 100k | normal-wishart+learned+biases | gibbs | — | 0.905 | beta0=2, W0_scale=2 | default "
-                    "| — | 0.910 |")
+    assert line == (
+        "| 100k | normal-wishart+learned+biases | gibbs | — | 0.905 | beta0=2, W0_scale=2 | default "
+        "| — | 0.910 |"
+    )
     assert math.isnan(r.diff) and "nan" not in format_table([r])
 
 
@@ -167,7 +237,9 @@ def new_rows_run(data_dir, tmp_path_factory):
 @pytest.mark.slow
 def test_new_rows_end_to_end(new_rows_run):
     out, rows, results = new_rows_run
-    assert [(r.label, r.method) for r in results] == [(label, m) for m in ("gibbs", "vb") for label in NEW]
+    assert [(r.label, r.method) for r in results] == [
+        (label, m) for m in ("gibbs", "vb") for label in NEW
+    ]
     for r in results:
         assert math.isnan(r.paper) and math.isnan(r.diff) and r.n_datasets == 1
         assert r.selected_start == r.paper_hyper_start == "default"
@@ -182,7 +254,9 @@ def test_new_rows_end_to_end(new_rows_run):
     table = format_table(results)
     print("\n" + table)
     for label in NEW:
-        assert f"| 100k | {label} | gibbs | — |" in table and f"| 100k | {label} | vb | — |" in table
+        assert (
+            f"| 100k | {label} | gibbs | — |" in table and f"| 100k | {label} | vb | — |" in table
+        )
 
 
 @pytest.mark.slow

@@ -17,11 +17,15 @@ def _table(m: int) -> dict:
     for scale in ("variance", "sd"):
         for name in PRIORS:
             out[scale, name] = run_simulation_cell(m, 5, paper_prior(name, m), factor_scale=scale)
-    print(f"\nm={m}: RMSE over all entries, mean (se) of {len(out['variance', 'fixed'].rmse)} datasets")
+    print(
+        f"\nm={m}: RMSE over all entries, mean (se) of {len(out['variance', 'fixed'].rmse)} datasets"
+    )
     print(f"{'prior':15s} {'paper':>6s} {'variance':>16s} {'sd':>16s}")
     for name in PRIORS:
         v, s = out["variance", name], out["sd", name]
-        print(f"{name:15s} {PAPER_TABLE2[name][m]:6.2f} {v.mean:9.3f} ({v.se:.3f}) {s.mean:9.3f} ({s.se:.3f})")
+        print(
+            f"{name:15s} {PAPER_TABLE2[name][m]:6.2f} {v.mean:9.3f} ({v.se:.3f}) {s.mean:9.3f} ({s.se:.3f})"
+        )
     return out
 
 
@@ -31,8 +35,13 @@ def test_table2_reproduced(m):
     out = _table(m)
     # the reading that reproduces the paper: the one with the smaller total excess
     excess = {
-        scale: sum(max(0.0, out[scale, p].mean - PAPER_TABLE2[p][m]) for p in PRIORS) for scale in ("variance", "sd")
+        scale: sum(max(0.0, out[scale, p].mean - PAPER_TABLE2[p][m]) for p in PRIORS)
+        for scale in ("variance", "sd")
     }
     scale = min(excess, key=excess.get)
     for name in PRIORS:
-        assert out[scale, name].mean <= PAPER_TABLE2[name][m] + 0.05, (scale, name, out[scale, name])
+        assert out[scale, name].mean <= PAPER_TABLE2[name][m] + 0.05, (
+            scale,
+            name,
+            out[scale, name],
+        )

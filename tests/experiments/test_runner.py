@@ -14,8 +14,17 @@ from pathlib import Path
 import pytest
 
 from bmczoo.experiments import (
-    GridCell, Result, Settings, format_table, plan_grid, plan_unit, run_experiment, run_grid, run_simulation_cell,
-    select, summarise,
+    GridCell,
+    Result,
+    Settings,
+    format_table,
+    plan_grid,
+    plan_unit,
+    run_experiment,
+    run_grid,
+    run_simulation_cell,
+    select,
+    summarise,
 )
 from bmczoo.experiments import execute, runner, tasks
 from bmczoo.experiments.tasks import MovieLensData, SimulationData
@@ -23,7 +32,9 @@ from bmczoo.priors import Fixed, registry
 
 # a tiny simulation: 30 x 30, K = 2, short chains, one dataset
 # the paper's plain sweep (reproduce --no-column-moves): the cache keys checked below are the plain runs'
-TINY = Settings(seeds=(0,), num_warmup=5, num_samples=20, thinning=5, vb_max_iter=10, column_moves=False)
+TINY = Settings(
+    seeds=(0,), num_warmup=5, num_samples=20, thinning=5, vb_max_iter=10, column_moves=False
+)
 CELLS = [
     GridCell("m=30", 30, 2, "discrete", {"C": 1.0, "p": 0.05, "eps": 0.1}, 0.5),
     GridCell("m=30", 30, 2, "inverse-gamma", {"a": 1.0, "b": 0.01}, 0.5),
@@ -45,47 +56,104 @@ def test_cache_key_layout_is_unchanged():
     """The key (and file name) of a fit are those of earlier versions: existing caches keep working."""
     (row,) = plan_grid([CELLS[0]], settings=TINY, experiment="tiny")
     task = row.units[0].candidates[1]  # eps x 0.5 = 0.05, from the spike
-    expected = {"experiment": "tiny", "m": 30, "K": 2, "prior": "discrete", "seed": 0, "scale": "variance",
-                "stage": "validation", "hyper": {"C": 1.0, "p": 0.05, "eps": 0.05},
-                "settings": {"seeds": [0], "num_warmup": 5, "num_samples": 20, "thinning": 5, "vb_max_iter": 10},
-                "start": "spike", "init_gamma": 0.05}
+    expected = {
+        "experiment": "tiny",
+        "m": 30,
+        "K": 2,
+        "prior": "discrete",
+        "seed": 0,
+        "scale": "variance",
+        "stage": "validation",
+        "hyper": {"C": 1.0, "p": 0.05, "eps": 0.05},
+        "settings": {
+            "seeds": [0],
+            "num_warmup": 5,
+            "num_samples": 20,
+            "thinning": 5,
+            "vb_max_iter": 10,
+        },
+        "start": "spike",
+        "init_gamma": 0.05,
+    }
     assert task.key == expected
     assert task.key_json == json.dumps(expected, sort_keys=True, default=float)
-    name = hashlib.sha1(json.dumps(expected, sort_keys=True, default=float).encode()).hexdigest()[:20]
+    name = hashlib.sha1(json.dumps(expected, sort_keys=True, default=float).encode()).hexdigest()[
+        :20
+    ]
     assert execute._cache_path(Path("/x"), task).name == f"{name}.json"
     # a start that is the prior's own init_gamma is not in the key
-    fixed = plan_unit({"e": 1}, SimulationData(30, 0), method="gibbs", prior="fixed", hyper={"gamma": 1.0}, K=2,
-                      seed=0, settings=TINY)
+    fixed = plan_unit(
+        {"e": 1},
+        SimulationData(30, 0),
+        method="gibbs",
+        prior="fixed",
+        hyper={"gamma": 1.0},
+        K=2,
+        seed=0,
+        settings=TINY,
+    )
     assert all("start" not in t.key and t.start == "default" for t in fixed.candidates)
 
 
 def test_grid_varies_the_tuned_hyper_parameter_and_skips_invalid_points():
     # discrete: eps x 2 = 0.6 >= C = 0.5 is not a valid prior: skipped
-    unit = plan_unit({}, SimulationData(30, 0), method="gibbs", prior="discrete",
-                     hyper={"C": 0.5, "p": 0.05, "eps": 0.3}, K=2, seed=0, settings=TINY)
+    unit = plan_unit(
+        {},
+        SimulationData(30, 0),
+        method="gibbs",
+        prior="discrete",
+        hyper={"C": 0.5, "p": 0.05, "eps": 0.3},
+        K=2,
+        seed=0,
+        settings=TINY,
+    )
     assert [dict(t.hyper)["eps"] for t in unit.candidates] == [0.15, 0.15, 0.3, 0.3]
     assert [t.start for t in unit.candidates] == ["slab", "spike"] * 2
     assert [t.init_gamma for t in unit.candidates] == [0.5, 0.15, 0.5, 0.3]
     # every registered prior: its tuned hyper-parameter x 1/2, x 1, x 2, each from each Gibbs start
     for name, cls in registry().items():
         prior = cls.from_cli()
-        unit = plan_unit({}, SimulationData(30, 0), method="gibbs", prior=name, hyper=prior.hyperparameters(), K=2,
-                         seed=0, settings=TINY)
+        unit = plan_unit(
+            {},
+            SimulationData(30, 0),
+            method="gibbs",
+            prior=name,
+            hyper=prior.hyperparameters(),
+            K=2,
+            seed=0,
+            settings=TINY,
+        )
         starts = [label for label, _ in prior.gibbs_starts()]
         assert [t.start for t in unit.candidates] == starts * 3, name
         tuned = [dict(t.hyper)[cls.tuned_name()] for t in unit.candidates[:: len(starts)]]
         base = prior.hyperparameters()[cls.tuned_name()]
         assert tuned == [base * 0.5, base, base * 2.0], name
         # VB has one start, the default
-        vb = plan_unit({}, MovieLensData("100k"), method="vb", prior=name, hyper=prior.hyperparameters(), K=2,
-                       seed=0, settings=TINY)
+        vb = plan_unit(
+            {},
+            MovieLensData("100k"),
+            method="vb",
+            prior=name,
+            hyper=prior.hyperparameters(),
+            K=2,
+            seed=0,
+            settings=TINY,
+        )
         assert [(t.start, t.init_gamma) for t in vb.candidates] == [("default", None)] * 3
 
 
 def test_invalid_base_hyper_parameters_are_an_error():
     with pytest.raises(ValueError, match="eps"):
-        plan_unit({}, SimulationData(30, 0), method="gibbs", prior="discrete", hyper={"C": 1.0, "p": 0.05, "eps": 2.0},
-                  K=2, seed=0, settings=TINY)
+        plan_unit(
+            {},
+            SimulationData(30, 0),
+            method="gibbs",
+            prior="discrete",
+            hyper={"C": 1.0, "p": 0.05, "eps": 2.0},
+            K=2,
+            seed=0,
+            settings=TINY,
+        )
     with pytest.raises(ValueError, match="unknown prior"):
         GridCell("x", 30, 2, "no-such-prior")
 
@@ -95,7 +163,9 @@ def test_grid_cell_defaults_come_from_the_prior_class():
         cell = GridCell("x", 30, 2, name)
         assert dict(cell.hyper) == cls.from_cli().hyperparameters(), name
     assert math.isnan(GridCell("x", 30, 2, "fixed").reference)
-    assert GridCell("x", 30, 2, "fixed", {"gamma": 2.0}) == GridCell("x", 30, 2, "fixed", (("gamma", 2.0),))
+    assert GridCell("x", 30, 2, "fixed", {"gamma": 2.0}) == GridCell(
+        "x", 30, 2, "fixed", (("gamma", 2.0),)
+    )
 
 
 def test_tasks_are_frozen_and_hashable():
@@ -108,14 +178,22 @@ def test_tasks_are_frozen_and_hashable():
 
 def test_select_and_summarise():
     """The best candidate, and the paper's hyper-parameters from their best start."""
-    rows = plan_grid([CELLS[0]], settings=dataclasses.replace(TINY, seeds=(0, 1)), experiment="tiny")
+    rows = plan_grid(
+        [CELLS[0]], settings=dataclasses.replace(TINY, seeds=(0, 1)), experiment="tiny"
+    )
     (row,) = rows
     # candidates: eps 0.05 slab/spike, 0.1 slab/spike, 0.2 slab/spike
     scores = {0: [0.9, 0.5, 0.8, 0.7, 0.6, 0.95], 1: [0.9, 0.8, 0.85, 0.7, 0.6, 0.95]}
-    values = {t.key_json: s for u in row.units for t, s in zip(u.candidates, scores[u.candidates[0].seed])}
+    values = {
+        t.key_json: s for u in row.units for t, s in zip(u.candidates, scores[u.candidates[0].seed])
+    }
     finals = {u: select(u, values) for u in row.units}
     f0, f1 = finals[row.units[0]], finals[row.units[1]]
-    assert (dict(f0.selected.hyper)["eps"], f0.selected.start, f0.selected.stage) == (0.05, "spike", "test")
+    assert (dict(f0.selected.hyper)["eps"], f0.selected.start, f0.selected.stage) == (
+        0.05,
+        "spike",
+        "test",
+    )
     assert (dict(f1.selected.hyper)["eps"], f1.selected.start) == (0.2, "slab")
     assert (dict(f0.paper.hyper)["eps"], f0.paper.start, f0.paper.stage) == (0.1, "spike", "test")
     for u, (sel, ref) in zip(row.units, [(0.4, 0.45), (0.6, 0.65)]):
@@ -123,7 +201,10 @@ def test_select_and_summarise():
     r = summarise(row, finals, values)
     assert (r.prior, r.method, r.paper, r.n_datasets) == ("discrete", "gibbs", 0.5, 2)
     assert r.rmse_selected == pytest.approx(0.5) and r.rmse_paper_hyper == pytest.approx(0.55)
-    assert list(r.selected_hyper) == ["C", "p", "eps"] and r.selected_hyper["eps"] == "0.05/0.2 (per dataset)"
+    assert (
+        list(r.selected_hyper) == ["C", "p", "eps"]
+        and r.selected_hyper["eps"] == "0.05/0.2 (per dataset)"
+    )
     assert r.paper_hyper == {"C": 1.0, "p": 0.05, "eps": 0.1}
     assert r.selected_start == "spike x1, slab x1" and r.paper_hyper_start == "spike"
 
@@ -142,8 +223,20 @@ def test_bad_jobs():
 
 
 def test_format_table_shows_the_start():
-    r = Result("simulation-m", "m=100", "discrete", "gibbs", 0.6, {"C": 1.0, "p": 0.05, "eps": 0.11}, 0.61,
-               {"C": 1.0, "p": 0.05, "eps": 0.22}, 0.58, 4, "spike x3, slab x1", "slab")
+    r = Result(
+        "simulation-m",
+        "m=100",
+        "discrete",
+        "gibbs",
+        0.6,
+        {"C": 1.0, "p": 0.05, "eps": 0.11},
+        0.61,
+        {"C": 1.0, "p": 0.05, "eps": 0.22},
+        0.58,
+        4,
+        "spike x3, slab x1",
+        "slab",
+    )
     table = format_table([r])
     assert "| start |" in table.splitlines()[0]
     assert "spike x3, slab x1 (paper's hyper: slab)" in table
@@ -158,12 +251,17 @@ def test_column_moves_setting_is_keyed_only_when_on(monkeypatch):
     from bmczoo.experiments.tasks import FULL, QUICK
 
     assert FULL.column_moves and QUICK.column_moves
-    assert Settings(seeds=(0,), num_warmup=5, num_samples=20, thinning=5, vb_max_iter=10).column_moves is True
+    assert (
+        Settings(seeds=(0,), num_warmup=5, num_samples=20, thinning=5, vb_max_iter=10).column_moves
+        is True
+    )
     moves = dataclasses.replace(TINY, column_moves=True)
     (plain_row,) = plan_grid([CELLS[0]], settings=TINY, experiment="tiny")
     (row,) = plan_grid([CELLS[0]], settings=moves, experiment="tiny")
     plain, task = plain_row.units[0].candidates[1], row.units[0].candidates[1]
-    assert "column_moves" not in plain.key["settings"] and task.key["settings"]["column_moves"] is True
+    assert (
+        "column_moves" not in plain.key["settings"] and task.key["settings"]["column_moves"] is True
+    )
     assert {**task.key, "settings": plain.key["settings"]} == plain.key
     assert execute._cache_path(Path("/x"), task) != execute._cache_path(Path("/x"), plain)
     seen = []
@@ -176,8 +274,16 @@ def test_column_moves_setting_is_keyed_only_when_on(monkeypatch):
         raise Stop
 
     monkeypatch.setattr("bmczoo.inference.fit", fake_fit)
-    fixed = plan_unit({"e": 1}, SimulationData(30, 0), method="gibbs", prior="fixed", hyper={"gamma": 1.0}, K=2,
-                      seed=0, settings=moves)
+    fixed = plan_unit(
+        {"e": 1},
+        SimulationData(30, 0),
+        method="gibbs",
+        prior="fixed",
+        hyper={"gamma": 1.0},
+        K=2,
+        seed=0,
+        settings=moves,
+    )
     for t in (task, plain, fixed.candidates[0]):
         with pytest.raises(Stop):
             execute.fit_value(t)
@@ -188,7 +294,9 @@ def test_priors_selects_rows(monkeypatch):
     """``run_experiment(priors=...)`` (``reproduce --priors``) keeps only those priors' cells;
     unknown names and movielens are errors naming the problem."""
     got = []
-    monkeypatch.setattr(runner, "run_grid", lambda cells, **kw: got.append([(c.setting, c.prior) for c in cells]))
+    monkeypatch.setattr(
+        runner, "run_grid", lambda cells, **kw: got.append([(c.setting, c.prior) for c in cells])
+    )
     run_experiment("simulation-K", priors=["discrete"])
     assert got[-1] == [(f"K={K}", "discrete") for K in (2, 5, 10, 20)]
     run_experiment("simulation-m", quick=True, priors=["fixed", "gamma"])
@@ -204,8 +312,15 @@ def test_tiny_grid_by_prior_name(tmp_path):
     """Any registered prior by name, with its default hyper-parameters; the test fit of
     ``run_simulation_cell`` is the reproduction's (the same task, the same number)."""
     fast = Settings(seeds=(0,), num_warmup=3, num_samples=6, thinning=3, vb_max_iter=10)
-    (row,) = run_grid([GridCell("m=30", 30, 2, "fixed")], settings=fast, out=tmp_path, experiment="tiny")
-    assert (row.prior, row.setting, row.n_datasets, row.selected_start) == ("fixed", "m=30", 1, "default")
+    (row,) = run_grid(
+        [GridCell("m=30", 30, 2, "fixed")], settings=fast, out=tmp_path, experiment="tiny"
+    )
+    assert (row.prior, row.setting, row.n_datasets, row.selected_start) == (
+        "fixed",
+        "m=30",
+        1,
+        "default",
+    )
     assert row.paper_hyper == {"gamma": Fixed.cli_defaults["gamma"]} and math.isnan(row.paper)
     assert row.selected_hyper["gamma"] in (0.5, 1.0, 2.0)
     assert 0 < row.rmse_selected <= row.rmse_paper_hyper + 1e-12
@@ -240,8 +355,11 @@ def test_discrete_start_is_selected_and_keyed(serial):
     assert d.paper_hyper_start in ("slab", "spike")
     assert i.selected_start == "gamma=1"
     # the selected pair has the smallest validation RMSE
-    vals = {(json.dumps(json.loads(k)["hyper"], sort_keys=True), json.loads(k)["start"]): v
-            for k, v in _cached(out).items() if '"prior": "discrete"' in k and '"stage": "validation"' in k}
+    vals = {
+        (json.dumps(json.loads(k)["hyper"], sort_keys=True), json.loads(k)["start"]): v
+        for k, v in _cached(out).items()
+        if '"prior": "discrete"' in k and '"stage": "validation"' in k
+    }
     best = min(vals, key=vals.get)
     assert best == (json.dumps(d.selected_hyper, sort_keys=True), d.selected_start)
 

@@ -15,8 +15,9 @@ from bmczoo.inference import gibbs
 from bmczoo.inference.gibbs import _householder, column_log_marginal
 
 
-def column_side(csr, own, other, bias_own, bias_other, gamma, tb, keys, prior, d: int, use_bias: bool,
-                 values):
+def column_side(
+    csr, own, other, bias_own, bias_other, gamma, tb, keys, prior, d: int, use_bias: bool, values
+):
     """The column moves with ``own`` (C, m, K) integrated out and ``other`` (C, m_other, K)
     rescaled, the ratings grouped by the rows of ``own`` (``csr``).  Returns the new
     ``own``, ``other``, ``gamma``."""
@@ -48,9 +49,17 @@ def column_side(csr, own, other, bias_own, bias_other, gamma, tb, keys, prior, d
         ff = jnp.sum(f * f, axis=-1)
         # prior of the rescaled column and the Jacobian m_other log s (they cancel for
         # s = sqrt(g2/g); kept general for proposals that rescale otherwise)
-        log_f = (-0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g)
-                 + gibbs._log_jacobian(m_other, log_s))
-        log_alpha = log_r + log_f + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb) - column_log_marginal(g, A, B, tb)
+        log_f = (
+            -0.5 * m_other * (jnp.log(g2) - jnp.log(g))
+            - 0.5 * ff * (s * s / g2 - 1.0 / g)
+            + gibbs._log_jacobian(m_other, log_s)
+        )
+        log_alpha = (
+            log_r
+            + log_f
+            + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb)
+            - column_log_marginal(g, A, B, tb)
+        )
         accept = log_u[:, h] < log_alpha
         g_new = jnp.where(accept, g2, g)
         s_eff = jnp.where(accept, s, jnp.ones_like(s))
@@ -58,7 +67,12 @@ def column_side(csr, own, other, bias_own, bias_other, gamma, tb, keys, prior, d
         p = 1.0 / g_new[:, None] + tb[:, None] * (s_eff * s_eff)[:, None] * A
         a_new = tb[:, None] * s_eff[:, None] * B / p + z[:, h] * lax.rsqrt(p)
         e = w - a_new[:, rid] * f_new[:, cid]
-        return own.at[:, :, h].set(a_new), other.at[:, :, h].set(f_new), gamma.at[:, h].set(g_new), e
+        return (
+            own.at[:, :, h].set(a_new),
+            other.at[:, :, h].set(f_new),
+            gamma.at[:, h].set(g_new),
+            e,
+        )
 
     if prior.column_block(gamma) is not None:
         # the reflected flip (see _reflected_flip); its extra draws from a folded key: the
@@ -68,8 +82,22 @@ def column_side(csr, own, other, bias_own, bias_other, gamma, tb, keys, prior, d
         z2 = jax.vmap(lambda k: jax.random.normal(k, (K, m), dt))(kr[:, 1])
 
         def body(h, carry):  # noqa: F811 - the reflected flip replaces the plain one
-            return reflected_flip(h, carry, rid, cid, segsum, prior, tb, d, m_other, z[:, h], z2[:, h], xi[:, h],
-                                   zq[:, h], log_u[:, h])
+            return reflected_flip(
+                h,
+                carry,
+                rid,
+                cid,
+                segsum,
+                prior,
+                tb,
+                d,
+                m_other,
+                z[:, h],
+                z2[:, h],
+                xi[:, h],
+                zq[:, h],
+                log_u[:, h],
+            )
 
     own, other, gamma, _ = lax.fori_loop(0, K, body, (own, other, gamma, e))
     return own, other, gamma
@@ -86,7 +114,9 @@ def _block_direction(own, other, block):
     return v / jnp.linalg.norm(v, axis=-1, keepdims=True)
 
 
-def reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u):
+def reflected_flip(
+    h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u
+):
     """:func:`bmczoo.inference.gibbs._reflected_flip` (whose docstring explains the move)
     on the per-rating residual ``e`` (in the carry) instead of per-row Gram matrices."""
     own, other, gamma, e = carry
@@ -98,7 +128,10 @@ def reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int, 
     off = slab[:, h]
     xi = jnp.where(block, xi, 0.0)
     v = _block_direction(own, other, block)
-    aimed = xi + (math.sqrt(1.0 + gibbs._ACG_LAMBDA) - 1.0) * jnp.sum(v * xi, axis=-1, keepdims=True) * v
+    aimed = (
+        xi
+        + (math.sqrt(1.0 + gibbs._ACG_LAMBDA) - 1.0) * jnp.sum(v * xi, axis=-1, keepdims=True) * v
+    )
     w = jnp.where(off[:, None], aimed, xi)
     w = jnp.where(block, w, 0.0)
     w = w / jnp.linalg.norm(w, axis=-1, keepdims=True)
@@ -118,10 +151,17 @@ def reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int, 
     g2, log_s, log_r = prior.column_proposal(g, zq, d)
     s = jnp.exp(log_s)
     ff = jnp.sum(f * f, axis=-1)
-    log_f = (-0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g)
-             + gibbs._log_jacobian(m_other, log_s))
-    log_alpha = log_r + log_f + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb) \
+    log_f = (
+        -0.5 * m_other * (jnp.log(g2) - jnp.log(g))
+        - 0.5 * ff * (s * s / g2 - 1.0 / g)
+        + gibbs._log_jacobian(m_other, log_s)
+    )
+    log_alpha = (
+        log_r
+        + log_f
+        + column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb)
         - column_log_marginal(g, A, B, tb)
+    )
     p = 1.0 / g2[:, None] + tb[:, None] * (s * s)[:, None] * A
     a_prop = tb[:, None] * s[:, None] * B / p + z * lax.rsqrt(p)
     f_prop = s[:, None] * f
@@ -129,7 +169,11 @@ def reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int, 
     e_prop = r - a_prop[:, rid] * f_prop[:, cid]
     own_p = jnp.where(off[:, None, None], own_p, reflect(own_p))  # switching on: reflect last
     other_p = jnp.where(off[:, None, None], other_p, reflect(other_p))
-    log_q = jnp.where(off, -gibbs._acg_log_density(w, v, k), gibbs._acg_log_density(w, _block_direction(own_p, other_p, block), k))
+    log_q = jnp.where(
+        off,
+        -gibbs._acg_log_density(w, v, k),
+        gibbs._acg_log_density(w, _block_direction(own_p, other_p, block), k),
+    )
     accept = log_u < log_alpha + log_q
     # rejected: the current state.  Switching on, whose acceptance does not depend on the
     # current own column h, then redraws it from its conditional (a Gibbs step); switching
@@ -141,5 +185,9 @@ def reflected_flip(h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int, 
     own_r = jnp.where(off[:, None, None], own, own.at[:, :, h].set(a0))
     e_r = jnp.where(off[:, None], e, r0 - a0[:, rid] * f0[:, cid])
     acc = accept[:, None, None]
-    return (jnp.where(acc, own_p, own_r), jnp.where(acc, other_p, other), gamma.at[:, h].set(jnp.where(accept, g2, g)),
-            jnp.where(accept[:, None], e_prop, e_r))
+    return (
+        jnp.where(acc, own_p, own_r),
+        jnp.where(acc, other_p, other),
+        gamma.at[:, h].set(jnp.where(accept, g2, g)),
+        jnp.where(accept[:, None], e_prop, e_r),
+    )

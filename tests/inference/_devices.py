@@ -10,5 +10,5 @@ def four_cpu_devices_env() -> dict:
 
     The device count is appended to ``XLA_FLAGS``, so the suite's other XLA flags (set in
     ``tests/conftest.py``) carry over; XLA reads them when the child's backend starts."""
-    flags = f'{os.environ.get("XLA_FLAGS", "")} --xla_force_host_platform_device_count=4'.strip()
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4".strip()
     return {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}

@@ -98,7 +98,9 @@ def _joint_model(ratings: bmc.RatingData, K: int, prior, likelihood):
 def prior_draws(design: SBCDesign, prior, likelihood, num: int, seed: int) -> dict:
     """``num`` joint draws from the model (float64 numpy arrays, leading axis ``num``)."""
     ratings = design.template()
-    pred = Predictive(_joint_model, num_samples=num)(jax.random.key(seed), ratings, design.K, prior, likelihood)
+    pred = Predictive(_joint_model, num_samples=num)(
+        jax.random.key(seed), ratings, design.K, prior, likelihood
+    )
     return {k: np.asarray(v, np.float64) for k, v in pred.items()}
 
 
@@ -131,10 +133,27 @@ def _statistics(prior, likelihood, er, ec, M, N, prior_state, tau):
     return jnp.stack(out)
 
 
-@functools.partial(jax.jit, static_argnames=("prior", "likelihood", "num_warmup", "num_draws", "thin", "K"),
-                   compiler_options={"xla_backend_optimization_level": 0})
-def _sbc_chains(problem, row_order, col_order, er, ec, keys, Y, *, prior, likelihood, K, num_warmup, num_draws,
-                thin):
+@functools.partial(
+    jax.jit,
+    static_argnames=("prior", "likelihood", "num_warmup", "num_draws", "thin", "K"),
+    compiler_options={"xla_backend_optimization_level": 0},
+)
+def _sbc_chains(
+    problem,
+    row_order,
+    col_order,
+    er,
+    ec,
+    keys,
+    Y,
+    *,
+    prior,
+    likelihood,
+    K,
+    num_warmup,
+    num_draws,
+    thin,
+):
     """Statistics of ``num_draws`` thinned draws of one chain per replication:
     (R, num_draws, S)."""
     learned = getattr(likelihood, "learned", False)
@@ -151,6 +170,7 @@ def _sbc_chains(problem, row_order, col_order, er, ec, keys, Y, *, prior, likeli
         def advance(state, num):
             def one(_, s):  # the iteration counter drives the annealed switch's schedule
                 return gibbs.sweep(s, prob, prior)._replace(iteration=s.iteration + 1)
+
             return jax.lax.fori_loop(0, num, one, state)
 
         state = advance(state, num_warmup)
@@ -158,7 +178,9 @@ def _sbc_chains(problem, row_order, col_order, er, ec, keys, Y, *, prior, likeli
         def draw(state, _):
             state = advance(state, thin)
             ps = jax.tree.map(lambda x: x[0], state.prior_state)
-            return state, _statistics(prior, likelihood, er, ec, state.M[0], state.N[0], ps, state.tau[0])
+            return state, _statistics(
+                prior, likelihood, er, ec, state.M[0], state.N[0], ps, state.tau[0]
+            )
 
         state, out = jax.lax.scan(draw, state, None, length=num_draws)
         return out, state.failure[0]
@@ -199,12 +221,18 @@ class SBCResult:
 
     def report(self) -> str:
         R = self.ranks.shape[0]
-        lines = [f"SBC: {R} replications, {self.num_draws} draws each, ranks in {self.num_bins} bins; "
-                 f"reject a statistic when p < {self.alpha} / {len(self.names)} = {self.threshold:.2g}"]
-        for n, c, p, h, a in zip(self.names, self.chi2, self.p_values, self.histogram().T, self.lag1_autocorr):
+        lines = [
+            f"SBC: {R} replications, {self.num_draws} draws each, ranks in {self.num_bins} bins; "
+            f"reject a statistic when p < {self.alpha} / {len(self.names)} = {self.threshold:.2g}"
+        ]
+        for n, c, p, h, a in zip(
+            self.names, self.chi2, self.p_values, self.histogram().T, self.lag1_autocorr
+        ):
             flag = "  <-- not uniform" if p <= self.threshold else ""
-            lines.append(f"  {n:>18s}: chi2 {c:7.1f}  p {p:.2e}  lag-1 autocorr of draws {a:+.2f}  "
-                         f"bins {h.tolist()}{flag}")
+            lines.append(
+                f"  {n:>18s}: chi2 {c:7.1f}  p {p:.2e}  lag-1 autocorr of draws {a:+.2f}  "
+                f"bins {h.tolist()}{flag}"
+            )
         return "\n".join(lines)
 
 
@@ -232,10 +260,24 @@ def _lag1(draws: np.ndarray) -> np.ndarray:
     return np.mean(np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0), axis=0)
 
 
-def run_sbc(prior, likelihood=None, *, design: SBCDesign = SBCDesign(), num_replications: int = 300,
-            num_warmup: int = 100, num_draws: int = 99, thin: int = 3, num_bins: int = 10, alpha: float = 0.01,
-            column_moves: bool | None = None, anneal_steps: int = 0, anneal_every: int = 1, seed: int = 0,
-            sampler_prior=None, sampler_likelihood=None) -> SBCResult:
+def run_sbc(
+    prior,
+    likelihood=None,
+    *,
+    design: SBCDesign = SBCDesign(),
+    num_replications: int = 300,
+    num_warmup: int = 100,
+    num_draws: int = 99,
+    thin: int = 3,
+    num_bins: int = 10,
+    alpha: float = 0.01,
+    column_moves: bool | None = None,
+    anneal_steps: int = 0,
+    anneal_every: int = 1,
+    seed: int = 0,
+    sampler_prior=None,
+    sampler_likelihood=None,
+) -> SBCResult:
     """SBC of the Gibbs sampler (float64; call under ``jax.enable_x64``).
 
     ``column_moves=None``: the moves where the prior has one (``bmc.fit``'s default);
@@ -249,31 +291,64 @@ def run_sbc(prior, likelihood=None, *, design: SBCDesign = SBCDesign(), num_repl
     sampler_prior = prior if sampler_prior is None else sampler_prior
     sampler_likelihood = likelihood if sampler_likelihood is None else sampler_likelihood
     if (num_draws + 1) % num_bins:
-        raise ValueError(f"num_draws + 1 = {num_draws + 1} must be a multiple of num_bins = {num_bins}")
+        raise ValueError(
+            f"num_draws + 1 = {num_draws + 1} must be a multiple of num_bins = {num_bins}"
+        )
     moves = sampler_prior.has_column_move if column_moves is None else column_moves
     template = design.template()
     er, ec = design.entries()
     tau0 = likelihood.precision(template.n)
-    problem = gibbs.build_problem(template, tau0, dtype=jnp.float64, likelihood=sampler_likelihood,
-                                  column_moves=bool(moves),
-                                  anneal_steps=anneal_steps, anneal_every=anneal_every)
+    problem = gibbs.build_problem(
+        template,
+        tau0,
+        dtype=jnp.float64,
+        likelihood=sampler_likelihood,
+        column_moves=bool(moves),
+        anneal_steps=anneal_steps,
+        anneal_every=anneal_every,
+    )
     truth = prior_draws(design, prior, likelihood, num_replications, seed)
     ps_true = {k: truth[k] for k in ("gamma", "Lambda_M") if k in truth}
     tau_true = truth["tau"] if "tau" in truth else np.full(num_replications, tau0)
-    t_stats = np.asarray(jax.vmap(lambda M, N, ps, t: _statistics(prior, likelihood, er, ec, M, N, ps, t))(
-        jnp.asarray(truth["M"]), jnp.asarray(truth["N"]), jax.tree.map(jnp.asarray, ps_true), jnp.asarray(tau_true)))
+    t_stats = np.asarray(
+        jax.vmap(lambda M, N, ps, t: _statistics(prior, likelihood, er, ec, M, N, ps, t))(
+            jnp.asarray(truth["M"]),
+            jnp.asarray(truth["N"]),
+            jax.tree.map(jnp.asarray, ps_true),
+            jnp.asarray(tau_true),
+        )
+    )
     keys = jax.random.split(jax.random.key(seed + 1), num_replications)
-    draws, failure = _sbc_chains(problem, jnp.asarray(template.row_view.order), jnp.asarray(template.col_view.order),
-                                 jnp.asarray(er), jnp.asarray(ec), keys, jnp.asarray(truth["obs"]),
-                                 prior=sampler_prior, likelihood=sampler_likelihood, K=design.K, num_warmup=num_warmup,
-                                 num_draws=num_draws, thin=thin)
+    draws, failure = _sbc_chains(
+        problem,
+        jnp.asarray(template.row_view.order),
+        jnp.asarray(template.col_view.order),
+        jnp.asarray(er),
+        jnp.asarray(ec),
+        keys,
+        jnp.asarray(truth["obs"]),
+        prior=sampler_prior,
+        likelihood=sampler_likelihood,
+        K=design.K,
+        num_warmup=num_warmup,
+        num_draws=num_draws,
+        thin=thin,
+    )
     draws, failure = np.asarray(draws), np.asarray(failure)
     if np.any(failure[:, 0] >= 0) or not np.all(np.isfinite(draws)):
-        raise FloatingPointError(f"non-finite draws in {int(np.sum(failure[:, 0] >= 0))} replications")
+        raise FloatingPointError(
+            f"non-finite draws in {int(np.sum(failure[:, 0] >= 0))} replications"
+        )
     ranks = _ranks(draws, t_stats, np.random.default_rng(seed + 2))
     counts = bin_ranks(ranks, num_draws, num_bins)
     chi2, p = stats.chisquare(counts, axis=0)
-    return SBCResult(names=_statistic_names(design, prior, likelihood), ranks=ranks, num_draws=num_draws,
-                     num_bins=num_bins, alpha=alpha, chi2=np.asarray(chi2), p_values=np.asarray(p),
-                     lag1_autocorr=_lag1(draws))
-
+    return SBCResult(
+        names=_statistic_names(design, prior, likelihood),
+        ranks=ranks,
+        num_draws=num_draws,
+        num_bins=num_bins,
+        alpha=alpha,
+        chi2=np.asarray(chi2),
+        p_values=np.asarray(p),
+        lag1_autocorr=_lag1(draws),
+    )

@@ -92,7 +92,9 @@ def test_end_to_end(tiny_ratings, prior_name, method):
         # the posterior mean is the average of the draws (plus the centring offset)
         M, N = fit.samples["M"][0], fit.samples["N"][0]
         theta = np.mean(np.sum(M[:, 1] * N[:, 2], axis=-1))
-        np.testing.assert_allclose(pred[1 * m2 + 2], theta + fit.meta["offset"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            pred[1 * m2 + 2], theta + fit.meta["offset"], rtol=1e-5, atol=1e-6
+        )
     else:
         assert fit.losses.shape == (kw["num_steps"],)
         assert np.all(np.isfinite(fit.losses))
@@ -102,15 +104,27 @@ def test_end_to_end(tiny_ratings, prior_name, method):
             assert fit.meta["subsample_size"] == kw["subsample_size"]
         if kw["method"] == "map":
             assert fit.point["M"].shape == (m1, K) and fit.point["N"].shape == (m2, K)
-            np.testing.assert_allclose(pred, (fit.point["M"] @ fit.point["N"].T).ravel() + fit.meta["offset"],
-                                       rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                pred,
+                (fit.point["M"] @ fit.point["N"].T).ravel() + fit.meta["offset"],
+                rtol=1e-5,
+                atol=1e-6,
+            )
         else:
             assert fit.draws["M"].shape[1:] == (m1, K)
             assert np.all(np.isfinite(fit.draws["M"])) and np.all(np.isfinite(fit.draws["N"]))
 
 
-@pytest.mark.parametrize("kw", [dict(subsample_size=0), dict(subsample_size=10_000), dict(num_steps=0),
-                                dict(guide="delta"), dict(guide="full")])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(subsample_size=0),
+        dict(subsample_size=10_000),
+        dict(num_steps=0),
+        dict(guide="delta"),
+        dict(guide="full"),
+    ],
+)
 def test_svi_bad_arguments(tiny_ratings, kw):
     with pytest.raises(ValueError):
         bmc.fit(tiny_ratings, K=K, prior=PRIORS["fixed"], method="svi", progress_bar=False, **kw)
@@ -146,8 +160,12 @@ def _check_log_density_is_minus_objective(data, prior, K, F, seed):
 
     @jax.jit
     def ld(M, N):
-        return log_density(matrix_completion, (data, K, prior, None, NOISE_SD), {"marginal": True},
-                           {"M": M, "N": N})[0]
+        return log_density(
+            matrix_completion,
+            (data, K, prior, None, NOISE_SD),
+            {"marginal": True},
+            {"M": M, "N": N},
+        )[0]
 
     rng = np.random.default_rng(seed)
     offsets = []
@@ -159,8 +177,19 @@ def _check_log_density_is_minus_objective(data, prior, K, F, seed):
 
 
 def _map_fit(data, prior, K, num_steps=5000):
-    fit = bmc.fit(data, K=K, prior=prior, method="map", noise_sd=NOISE_SD, num_steps=num_steps,
-                  learning_rate=0.05, center=False, clip=False, seed=0, progress_bar=False)
+    fit = bmc.fit(
+        data,
+        K=K,
+        prior=prior,
+        method="map",
+        noise_sd=NOISE_SD,
+        num_steps=num_steps,
+        learning_rate=0.05,
+        center=False,
+        clip=False,
+        seed=0,
+        progress_bar=False,
+    )
     # end to end: predictions are the MAP's theta, rmse works, the loss trace is complete
     M, N = np.asarray(fit.point["M"]), np.asarray(fit.point["N"])
     m1, m2 = data.shape
@@ -168,8 +197,11 @@ def _map_fit(data, prior, K, num_steps=5000):
     pred = fit.predict(rr, cc)
     assert pred.shape == (m1 * m2,) and np.all(np.isfinite(pred))
     np.testing.assert_allclose(pred, (M @ N.T).ravel(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(fit.rmse(data), np.sqrt(np.mean((pred.reshape(m1, m2)[data.rows, data.cols]
-                                                                - data.values) ** 2)), rtol=1e-12)
+    np.testing.assert_allclose(
+        fit.rmse(data),
+        np.sqrt(np.mean((pred.reshape(m1, m2)[data.rows, data.cols] - data.values) ** 2)),
+        rtol=1e-12,
+    )
     assert fit.losses.shape == (num_steps,) and np.all(np.isfinite(fit.losses))
     return fit
 
@@ -207,7 +239,10 @@ def test_map_fixed_prior_is_nuclear_norm_estimator(x64):
     gM = -TAU * R @ N + M / g
     gN = -TAU * R.T @ M + N / g
     scale = TAU * np.abs(data.values).max() * max(np.abs(M).max(), np.abs(N).max())
-    assert np.abs(gM).max() < 1e-8 * scale and np.abs(gN).max() < 1e-8 * scale, (np.abs(gM).max(), np.abs(gN).max())
+    assert np.abs(gM).max() < 1e-8 * scale and np.abs(gN).max() < 1e-8 * scale, (
+        np.abs(gM).max(),
+        np.abs(gN).max(),
+    )
     # (3) balance
     np.testing.assert_allclose(M.T @ M, N.T @ N, atol=1e-8 * np.abs(M.T @ M).max())
     # (4) convex certificate
@@ -234,7 +269,13 @@ def _gamma_log_z_constant(beta, d):
     ``log Z = a log(beta^2/2) - lgamma(a) + log 2 + (1/2) log(pi/2) - log beta - beta sqrt S``.
     """
     a = 0.5 * (d + 1)
-    return a * math.log(beta**2 / 2) - math.lgamma(a) + math.log(2.0) + 0.5 * math.log(math.pi / 2) - math.log(beta)
+    return (
+        a * math.log(beta**2 / 2)
+        - math.lgamma(a)
+        + math.log(2.0)
+        + 0.5 * math.log(math.pi / 2)
+        - math.log(beta)
+    )
 
 
 def test_gamma_prior_marginal_is_group_lasso_penalty(x64):
@@ -247,8 +288,13 @@ def test_gamma_prior_marginal_is_group_lasso_penalty(x64):
     # the constant against quadrature of Z = int Gamma(g; a, r) g^(-d/2) exp(-S/(2g)) dg
     a, rate = 0.5 * (d + 1), beta**2 / 2
     for s in (0.7, 3.0):
-        f = lambda g, s=s: math.exp(a * math.log(rate) - math.lgamma(a) + (a - 1 - d / 2) * math.log(g)  # noqa: E731
-                                    - rate * g - s / (2 * g))
+        f = lambda g, s=s: math.exp(  # noqa: E731
+            a * math.log(rate)
+            - math.lgamma(a)
+            + (a - 1 - d / 2) * math.log(g)
+            - rate * g
+            - s / (2 * g)
+        )
         z, err = si.quad(f, 0, np.inf, epsabs=0, epsrel=1e-12, limit=200)
         np.testing.assert_allclose(math.log(z), const - beta * math.sqrt(s), rtol=1e-9)
 
@@ -284,6 +330,10 @@ def test_map_gamma_prior_is_group_lasso_stationary_point(x64):
     assert active.sum() == 2, S
     assert np.all(S[~active] < 1e-4), S
     for h in np.flatnonzero(active):
-        grad = np.concatenate([-TAU * R @ N[:, h] + beta * M[:, h] / np.sqrt(S[h]),
-                               -TAU * R.T @ M[:, h] + beta * N[:, h] / np.sqrt(S[h])])
+        grad = np.concatenate(
+            [
+                -TAU * R @ N[:, h] + beta * M[:, h] / np.sqrt(S[h]),
+                -TAU * R.T @ M[:, h] + beta * N[:, h] / np.sqrt(S[h]),
+            ]
+        )
         assert np.linalg.norm(grad) < 1e-3 * beta, (h, np.linalg.norm(grad))

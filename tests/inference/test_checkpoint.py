@@ -32,8 +32,18 @@ def _data():
 
 
 def _gibbs_kw(test, **over):
-    kw = dict(K=3, prior=bmc.priors.Discrete(), num_warmup=10, num_samples=37, thinning=4, num_chains=2,
-              progress_bar=False, seed=3, store_factors=True, test=test)
+    kw = dict(
+        K=3,
+        prior=bmc.priors.Discrete(),
+        num_warmup=10,
+        num_samples=37,
+        thinning=4,
+        num_chains=2,
+        progress_bar=False,
+        seed=3,
+        store_factors=True,
+        test=test,
+    )
     kw.update(over)
     return kw
 
@@ -54,7 +64,9 @@ def test_resume_guarantee_per_backend():
     with pytest.raises(AssertionError):
         g32.check(np.array([1.0, 2.0]), np.array([1.0, 2.1]))
     with pytest.raises(AssertionError):
-        ck.resume_guarantee(np.float32, "cpu").check(np.array([1.0]), np.array([np.nextafter(1.0, 2.0)]))
+        ck.resume_guarantee(np.float32, "cpu").check(
+            np.array([1.0]), np.array([np.nextafter(1.0, 2.0)])
+        )
 
 
 def _assert_same_gibbs(a, b):
@@ -85,12 +97,26 @@ def _numpyro_reference(fit, train, test, kw):
     from bmczoo.offsets import GlobalMean
 
     sh = fit.info.shift
-    kernel = ConjugateGibbs(num_samples=kw["num_samples"], thinning=kw["thinning"],
-                            predict=(fit.pred_rows, fit.pred_cols), test_values=np.asarray(test.values),
-                            offset=sh.offset, clip=sh.clip, track=(fit.track_rows, fit.track_cols),
-                            store_factors=kw["store_factors"], column_moves=fit.info.settings.column_moves)
-    mcmc = MCMC(kernel, num_warmup=kw["num_warmup"], num_samples=kw["num_samples"], thinning=kw["thinning"],
-                num_chains=kw["num_chains"], chain_method="vectorized", progress_bar=False)
+    kernel = ConjugateGibbs(
+        num_samples=kw["num_samples"],
+        thinning=kw["thinning"],
+        predict=(fit.pred_rows, fit.pred_cols),
+        test_values=np.asarray(test.values),
+        offset=sh.offset,
+        clip=sh.clip,
+        track=(fit.track_rows, fit.track_cols),
+        store_factors=kw["store_factors"],
+        column_moves=fit.info.settings.column_moves,
+    )
+    mcmc = MCMC(
+        kernel,
+        num_warmup=kw["num_warmup"],
+        num_samples=kw["num_samples"],
+        thinning=kw["thinning"],
+        num_chains=kw["num_chains"],
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     data, _ = GlobalMean().prepare(train)  # what bmc.fit fits: the centred ratings
     mcmc.run(jax.random.key(kw["seed"]), data, kw["K"], kw["prior"])
     return mcmc.get_samples(group_by_chain=True), mcmc.last_state.core
@@ -141,8 +167,13 @@ def test_resume_after_interrupt_gives_the_uninterrupted_run(tmp_path, method):
     stops; calling fit again resumes it, and the result equals an uninterrupted run."""
     path = tmp_path / "run.npz"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), method, str(path)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), method, str(path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # interrupt after the second checkpoint: by then every function of the run is compiled
     # (a SIGINT inside XLA's compiler is not what this test is about)
     deadline = time.monotonic() + 300
@@ -196,8 +227,17 @@ def test_stop_request_saves_at_the_next_boundary(tmp_path, monkeypatch, method):
     else:
         from bmczoo.inference import vb_driver
 
-        kw = dict(K=3, prior=bmc.priors.InverseGamma(), method="vb", tol=0.0, max_iter=30, checkpoint_every=4,
-                  progress_bar=False, seed=3, test=test)
+        kw = dict(
+            K=3,
+            prior=bmc.priors.InverseGamma(),
+            method="vb",
+            tol=0.0,
+            max_iter=30,
+            checkpoint_every=4,
+            progress_bar=False,
+            seed=3,
+            test=test,
+        )
         target, name = vb_driver._Run, "one_iteration"
     assert not ck.request_stop()  # no loop running
     real = getattr(target, name)
@@ -217,7 +257,9 @@ def test_stop_request_saves_at_the_next_boundary(tmp_path, monkeypatch, method):
     monkeypatch.setattr(target, name, real)
     assert not ck.request_stop()  # the loop is gone: no request goes to it
     _, arrays = ck.load_npz(path)
-    if method == "gibbs":  # asked after the periodic checkpoint at sweep 40: stopped there, saved again
+    if (
+        method == "gibbs"
+    ):  # asked after the periodic checkpoint at sweep 40: stopped there, saved again
         assert int(arrays["state/iteration"]) == 40 and len(calls) == 3
     else:  # asked during the second iteration: stopped after it
         assert arrays["elbo"].shape[0] == 2 and len(calls) == 2
@@ -228,8 +270,16 @@ def test_stop_request_saves_at_the_next_boundary(tmp_path, monkeypatch, method):
 
 def test_vb_checkpoint_continues_with_more_iterations(tmp_path):
     train, test = _data()
-    kw = dict(K=3, prior=bmc.priors.InverseGamma(), method="vb", tol=0.0, num_chains=2, progress_bar=False,
-              seed=3, test=test)
+    kw = dict(
+        K=3,
+        prior=bmc.priors.InverseGamma(),
+        method="vb",
+        tol=0.0,
+        num_chains=2,
+        progress_bar=False,
+        seed=3,
+        test=test,
+    )
     full = bmc.fit(train, max_iter=24, **kw)
     bmc.fit(train, max_iter=10, checkpoint=tmp_path / "vb.npz", checkpoint_every=4, **kw)
     more = bmc.fit(train, max_iter=24, checkpoint=tmp_path / "vb.npz", checkpoint_every=4, **kw)
@@ -256,7 +306,9 @@ def test_bad_checkpoint_arguments(tmp_path):
     train, _ = _data()
     with pytest.raises(ValueError, match="checkpoint_every"):
         bmc.fit(train, K=2, checkpoint=tmp_path / "a.npz", checkpoint_every=0, progress_bar=False)
-    with pytest.raises(ValueError, match="checkpoint= applies to method='gibbs' or 'vb', not to method='svi'"):
+    with pytest.raises(
+        ValueError, match="checkpoint= applies to method='gibbs' or 'vb', not to method='svi'"
+    ):
         bmc.fit(train, K=2, method="svi", checkpoint=tmp_path / "a.npz", progress_bar=False)
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip file")
@@ -284,8 +336,17 @@ def test_checkpoint_of_other_feature_links_is_refused(tmp_path):
     """The prior's feature links identify the run: a checkpoint written with implicit
     feedback on the rows is not resumed with it on the columns."""
     train, test = _data()
-    kw = dict(K=2, num_warmup=2, num_samples=3, thinning=1, num_chains=1, progress_bar=False, seed=0,
-              checkpoint=tmp_path / "run.npz", checkpoint_every=2)
+    kw = dict(
+        K=2,
+        num_warmup=2,
+        num_samples=3,
+        thinning=1,
+        num_chains=1,
+        progress_bar=False,
+        seed=0,
+        checkpoint=tmp_path / "run.npz",
+        checkpoint_every=2,
+    )
     bmc.fit(train, prior=bmc.priors.NormalWishart(implicit="rows"), **kw)
     with pytest.raises(ValueError, match="links"):
         bmc.fit(train, prior=bmc.priors.NormalWishart(implicit="cols"), **kw)

@@ -47,20 +47,25 @@ def test_column_log_marginal_matches_brute_force():
         F = np.zeros((n, m))
         F[np.arange(n), rows] = f[cols]
         cov = gamma * F @ F.T + np.eye(n) / tau
-        brute = stats.multivariate_normal(np.zeros(n), cov).logpdf(r) - \
-            stats.multivariate_normal(np.zeros(n), np.eye(n) / tau).logpdf(r)
+        brute = stats.multivariate_normal(np.zeros(n), cov).logpdf(r) - stats.multivariate_normal(
+            np.zeros(n), np.eye(n) / tau
+        ).logpdf(r)
         A = np.bincount(rows, weights=f[cols] ** 2, minlength=m)
         B = np.bincount(rows, weights=r * f[cols], minlength=m)
-        got = gibbs.column_log_marginal(jnp.asarray([gamma]), jnp.asarray(A)[None], jnp.asarray(B)[None],
-                                        jnp.asarray([tau]))
+        got = gibbs.column_log_marginal(
+            jnp.asarray([gamma]), jnp.asarray(A)[None], jnp.asarray(B)[None], jnp.asarray([tau])
+        )
         assert got.dtype == jnp.float64
         np.testing.assert_allclose(float(got[0]), brute, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("use_bias", [False, True])
 @pytest.mark.parametrize("latent", [False, True])
-@pytest.mark.parametrize("prior", [bmc.priors.InverseGamma(1.0, 0.5), bmc.priors.Discrete(2.0, 0.4, 0.3)],
-                         ids=["inverse-gamma", "discrete"])
+@pytest.mark.parametrize(
+    "prior",
+    [bmc.priors.InverseGamma(1.0, 0.5), bmc.priors.Discrete(2.0, 0.4, 0.3)],
+    ids=["inverse-gamma", "discrete"],
+)
 def test_gram_moves_equal_the_per_rating_reference(prior, latent, use_bias):
     """The moves computed from per-row Gram matrices (``_column_side``: O(m K^2) per
     column) equal the per-rating formulation they replaced (``_column_moves_reference``:
@@ -75,7 +80,9 @@ def test_gram_moves_equal_the_per_rating_reference(prior, latent, use_bias):
     keys = np.sort(rng.choice(m1 * m2, n, replace=False))
     r, c = np.divmod(keys, m2)
     r[:2], c[:2] = 0, np.arange(2)  # some rows and columns of the pattern stay empty (row 6 maybe)
-    data = bmc.RatingData(*np.unique(np.stack([r, c]), axis=1), rng.normal(size=len(np.unique(keys))), (m1, m2))
+    data = bmc.RatingData(
+        *np.unique(np.stack([r, c]), axis=1), rng.normal(size=len(np.unique(keys))), (m1, m2)
+    )
     problem = gibbs.build_problem(data, 1.0, dtype=jnp.float64)
     M, N = jnp.asarray(rng.normal(size=(C, m1, K))), jnp.asarray(rng.normal(size=(C, m2, K)))
     if isinstance(prior, bmc.priors.Discrete):
@@ -87,11 +94,25 @@ def test_gram_moves_equal_the_per_rating_reference(prior, latent, use_bias):
     vals = jnp.asarray(rng.normal(size=(C, data.n))) if latent else problem.rows.values[None]
     ks = jax.random.split(jax.random.key(3), C)
     draws = gibbs._move_draws(ks, K, m1, jnp.float64, isinstance(prior, bmc.priors.Discrete))
-    own, T, g = gibbs._column_side(problem.rows, M, N, b, cb, gamma, tb, draws, prior, m1 + m2, m2, use_bias,
-                                   vals if latent else None)
+    own, T, g = gibbs._column_side(
+        problem.rows,
+        M,
+        N,
+        b,
+        cb,
+        gamma,
+        tb,
+        draws,
+        prior,
+        m1 + m2,
+        m2,
+        use_bias,
+        vals if latent else None,
+    )
     other = jnp.einsum("cjk,ckl->cjl", N, T)
-    own_ref, other_ref, g_ref = ref.column_side(problem.rows, M, N, b, cb, gamma, tb, ks, prior, m1 + m2, use_bias,
-                                                vals)
+    own_ref, other_ref, g_ref = ref.column_side(
+        problem.rows, M, N, b, cb, gamma, tb, ks, prior, m1 + m2, use_bias, vals
+    )
     np.testing.assert_array_equal(np.asarray(g), np.asarray(g_ref))
     tol = 1e3 * np.finfo(np.float64).eps  # sums of a few dozen O(1) terms, in another order
     np.testing.assert_allclose(np.asarray(own), np.asarray(own_ref), rtol=tol, atol=tol)
@@ -99,7 +120,9 @@ def test_gram_moves_equal_the_per_rating_reference(prior, latent, use_bias):
     moved = np.asarray(g != gamma)
     assert moved.sum() > 0 and (~moved).sum() > 0
     if isinstance(prior, bmc.priors.Discrete):  # switched on and switched off both accepted
-        assert np.any(moved & (np.asarray(gamma) == prior.C)) and np.any(moved & (np.asarray(gamma) == prior.eps))
+        assert np.any(moved & (np.asarray(gamma) == prior.C)) and np.any(
+            moved & (np.asarray(gamma) == prior.eps)
+        )
 
 
 def test_reflected_flip_leaves_the_columns_outside_its_block_alone():
@@ -119,7 +142,9 @@ def test_reflected_flip_leaves_the_columns_outside_its_block_alone():
     own, other = jnp.asarray(rng.normal(size=(C, m1, K))), jnp.asarray(rng.normal(size=(C, m2, K)))
     slab = rng.random((C, K)) < 0.25  # often a single slab column or none
     gamma = jnp.asarray(np.where(slab, prior.C, prior.eps))
-    G0 = unpack_upper(gibbs._pattern_product(problem.rows, problem.rows.ones, pack_upper(outer(other))), K)
+    G0 = unpack_upper(
+        gibbs._pattern_product(problem.rows, problem.rows.ones, pack_upper(outer(other))), K
+    )
     Y = gibbs._pattern_product(problem.rows, problem.rows.values, other)
     S0 = jnp.einsum("cjk,cjl->ckl", other, other)
     sums = functools.partial(gibbs._column_sums, G0, Y, S0)
@@ -127,27 +152,48 @@ def test_reflected_flip_leaves_the_columns_outside_its_block_alone():
     k = jax.random.split(jax.random.key(0), 5)
     for h in range(K):
         new_own, T, _ = gibbs._reflected_flip(
-            h, (own, T0, gamma), sums, S0, prior, jnp.ones(C), m1 + m2, m2, jax.random.normal(k[0], (C, m1)),
-            jax.random.normal(k[1], (C, m1)), jax.random.normal(k[2], (C, K)), jax.random.normal(k[3], (C,)),
-            jnp.log(jax.random.uniform(k[4], (C,))))
+            h,
+            (own, T0, gamma),
+            sums,
+            S0,
+            prior,
+            jnp.ones(C),
+            m1 + m2,
+            m2,
+            jax.random.normal(k[0], (C, m1)),
+            jax.random.normal(k[1], (C, m1)),
+            jax.random.normal(k[2], (C, K)),
+            jax.random.normal(k[3], (C,)),
+            jnp.log(jax.random.uniform(k[4], (C,))),
+        )
         outside = ~(slab | (np.arange(K) == h))
         new_other = np.asarray(jnp.einsum("cjk,ckl->cjl", other, T))
         for c in range(C):
-            np.testing.assert_array_equal(np.asarray(new_own)[c][:, outside[c]], np.asarray(own)[c][:, outside[c]])
-            np.testing.assert_array_equal(new_other[c][:, outside[c]], np.asarray(other)[c][:, outside[c]])
+            np.testing.assert_array_equal(
+                np.asarray(new_own)[c][:, outside[c]], np.asarray(own)[c][:, outside[c]]
+            )
+            np.testing.assert_array_equal(
+                new_other[c][:, outside[c]], np.asarray(other)[c][:, outside[c]]
+            )
 
 
 # --------------------------------------------------------------------------- Geweke
-@functools.partial(jax.jit, static_argnames=("prior", "num_steps", "with_sweep"),
-                   compiler_options={"xla_backend_optimization_level": 0})
+@functools.partial(
+    jax.jit,
+    static_argnames=("prior", "num_steps", "with_sweep"),
+    compiler_options={"xla_backend_optimization_level": 0},
+)
 def _chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, num_steps, with_sweep):
     rows, cols = jnp.asarray(gw.ROWS), jnp.asarray(gw.COLS)
 
     def one_step(carry, _):
         key, gamma, M, N, Y = carry
         key, k_move, k_y = jax.random.split(key, 3)
-        prob = dataclasses.replace(problem, rows=problem.rows._replace(values=Y[row_order]),
-                                   cols=problem.cols._replace(values=Y[col_order]))
+        prob = dataclasses.replace(
+            problem,
+            rows=problem.rows._replace(values=Y[row_order]),
+            cols=problem.cols._replace(values=Y[col_order]),
+        )
         state = gibbs.init(k_move[None], prob, prior, gw.K, gamma=gamma[None], M=M[None], N=N[None])
         if with_sweep:  # the sweep with the moves at its end (problem.column_moves is True)
             state = gibbs.sweep(state, prob, prior)
@@ -167,21 +213,40 @@ def _chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, num_s
     return jax.vmap(chain)(keys, gamma, M, N, Y)
 
 
-def column_geweke(prior, *, num_chains, num_steps, num_marginal=50_000, seed=0, with_sweep=False, anneal_steps=0):
+def column_geweke(
+    prior, *, num_chains, num_steps, num_marginal=50_000, seed=0, with_sweep=False, anneal_steps=0
+):
     """Geweke z-scores of the column moves (``anneal_steps > 0``: of the annealed switch
     instead, every sweep): ``(z, z_crit, report)``."""
     template = bmc.RatingData(gw.ROWS, gw.COLS, np.zeros(gw.N_OBS), (gw.M1, gw.M2))
-    problem = gibbs.build_problem(template, gw.TAU, dtype=jnp.float64, column_moves=not anneal_steps,
-                                  anneal_steps=anneal_steps, anneal_every=1)
+    problem = gibbs.build_problem(
+        template,
+        gw.TAU,
+        dtype=jnp.float64,
+        column_moves=not anneal_steps,
+        anneal_steps=anneal_steps,
+        anneal_every=1,
+    )
     init = gw.joint_draws(prior, num_chains, seed + 1)
     keys = jax.random.split(jax.random.key(seed), num_chains)
-    succ = np.asarray(_chains(problem, jnp.asarray(template.row_view.order), jnp.asarray(template.col_view.order),
-                              keys, *(jnp.asarray(x) for x in init), prior=prior, num_steps=num_steps,
-                              with_sweep=with_sweep))
+    succ = np.asarray(
+        _chains(
+            problem,
+            jnp.asarray(template.row_view.order),
+            jnp.asarray(template.col_view.order),
+            keys,
+            *(jnp.asarray(x) for x in init),
+            prior=prior,
+            num_steps=num_steps,
+            with_sweep=with_sweep,
+        )
+    )
     assert np.all(np.isfinite(succ))
     marg = gw.marginal_conditional(prior, num_marginal, seed + 2)
     cm = succ.mean(axis=1)
-    z = (cm.mean(0) - marg.mean(0)) / np.sqrt(cm.var(0, ddof=1) / num_chains + marg.var(0, ddof=1) / num_marginal)
+    z = (cm.mean(0) - marg.mean(0)) / np.sqrt(
+        cm.var(0, ddof=1) / num_chains + marg.var(0, ddof=1) / num_marginal
+    )
     from statistics import NormalDist
 
     z_crit = NormalDist().inv_cdf(1.0 - gw.FAMILYWISE_ALPHA / (2 * z.size))
@@ -190,12 +255,15 @@ def column_geweke(prior, *, num_chains, num_steps, num_marginal=50_000, seed=0, 
     return z, z_crit, report
 
 
-MOVING = [n for n in gw.PRIORS if n != "fixed"]  # the fixed prior has no column move (measured: no gain)
+MOVING = [
+    n for n in gw.PRIORS if n != "fixed"
+]  # the fixed prior has no column move (measured: no gain)
 
 
 # the discrete prior's flip in the default suite; the continuous priors' random walk: slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "discrete" else pytest.mark.slow)
-                                  for n in MOVING])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=() if n == "discrete" else pytest.mark.slow) for n in MOVING]
+)
 def test_geweke_column_moves_alone(name):
     """The moves alone (no row sweep) keep the joint invariant: gamma and the column
     moved together, the integrated column redrawn exactly (discrete: the spike/slab flip;
@@ -204,14 +272,24 @@ def test_geweke_column_moves_alone(name):
     assert np.max(np.abs(z)) < z_crit, f"column moves are not invariant:\n{rep}"
 
 
-@pytest.mark.parametrize("name", ["discrete", pytest.param("inverse-gamma", marks=pytest.mark.slow),
-                                  pytest.param("gamma", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "discrete",
+        pytest.param("inverse-gamma", marks=pytest.mark.slow),
+        pytest.param("gamma", marks=pytest.mark.slow),
+    ],
+)
 def test_geweke_sweep_with_column_moves(name):
-    z, z_crit, rep = column_geweke(gw.PRIORS[name], num_chains=100, num_steps=150, seed=3, with_sweep=True)
+    z, z_crit, rep = column_geweke(
+        gw.PRIORS[name], num_chains=100, num_steps=150, seed=3, with_sweep=True
+    )
     assert np.max(np.abs(z)) < z_crit, f"sweep + column moves are not invariant:\n{rep}"
 
 
-@pytest.mark.parametrize("name", ["discrete", pytest.param("inverse-gamma", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name", ["discrete", pytest.param("inverse-gamma", marks=pytest.mark.slow)]
+)
 def test_geweke_detects_column_move_without_jacobian(monkeypatch, name):
     """Power check: the rescaling's Jacobian ``m log s`` left out (discrete: log(C/eps) m/2
     nats per flip, here about 4.7) must be caught."""
@@ -228,31 +306,61 @@ def test_geweke_detects_reflected_flip_without_its_proposal_ratio(monkeypatch):
     often), Geweke must fail (measured: |z| = 14 for gamma_max, critical 3.4; with 100 x
     103 steps it is not detected)."""
     monkeypatch.setattr(gibbs, "_acg_log_density", lambda w, v, k: jnp.zeros(w.shape[:-1], w.dtype))
-    z, z_crit, rep = column_geweke(DISCRETE, num_chains=200, num_steps=303, num_marginal=200_000, seed=5)
+    z, z_crit, rep = column_geweke(
+        DISCRETE, num_chains=200, num_steps=303, num_marginal=200_000, seed=5
+    )
     assert np.max(np.abs(z)) > 2 * z_crit, f"missing proposal ratio not detected:\n{rep}"
 
 
 @pytest.mark.slow
 def test_geweke_column_moves_long():
-    z, z_crit, rep = column_geweke(DISCRETE, num_chains=400, num_steps=1000, num_marginal=400_000, seed=11)
+    z, z_crit, rep = column_geweke(
+        DISCRETE, num_chains=400, num_steps=1000, num_marginal=400_000, seed=11
+    )
     assert np.max(np.abs(z)) < z_crit, f"column moves are not invariant:\n{rep}"
 
 
 # --------------------------------------------------------------------------- settings
 def test_column_moves_through_fit_and_errors(tiny_ratings):
-    f = bmc.fit(tiny_ratings, K=2, prior=bmc.priors.Discrete(1.0, 0.3, 0.05), num_warmup=5, num_samples=10,
-                thinning=1, column_moves=True, progress_bar=False)
+    f = bmc.fit(
+        tiny_ratings,
+        K=2,
+        prior=bmc.priors.Discrete(1.0, 0.3, 0.05),
+        num_warmup=5,
+        num_samples=10,
+        thinning=1,
+        column_moves=True,
+        progress_bar=False,
+    )
     assert np.all(np.isin(np.asarray(f.samples["gamma"]), [1.0, 0.05]))
     assert bmc.inference.Gibbs(column_moves=True).column_moves is True
     with pytest.raises(TypeError, match="column_moves"):
         bmc.inference.Gibbs(column_moves="yes")
     with pytest.raises(ValueError, match="no column move"):
-        bmc.fit(tiny_ratings, K=2, prior=bmc.priors.Fixed(1.0), num_warmup=1, num_samples=2, thinning=1,
-                column_moves=True, progress_bar=False)
+        bmc.fit(
+            tiny_ratings,
+            K=2,
+            prior=bmc.priors.Fixed(1.0),
+            num_warmup=1,
+            num_samples=2,
+            thinning=1,
+            column_moves=True,
+            progress_bar=False,
+        )
     with pytest.raises(ValueError, match="no column move"):  # a prior without column scales
-        bmc.fit(tiny_ratings, K=2, prior=bmc.priors.NormalWishart(), num_warmup=1, num_samples=2, thinning=1,
-                column_moves=True, progress_bar=False)
-    assert bmc.inference.Gibbs(column_moves=True, devices=jax.devices()[:1]).column_moves  # sharded: test_sharding
+        bmc.fit(
+            tiny_ratings,
+            K=2,
+            prior=bmc.priors.NormalWishart(),
+            num_warmup=1,
+            num_samples=2,
+            thinning=1,
+            column_moves=True,
+            progress_bar=False,
+        )
+    assert bmc.inference.Gibbs(
+        column_moves=True, devices=jax.devices()[:1]
+    ).column_moves  # sharded: test_sharding
 
 
 def test_moves_are_the_default_where_the_prior_has_one(tiny_ratings):
@@ -263,22 +371,43 @@ def test_moves_are_the_default_where_the_prior_has_one(tiny_ratings):
     from numpyro.infer import MCMC
 
     assert bmc.inference.Gibbs().column_moves is None
-    for prior, on in ((bmc.priors.InverseGamma(), True), (bmc.priors.Gamma(), True), (bmc.priors.Fixed(1.0), False),
-                      (bmc.priors.NormalWishart(), False)):
+    for prior, on in (
+        (bmc.priors.InverseGamma(), True),
+        (bmc.priors.Gamma(), True),
+        (bmc.priors.Fixed(1.0), False),
+        (bmc.priors.NormalWishart(), False),
+    ):
         assert bmc.inference.Gibbs().for_prior(prior).column_moves is on, prior
         assert bmc.inference.Gibbs(column_moves=False).for_prior(prior).column_moves is False
-    run = dict(K=2, prior=bmc.priors.Discrete(1.0, 0.3, 0.05), num_warmup=3, num_samples=6, thinning=1, num_chains=2,
-               progress_bar=False, seed=3)
-    default, moves, plain = (bmc.fit(tiny_ratings, **run, **kw)
-                             for kw in ({}, {"column_moves": True}, {"column_moves": False}))
+    run = dict(
+        K=2,
+        prior=bmc.priors.Discrete(1.0, 0.3, 0.05),
+        num_warmup=3,
+        num_samples=6,
+        thinning=1,
+        num_chains=2,
+        progress_bar=False,
+        seed=3,
+    )
+    default, moves, plain = (
+        bmc.fit(tiny_ratings, **run, **kw)
+        for kw in ({}, {"column_moves": True}, {"column_moves": False})
+    )
     assert default.info.settings.column_moves is True and plain.info.settings.column_moves is False
     np.testing.assert_array_equal(default.samples["gamma"], moves.samples["gamma"])
     assert not np.array_equal(default.samples["gamma"], plain.samples["gamma"])
-    assert bmc.fit(tiny_ratings, **{**run, "prior": bmc.priors.Fixed(1.0)}).info.settings.column_moves is False
+    assert (
+        bmc.fit(tiny_ratings, **{**run, "prior": bmc.priors.Fixed(1.0)}).info.settings.column_moves
+        is False
+    )
     draws = {}
     for moves in (None, True, False):
-        mcmc = MCMC(bmc.inference.ConjugateGibbs(num_samples=6, column_moves=moves), num_warmup=3, num_samples=6,
-                    progress_bar=False)
+        mcmc = MCMC(
+            bmc.inference.ConjugateGibbs(num_samples=6, column_moves=moves),
+            num_warmup=3,
+            num_samples=6,
+            progress_bar=False,
+        )
         mcmc.run(jax.random.key(0), tiny_ratings, 2, bmc.priors.InverseGamma())
         draws[moves] = np.asarray(mcmc.get_samples()["gamma"])
     np.testing.assert_array_equal(draws[None], draws[True])
@@ -297,7 +426,11 @@ def discrete_prior_draws(base_draws):
             return base_draws(p, size, rng)
         gamma = np.where(rng.random((size, gc.K)) < p.p, p.C, p.eps)
         sd = np.sqrt(gamma)[:, None, :]
-        return {"gamma": gamma}, rng.normal(size=(size, gc.M1, gc.K)) * sd, rng.normal(size=(size, gc.M2, gc.K)) * sd
+        return (
+            {"gamma": gamma},
+            rng.normal(size=(size, gc.M1, gc.K)) * sd,
+            rng.normal(size=(size, gc.M2, gc.K)) * sd,
+        )
 
     return prior_draws
 
@@ -310,12 +443,16 @@ def test_geweke_column_moves_with_learned_noise_and_biases(monkeypatch):
 
     prior = bmc.priors.Discrete(C=2.0, p=0.4, eps=0.3)
     monkeypatch.setattr(gc, "_prior_draws", discrete_prior_draws(gc._prior_draws))
-    monkeypatch.setattr(gc.gibbs, "build_problem", functools.partial(gibbs.build_problem, column_moves=True))
+    monkeypatch.setattr(
+        gc.gibbs, "build_problem", functools.partial(gibbs.build_problem, column_moves=True)
+    )
     # 400 chains: with 100 the chain means of the right-skewed squared quantities are too
     # few for the normal z (measured at seed 5: |z| = 3.7 with 100 x 150 steps, 1.8 with
     # 400 x 150; 2.1 with 400 x 400 at seed 7), at about the same cost (compilation dominates)
     z, z_crit = gc.geweke_z(prior, gc.LEARNED, gc.BIASES, num_chains=400, num_steps=150, seed=5)
-    assert np.max(np.abs(z)) < z_crit, f"max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
+    assert np.max(np.abs(z)) < z_crit, (
+        f"max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
+    )
 
 
 # --------------------------------------------------------------------------- mixing of the rank
@@ -334,11 +471,29 @@ def test_rank_posterior_mixes_on_the_rank3_simulation():
 
     def laws(moves):
         out = []
-        with jax.enable_x64(False):  # float32, as users run it (the module's fixture turns float64 on)
+        with jax.enable_x64(
+            False
+        ):  # float32, as users run it (the module's fixture turns float64 on)
             for start in starts:
-                fit = bmc.fit(sim.train, K=10, prior=prior, num_warmup=100, num_samples=400, thinning=1,
-                              num_chains=2, init_gamma=start, progress_bar=False, seed=1, column_moves=moves)
-                out.append((dg.rank_posterior(fit, dg.gamma_threshold(fit)), dg.rank_mixing(fit)["chain_modes"]))
+                fit = bmc.fit(
+                    sim.train,
+                    K=10,
+                    prior=prior,
+                    num_warmup=100,
+                    num_samples=400,
+                    thinning=1,
+                    num_chains=2,
+                    init_gamma=start,
+                    progress_bar=False,
+                    seed=1,
+                    column_moves=moves,
+                )
+                out.append(
+                    (
+                        dg.rank_posterior(fit, dg.gamma_threshold(fit)),
+                        dg.rank_mixing(fit)["chain_modes"],
+                    )
+                )
         return out
 
     def tv(ls):

@@ -31,19 +31,31 @@ def test_moves_every_k_sweeps_equal_the_moves_by_hand(tiny_ratings, every):
             moved.append(it + 1)
         b = nxt._replace(iteration=it + 1)
         for name in ("M", "N"):
-            np.testing.assert_array_equal(np.asarray(getattr(a, name)), np.asarray(getattr(b, name)), err_msg=name)
+            np.testing.assert_array_equal(
+                np.asarray(getattr(a, name)), np.asarray(getattr(b, name)), err_msg=name
+            )
         np.testing.assert_array_equal(np.asarray(a.gamma), np.asarray(b.gamma))
     assert moved == [k for k in range(1, 8) if k % every == 0]
 
 
 def test_schedule_through_fit_kernel_and_errors(tiny_ratings):
-    run = dict(K=2, prior=bmc.priors.Discrete(1.0, 0.3, 0.05), num_warmup=3, num_samples=6, thinning=1, num_chains=2,
-               progress_bar=False, seed=3)
+    run = dict(
+        K=2,
+        prior=bmc.priors.Discrete(1.0, 0.3, 0.05),
+        num_warmup=3,
+        num_samples=6,
+        thinning=1,
+        num_chains=2,
+        progress_bar=False,
+        seed=3,
+    )
     every2 = bmc.fit(tiny_ratings, **run, column_moves_every=2)
     assert every2.info.settings.column_moves_every == 2
     every1 = bmc.fit(tiny_ratings, **run)
     assert every1.info.settings.column_moves_every == 1
-    assert not np.array_equal(np.asarray(every1.samples["gamma"]), np.asarray(every2.samples["gamma"]))
+    assert not np.array_equal(
+        np.asarray(every1.samples["gamma"]), np.asarray(every2.samples["gamma"])
+    )
     for bad, err in ((0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError)):
         with pytest.raises(err, match="column_moves_every"):
             bmc.inference.Gibbs(column_moves_every=bad)

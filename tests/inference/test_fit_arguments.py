@@ -66,10 +66,19 @@ def test_K_of_the_wrong_type_is_a_type_error(train, value):
 @pytest.mark.parametrize(
     "kw, message",
     [
-        (dict(n_chains=4), "fit() got an unexpected keyword argument 'n_chains'; did you mean 'num_chains'?"),
+        (
+            dict(n_chains=4),
+            "fit() got an unexpected keyword argument 'n_chains'; did you mean 'num_chains'?",
+        ),
         (dict(num_step=10), "unexpected keyword argument 'num_step'; did you mean 'num_steps'?"),
-        (dict(method="vb", max_iters=3), "unexpected keyword argument 'max_iters'; did you mean 'max_iter'?"),
-        (dict(progressbar=False), "unexpected keyword argument 'progressbar'; did you mean 'progress_bar'?"),
+        (
+            dict(method="vb", max_iters=3),
+            "unexpected keyword argument 'max_iters'; did you mean 'max_iter'?",
+        ),
+        (
+            dict(progressbar=False),
+            "unexpected keyword argument 'progressbar'; did you mean 'progress_bar'?",
+        ),
         (dict(zzz=1), "unexpected keyword argument 'zzz'"),
     ],
 )
@@ -94,7 +103,10 @@ def test_positional_arguments_follow_the_api(train):
 
 
 def test_float64_is_honoured_without_global_x64(train):
-    for method, kw in (("gibbs", dict(num_warmup=2, num_samples=2, thinning=1)), ("vb", dict(max_iter=2))):
+    for method, kw in (
+        ("gibbs", dict(num_warmup=2, num_samples=2, thinning=1)),
+        ("vb", dict(max_iter=2)),
+    ):
         f = bmc.fit(train, 2, method=method, progress_bar=False, dtype=jnp.float64, **kw)
         assert f.meta["dtype"] == "float64" and f.info.dtype == "float64"
 
@@ -111,7 +123,10 @@ def test_get_prior_errors():
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(init_gamma=[1.0, 2.0, 3.0]), "init_gamma must be a positive number or an array of K=2"),
+        (
+            dict(init_gamma=[1.0, 2.0, 3.0]),
+            "init_gamma must be a positive number or an array of K=2",
+        ),
         (dict(method="vb", thinning=0), "thinning"),
         (dict(method="vb", num_warmup=-1), "num_warmup"),
         (dict(method="vb", init_gamma=-1.0), "init_gamma"),
@@ -120,7 +135,10 @@ def test_get_prior_errors():
         (dict(method="gibbs", tol=-1.0), "tol"),
         (dict(method="gibbs", subsample_size=0), "subsample_size"),
         (dict(method="vb", num_steps=0), "num_steps"),
-        (dict(method="vb", overrelax=-0.5), "overrelax= applies to method='gibbs', not to method='vb'"),
+        (
+            dict(method="vb", overrelax=-0.5),
+            "overrelax= applies to method='gibbs', not to method='vb'",
+        ),
         (dict(overrelax=1.0), r"overrelax must be in \(-1, 1\)"),
     ],
 )
@@ -147,17 +165,48 @@ def test_rank_posterior_threshold_is_checked():
 
 # every method-specific argument, with a valid value, and the methods that take it
 _OWN = {
-    "num_warmup": ("gibbs", "nuts"), "num_samples": ("gibbs", "nuts"), "thinning": ("gibbs", "nuts"),
-    "num_chains": ("gibbs", "nuts", "vb"), "devices": ("gibbs", "vb"), "chain_method": ("gibbs",),
-    "overrelax": ("gibbs",), "init_gamma": ("gibbs",), "track": ("gibbs", "nuts"), "store_factors": ("gibbs",),
-    "checkpoint": ("gibbs", "vb"), "checkpoint_every": ("gibbs", "vb"), "max_iter": ("vb",), "tol": ("vb",),
-    "target_accept_prob": ("nuts",), "guide": ("svi",), "num_steps": ("svi", "map"),
-    "learning_rate": ("svi", "map"), "subsample_size": ("svi", "map"), "num_draws": ("svi",),
+    "num_warmup": ("gibbs", "nuts"),
+    "num_samples": ("gibbs", "nuts"),
+    "thinning": ("gibbs", "nuts"),
+    "num_chains": ("gibbs", "nuts", "vb"),
+    "devices": ("gibbs", "vb"),
+    "chain_method": ("gibbs",),
+    "overrelax": ("gibbs",),
+    "init_gamma": ("gibbs",),
+    "track": ("gibbs", "nuts"),
+    "store_factors": ("gibbs",),
+    "checkpoint": ("gibbs", "vb"),
+    "checkpoint_every": ("gibbs", "vb"),
+    "max_iter": ("vb",),
+    "tol": ("vb",),
+    "target_accept_prob": ("nuts",),
+    "guide": ("svi",),
+    "num_steps": ("svi", "map"),
+    "learning_rate": ("svi", "map"),
+    "subsample_size": ("svi", "map"),
+    "num_draws": ("svi",),
 }
-_VALUE = {"num_warmup": 1, "num_samples": 2, "thinning": 1, "num_chains": 1, "chain_method": "vectorized",
-          "overrelax": 0.0, "init_gamma": 1.0, "track": 2, "store_factors": True, "checkpoint": "x.npz",
-          "checkpoint_every": 5, "max_iter": 2, "tol": 0.0, "target_accept_prob": 0.9, "guide": "bogus",
-          "num_steps": 3, "learning_rate": -1.0, "subsample_size": 2, "num_draws": 3}
+_VALUE = {
+    "num_warmup": 1,
+    "num_samples": 2,
+    "thinning": 1,
+    "num_chains": 1,
+    "chain_method": "vectorized",
+    "overrelax": 0.0,
+    "init_gamma": 1.0,
+    "track": 2,
+    "store_factors": True,
+    "checkpoint": "x.npz",
+    "checkpoint_every": 5,
+    "max_iter": 2,
+    "tol": 0.0,
+    "target_accept_prob": 0.9,
+    "guide": "bogus",
+    "num_steps": 3,
+    "learning_rate": -1.0,
+    "subsample_size": 2,
+    "num_draws": 3,
+}
 
 
 @pytest.mark.parametrize("method", ["gibbs", "vb", "nuts", "svi", "map"])
@@ -168,7 +217,9 @@ def test_cross_method_arguments_name_the_argument_and_the_method(train, method):
     for name, owners in _OWN.items():
         if method in owners:
             continue
-        with pytest.raises(ValueError, match=rf"{name}= applies to method=.*not to method='{method}'"):
+        with pytest.raises(
+            ValueError, match=rf"{name}= applies to method=.*not to method='{method}'"
+        ):
             bmc.fit(train, 2, method=method, progress_bar=False, **{name: values[name]})
 
 
@@ -181,11 +232,19 @@ def test_the_issue_example_is_rejected(train):
 
 @pytest.mark.parametrize(
     "kw, exc, name",
-    [(dict(seed=1.5), TypeError, "seed"), (dict(seed=-1), ValueError, "seed"),
-     (dict(num_warmup=2.7), TypeError, "num_warmup"), (dict(num_warmup=-1), ValueError, "num_warmup"),
-     (dict(K="2"), TypeError, "K"), (dict(K=0), ValueError, "K"), (dict(center="no"), TypeError, "center"),
-     (dict(method="vb", tol="small"), TypeError, "tol"), (dict(method="vb", tol=-1.0), ValueError, "tol"),
-     (dict(method=3), TypeError, "method"), (dict(method="mcmc"), ValueError, "method")],
+    [
+        (dict(seed=1.5), TypeError, "seed"),
+        (dict(seed=-1), ValueError, "seed"),
+        (dict(num_warmup=2.7), TypeError, "num_warmup"),
+        (dict(num_warmup=-1), ValueError, "num_warmup"),
+        (dict(K="2"), TypeError, "K"),
+        (dict(K=0), ValueError, "K"),
+        (dict(center="no"), TypeError, "center"),
+        (dict(method="vb", tol="small"), TypeError, "tol"),
+        (dict(method="vb", tol=-1.0), ValueError, "tol"),
+        (dict(method=3), TypeError, "method"),
+        (dict(method="mcmc"), ValueError, "method"),
+    ],
 )
 def test_types_raise_type_error_values_value_error(train, kw, exc, name):
     kw = {"K": 2, **kw}
@@ -196,13 +255,18 @@ def test_types_raise_type_error_values_value_error(train, kw, exc, name):
 
 
 def test_settings_objects_are_validated_once_and_pick_the_driver(train):
-    s = bmc.inference.Gibbs(num_warmup=2, num_samples=4, thinning=2, num_chains=2, column_moves=True)
+    s = bmc.inference.Gibbs(
+        num_warmup=2, num_samples=4, thinning=2, num_chains=2, column_moves=True
+    )
     f = bmc.fit(train, 2, method=s, progress_bar=False)
     assert isinstance(f, bmc.inference.GibbsFit) and f.info.settings is s and f.num_kept == 2
     # column_moves=None (the default) is resolved for the prior: a copy, the rest as given
     auto = bmc.inference.Gibbs(num_warmup=2, num_samples=4, thinning=2, num_chains=2)
     g = bmc.fit(train, 2, method=auto, prior=bmc.priors.Fixed(), progress_bar=False)
-    assert g.info.settings.as_dict() == {**auto.as_dict(), "column_moves": False} and auto.column_moves is None
+    assert (
+        g.info.settings.as_dict() == {**auto.as_dict(), "column_moves": False}
+        and auto.column_moves is None
+    )
     v = bmc.fit(train, 2, method=bmc.inference.VB(max_iter=3), progress_bar=False)
     assert isinstance(v, bmc.inference.VBFit) and v.num_iter <= 3
     with pytest.raises(ValueError, match="thinning=3 > num_samples=2"):
@@ -221,7 +285,9 @@ def test_conjugate_gibbs_binds_its_model(train):
     def renamed(data, K, prior):  # not matrix_completion's signature
         pass
 
-    mcmc = MCMC(bmc.inference.ConjugateGibbs(renamed), num_warmup=1, num_samples=2, progress_bar=False)
+    mcmc = MCMC(
+        bmc.inference.ConjugateGibbs(renamed), num_warmup=1, num_samples=2, progress_bar=False
+    )
     with pytest.raises(ValueError, match="has no argument ratings"):
         mcmc.run(jax.random.key(0), train, 2, bmc.priors.Fixed())
 
@@ -233,4 +299,6 @@ def test_conjugate_gibbs_binds_its_model(train):
     assert bmc.inference.ConjugateGibbs(wrapper, store_factors=True).model is wrapper
     mcmc = MCMC(kernel, num_warmup=1, num_samples=2, progress_bar=False)
     mcmc.run(jax.random.key(0), train, 2, bmc.priors.Fixed())
-    assert float(mcmc.last_state.problem.tau) == pytest.approx(4.0)  # 1 / 0.5^2 from the model's default
+    assert float(mcmc.last_state.problem.tau) == pytest.approx(
+        4.0
+    )  # 1 / 0.5^2 from the model's default

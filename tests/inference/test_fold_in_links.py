@@ -20,17 +20,36 @@ def _problem(seed=0, U=30, new_density=0.05):
     Nf = rng.normal(size=(M2, K))
     theta = Mf @ Nf.T
     r, c = np.nonzero(rng.random((M1, M2)) < 0.3)
-    train = bmc.RatingData(r, c, theta[r, c] + 0.3 * rng.normal(size=len(r)), shape=(M1, M2),
-                           row_features=Features.from_dense(X[:M1]))
+    train = bmc.RatingData(
+        r,
+        c,
+        theta[r, c] + 0.3 * rng.normal(size=len(r)),
+        shape=(M1, M2),
+        row_features=Features.from_dense(X[:M1]),
+    )
     rn, cn = np.nonzero(rng.random((U, M2)) < new_density)
-    new = bmc.RatingData(rn, cn, theta[M1 + rn, cn] + 0.3 * rng.normal(size=len(rn)), shape=(U, M2),
-                         row_features=Features.from_dense(X[M1:]))
+    new = bmc.RatingData(
+        rn,
+        cn,
+        theta[M1 + rn, cn] + 0.3 * rng.normal(size=len(rn)),
+        shape=(U, M2),
+        row_features=Features.from_dense(X[M1:]),
+    )
     return train, new, theta[M1:]
 
 
 def _fit(train, prior):
-    return bmc.fit(train, K=K, prior=prior, num_warmup=50, num_samples=50, thinning=1, num_chains=1, seed=0,
-                   progress_bar=False)
+    return bmc.fit(
+        train,
+        K=K,
+        prior=prior,
+        num_warmup=50,
+        num_samples=50,
+        thinning=1,
+        num_chains=1,
+        seed=0,
+        progress_bar=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +59,9 @@ def linked():
 
 
 def _draw(fit, name):
-    return np.asarray(fit._factor_src[name], np.float64).reshape((-1,) + np.shape(fit._factor_src[name])[2:])
+    return np.asarray(fit._factor_src[name], np.float64).reshape(
+        (-1,) + np.shape(fit._factor_src[name])[2:]
+    )
 
 
 def _exact(fit, new, X):
@@ -54,7 +75,9 @@ def _exact(fit, new, X):
             sel = np.asarray(new.rows) == u
             Nu = N[s][np.asarray(new.cols)[sel]]
             P = Lam[s] + tau * Nu.T @ Nu
-            rhs = Lam[s] @ (mu[s] + X[u] @ B[s]) + tau * Nu.T @ (np.asarray(new.values)[sel] - fit.info.shift.offset)
+            rhs = Lam[s] @ (mu[s] + X[u] @ B[s]) + tau * Nu.T @ (
+                np.asarray(new.values)[sel] - fit.info.shift.offset
+            )
             means[s, u] = np.linalg.solve(P, rhs)
     return means
 
@@ -70,8 +93,13 @@ def test_a_new_row_without_ratings_gets_the_links_prior_mean(linked):
     fit, _, new, _ = linked
     # only the first new row has ratings (RatingData holds at least one)
     keep = np.asarray(new.rows) == 0
-    sparse = bmc.RatingData(np.asarray(new.rows)[keep], np.asarray(new.cols)[keep], np.asarray(new.values)[keep],
-                            shape=new.shape, row_features=new.row_features)
+    sparse = bmc.RatingData(
+        np.asarray(new.rows)[keep],
+        np.asarray(new.cols)[keep],
+        np.asarray(new.values)[keep],
+        shape=new.shape,
+        row_features=new.row_features,
+    )
     folded = fit.fold_in(sparse)
     B, mu, Lam = _draw(fit, "B_M"), _draw(fit, "mu_M"), _draw(fit, "Lambda_M")
     X = new.row_features.to_dense()[1:]
@@ -107,8 +135,13 @@ def test_fold_in_errors_name_the_missing_features(linked):
     bare = bmc.RatingData(new.rows, new.cols, new.values, shape=new.shape)
     with pytest.raises(ValueError, match="new rows need theirs"):
         fit.fold_in(bare)
-    wrong = bmc.RatingData(new.rows, new.cols, new.values, shape=new.shape,
-                           row_features=Features.from_dense(np.ones((new.shape[0], F + 1))))
+    wrong = bmc.RatingData(
+        new.rows,
+        new.cols,
+        new.values,
+        shape=new.shape,
+        row_features=Features.from_dense(np.ones((new.shape[0], F + 1))),
+    )
     with pytest.raises(ValueError, match=f"{F + 1} features, the fit's row link has {F}"):
         fit.fold_in(wrong)
 
@@ -116,20 +149,39 @@ def test_fold_in_errors_name_the_missing_features(linked):
 def test_vb_fold_in_uses_the_features():
     """VB: a new row without ratings gets ``mu* + E[B]^T x_u``; features help sparse rows."""
     train, new, theta_new = _problem(seed=2)
-    fit = bmc.fit(train, K=K, prior=bmc.priors.NormalWishart(row_features=True), method="vb", seed=0,
-                  progress_bar=False)
+    fit = bmc.fit(
+        train,
+        K=K,
+        prior=bmc.priors.NormalWishart(row_features=True),
+        method="vb",
+        seed=0,
+        progress_bar=False,
+    )
     keep = np.asarray(new.rows) == 0
-    sparse = bmc.RatingData(np.asarray(new.rows)[keep], np.asarray(new.cols)[keep], np.asarray(new.values)[keep],
-                            shape=new.shape, row_features=new.row_features)
+    sparse = bmc.RatingData(
+        np.asarray(new.rows)[keep],
+        np.asarray(new.cols)[keep],
+        np.asarray(new.values)[keep],
+        shape=new.shape,
+        row_features=new.row_features,
+    )
     folded = fit.fold_in(sparse)
     EB = np.asarray(fit.q_prior["B_M"], np.float64).reshape(F, K)
     mu = np.asarray(fit.q_prior["mu_M"], np.float64).reshape(K)
-    np.testing.assert_allclose(folded.means[0, 1:], mu + new.row_features.to_dense()[1:] @ EB, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        folded.means[0, 1:], mu + new.row_features.to_dense()[1:] @ EB, rtol=1e-6, atol=1e-9
+    )
     U = new.shape[0]
     rr, cc = np.divmod(np.arange(U * M2), M2)
     with_features = np.sqrt(np.mean((fit.fold_in(new).predict(rr, cc) - theta_new.ravel()) ** 2))
-    plain = bmc.fit(train.with_features(row_features=None), K=K, prior=bmc.priors.NormalWishart(), method="vb",
-                    seed=0, progress_bar=False)
+    plain = bmc.fit(
+        train.with_features(row_features=None),
+        K=K,
+        prior=bmc.priors.NormalWishart(),
+        method="vb",
+        seed=0,
+        progress_bar=False,
+    )
     bare = bmc.RatingData(new.rows, new.cols, new.values, shape=new.shape)
     without = np.sqrt(np.mean((plain.fold_in(bare).predict(rr, cc) - theta_new.ravel()) ** 2))
     assert with_features < 0.6 * without, (with_features, without)

@@ -165,7 +165,9 @@ def marginal_conditional(prior, size: int, seed: int) -> np.ndarray:
     static_argnames=("prior", "sampler_prior", "num_steps"),
     compiler_options={"xla_backend_optimization_level": 0},
 )
-def _geweke_chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, sampler_prior, num_steps):
+def _geweke_chains(
+    problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, sampler_prior, num_steps
+):
     rows, cols = jnp.asarray(ROWS), jnp.asarray(COLS)
     y_sd = 1.0 / math.sqrt(TAU)
 
@@ -178,7 +180,9 @@ def _geweke_chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior
             rows=problem.rows._replace(values=Y[row_order]),
             cols=problem.cols._replace(values=Y[col_order]),
         )
-        state = gibbs.init(k_sweep[None], prob, sampler_prior, K, gamma=gamma[None], M=M[None], N=N[None])
+        state = gibbs.init(
+            k_sweep[None], prob, sampler_prior, K, gamma=gamma[None], M=M[None], N=N[None]
+        )
         state = gibbs.sweep(state, prob, sampler_prior)
         gamma, M, N = state.gamma[0], state.M[0], state.N[0]
         # (gamma, M, N) after the sweep with the Y it conditioned on is a joint draw under
@@ -197,7 +201,13 @@ def _geweke_chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior
 
 
 def successive_conditional(
-    prior, sampler_prior=None, *, num_chains: int, num_steps: int, seed: int, sampler_tau: float = TAU,
+    prior,
+    sampler_prior=None,
+    *,
+    num_chains: int,
+    num_steps: int,
+    seed: int,
+    sampler_tau: float = TAU,
     overrelax: float = 0.0,
 ) -> np.ndarray:
     """Test functions along ``num_chains`` Geweke chains: (num_chains, num_steps, F).
@@ -236,17 +246,33 @@ class GewekeResult:
         return float(np.max(np.abs(self.z)))
 
     def report(self) -> str:
-        lines = [f"z_crit = {self.z_crit:.3f} (familywise {FAMILYWISE_ALPHA}, F = {len(self.names)})"]
+        lines = [
+            f"z_crit = {self.z_crit:.3f} (familywise {FAMILYWISE_ALPHA}, F = {len(self.names)})"
+        ]
         for n, z, a, b in zip(self.names, self.z, self.succ_mean, self.marg_mean):
             flag = "  <--" if abs(z) >= self.z_crit else ""
             lines.append(f"  {n:>22s}: z = {z:+8.3f}  successive {a:+.5f}  marginal {b:+.5f}{flag}")
         return "\n".join(lines)
 
 
-def geweke(prior, sampler_prior=None, *, num_chains=200, num_steps=500, num_marginal=100_000, seed=0, sampler_tau=TAU,
-           overrelax=0.0):
+def geweke(
+    prior,
+    sampler_prior=None,
+    *,
+    num_chains=200,
+    num_steps=500,
+    num_marginal=100_000,
+    seed=0,
+    sampler_tau=TAU,
+    overrelax=0.0,
+):
     succ = successive_conditional(
-        prior, sampler_prior, num_chains=num_chains, num_steps=num_steps, seed=seed, sampler_tau=sampler_tau,
+        prior,
+        sampler_prior,
+        num_chains=num_chains,
+        num_steps=num_steps,
+        seed=seed,
+        sampler_tau=sampler_tau,
         overrelax=overrelax,
     )
     marg = marginal_conditional(prior, num_marginal, seed + 2)
@@ -321,13 +347,17 @@ def test_geweke_joint_distribution_overrelaxed(name):
     """The over-relaxed row updates (rho = -0.7, the setting recommended for mixing) leave
     the joint distribution invariant too."""
     res = geweke(PRIORS[name], overrelax=-0.7)
-    assert res.max_abs_z < res.z_crit, f"Geweke test failed for {name} (overrelax=-0.7):\n{res.report()}"
+    assert res.max_abs_z < res.z_crit, (
+        f"Geweke test failed for {name} (overrelax=-0.7):\n{res.report()}"
+    )
 
 
 def test_geweke_detects_discrete_d_instead_of_d_over_2():
     prior = PRIORS["discrete"]
     res = geweke(prior, DoubledD(prior), num_chains=100, num_steps=200, num_marginal=50_000)
-    assert res.max_abs_z > 2 * res.z_crit, f"wrong discrete conditional not detected:\n{res.report()}"
+    assert res.max_abs_z > 2 * res.z_crit, (
+        f"wrong discrete conditional not detected:\n{res.report()}"
+    )
 
 
 def test_geweke_detects_doubled_tau():
@@ -348,8 +378,12 @@ def test_geweke_detects_inverse_gamma_d_instead_of_d_over_2():
 def test_geweke_detects_paper_gamma_conditional():
     """The paper's erratum (inverse Gaussian on gamma_h, not on 1/gamma_h) is detected."""
     prior = PRIORS["gamma"]
-    res = geweke(prior, PaperGammaConditional(prior.beta), num_chains=100, num_steps=200, num_marginal=50_000)
-    assert res.max_abs_z > 2 * res.z_crit, f"paper's gamma conditional not detected:\n{res.report()}"
+    res = geweke(
+        prior, PaperGammaConditional(prior.beta), num_chains=100, num_steps=200, num_marginal=50_000
+    )
+    assert res.max_abs_z > 2 * res.z_crit, (
+        f"paper's gamma conditional not detected:\n{res.report()}"
+    )
 
 
 @pytest.mark.slow
@@ -403,5 +437,7 @@ def test_geweke_detects_overrelaxation_without_the_noise_correction(monkeypatch)
 
     monkeypatch.setattr(gibbs, "overrelaxed_rows", wrong)
     # other chain/step counts than the tests above: a fresh trace picks up the patch
-    res = geweke(PRIORS["discrete"], num_chains=100, num_steps=201, num_marginal=50_000, overrelax=-0.7)
+    res = geweke(
+        PRIORS["discrete"], num_chains=100, num_steps=201, num_marginal=50_000, overrelax=-0.7
+    )
     assert res.max_abs_z > 2 * res.z_crit, f"wrong over-relaxation not detected:\n{res.report()}"

@@ -56,15 +56,23 @@ def _prior_draws(prior, size, rng):
     if isinstance(prior, bmc.priors.NormalWishart):
         out, F = {}, []
         for side, m in (("M", M1), ("N", M2)):
-            Lam = stats.wishart(df=prior.nu0, scale=prior.W0_scale * np.eye(K)).rvs(size=size, random_state=rng)
+            Lam = stats.wishart(df=prior.nu0, scale=prior.W0_scale * np.eye(K)).rvs(
+                size=size, random_state=rng
+            )
             chol = np.linalg.cholesky(np.linalg.inv(Lam))  # covariance Lambda^{-1} = chol chol^T
             mu = np.einsum("nkl,nl->nk", chol, rng.normal(size=(size, K))) / math.sqrt(prior.beta0)
-            F.append(mu[:, None, :] + np.einsum("nkl,nml->nmk", chol, rng.normal(size=(size, m, K))))
+            F.append(
+                mu[:, None, :] + np.einsum("nkl,nml->nmk", chol, rng.normal(size=(size, m, K)))
+            )
             out[f"mu_{side}"], out[f"Lambda_{side}"] = mu, Lam
         return out, F[0], F[1]
     gamma = prior.b / rng.gamma(prior.a, size=(size, K))  # the inverse-gamma prior
     sd = np.sqrt(gamma)[:, None, :]
-    return {"gamma": gamma}, rng.normal(size=(size, M1, K)) * sd, rng.normal(size=(size, M2, K)) * sd
+    return (
+        {"gamma": gamma},
+        rng.normal(size=(size, M1, K)) * sd,
+        rng.normal(size=(size, M2, K)) * sd,
+    )
 
 
 def bias_draws(biases, size, rng):
@@ -105,13 +113,24 @@ def functions_of(prior_state, M, N, tau, b, c, var, Y, xp=np):
     theta = xp.sum(M[ROWS] * N[COLS], axis=-1) + b[ROWS] + c[COLS]
     f += list(theta_e) + list(theta_e**2)
     f += [xp.sum(M**2), xp.sum(N**2), xp.sum(Y**2), xp.sum((Y - theta) ** 2), xp.sum(Y * theta)]
-    f += [tau, xp.log(tau), b[0], b[0] ** 2, c[0] ** 2, xp.sum(b**2), xp.log(var[0]), xp.log(var[1])]
+    f += [
+        tau,
+        xp.log(tau),
+        b[0],
+        b[0] ** 2,
+        c[0] ** 2,
+        xp.sum(b**2),
+        xp.log(var[0]),
+        xp.log(var[1]),
+    ]
     return jnp.stack([jnp.asarray(v, dtype=jnp.float64) for v in f])
 
 
 def marginal_conditional(prior, likelihood, biases, size, seed):
     draws = joint_draws(prior, likelihood, biases, size, np.random.default_rng(seed))
-    return np.asarray(jax.vmap(lambda d: functions_of(**d, xp=jnp))(jax.tree.map(jnp.asarray, draws)))
+    return np.asarray(
+        jax.vmap(lambda d: functions_of(**d, xp=jnp))(jax.tree.map(jnp.asarray, draws))
+    )
 
 
 # --------------------------------------------------------------------------- Gibbs chains
@@ -152,27 +171,68 @@ def successive_conditional(prior, likelihood, biases, *, sampler=None, num_chain
     power checks); the data are always refreshed from the model."""
     s_prior, s_lik, s_bias = sampler or (prior, likelihood, biases)
     template = bmc.RatingData(ROWS, COLS, np.zeros(N_OBS), (M1, M2))
-    problem = gibbs.build_problem(template, TAU_FIXED, dtype=jnp.float64, likelihood=s_lik, biases=s_bias)
+    problem = gibbs.build_problem(
+        template, TAU_FIXED, dtype=jnp.float64, likelihood=s_lik, biases=s_bias
+    )
     d = joint_draws(prior, likelihood, biases, num_chains, np.random.default_rng(seed + 1))
 
-    def start(key, prior_state, M, N, tau, b, c, var):  # one chain's state (C = 1) at an exact joint draw
-        st = gibbs.init(key[None], problem, s_prior, K, prior_state=jax.tree.map(lambda x: x[None], prior_state),
-                        M=M[None], N=N[None])
+    def start(
+        key, prior_state, M, N, tau, b, c, var
+    ):  # one chain's state (C = 1) at an exact joint draw
+        st = gibbs.init(
+            key[None],
+            problem,
+            s_prior,
+            K,
+            prior_state=jax.tree.map(lambda x: x[None], prior_state),
+            M=M[None],
+            N=N[None],
+        )
         return st._replace(tau=tau[None], row_bias=b[None], col_bias=c[None], bias_var=var[None])
 
     keys0 = jax.random.split(jax.random.key(seed + 10), num_chains)
-    state = jax.vmap(start)(keys0, *(jax.tree.map(jnp.asarray, d[k]) for k in ("prior_state", "M", "N", "tau",
-                                                                               "b", "c", "var")))
+    state = jax.vmap(start)(
+        keys0,
+        *(
+            jax.tree.map(jnp.asarray, d[k])
+            for k in ("prior_state", "M", "N", "tau", "b", "c", "var")
+        ),
+    )
     Y = jnp.asarray(d["Y"])
     keys = jax.random.split(jax.random.key(seed), num_chains)
-    out = _chains(problem, jnp.asarray(template.row_view.order), jnp.asarray(template.col_view.order), keys,
-                  state, Y, prior=s_prior, num_steps=num_steps)
+    out = _chains(
+        problem,
+        jnp.asarray(template.row_view.order),
+        jnp.asarray(template.col_view.order),
+        keys,
+        state,
+        Y,
+        prior=s_prior,
+        num_steps=num_steps,
+    )
     return np.asarray(out)
 
 
-def geweke_z(prior, likelihood, biases, *, sampler=None, num_chains=100, num_steps=200, num_marginal=40_000, seed=0):
-    succ = successive_conditional(prior, likelihood, biases, sampler=sampler, num_chains=num_chains,
-                                  num_steps=num_steps, seed=seed)
+def geweke_z(
+    prior,
+    likelihood,
+    biases,
+    *,
+    sampler=None,
+    num_chains=100,
+    num_steps=200,
+    num_marginal=40_000,
+    seed=0,
+):
+    succ = successive_conditional(
+        prior,
+        likelihood,
+        biases,
+        sampler=sampler,
+        num_chains=num_chains,
+        num_steps=num_steps,
+        seed=seed,
+    )
     marg = marginal_conditional(prior, likelihood, biases, num_marginal, seed + 2)
     assert np.all(np.isfinite(succ)), "non-finite test function along the Gibbs chains"
     return z_scores(succ, marg)
@@ -184,7 +244,9 @@ def z_scores(succ, marg):
     value; functions that are constant in the model (e.g. the biases when they are off)
     have se 0 and are left out."""
     chain_means = succ.mean(axis=1)
-    se = np.sqrt(chain_means.var(axis=0, ddof=1) / succ.shape[0] + marg.var(axis=0, ddof=1) / marg.shape[0])
+    se = np.sqrt(
+        chain_means.var(axis=0, ddof=1) / succ.shape[0] + marg.var(axis=0, ddof=1) / marg.shape[0]
+    )
     keep = se > 0
     z = (chain_means.mean(axis=0) - marg.mean(axis=0))[keep] / se[keep]
     z_crit = NormalDist().inv_cdf(1.0 - FAMILYWISE_ALPHA / (2 * z.size))
@@ -210,10 +272,14 @@ class NWWithoutMeanCorrection:
 
     def gibbs_update(self, key, stats_M, stats_N, m1, m2):
         out = {}
-        for side, (s1, s2), m, k in zip(("M", "N"), (stats_M, stats_N), (m1, m2), jax.random.split(key)):
+        for side, (s1, s2), m, k in zip(
+            ("M", "N"), (stats_M, stats_N), (m1, m2), jax.random.split(key)
+        ):
             beta = self.base.beta0 + m
             Winv = jnp.eye(K, dtype=s2.dtype) / self.base.W0_scale + s2
-            out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(k, Winv, self.base.nu0 + m, beta, s1 / beta)
+            out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(
+                k, Winv, self.base.nu0 + m, beta, s1 / beta
+            )
         return out
 
 
@@ -254,15 +320,25 @@ COMBINATIONS = {
 
 
 # the three blocks together in the default suite; each alone (more power per block) is slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "all-three" else pytest.mark.slow)
-                                  for n in COMBINATIONS])
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=() if n == "all-three" else pytest.mark.slow) for n in COMBINATIONS],
+)
 def test_geweke_new_blocks(name):
     z, z_crit = geweke_z(*COMBINATIONS[name])
-    assert np.max(np.abs(z)) < z_crit, f"{name}: max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
+    assert np.max(np.abs(z)) < z_crit, (
+        f"{name}: max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
+    )
 
 
-@pytest.mark.parametrize("wrong", ["nw-mean-correction", pytest.param("tau-shape", marks=pytest.mark.slow),
-                                   pytest.param("bias-variance-shape", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        "nw-mean-correction",
+        pytest.param("tau-shape", marks=pytest.mark.slow),
+        pytest.param("bias-variance-shape", marks=pytest.mark.slow),
+    ],
+)
 def test_geweke_detects_wrong_blocks(wrong):
     sampler = {
         "nw-mean-correction": (NWWithoutMeanCorrection(NW), LEARNED, BIASES),
@@ -270,4 +346,6 @@ def test_geweke_detects_wrong_blocks(wrong):
         "bias-variance-shape": (NW, LEARNED, BiasVarShapeM(BIASES)),
     }[wrong]
     z, z_crit = geweke_z(NW, LEARNED, BIASES, sampler=sampler)
-    assert np.max(np.abs(z)) > 2 * z_crit, f"{wrong} not detected: max |z| = {np.max(np.abs(z)):.2f}"
+    assert np.max(np.abs(z)) > 2 * z_crit, (
+        f"{wrong} not detected: max |z| = {np.max(np.abs(z)):.2f}"
+    )

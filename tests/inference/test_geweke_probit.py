@@ -43,7 +43,16 @@ from bmczoo.likelihoods import OrderedProbit, Probit
 from bmczoo.likelihoods import probit as probit_mod
 
 from .test_geweke import COLS, K, M1, M2, ROWS
-from .test_geweke_components import BIASES, E_COLS, E_ROWS, IG, NW, _prior_draws, bias_draws, z_scores
+from .test_geweke_components import (
+    BIASES,
+    E_COLS,
+    E_ROWS,
+    IG,
+    NW,
+    _prior_draws,
+    bias_draws,
+    z_scores,
+)
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -56,7 +65,9 @@ ORDERED = OrderedProbit(levels=(0.0, 1.0, 2.0), cut_scale=0.5)
 def _cut_draws(lik, size, rng):
     """(size, L-1) cut points from the likelihood's prior (numpy)."""
     if lik.fixed_cuts() is not None:
-        return np.broadcast_to(np.asarray(lik.fixed_cuts(), np.float64), (size, len(lik.fixed_cuts()))).copy()
+        return np.broadcast_to(
+            np.asarray(lik.fixed_cuts(), np.float64), (size, len(lik.fixed_cuts()))
+        ).copy()
     u = rng.normal(size=(size, lik.num_levels - 1)) * lik.cut_scale
     return np.cumsum(np.concatenate([u[:, :1], np.exp(u[:, 1:])], axis=1), axis=1)
 
@@ -67,7 +78,9 @@ def joint_draws(prior, lik, biases, size, rng):
     cuts = _cut_draws(lik, size, rng)
     theta = np.sum(M[:, ROWS] * N[:, COLS], axis=-1) + b[:, ROWS] + c[:, COLS]
     z = theta + rng.normal(size=theta.shape)
-    Y = np.sum(z[:, :, None] > cuts[:, None, :], axis=-1)  # level index: number of cut points below z
+    Y = np.sum(
+        z[:, :, None] > cuts[:, None, :], axis=-1
+    )  # level index: number of cut points below z
     return dict(prior_state=prior_state, M=M, N=N, b=b, c=c, var=var, cuts=cuts, z=z, Y=Y)
 
 
@@ -95,7 +108,9 @@ def functions_of(prior_state, M, N, b, c, var, cuts, z, Y, *, L, learned, bias, 
 
 
 def _functions(lik, biases):
-    return functools.partial(functions_of, L=lik.num_levels, learned=lik.fixed_cuts() is None, bias=biases is not None)
+    return functools.partial(
+        functions_of, L=lik.num_levels, learned=lik.fixed_cuts() is None, bias=biases is not None
+    )
 
 
 def marginal_conditional(prior, lik, biases, size, seed):
@@ -105,8 +120,11 @@ def marginal_conditional(prior, lik, biases, size, seed):
 
 
 # --------------------------------------------------------------------------- Gibbs chains
-@functools.partial(jax.jit, static_argnames=("prior", "num_steps", "fn"),
-                   compiler_options={"xla_backend_optimization_level": 0})
+@functools.partial(
+    jax.jit,
+    static_argnames=("prior", "num_steps", "fn"),
+    compiler_options={"xla_backend_optimization_level": 0},
+)
 def _chains(problem, row_order, keys, state, Y, *, prior, num_steps, fn):
     rows, cols = jnp.asarray(ROWS), jnp.asarray(COLS)
 
@@ -139,24 +157,48 @@ def successive_conditional(prior, lik, biases, *, num_chains, num_steps, seed):
     learned = lik.fixed_cuts() is None
 
     def start(key, prior_state, M, N, b, c, var, cuts, z):
-        st = gibbs.init(key[None], problem, prior, K, prior_state=jax.tree.map(lambda x: x[None], prior_state),
-                        M=M[None], N=N[None])
+        st = gibbs.init(
+            key[None],
+            problem,
+            prior,
+            K,
+            prior_state=jax.tree.map(lambda x: x[None], prior_state),
+            M=M[None],
+            N=N[None],
+        )
         lik_state = {"z": z[row_order][None]}
         if learned:
             lik_state["cuts"] = cuts[None]
-        return st._replace(row_bias=b[None], col_bias=c[None], bias_var=var[None], lik_state=lik_state)
+        return st._replace(
+            row_bias=b[None], col_bias=c[None], bias_var=var[None], lik_state=lik_state
+        )
 
     keys0 = jax.random.split(jax.random.key(seed + 10), num_chains)
-    state = jax.vmap(start)(keys0, *(jax.tree.map(jnp.asarray, d[k])
-                                     for k in ("prior_state", "M", "N", "b", "c", "var", "cuts", "z")))
+    state = jax.vmap(start)(
+        keys0,
+        *(
+            jax.tree.map(jnp.asarray, d[k])
+            for k in ("prior_state", "M", "N", "b", "c", "var", "cuts", "z")
+        ),
+    )
     keys = jax.random.split(jax.random.key(seed), num_chains)
-    out = _chains(problem, row_order, keys, state, jnp.asarray(d["Y"]), prior=prior, num_steps=num_steps,
-                  fn=_functions(lik, biases))
+    out = _chains(
+        problem,
+        row_order,
+        keys,
+        state,
+        jnp.asarray(d["Y"]),
+        prior=prior,
+        num_steps=num_steps,
+        fn=_functions(lik, biases),
+    )
     return np.asarray(out)
 
 
 def geweke_z(prior, lik, biases, *, num_chains=100, num_steps=200, num_marginal=40_000, seed=0):
-    succ = successive_conditional(prior, lik, biases, num_chains=num_chains, num_steps=num_steps, seed=seed)
+    succ = successive_conditional(
+        prior, lik, biases, num_chains=num_chains, num_steps=num_steps, seed=seed
+    )
     marg = marginal_conditional(prior, lik, biases, num_marginal, seed + 2)
     assert np.all(np.isfinite(succ)), "non-finite test function along the Gibbs chains"
     assert succ.shape[-1] == marg.shape[-1]
@@ -176,8 +218,11 @@ def _grid():
                 if (lik, prior) == ("probit", "normal-wishart") and bias:
                     continue
                 key = (lik, prior, bias)
-                yield pytest.param(*key, id=f"{lik}-{prior}-{'bias' if bias else 'no-bias'}",
-                                   marks=() if key == DEFAULT else pytest.mark.slow)
+                yield pytest.param(
+                    *key,
+                    id=f"{lik}-{prior}-{'bias' if bias else 'no-bias'}",
+                    marks=() if key == DEFAULT else pytest.mark.slow,
+                )
 
 
 @pytest.mark.parametrize("lik, prior, bias", list(_grid()))
@@ -189,9 +234,16 @@ def test_geweke_latent_block(lik, prior, bias):
     # Normal-Wishart, biases), where 400 x 800 and 400 x 1200 steps give max |z| 2.1 and 1.6
     # over all functions: an artefact of too few chains, not a bias
     chains, steps = (100, 200) if (lik, prior, bias) == DEFAULT else (400, 300)
-    z, z_crit = geweke_z(PRIORS[prior], LIKELIHOODS[lik], BIASES if bias else None, num_chains=chains,
-                         num_steps=steps)
-    assert np.max(np.abs(z)) < z_crit, f"max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
+    z, z_crit = geweke_z(
+        PRIORS[prior],
+        LIKELIHOODS[lik],
+        BIASES if bias else None,
+        num_chains=chains,
+        num_steps=steps,
+    )
+    assert np.max(np.abs(z)) < z_crit, (
+        f"max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
+    )
 
 
 def _wrong_level_truncation(self, cuts, level, dtype):
@@ -207,8 +259,12 @@ def _wrong_level_truncation(self, cuts, level, dtype):
 def test_geweke_detects_wrong_truncation(lik, monkeypatch):
     monkeypatch.setattr(probit_mod.LatentLikelihood, "latent_interval", _wrong_level_truncation)
     # other step counts than above: a fresh trace picks up the patch
-    z, z_crit = geweke_z(IG, LIKELIHOODS[lik], None, num_chains=60, num_steps=101, num_marginal=20_000)
-    assert np.max(np.abs(z)) > 2 * z_crit, f"wrong truncation not detected: max |z| = {np.max(np.abs(z)):.2f}"
+    z, z_crit = geweke_z(
+        IG, LIKELIHOODS[lik], None, num_chains=60, num_steps=101, num_marginal=20_000
+    )
+    assert np.max(np.abs(z)) > 2 * z_crit, (
+        f"wrong truncation not detected: max |z| = {np.max(np.abs(z)):.2f}"
+    )
 
 
 @pytest.mark.slow
@@ -220,4 +276,6 @@ def test_geweke_detects_cut_prior_without_jacobian(monkeypatch):
 
     monkeypatch.setattr(OrderedProbit, "cut_log_prior", no_jacobian)
     z, z_crit = geweke_z(IG, ORDERED, None, num_chains=100, num_steps=203)
-    assert np.max(np.abs(z)) > 2 * z_crit, f"missing Jacobian not detected: max |z| = {np.max(np.abs(z)):.2f}"
+    assert np.max(np.abs(z)) > 2 * z_crit, (
+        f"missing Jacobian not detected: max |z| = {np.max(np.abs(z)):.2f}"
+    )

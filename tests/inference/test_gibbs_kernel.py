@@ -93,16 +93,26 @@ def test_vectorized_chain_equals_single_chain_with_split_key(shared_fit, data, c
     track = (train.rows[:5], train.cols[:5])
     with jax.enable_x64(True):
         single = MCMC(
-            ConjugateGibbs(num_samples=NUM_SAMPLES, thinning=THINNING, track=track, store_factors=True),
-            num_warmup=NUM_WARMUP, num_samples=NUM_SAMPLES, thinning=THINNING, num_chains=1, progress_bar=False,
+            ConjugateGibbs(
+                num_samples=NUM_SAMPLES, thinning=THINNING, track=track, store_factors=True
+            ),
+            num_warmup=NUM_WARMUP,
+            num_samples=NUM_SAMPLES,
+            thinning=THINNING,
+            num_chains=1,
+            progress_bar=False,
         )
         single.run(key_c, train.centered()[0], K, PRIOR)
         ss = {k: np.asarray(v) for k, v in single.get_samples().items()}
     assert ss["M"].dtype == np.float64
     for site in ("gamma", "M", "N"):
         assert ss[site].shape == fit.samples[site].shape[1:]
-        np.testing.assert_allclose(ss[site], fit.samples[site][c], rtol=1e-12, atol=1e-12, err_msg=site)
-    theta = np.einsum("dpk,dpk->dp", fit.samples["M"][c][:, track[0]], fit.samples["N"][c][:, track[1]])
+        np.testing.assert_allclose(
+            ss[site], fit.samples[site][c], rtol=1e-12, atol=1e-12, err_msg=site
+        )
+    theta = np.einsum(
+        "dpk,dpk->dp", fit.samples["M"][c][:, track[0]], fit.samples["N"][c][:, track[1]]
+    )
     np.testing.assert_allclose(ss["theta"], theta, rtol=1e-10, atol=1e-12)
     # and the chains differ from each other
     assert not np.allclose(fit.samples["M"][0], fit.samples["M"][-1])
@@ -112,8 +122,15 @@ def test_sequential_chains_equal_vectorized(shared_fit, data):
     fit, extra = shared_fit
     train, test = data
     with jax.enable_x64(True):
-        seq = bmc.fit(train, test=test, predict=extra, track=(test.rows, test.cols), store_factors=False,
-                      chain_method="sequential", **_fit_kwargs())
+        seq = bmc.fit(
+            train,
+            test=test,
+            predict=extra,
+            track=(test.rows, test.cols),
+            store_factors=False,
+            chain_method="sequential",
+            **_fit_kwargs(),
+        )
     for site in ("gamma", "theta"):
         assert seq.samples[site].shape == fit.samples[site].shape
         np.testing.assert_allclose(seq.samples[site], fit.samples[site], rtol=1e-10, atol=1e-12)
@@ -131,17 +148,27 @@ def test_sequential_chains_equal_vectorized(shared_fit, data):
 def test_running_mean_averages_the_kept_draws(data, x64, num_samples, thinning):
     train, _ = data
     entries = (np.concatenate([train.rows[:4], [COLD_ROW]]), np.concatenate([train.cols[:4], [0]]))
-    kernel = ConjugateGibbs(num_samples=num_samples, thinning=thinning, predict=entries, track=entries)
-    mcmc = MCMC(kernel, num_warmup=6, num_samples=num_samples, thinning=thinning, num_chains=2,
-                chain_method="vectorized", progress_bar=False)
+    kernel = ConjugateGibbs(
+        num_samples=num_samples, thinning=thinning, predict=entries, track=entries
+    )
+    mcmc = MCMC(
+        kernel,
+        num_warmup=6,
+        num_samples=num_samples,
+        thinning=thinning,
+        num_chains=2,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.key(0), train, K, PRIOR)
     core = mcmc.last_state.core
     theta = np.asarray(mcmc.get_samples(group_by_chain=True)["theta"])  # (chain, kept, entry)
     assert theta.shape[1] == num_samples // thinning
     assert int(core.num_kept) == num_samples // thinning
     assert int(core.iteration) == 6 + num_samples
-    np.testing.assert_allclose(np.asarray(core.pred_sum) / int(core.num_kept), theta.mean(axis=1),
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(core.pred_sum) / int(core.num_kept), theta.mean(axis=1), rtol=1e-10, atol=1e-12
+    )
 
 
 def test_fit_num_kept_and_running_mean(shared_fit, data):
@@ -155,8 +182,12 @@ def test_fit_num_kept_and_running_mean(shared_fit, data):
     # tracked entries == test entries: the running mean is the mean of the collected draws
     offset = fit.meta["offset"]
     assert offset == pytest.approx(train.mean())
-    np.testing.assert_allclose(fit.predict(test.rows, test.cols), fit.samples["theta"].mean(axis=(0, 1)) + offset,
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        fit.predict(test.rows, test.cols),
+        fit.samples["theta"].mean(axis=(0, 1)) + offset,
+        rtol=1e-10,
+        atol=1e-12,
+    )
 
 
 # --------------------------------------------------------------------------- predict / rmse / rank
@@ -168,7 +199,9 @@ def test_predict_at_test_entries_is_the_stored_mean(shared_fit, data):
     np.testing.assert_array_equal(fit.predict(test.rows, test.cols), fit.pred_mean[:n])
     # any order, repeats, and the extra requested entries
     perm = np.r_[np.arange(n)[::-1], 0]
-    np.testing.assert_array_equal(fit.predict(test.rows[perm], test.cols[perm]), fit.pred_mean[:n][perm])
+    np.testing.assert_array_equal(
+        fit.predict(test.rows[perm], test.cols[perm]), fit.pred_mean[:n][perm]
+    )
     np.testing.assert_array_equal(fit.predict(*extra), fit.pred_mean[n:])
     rmse = np.sqrt(np.mean((fit.pred_mean[:n] - test.values) ** 2))
     assert fit.rmse(test) == pytest.approx(rmse, rel=1e-12)
@@ -198,7 +231,10 @@ def test_stored_factors_predict_arbitrary_entries(shared_fit, data):
     assert pred.shape == rows.shape and np.all(np.isfinite(pred))
     np.testing.assert_allclose(pred[: fit.pred_mean.size], fit.pred_mean, rtol=1e-9, atol=1e-10)
     Ms, Ns = fit.samples["M"], fit.samples["N"]
-    manual = np.einsum("cdk,cdk->", Ms[:, :, 5], Ns[:, :, 5]) / (Ms.shape[0] * Ms.shape[1]) + fit.meta["offset"]
+    manual = (
+        np.einsum("cdk,cdk->", Ms[:, :, 5], Ns[:, :, 5]) / (Ms.shape[0] * Ms.shape[1])
+        + fit.meta["offset"]
+    )
     assert pred[-1] == pytest.approx(manual, rel=1e-10)
 
 

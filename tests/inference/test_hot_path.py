@@ -22,7 +22,14 @@ RTOL = 1e-12  # float64: only the summation order differs
 
 def _ratings(seed=0, m1=11, m2=9, n=40, empty_rows=(0, 6), empty_cols=(3,)):
     rng = np.random.default_rng(seed)
-    allowed = np.array([(i, j) for i in range(m1) for j in range(m2) if i not in empty_rows and j not in empty_cols])
+    allowed = np.array(
+        [
+            (i, j)
+            for i in range(m1)
+            for j in range(m2)
+            if i not in empty_rows and j not in empty_cols
+        ]
+    )
     pick = allowed[rng.choice(len(allowed), size=n, replace=False)]
     return bmc.RatingData(pick[:, 0], pick[:, 1], rng.normal(size=n), (m1, m2)), rng
 
@@ -75,8 +82,12 @@ def test_pattern_product_paths_equal_dense(x64, cols, chunk):
     # a 1-D operand, and the CSR of the transpose
     csr = _both(data.col_view, data.shape[::-1])["segment"]
     v = rng.normal(size=data.shape[0])
-    np.testing.assert_allclose(np.asarray(kr.pattern_product(csr, csr.values, jnp.asarray(v), chunk_bytes=chunk)),
-                               Y.T @ v, rtol=RTOL, atol=1e-13)
+    np.testing.assert_allclose(
+        np.asarray(kr.pattern_product(csr, csr.values, jnp.asarray(v), chunk_bytes=chunk)),
+        Y.T @ v,
+        rtol=RTOL,
+        atol=1e-13,
+    )
 
 
 def test_segment_path_without_row_ids_and_with_dropped_entries(x64):
@@ -87,7 +98,9 @@ def test_segment_path_without_row_ids_and_with_dropped_entries(x64):
     csr = _both(data.row_view, data.shape)["segment"]
     D = rng.normal(size=(data.shape[1], 3))
     bare = csr._replace(row_ids=None)
-    np.testing.assert_allclose(np.asarray(kr.pattern_product(bare, bare.values, jnp.asarray(D))), Y @ D, rtol=RTOL)
+    np.testing.assert_allclose(
+        np.asarray(kr.pattern_product(bare, bare.values, jnp.asarray(D))), Y @ D, rtol=RTOL
+    )
     n = csr.index.shape[0]
     ids = jnp.concatenate([csr.row_ids, jnp.full(5, data.shape[0], jnp.int32)])
     idx = jnp.concatenate([csr.index, jnp.zeros(5, jnp.int32)])
@@ -116,8 +129,10 @@ def test_row_precision_and_rhs_paths_equal(x64, K, C):
     old = kr.SEGMENT_CHUNK_BYTES
     kr.SEGMENT_CHUNK_BYTES = 512
     try:
-        out["chunked"] = (np.asarray(kr.row_precision(csr, jnp.asarray(S), jnp.asarray(w), 0.7)),
-                          np.asarray(kr.row_rhs(csr, jnp.asarray(F), 0.7, prior_shift=jnp.asarray(w))))
+        out["chunked"] = (
+            np.asarray(kr.row_precision(csr, jnp.asarray(S), jnp.asarray(w), 0.7)),
+            np.asarray(kr.row_rhs(csr, jnp.asarray(F), 0.7, prior_shift=jnp.asarray(w))),
+        )
     finally:
         kr.SEGMENT_CHUNK_BYTES = old
     for path in ("segment", "chunked"):
@@ -155,29 +170,63 @@ SWEEP_TOL = 1e-9
 
 
 # K = 33 is in the default suite through the products (test_row_precision_and_rhs_paths_equal)
-@pytest.mark.parametrize("C, K, biases", [(1, 1, False), (3, 3, True), (1, 10, False),
-                                          pytest.param(3, 33, False, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "C, K, biases",
+    [
+        (1, 1, False),
+        (3, 3, True),
+        (1, 10, False),
+        pytest.param(3, 33, False, marks=pytest.mark.slow),
+    ],
+)
 def test_gibbs_sweeps_paths_equal(C, K, biases):
     sim = bmc.datasets.simulate_paper(40, seed=2)
     # a row and a column without ratings
     keep = (sim.train.rows != 5) & (sim.train.cols != 7)
-    train = bmc.RatingData(sim.train.rows[keep], sim.train.cols[keep], sim.train.values[keep], sim.train.shape)
-    a, b = _fit_both(train, K=K, num_warmup=3, num_samples=6, thinning=2, num_chains=C, seed=1,
-                     store_factors=True, biases=biases, prior=bmc.priors.InverseGamma())
+    train = bmc.RatingData(
+        sim.train.rows[keep], sim.train.cols[keep], sim.train.values[keep], sim.train.shape
+    )
+    a, b = _fit_both(
+        train,
+        K=K,
+        num_warmup=3,
+        num_samples=6,
+        thinning=2,
+        num_chains=C,
+        seed=1,
+        store_factors=True,
+        biases=biases,
+        prior=bmc.priors.InverseGamma(),
+    )
     assert a.samples.keys() == b.samples.keys()
     for k in a.samples:
-        np.testing.assert_allclose(b.samples[k], a.samples[k], rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=k)
+        np.testing.assert_allclose(
+            b.samples[k], a.samples[k], rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=k
+        )
 
 
 @pytest.mark.parametrize("C, K, biases", [(1, 3, False), (3, 10, True)])
 def test_vb_iterations_paths_equal(C, K, biases):
     sim = bmc.datasets.simulate_paper(40, seed=3)
     keep = (sim.train.rows != 2) & (sim.train.cols != 9)
-    train = bmc.RatingData(sim.train.rows[keep], sim.train.cols[keep], sim.train.values[keep], sim.train.shape)
-    a, b = _fit_both(train, K=K, method="vb", max_iter=8, tol=0.0, num_chains=C, seed=2, biases=biases,
-                     prior=bmc.priors.InverseGamma())
+    train = bmc.RatingData(
+        sim.train.rows[keep], sim.train.cols[keep], sim.train.values[keep], sim.train.shape
+    )
+    a, b = _fit_both(
+        train,
+        K=K,
+        method="vb",
+        max_iter=8,
+        tol=0.0,
+        num_chains=C,
+        seed=2,
+        biases=biases,
+        prior=bmc.priors.InverseGamma(),
+    )
     for f in ("m", "n", "V_diag", "W_diag", "elbo"):
-        np.testing.assert_allclose(getattr(b, f), getattr(a, f), rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=f)
+        np.testing.assert_allclose(
+            getattr(b, f), getattr(a, f), rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=f
+        )
 
 
 @pytest.mark.slow  # a 4-device child process; the paths' equality is in the default suite on one device
@@ -191,7 +240,9 @@ def test_sharded_segment_path_equals_one_device_bcsr():
 
     script = Path(__file__).parent / "scripts" / "four_devices_segment.py"
     env = four_cpu_devices_env()
-    res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     diffs = json.loads(res.stdout.strip().splitlines()[-1])
     assert diffs and all(v <= SWEEP_TOL for v in diffs.values()), diffs

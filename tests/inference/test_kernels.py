@@ -83,7 +83,9 @@ def test_precision_and_rhs_match_dense_reference(x64, K, C, side):
     empty = np.flatnonzero(~mask.any(axis=1))
     assert empty.size > 0
     for c in range(C):
-        np.testing.assert_array_equal(P[c, empty], np.broadcast_to(np.diag(w[c]), (empty.size, K, K)))
+        np.testing.assert_array_equal(
+            P[c, empty], np.broadcast_to(np.diag(w[c]), (empty.size, K, K))
+        )
         np.testing.assert_array_equal(r[c, empty], 0.0)
     # exactly symmetric
     np.testing.assert_array_equal(P, np.swapaxes(P, -1, -2))
@@ -94,7 +96,9 @@ def test_precision_and_rhs_match_dense_reference(x64, K, C, side):
     np.testing.assert_allclose(P_gibbs, P_ref_gibbs, rtol=1e-12, atol=1e-12)
 
     # jit gives the same as eager, and chain c does not depend on the other chains
-    P_jit = np.asarray(jax.jit(lambda s, ww: kr.row_precision(csr, s, ww, tau))(jnp.asarray(S), jnp.asarray(w)))
+    P_jit = np.asarray(
+        jax.jit(lambda s, ww: kr.row_precision(csr, s, ww, tau))(jnp.asarray(S), jnp.asarray(w))
+    )
     np.testing.assert_allclose(P_jit, P, rtol=1e-13, atol=1e-13)
     P_c = np.asarray(kr.row_precision(csr, jnp.asarray(S[-1:]), jnp.asarray(w[-1:]), tau))
     np.testing.assert_allclose(P_c[0], P[-1], rtol=1e-13, atol=1e-13)
@@ -154,7 +158,9 @@ def test_cholesky_sample_and_solve_match_dense_reference(x64, K):
     np.testing.assert_array_equal(np.triu(L, 1), 0.0)
 
     mean = np.linalg.solve(P, rhs[..., None])[..., 0]
-    np.testing.assert_allclose(np.asarray(kr.solve_rows(jnp.asarray(L), jnp.asarray(rhs))), mean, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        np.asarray(kr.solve_rows(jnp.asarray(L), jnp.asarray(rhs))), mean, rtol=1e-10, atol=1e-10
+    )
 
     # x = P^{-1} rhs + L^{-T} z  (so that Cov(x) = L^{-T} L^{-1} = P^{-1})
     noise = np.linalg.solve(np.swapaxes(L, -1, -2), z[..., None])[..., 0]
@@ -200,10 +206,15 @@ def test_gibbs_sweep_uses_the_kernels_consistently(x64):
     w = rng.uniform(0.5, 2.0, size=(C, K))
     z = rng.normal(size=(C, data.shape[0], K))
     P = kr.row_precision(csr, kr.outer(jnp.asarray(N)), jnp.asarray(w), tau)
-    M = np.asarray(kr.sample_rows(kr.cholesky_rows(P), kr.row_rhs(csr, jnp.asarray(N), tau), jnp.asarray(z)))
+    M = np.asarray(
+        kr.sample_rows(kr.cholesky_rows(P), kr.row_rhs(csr, jnp.asarray(N), tau), jnp.asarray(z))
+    )
     P_ref, r_ref = _dense_reference(Y, mask, N[..., :, None] * N[..., None, :], N, w, tau)
     L_ref = np.linalg.cholesky(P_ref)
-    M_ref = np.linalg.solve(P_ref, r_ref[..., None])[..., 0] + np.linalg.solve(np.swapaxes(L_ref, -1, -2), z[..., None])[..., 0]
+    M_ref = (
+        np.linalg.solve(P_ref, r_ref[..., None])[..., 0]
+        + np.linalg.solve(np.swapaxes(L_ref, -1, -2), z[..., None])[..., 0]
+    )
     np.testing.assert_allclose(M, M_ref, rtol=1e-10, atol=1e-10)
 
 
@@ -228,9 +239,12 @@ def test_overrelaxed_rows_keep_the_conditional_exactly(rho):
         zero = jnp.zeros((B, K))
         np.testing.assert_allclose(f(x, zero), mu + rho * (x - mu), rtol=1e-12, atol=1e-12)
         # z-coefficient: columns of sqrt(1 - rho^2) L^{-T}; its Gram matrix is (1 - rho^2) P^{-1}
-        Jz = jnp.stack([f(x, jnp.broadcast_to(e, (B, K))) - f(x, zero) for e in jnp.eye(K)], axis=-1)
-        np.testing.assert_allclose(Jz @ jnp.swapaxes(Jz, -1, -2), (1 - rho**2) * jnp.linalg.inv(P),
-                                   rtol=1e-10, atol=1e-12)
+        Jz = jnp.stack(
+            [f(x, jnp.broadcast_to(e, (B, K))) - f(x, zero) for e in jnp.eye(K)], axis=-1
+        )
+        np.testing.assert_allclose(
+            Jz @ jnp.swapaxes(Jz, -1, -2), (1 - rho**2) * jnp.linalg.inv(P), rtol=1e-10, atol=1e-12
+        )
         # rho = 0 is the plain draw
         z = jnp.asarray(rng.normal(size=(B, K)))
         np.testing.assert_array_equal(overrelaxed_rows(L, rhs, z, x, 0.0), sample_rows(L, rhs, z))
@@ -257,7 +271,9 @@ def test_full_prior_precision_and_prior_mean_term(x64, K):
     np.testing.assert_allclose(r, r_ref + shift[:, None, :], rtol=1e-12, atol=1e-12)
     # a diagonal given as a full matrix is the same as the (C, K) form
     w = rng.uniform(0.5, 2.0, size=(C, K))
-    full = np.asarray(kr.row_precision(csr, jnp.asarray(S), jnp.asarray(w[:, :, None] * np.eye(K)), tau))
+    full = np.asarray(
+        kr.row_precision(csr, jnp.asarray(S), jnp.asarray(w[:, :, None] * np.eye(K)), tau)
+    )
     diag = np.asarray(kr.row_precision(csr, jnp.asarray(S), jnp.asarray(w), tau))
     np.testing.assert_array_equal(full, diag)
     with pytest.raises(ValueError, match="prior_precision must have shape"):
@@ -284,9 +300,19 @@ def test_sweep_residual_sum_matches_the_ratings(x64, K, use_bias):
     Lam = A @ np.swapaxes(A, -1, -2) / K + np.eye(K)
     priors = tuple((jnp.asarray(Lam), jnp.asarray(rng.normal(size=(C, K)))) for _ in range(2))
     tb, inv_var = jnp.asarray([0.7, 1.3]), jnp.asarray(rng.uniform(0.5, 2.0, size=(C, 2)))
-    out = gibbs._sweep_body(rows, cols, *map(jnp.asarray, (M, N, b, c, zM, zN, zb, zc)), priors, tb, inv_var,
-                            sh.LOCAL, rho=0.0, use_bias=use_bias, sse=True,
-                            factor_stats=lambda F: jnp.sum(F, axis=1))
+    out = gibbs._sweep_body(
+        rows,
+        cols,
+        *map(jnp.asarray, (M, N, b, c, zM, zN, zb, zc)),
+        priors,
+        tb,
+        inv_var,
+        sh.LOCAL,
+        rho=0.0,
+        use_bias=use_bias,
+        sse=True,
+        factor_stats=lambda F: jnp.sum(F, axis=1),
+    )
     M2, N2, b2, c2 = (np.asarray(x) for x in out[:4])
     part = np.asarray(out[6][2])
     i, j = np.nonzero(mask)

@@ -50,10 +50,14 @@ def _env() -> dict:
     src = str(Path(bmc.__file__).resolve().parents[1])  # the bmczoo under test
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
     # the scripts set the device count; other XLA flags (the suite's compile options) carry over
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
+    flags = [
+        f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f
+    ]
     if flags:
         env["XLA_FLAGS"] = " ".join(flags)
-    env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     env["JAX_PLATFORMS"] = "cpu"
     return env
 
@@ -64,24 +68,39 @@ def runs(tmp_path_factory):
     port, env = _free_port(), _env()
     cmds = {"single": [sys.executable, str(SCRIPT), "single", str(out), "4"]}
     for pid in range(2):
-        cmds[f"process{pid}"] = [sys.executable, str(SCRIPT), "multi", str(out), "2", str(port), "2", str(pid)]
+        cmds[f"process{pid}"] = [
+            sys.executable,
+            str(SCRIPT),
+            "multi",
+            str(out),
+            "2",
+            str(port),
+            "2",
+            str(pid),
+        ]
     procs, logs = {}, {}
     try:
         # the reference first: the two processes run in lockstep and would wait on each
         # other while a third one holds a core
         for group in (["single"], ["process0", "process1"]):
             for name in group:
-                procs[name] = subprocess.Popen(cmds[name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                               text=True)
+                procs[name] = subprocess.Popen(
+                    cmds[name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
             logs.update({name: procs[name].communicate(timeout=TIMEOUT) for name in group})
     finally:
-        for p in procs.values():  # a timeout or a failed start leaves the others waiting on their peers
+        for (
+            p
+        ) in procs.values():  # a timeout or a failed start leaves the others waiting on their peers
             if p.poll() is None:
                 p.kill()
                 p.communicate()
     codes = {name: p.returncode for name, p in procs.items()}
     if codes["process0"] == NO_GLOO or codes["process1"] == NO_GLOO:
-        pytest.skip("the installed jaxlib has no gloo CPU collectives: " + logs["process0"][1].strip()[-300:])
+        pytest.skip(
+            "the installed jaxlib has no gloo CPU collectives: "
+            + logs["process0"][1].strip()[-300:]
+        )
     for name, code in codes.items():
         assert code == 0, f"{name} exited with {code}:\n{logs[name][1][-3000:]}"
     return {name: dict(np.load(out / f"{name}.npz")) for name in ("single", "process0", "process1")}
@@ -90,7 +109,9 @@ def runs(tmp_path_factory):
 def _rel(a, b) -> float:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     assert a.shape == b.shape
-    return float(np.max(np.abs(a - b), initial=0.0)) / max(float(np.max(np.abs(a), initial=0.0)), 1.0)
+    return float(np.max(np.abs(a - b), initial=0.0)) / max(
+        float(np.max(np.abs(a), initial=0.0)), 1.0
+    )
 
 
 def test_two_processes_see_four_devices(runs):
@@ -113,8 +134,16 @@ def test_two_processes_equal_one_process(runs):
     as NumPyro's."""
     single, multi = runs["single"], runs["process0"]
     keys = [k for k in single if k.startswith(("gibbs/", "vb/"))]
-    assert {"gibbs/M", "gibbs/N", "gibbs/gamma", "gibbs/predict", "gibbs/rmse", "vb/m", "vb/elbo",
-            "vb/predict"} <= set(keys)
+    assert {
+        "gibbs/M",
+        "gibbs/N",
+        "gibbs/gamma",
+        "gibbs/predict",
+        "gibbs/rmse",
+        "vb/m",
+        "vb/elbo",
+        "vb/predict",
+    } <= set(keys)
     assert multi["gibbs/M"].shape == (2, 3, 62, 3) and multi["vb/n"].shape == (41, 3)
     diffs = {}
     for k in keys:

@@ -40,9 +40,28 @@ def _live_bytes() -> int:
 def _fit(method: str, train, test, seed: int):
     prior = bmc.priors.Discrete()
     if method == "vb":
-        return bmc.fit(train, K=2, prior=prior, method="vb", max_iter=3, seed=seed, progress_bar=False, test=test)
-    return bmc.fit(train, K=2, prior=prior, method="gibbs", num_warmup=1, num_samples=2, thinning=1, seed=seed,
-                   progress_bar=False, test=test)
+        return bmc.fit(
+            train,
+            K=2,
+            prior=prior,
+            method="vb",
+            max_iter=3,
+            seed=seed,
+            progress_bar=False,
+            test=test,
+        )
+    return bmc.fit(
+        train,
+        K=2,
+        prior=prior,
+        method="gibbs",
+        num_warmup=1,
+        num_samples=2,
+        thinning=1,
+        seed=seed,
+        progress_bar=False,
+        test=test,
+    )
 
 
 @pytest.mark.slow  # ~15 s of fits; a memory property, not a per-change check
@@ -68,7 +87,9 @@ def _memory_maps() -> int:
 
 
 @pytest.mark.slow  # ~20 s of fits; a process-lifetime property
-@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
+@pytest.mark.skipif(
+    not __import__("os").path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps"
+)
 @pytest.mark.parametrize("method", ["gibbs", "vb"])
 def test_consecutive_fits_do_not_keep_compiled_programs(split, method):
     """Each fit's compiled programs are released with it.  A compiled XLA CPU program holds

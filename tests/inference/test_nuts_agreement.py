@@ -67,7 +67,9 @@ def _problem():
     y = np.sum(U[rows] * V[cols], axis=1) + rng.normal(size=rows.size)
     data = bmc.RatingData(rows, cols, y, (M, M))
     observed = set(zip(rows.tolist(), cols.tolist()))
-    unobserved = [(i, j) for i, j in [(1, 0), (7, 3), (19, 19), (5, 12), (11, 2)] if (i, j) not in observed][:3]
+    unobserved = [
+        (i, j) for i, j in [(1, 0), (7, 3), (19, 19), (5, 12), (11, 2)] if (i, j) not in observed
+    ][:3]
     entries = [(int(rows[k]), int(cols[k])) for k in (0, 40, 80)] + unobserved
     assert len(set(entries)) == 6
     er = np.array([e[0] for e in entries])
@@ -78,7 +80,9 @@ def _problem():
 NUTS_SEED, GIBBS_SEED = 0, 1
 
 
-def run_nuts(data, prior, er, ec, *, num_warmup, num_samples, num_chains=4, seed=NUTS_SEED, init_params=None):
+def run_nuts(
+    data, prior, er, ec, *, num_warmup, num_samples, num_chains=4, seed=NUTS_SEED, init_params=None
+):
     """theta at (er, ec) per NUTS draw (chain, draw, entry) and the samples; ``init_params``
     (M, N with a chain axis) where the chains start (None: NumPyro's default)."""
     mcmc = MCMC(
@@ -95,7 +99,18 @@ def run_nuts(data, prior, er, ec, *, num_warmup, num_samples, num_chains=4, seed
     return np.einsum("cdek,cdek->cde", Ms[:, :, er], Ns[:, :, ec]), s
 
 
-def run_gibbs(data, prior, er, ec, *, num_warmup, num_samples, num_chains=4, seed=GIBBS_SEED, column_moves=None):
+def run_gibbs(
+    data,
+    prior,
+    er,
+    ec,
+    *,
+    num_warmup,
+    num_samples,
+    num_chains=4,
+    seed=GIBBS_SEED,
+    column_moves=None,
+):
     """theta at (er, ec) per Gibbs draw: (chain, draw, entry), and the fit (``column_moves``
     as ``bmc.fit``'s: None, the moves where the prior has one)."""
     fit = bmc.fit(
@@ -136,20 +151,35 @@ def check_agreement(name, *, nuts_warmup, nuts_samples, gibbs_warmup, gibbs_samp
     prior = PRIORS[name]
     discrete = isinstance(prior, bmc.priors.Discrete)
     # discrete: the plain sweep and NUTS started where it ends, both in the all-slab mode
-    th_gibbs, fit = run_gibbs(data, prior, er, ec, num_warmup=gibbs_warmup, num_samples=gibbs_samples,
-                              column_moves=False if discrete else None)
+    th_gibbs, fit = run_gibbs(
+        data,
+        prior,
+        er,
+        ec,
+        num_warmup=gibbs_warmup,
+        num_samples=gibbs_samples,
+        column_moves=False if discrete else None,
+    )
     init = None
     if discrete:
-        assert np.all(np.asarray(fit.samples["gamma"]) == prior.C), "the plain sweep left the all-slab mode"
-        init = {"M": jnp.asarray(fit.samples["M"][:, -1]), "N": jnp.asarray(fit.samples["N"][:, -1])}
-    th_nuts, nuts_draws = run_nuts(data, prior, er, ec, num_warmup=nuts_warmup, num_samples=nuts_samples,
-                                      init_params=init)
+        assert np.all(np.asarray(fit.samples["gamma"]) == prior.C), (
+            "the plain sweep left the all-slab mode"
+        )
+        init = {
+            "M": jnp.asarray(fit.samples["M"][:, -1]),
+            "N": jnp.asarray(fit.samples["N"][:, -1]),
+        }
+    th_nuts, nuts_draws = run_nuts(
+        data, prior, er, ec, num_warmup=nuts_warmup, num_samples=nuts_samples, init_params=init
+    )
     assert np.all(np.isfinite(th_nuts)) and np.all(np.isfinite(th_gibbs))
     a, b = _summaries(th_nuts), _summaries(th_gibbs)
     assert np.all(a["rhat"] < 1.05), f"NUTS did not converge: rhat {a['rhat']}"
     assert np.all(b["rhat"] < 1.05), f"Gibbs did not converge: rhat {b['rhat']}"
     # the running posterior mean of the fit is the mean of the same draws
-    np.testing.assert_allclose(fit.predict(er, ec), th_gibbs.mean(axis=(0, 1)), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        fit.predict(er, ec), th_gibbs.mean(axis=(0, 1)), rtol=1e-9, atol=1e-12
+    )
 
     z_mean = (a["mean"] - b["mean"]) / np.sqrt(a["mcse_mean"] ** 2 + b["mcse_mean"] ** 2)
     z_sd = (a["sd"] - b["sd"]) / np.sqrt(a["mcse_sd"] ** 2 + b["mcse_sd"] ** 2)
@@ -161,20 +191,28 @@ def check_agreement(name, *, nuts_warmup, nuts_samples, gibbs_warmup, gibbs_samp
         f"ess nuts {a['ess'][e]:.0f} gibbs {b['ess'][e]:.0f}"
         for e, (r, c) in enumerate(zip(er, ec))
     )
-    assert np.max(np.abs(z)) < z_crit, f"{name}: NUTS and Gibbs disagree (z_crit {z_crit:.2f}):\n{report}"
+    assert np.max(np.abs(z)) < z_crit, (
+        f"{name}: NUTS and Gibbs disagree (z_crit {z_crit:.2f}):\n{report}"
+    )
     if discrete:
         # NUTS stayed in the all-slab mode (its slab probabilities given M, N), and that
         # mode holds nearly all the posterior mass (the moves' rank posterior)
         slab = np.asarray(nuts_draws["gamma_slab_prob"])
-        assert np.min(slab) > 0.5, f"NUTS left the all-slab mode: min slab probability {np.min(slab):.3g}"
-        _, moves = run_gibbs(data, prior, er, ec, num_warmup=gibbs_warmup, num_samples=gibbs_samples // 4)
+        assert np.min(slab) > 0.5, (
+            f"NUTS left the all-slab mode: min slab probability {np.min(slab):.3g}"
+        )
+        _, moves = run_gibbs(
+            data, prior, er, ec, num_warmup=gibbs_warmup, num_samples=gibbs_samples // 4
+        )
         p_all = moves.rank_posterior(prior.active_threshold())[K]
         assert p_all >= 0.95, f"the all-slab mode holds only {p_all:.3f} of the moves' draws"
 
 
 def test_nuts_agreement_fixed_quick():
     # compiling NUTS dominates (~5 s); the draws themselves are cheap
-    check_agreement("fixed", nuts_warmup=300, nuts_samples=700, gibbs_warmup=100, gibbs_samples=1500)
+    check_agreement(
+        "fixed", nuts_warmup=300, nuts_samples=700, gibbs_warmup=100, gibbs_samples=1500
+    )
 
 
 @pytest.mark.slow
@@ -198,11 +236,15 @@ def test_discrete_model_has_finite_gradients():
     Nv = jnp.asarray(rng.normal(size=(M, K)))
 
     def logp(Mv, Nv):
-        return log_density(bmc.models.matrix_completion, (data, K, prior), {}, {"M": Mv, "N": Nv})[0]
+        return log_density(bmc.models.matrix_completion, (data, K, prior), {}, {"M": Mv, "N": Nv})[
+            0
+        ]
 
     value, (gM, gN) = jax.jit(jax.value_and_grad(logp, argnums=(0, 1)))(Mv, Nv)
     assert np.isfinite(float(value))
-    assert np.all(np.isfinite(np.asarray(gM))), "d log p / dM is not finite (slab probability saturated)"
+    assert np.all(np.isfinite(np.asarray(gM))), (
+        "d log p / dM is not finite (slab probability saturated)"
+    )
     assert np.all(np.isfinite(np.asarray(gN)))
 
 
@@ -217,9 +259,21 @@ def test_run_nuts_starts_where_init_params_say():
     starts = [{"M": rng.normal(size=(2, M, K)), "N": rng.normal(size=(2, M, K))} for _ in range(2)]
 
     def draws(init):
-        s, _ = baseline_nuts(data, K, PRIORS["fixed"], bmc.likelihoods.Tempered(), seed=0, num_warmup=5,
-                             num_samples=3, thinning=1, num_chains=2, progress_bar=False, dtype=jnp.float64,
-                             chain_method="vectorized", init_params=init)
+        s, _ = baseline_nuts(
+            data,
+            K,
+            PRIORS["fixed"],
+            bmc.likelihoods.Tempered(),
+            seed=0,
+            num_warmup=5,
+            num_samples=3,
+            thinning=1,
+            num_chains=2,
+            progress_bar=False,
+            dtype=jnp.float64,
+            chain_method="vectorized",
+            init_params=init,
+        )
         return s["M"]
 
     a, again, b = draws(starts[0]), draws(starts[0]), draws(starts[1])

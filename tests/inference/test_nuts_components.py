@@ -63,11 +63,16 @@ def _problem():
 
 COMPONENTS = {
     "normal-wishart": dict(prior=bmc.priors.NormalWishart()),
-    "learned": dict(prior=bmc.priors.InverseGamma(), likelihood=bmc.likelihoods.LearnedNoise(temper=0.8)),
+    "learned": dict(
+        prior=bmc.priors.InverseGamma(), likelihood=bmc.likelihoods.LearnedNoise(temper=0.8)
+    ),
     "biases": dict(prior=bmc.priors.InverseGamma(), biases=True),
-    "all-three": dict(prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(),
-                      biases=True),
-    "discrete-all": dict(prior=bmc.priors.Discrete(), likelihood=bmc.likelihoods.LearnedNoise(), biases=True),
+    "all-three": dict(
+        prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(), biases=True
+    ),
+    "discrete-all": dict(
+        prior=bmc.priors.Discrete(), likelihood=bmc.likelihoods.LearnedNoise(), biases=True
+    ),
 }
 METHODS = {
     "nuts": dict(method="nuts", num_warmup=60, num_samples=40, thinning=1, num_chains=1),
@@ -81,8 +86,12 @@ METHODS = {
 DEFAULT = {("all-three", "map")}
 # the low-rank guide (predictions from its draws) and minibatches (tau's prior not rescaled,
 # the tempered obs term rescaled by n / b) only with the components all together
-GRID = [pytest.param(c, m, id=f"{c}-{m}", marks=() if (c, m) in DEFAULT else pytest.mark.slow)
-        for c in COMPONENTS for m in METHODS if not m.startswith("svi-") or c in ("all-three", "discrete-all")]
+GRID = [
+    pytest.param(c, m, id=f"{c}-{m}", marks=() if (c, m) in DEFAULT else pytest.mark.slow)
+    for c in COMPONENTS
+    for m in METHODS
+    if not m.startswith("svi-") or c in ("all-three", "discrete-all")
+]
 
 
 def _theta(src, rows, cols):
@@ -109,7 +118,9 @@ def test_every_method_runs_every_component(component, method):
         s = fit.samples
         assert ("row_bias" in s) == has_biases and ("tau" in s) == ("likelihood" in comp)
         if has_biases:
-            assert s["row_bias"].shape == (1, kw["num_samples"], M1) and s["col_bias"].shape[-1] == M2
+            assert (
+                s["row_bias"].shape == (1, kw["num_samples"], M1) and s["col_bias"].shape[-1] == M2
+            )
             assert np.all(np.asarray(s["row_bias_var"]) > 0)
         if isinstance(comp["prior"], bmc.priors.NormalWishart):
             assert s["Lambda_M"].shape == (1, kw["num_samples"], K, K) and s["mu_N"].shape[-1] == K
@@ -120,10 +131,16 @@ def test_every_method_runs_every_component(component, method):
         # and the fit-time prediction at the test entries are the draws' mean + offset
         want = _theta(s, rr, cc).mean(axis=(0, 1)) + offset
         np.testing.assert_allclose(pred, want, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(fit.predict(test.rows, test.cols),
-                                   _theta(s, test.rows, test.cols).mean(axis=(0, 1)) + offset, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            fit.predict(test.rows, test.cols),
+            _theta(s, test.rows, test.cols).mean(axis=(0, 1)) + offset,
+            rtol=1e-5,
+            atol=1e-5,
+        )
         # the tracked theta includes the biases too
-        np.testing.assert_allclose(s["theta"], _theta(s, fit.track_rows, fit.track_cols), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            s["theta"], _theta(s, fit.track_rows, fit.track_cols), rtol=1e-5, atol=1e-5
+        )
     else:
         assert np.all(np.isfinite(fit.losses))
         src = fit.point if fit.point is not None else fit.draws
@@ -135,9 +152,22 @@ def test_every_method_runs_every_component(component, method):
 
 # ----------------------------------------------------------------------------- exact posteriors
 def _nuts(data, **kw):
-    return bmc.fit(data, K=1, prior=bmc.priors.Fixed(gamma=1e-6), method="nuts", num_warmup=400,
-                   num_samples=1000, thinning=1, num_chains=2, center=False, clip=False, seed=0,
-                   progress_bar=False, dtype="float64", **kw)
+    return bmc.fit(
+        data,
+        K=1,
+        prior=bmc.priors.Fixed(gamma=1e-6),
+        method="nuts",
+        num_warmup=400,
+        num_samples=1000,
+        thinning=1,
+        num_chains=2,
+        center=False,
+        clip=False,
+        seed=0,
+        progress_bar=False,
+        dtype="float64",
+        **kw,
+    )
 
 
 def _agreement(draws, exact_mean, exact_sd, what):
@@ -146,8 +176,12 @@ def _agreement(draws, exact_mean, exact_sd, what):
     ds = az.convert_to_dataset({"q": draws})
     assert np.all(az.rhat(ds)["q"].values < 1.05), az.rhat(ds)["q"].values
     mean, sd = draws.mean(axis=(0, 1)), draws.std(axis=(0, 1), ddof=1)
-    z = np.concatenate([(mean - exact_mean) / az.mcse(ds, method="mean")["q"].values,
-                        (sd - exact_sd) / az.mcse(ds, method="sd")["q"].values])
+    z = np.concatenate(
+        [
+            (mean - exact_mean) / az.mcse(ds, method="mean")["q"].values,
+            (sd - exact_sd) / az.mcse(ds, method="sd")["q"].values,
+        ]
+    )
     zc = _z_crit(z.size)
     assert np.max(np.abs(z)) < zc, f"{what}: z {np.round(z, 2)} (z_crit {zc:.2f})"
     return zc
@@ -193,12 +227,15 @@ def test_biases_posterior_is_exact():
     P = np.eye(M1 + M2) + X.T @ X / s**2
     cov = np.linalg.inv(P)
     mean = cov @ X.T @ y / s**2
-    draws = np.concatenate([fit.samples["row_bias"], fit.samples["col_bias"]], axis=-1).astype(np.float64)
+    draws = np.concatenate([fit.samples["row_bias"], fit.samples["col_bias"]], axis=-1).astype(
+        np.float64
+    )
     _agreement(draws, mean, np.sqrt(np.diag(cov)), "biases")
     # the truth is within the posterior's uncertainty (it was drawn from the prior)
     z_truth = (np.concatenate([b, c]) - mean) / np.sqrt(np.diag(cov))
     assert np.max(np.abs(z_truth)) < _z_crit(M1 + M2), z_truth
     # predictions are the biases' posterior mean of b_i + c_j at every entry
     rr, cc = np.divmod(np.arange(M1 * M2), M2)
-    np.testing.assert_allclose(fit.predict(rr, cc), draws.mean((0, 1))[rr] + draws.mean((0, 1))[M1 + cc],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        fit.predict(rr, cc), draws.mean((0, 1))[rr] + draws.mean((0, 1))[M1 + cc], atol=1e-5
+    )

@@ -31,7 +31,10 @@ pytestmark = [pytest.mark.usefixtures("x64"), pytest.mark.slow]
 M1, M2, K = 12, 10, 2
 PRIOR = bmc.priors.InverseGamma(3.0, 2.0)
 ALPHA = 0.01
-LIKS = {"probit": Probit(threshold=0.1), "ordered": OrderedProbit(levels=(1.0, 2.0, 3.0), cut_scale=2.0)}
+LIKS = {
+    "probit": Probit(threshold=0.1),
+    "ordered": OrderedProbit(levels=(1.0, 2.0, 3.0), cut_scale=2.0),
+}
 
 
 def _problem(lik):
@@ -54,26 +57,55 @@ def _top_proba(theta, cuts):
 
 def _mean_mcse(x):
     ds = az.convert_to_dataset({"x": x})
-    return x.mean(axis=(0, 1)), np.asarray(az.mcse(ds, method="mean")["x"].values), np.asarray(az.rhat(ds)["x"].values)
+    return (
+        x.mean(axis=(0, 1)),
+        np.asarray(az.mcse(ds, method="mean")["x"].values),
+        np.asarray(az.rhat(ds)["x"].values),
+    )
 
 
 @pytest.mark.parametrize("name", list(LIKS))
 def test_gibbs_agrees_with_nuts(name):
     lik = LIKS[name]
     data, er, ec = _problem(lik)
-    mcmc = MCMC(NUTS(bmc.models.matrix_completion), num_warmup=400, num_samples=600, num_chains=4,
-                chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        NUTS(bmc.models.matrix_completion),
+        num_warmup=400,
+        num_samples=600,
+        num_chains=4,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.key(0), data, K, PRIOR, likelihood=lik)
     s = mcmc.get_samples(group_by_chain=True)
     th_n = np.einsum("cdek,cdek->cde", np.asarray(s["M"])[:, :, er], np.asarray(s["N"])[:, :, ec])
     L1 = lik.num_levels - 1
-    cuts_n = np.asarray(s["cuts"], np.float64) if "cuts" in s else np.broadcast_to(
-        np.asarray(lik.fixed_cuts()), th_n.shape[:2] + (L1,))
-    fit = bmc.fit(data, K=K, prior=PRIOR, likelihood=lik, num_warmup=1000, num_samples=4000, thinning=2,
-                  num_chains=4, track=(er, ec), predict=(er, ec), seed=1, progress_bar=False, dtype="float64")
+    cuts_n = (
+        np.asarray(s["cuts"], np.float64)
+        if "cuts" in s
+        else np.broadcast_to(np.asarray(lik.fixed_cuts()), th_n.shape[:2] + (L1,))
+    )
+    fit = bmc.fit(
+        data,
+        K=K,
+        prior=PRIOR,
+        likelihood=lik,
+        num_warmup=1000,
+        num_samples=4000,
+        thinning=2,
+        num_chains=4,
+        track=(er, ec),
+        predict=(er, ec),
+        seed=1,
+        progress_bar=False,
+        dtype="float64",
+    )
     th_g = np.asarray(fit.samples["theta"], np.float64)
-    cuts_g = np.asarray(fit.samples["cuts"], np.float64) if "cuts" in fit.samples else np.broadcast_to(
-        np.asarray(lik.fixed_cuts()), th_g.shape[:2] + (L1,))
+    cuts_g = (
+        np.asarray(fit.samples["cuts"], np.float64)
+        if "cuts" in fit.samples
+        else np.broadcast_to(np.asarray(lik.fixed_cuts()), th_g.shape[:2] + (L1,))
+    )
     # predict_proba (running sums) is the mean over the kept draws
     P = fit.predict_proba(er, ec)
     P = P if P.ndim == 2 else np.column_stack([1 - P, P])
@@ -86,5 +118,7 @@ def test_gibbs_agrees_with_nuts(name):
     assert np.all(rhat < 1.05), f"not converged: rhat {np.round(rhat, 3)}"
     z = np.concatenate([(x[0] - y[0]) / np.sqrt(x[1] ** 2 + y[1] ** 2) for x, y in zip(a, b)])
     z_crit = NormalDist().inv_cdf(1 - ALPHA / (2 * z.size))
-    assert np.max(np.abs(z)) < z_crit, (f"{name}: Gibbs and NUTS disagree, z = {np.round(z, 2)} (z_crit {z_crit:.2f}); "
-                                        f"nuts {[np.round(x[0], 3) for x in a]} gibbs {[np.round(x[0], 3) for x in b]}")
+    assert np.max(np.abs(z)) < z_crit, (
+        f"{name}: Gibbs and NUTS disagree, z = {np.round(z, 2)} (z_crit {z_crit:.2f}); "
+        f"nuts {[np.round(x[0], 3) for x in a]} gibbs {[np.round(x[0], 3) for x in b]}"
+    )

@@ -40,8 +40,17 @@ def data():
 
 
 def _gibbs(train, test, **kw):
-    base = dict(K=3, prior=bmc.priors.Gamma(beta=3.0), method="gibbs", num_warmup=10, num_samples=30, thinning=2,
-                progress_bar=False, test=test, store_factors=True)
+    base = dict(
+        K=3,
+        prior=bmc.priors.Gamma(beta=3.0),
+        method="gibbs",
+        num_warmup=10,
+        num_samples=30,
+        thinning=2,
+        progress_bar=False,
+        test=test,
+        store_factors=True,
+    )
     base.update(kw)
     if base.get("likelihood") is None:
         base["likelihood"] = bmc.likelihoods.Tempered(noise_sd=0.5)
@@ -75,8 +84,12 @@ def test_gibbs_running_moments_equal_stored_draws(data, x64):
         if bias:
             theta = theta + d["row_bias"][:, test.rows] + d["col_bias"][:, test.cols]
         sd_s = (1.0 / np.sqrt(d["tau"]))[:, None] if lik is not None else 0.5
-        dens = np.exp(-0.5 * ((test.values - theta - f.info.shift.offset) / sd_s) ** 2) / (np.sqrt(2 * np.pi) * sd_s)
-        assert f.log_predictive_density(test) == pytest.approx(np.mean(np.log(dens.mean(0))), rel=1e-10)
+        dens = np.exp(-0.5 * ((test.values - theta - f.info.shift.offset) / sd_s) ** 2) / (
+            np.sqrt(2 * np.pi) * sd_s
+        )
+        assert f.log_predictive_density(test) == pytest.approx(
+            np.mean(np.log(dens.mean(0))), rel=1e-10
+        )
 
 
 def test_interval_and_prob_validation(data):
@@ -89,7 +102,9 @@ def test_interval_and_prob_validation(data):
     np.testing.assert_allclose(lo, np.clip(mean + f.info.shift.offset - z * sd, -1, 1))
     np.testing.assert_allclose(hi, np.clip(mean + f.info.shift.offset + z * sd, -1, 1))
     assert np.all(m >= -1) and np.all(m <= 1) and np.all(lo <= hi)
-    np.testing.assert_allclose(sd**2 - f._theta_moments(test.rows, test.cols)[1], 1.0)  # fixed noise_sd = 1
+    np.testing.assert_allclose(
+        sd**2 - f._theta_moments(test.rows, test.cols)[1], 1.0
+    )  # fixed noise_sd = 1
     for bad in (0.0, 1.0, 1.5, -0.1, "x"):
         with pytest.raises(ValueError, match="prob"):
             f.predictive_interval(test.rows, test.cols, prob=bad)
@@ -99,8 +114,17 @@ def test_vb_variance_formula_against_monte_carlo(data, x64):
     import jax.numpy as jnp
 
     train, test = data
-    f = bmc.fit(train, K=3, method="vb", max_iter=30, progress_bar=False, biases=True,
-                likelihood=bmc.likelihoods.LearnedNoise(), dtype=jnp.float64, prior=bmc.priors.Fixed(1.0))
+    f = bmc.fit(
+        train,
+        K=3,
+        method="vb",
+        max_iter=30,
+        progress_bar=False,
+        biases=True,
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        dtype=jnp.float64,
+        prior=bmc.priors.Fixed(1.0),
+    )
     V, W = f.covariances()
     rng = np.random.default_rng(0)
     r, c = test.rows[:6], test.cols[:6]
@@ -109,8 +133,13 @@ def test_vb_variance_formula_against_monte_carlo(data, x64):
     for k, (i, j) in enumerate(zip(r, c)):
         Mi = rng.multivariate_normal(f.m[i], V[i], size=S)
         Nj = rng.multivariate_normal(f.n[j], W[j], size=S)
-        t = np.sum(Mi * Nj, 1) + f.row_bias[i] + np.sqrt(f.q_biases["b_var"][i]) * rng.standard_normal(S) \
-            + f.col_bias[j] + np.sqrt(f.q_biases["c_var"][j]) * rng.standard_normal(S)
+        t = (
+            np.sum(Mi * Nj, 1)
+            + f.row_bias[i]
+            + np.sqrt(f.q_biases["b_var"][i]) * rng.standard_normal(S)
+            + f.col_bias[j]
+            + np.sqrt(f.q_biases["c_var"][j]) * rng.standard_normal(S)
+        )
         # standard error of a sample variance ~ var * sqrt(kurtosis-ish / S); 5 se with a generous factor
         assert abs(t.mean() - mean[k]) < 5 * t.std() / np.sqrt(S)
         assert abs(t.var() - var[k]) < 5 * np.std((t - t.mean()) ** 2) / np.sqrt(S)
@@ -128,28 +157,54 @@ def _check_same(f, g, test):
     for a, b in zip(f.recommend(np.arange(4), n=3), g.recommend(np.arange(4), n=3)):
         np.testing.assert_array_equal(a, b)
     assert f.log_predictive_density(test) == g.log_predictive_density(test)
-    assert type(g) is type(f) and g.info.prior == f.info.prior and g.info.likelihood == f.info.likelihood
+    assert (
+        type(g) is type(f)
+        and g.info.prior == f.info.prior
+        and g.info.likelihood == f.info.likelihood
+    )
 
 
-@pytest.mark.parametrize("method", ["gibbs", "vb", pytest.param("svi", marks=pytest.mark.slow),
-                                    pytest.param("map", marks=pytest.mark.slow),
-                                    pytest.param("nuts", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "gibbs",
+        "vb",
+        pytest.param("svi", marks=pytest.mark.slow),
+        pytest.param("map", marks=pytest.mark.slow),
+        pytest.param("nuts", marks=pytest.mark.slow),
+    ],
+)
 def test_save_load_round_trip(data, tmp_path, method):
     train, test = data
-    kw = {"gibbs": dict(num_warmup=10, num_samples=20, store_factors=True),
-          "vb": dict(max_iter=15), "svi": dict(num_steps=20, num_draws=10), "map": dict(num_steps=20),
-          "nuts": dict(num_warmup=10, num_samples=10)}[method]
+    kw = {
+        "gibbs": dict(num_warmup=10, num_samples=20, store_factors=True),
+        "vb": dict(max_iter=15),
+        "svi": dict(num_steps=20, num_draws=10),
+        "map": dict(num_steps=20),
+        "nuts": dict(num_warmup=10, num_samples=10),
+    }[method]
     prior = bmc.priors.NormalWishart() if method == "vb" else bmc.priors.Gamma(beta=3.0)
-    f = bmc.fit(train, K=2, prior=prior, method=method, test=test, progress_bar=False, biases=True,
-                likelihood=bmc.likelihoods.LearnedNoise(), **kw)
+    f = bmc.fit(
+        train,
+        K=2,
+        prior=prior,
+        method=method,
+        test=test,
+        progress_bar=False,
+        biases=True,
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        **kw,
+    )
     f.save(tmp_path / "fit.npz")
     g = bmc.load(tmp_path / "fit.npz")
     _check_same(f, g, test)
     if method == "vb":
         new = train.subset(np.flatnonzero(train.rows < 3))
         a, b = f.fold_in(new), g.fold_in(new)
-        np.testing.assert_array_equal(a.predict(new.rows, new.cols, return_std=True)[1],
-                                      b.predict(new.rows, new.cols, return_std=True)[1])
+        np.testing.assert_array_equal(
+            a.predict(new.rows, new.cols, return_std=True)[1],
+            b.predict(new.rows, new.cols, return_std=True)[1],
+        )
     with np.load(tmp_path / "fit.npz", allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     meta = json.loads(str(arrays["__meta__"]))
@@ -204,7 +259,9 @@ def test_recommend_excludes_seen_and_is_batched(data):
     with pytest.raises(ValueError, match="seen="):
         f.recommend(users[:3])
     f.recommend(users[:3], seen=train)
-    g = bmc.inference.GibbsFit(info=f.info, samples={"theta": np.zeros((1, 2, 1))})  # no factor draws
+    g = bmc.inference.GibbsFit(
+        info=f.info, samples={"theta": np.zeros((1, 2, 1))}
+    )  # no factor draws
     with pytest.raises(ValueError, match="factor draws"):
         g.recommend(users[:3], exclude_seen=False)
 
@@ -215,17 +272,31 @@ def test_fold_in_copy_of_a_training_row(data, x64):
     train, test = data
     u = 3
     own = np.flatnonzero(train.rows == u)
-    new = bmc.RatingData(np.zeros(own.size, int), train.cols[own], train.values[own], (1, train.shape[1]))
+    new = bmc.RatingData(
+        np.zeros(own.size, int), train.cols[own], train.values[own], (1, train.shape[1])
+    )
     cols = np.arange(train.shape[1])
     # VB without biases: the fold-in q of the copy is the VB update of q(M_u) given q(N)
-    f = bmc.fit(train, K=3, method="vb", max_iter=200, tol=1e-12, progress_bar=False, dtype=jnp.float64,
-                prior=bmc.priors.Fixed(1.0), noise_sd=0.5)
+    f = bmc.fit(
+        train,
+        K=3,
+        method="vb",
+        max_iter=200,
+        tol=1e-12,
+        progress_bar=False,
+        dtype=jnp.float64,
+        prior=bmc.priors.Fixed(1.0),
+        noise_sd=0.5,
+    )
     fo = f.fold_in(new)
     # (up to the convergence of CAVI: q(N) moved after the last update of q(M_u))
     np.testing.assert_allclose(fo.means[0, 0], f.m[u], rtol=1e-3, atol=1e-6)
     np.testing.assert_allclose(fo.covs[0, 0], f.covariances()[0][u], rtol=1e-3, atol=1e-8)
-    np.testing.assert_allclose(fo.predict(np.zeros_like(cols), cols, return_std=True)[1],
-                               f.predict(np.full_like(cols, u), cols, return_std=True)[1], rtol=1e-4)
+    np.testing.assert_allclose(
+        fo.predict(np.zeros_like(cols), cols, return_std=True)[1],
+        f.predict(np.full_like(cols, u), cols, return_std=True)[1],
+        rtol=1e-4,
+    )
     # Gibbs with biases: per draw the exact conditional of the row; means agree within MC error
     g = _gibbs(train, None, num_samples=150, thinning=1, biases=True, dtype=jnp.float64)
     go = g.fold_in(new)
@@ -251,8 +322,19 @@ def test_interval_coverage_of_theta_gibbs():
     sim = bmc.datasets.simulate_paper(100, rank=2, frac=0.2, noise_sd=1.0, seed=0)
     m = 100
     rows, cols = np.divmod(np.arange(m * m), m)
-    f = bmc.fit(sim.train, K=5, prior=bmc.priors.InverseGamma(), method="gibbs", num_warmup=200, num_samples=2000,
-                thinning=5, progress_bar=False, predict=(rows, cols), center=False, clip=False)
+    f = bmc.fit(
+        sim.train,
+        K=5,
+        prior=bmc.priors.InverseGamma(),
+        method="gibbs",
+        num_warmup=200,
+        num_samples=2000,
+        thinning=5,
+        progress_bar=False,
+        predict=(rows, cols),
+        center=False,
+        clip=False,
+    )
     sd = np.sqrt(f.pred_var)
     err = np.abs(sim.theta.ravel() - f.pred_theta)
     for prob, z in ((0.5, 0.6744897501960817), (0.9, 1.6448536269514722)):
@@ -270,9 +352,22 @@ def test_fold_in_agrees_with_refit():
     keep = ~np.isin(full.rows, held)
     base = bmc.RatingData(full.rows[keep], full.cols[keep], full.values[keep], (50, 60))
     newmask = np.isin(full.rows, held)
-    new = bmc.RatingData(full.rows[newmask] - 50, full.cols[newmask], full.values[newmask], (10, 60))
-    kw = dict(K=3, prior=bmc.priors.Gamma(beta=3.0), method="gibbs", num_warmup=200, num_samples=1000, thinning=5,
-              progress_bar=False, store_factors=True, noise_sd=0.5, center=False, clip=False)
+    new = bmc.RatingData(
+        full.rows[newmask] - 50, full.cols[newmask], full.values[newmask], (10, 60)
+    )
+    kw = dict(
+        K=3,
+        prior=bmc.priors.Gamma(beta=3.0),
+        method="gibbs",
+        num_warmup=200,
+        num_samples=1000,
+        thinning=5,
+        progress_bar=False,
+        store_factors=True,
+        noise_sd=0.5,
+        center=False,
+        clip=False,
+    )
     fit_base = bmc.fit(base, **kw)
     fo = fit_base.fold_in(new)
     refit = bmc.fit(full, **kw)

@@ -53,8 +53,19 @@ def _simulate(seed=0):
 @pytest.fixture(scope="module")
 def probit_fit():
     train, test, p_true = _simulate()
-    fit = bmc.fit(train, K=RANK, likelihood=Probit(), num_warmup=150, num_samples=150, thinning=1, num_chains=1,
-                  seed=0, progress_bar=False, store_factors=True, test=test)
+    fit = bmc.fit(
+        train,
+        K=RANK,
+        likelihood=Probit(),
+        num_warmup=150,
+        num_samples=150,
+        thinning=1,
+        num_chains=1,
+        seed=0,
+        progress_bar=False,
+        store_factors=True,
+        test=test,
+    )
     return fit, test, p_true
 
 
@@ -105,20 +116,26 @@ def test_outputs_are_consistent_and_survive_save_load(probit_fit, tmp_path):
     np.testing.assert_array_equal(lo, np.where(1 - p >= 0.05, 0.0, 1.0))
     np.testing.assert_array_equal(hi, np.where(1 - p >= 0.95, 0.0, 1.0))
     lpd = fit.log_predictive_density(test)
-    np.testing.assert_allclose(lpd, np.mean(np.where(test.values == 1, np.log(p), np.log1p(-p))), rtol=1e-6)
+    np.testing.assert_allclose(
+        lpd, np.mean(np.where(test.values == 1, np.log(p), np.log1p(-p))), rtol=1e-6
+    )
     path = tmp_path / "probit.npz"
     fit.save(path)
     back = bmc.load(path)
     assert back.info.likelihood == fit.info.likelihood
     np.testing.assert_array_equal(back.predict_proba(r, c), p)
     np.testing.assert_array_equal(back.predict(r, c), fit.predict(r, c))
-    np.testing.assert_array_equal(back.predictive_interval(r, c)[0], fit.predictive_interval(r, c)[0])
+    np.testing.assert_array_equal(
+        back.predictive_interval(r, c)[0], fit.predictive_interval(r, c)[0]
+    )
     assert back.log_predictive_density(test) == lpd
     # recomputed from the stored draws: the same draws only when every factor draw is saved
     # (the default keeps an evenly thinned subset)
     fit.save(path, factor_draws="all")
     every = bmc.load(path)
-    np.testing.assert_array_equal(dataclasses.replace(every, pred_proba=None).predict_proba(r, c), from_draws)
+    np.testing.assert_array_equal(
+        dataclasses.replace(every, pred_proba=None).predict_proba(r, c), from_draws
+    )
 
 
 # --------------------------------------------------------------------------- ordered probit
@@ -135,8 +152,19 @@ def _ordinal(seed=3, m1=20, m2=15):
 
 def test_ordered_probit_outputs_and_save_load(tmp_path):
     train, test = _ordinal()
-    fit = bmc.fit(train, K=2, likelihood=OrderedProbit(), num_warmup=40, num_samples=30, thinning=1, num_chains=2,
-                  seed=1, progress_bar=False, store_factors=True, test=test)
+    fit = bmc.fit(
+        train,
+        K=2,
+        likelihood=OrderedProbit(),
+        num_warmup=40,
+        num_samples=30,
+        thinning=1,
+        num_chains=2,
+        seed=1,
+        progress_bar=False,
+        store_factors=True,
+        test=test,
+    )
     levels = np.asarray(fit.info.likelihood.levels)
     assert tuple(levels) == (1.0, 2.0, 3.0, 4.0)
     cuts = np.asarray(fit.samples["cuts"])
@@ -145,8 +173,9 @@ def test_ordered_probit_outputs_and_save_load(tmp_path):
     P = fit.predict_proba(r, c)
     assert P.shape == (r.size, 4)
     np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=1e-5)
-    np.testing.assert_allclose(dataclasses.replace(fit, pred_proba=None).predict_proba(r, c), P, rtol=1e-4,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        dataclasses.replace(fit, pred_proba=None).predict_proba(r, c), P, rtol=1e-4, atol=1e-6
+    )
     np.testing.assert_allclose(fit.predict(r, c), P @ levels, rtol=1e-12)
     lo, hi = fit.predictive_interval(r, c, prob=0.5)
     F = np.cumsum(P, axis=1)
@@ -154,16 +183,19 @@ def test_ordered_probit_outputs_and_save_load(tmp_path):
     np.testing.assert_array_equal(hi, levels[np.argmax(F >= 0.75 - 1e-12, axis=1)])
     assert np.all(lo <= hi)
     idx = fit.info.likelihood.level_index(test.values)
-    np.testing.assert_allclose(fit.log_predictive_density(test), np.mean(np.log(P[np.arange(r.size), idx])),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        fit.log_predictive_density(test), np.mean(np.log(P[np.arange(r.size), idx])), rtol=1e-10
+    )
     # the RMSE trace is of the expected level (data scale)
     assert np.isfinite(fit.rmse_mean[:, -1]).all() and fit.rmse_mean[:, -1].max() < 1.5
     fit.save(tmp_path / "op.npz")
     back = bmc.load(tmp_path / "op.npz")
     np.testing.assert_array_equal(back.predict_proba(r, c), P)
     np.testing.assert_array_equal(back.samples["cuts"], fit.samples["cuts"])
-    np.testing.assert_array_equal(dataclasses.replace(back, pred_proba=None).predict_proba(r[:5], c[:5]),
-                                  dataclasses.replace(fit, pred_proba=None).predict_proba(r[:5], c[:5]))
+    np.testing.assert_array_equal(
+        dataclasses.replace(back, pred_proba=None).predict_proba(r[:5], c[:5]),
+        dataclasses.replace(fit, pred_proba=None).predict_proba(r[:5], c[:5]),
+    )
 
 
 @pytest.mark.slow
@@ -172,8 +204,18 @@ def test_ordered_probit_checkpoint_resumes_exactly(tmp_path, monkeypatch):
     resumed: the draws, the cut points and the level probabilities are the uninterrupted
     run's."""
     train, test = _ordinal(m1=12, m2=10)
-    kw = dict(K=2, likelihood=OrderedProbit(), num_warmup=10, num_samples=24, thinning=2, num_chains=2, seed=5,
-              progress_bar=False, store_factors=True, test=test)
+    kw = dict(
+        K=2,
+        likelihood=OrderedProbit(),
+        num_warmup=10,
+        num_samples=24,
+        thinning=2,
+        num_chains=2,
+        seed=5,
+        progress_bar=False,
+        store_factors=True,
+        test=test,
+    )
     full = bmc.fit(train, **kw)
     path = tmp_path / "run.npz"
     real_save, calls = ck._save, []

@@ -39,9 +39,20 @@ def data():
 def long_fit(data):
     """2 chains x 150 kept draws (300 > the default bound of 100)."""
     train, test = data
-    return bmc.fit(train, K=3, prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(),
-                   biases=True, num_warmup=10, num_samples=150, thinning=1, num_chains=2, test=test,
-                   progress_bar=False, store_factors=True)
+    return bmc.fit(
+        train,
+        K=3,
+        prior=bmc.priors.NormalWishart(),
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        biases=True,
+        num_warmup=10,
+        num_samples=150,
+        thinning=1,
+        num_chains=2,
+        test=test,
+        progress_bar=False,
+        store_factors=True,
+    )
 
 
 # ----------------------------------------------------------------------------- errors
@@ -97,8 +108,15 @@ def test_saved_file_honours_the_umask(data, tmp_path, umask):
 
 # ----------------------------------------------------------------------------- thinning
 def test_kept_factor_draws_are_evenly_spaced_and_bounded():
-    for C, D, limit in [(4, 400, 100), (2, 150, 100), (3, 10, 100), (1, 1000, 100), (7, 50, 100), (200, 5, 100),
-                        (4, 400, 7)]:
+    for C, D, limit in [
+        (4, 400, 100),
+        (2, 150, 100),
+        (3, 10, 100),
+        (1, 1000, 100),
+        (7, 50, 100),
+        (200, 5, 100),
+        (4, 400, 7),
+    ]:
         idx = kept_factor_draws(C, D, limit)
         n = min(D, max(1, limit // C))
         assert idx.size == n and idx[0] == 0 and (n == 1 or idx[-1] == D - 1)
@@ -133,7 +151,9 @@ def test_default_save_keeps_a_bounded_set_of_factor_draws(long_fit, data, tmp_pa
         np.testing.assert_array_equal(g.factor_samples[k], np.asarray(v)[:, idx])
     all_path = tmp_path / "all.npz"
     h, _ = _saved(f, all_path, factor_draws="all")
-    assert h.factor_samples is None and os.path.getsize(tmp_path / "fit.npz") < os.path.getsize(all_path)
+    assert h.factor_samples is None and os.path.getsize(tmp_path / "fit.npz") < os.path.getsize(
+        all_path
+    )
 
     # at the entries accumulated during the fit, and for the noise: bit for bit
     r, c = test.rows, test.cols
@@ -148,9 +168,13 @@ def test_default_save_keeps_a_bounded_set_of_factor_draws(long_fit, data, tmp_pa
     kept = {k: np.asarray(f.samples[k])[:, idx] for k in FACTOR_SITES}
     np.testing.assert_array_equal(g.predict(r2, c2), f._finish(draws_theta_mean(kept, r2, c2)))
     d = outputs.flat_draws({**kept, "tau": np.asarray(f.samples["tau"])[:, idx]}, 3)
-    np.testing.assert_allclose(g.log_predictive_density(test),
-                               np.mean(outputs.draws_lpd(d, test.rows, test.cols, test.values,
-                                                         f.info.shift.offset, f.info.tau)), rtol=1e-12)
+    np.testing.assert_allclose(
+        g.log_predictive_density(test),
+        np.mean(
+            outputs.draws_lpd(d, test.rows, test.cols, test.values, f.info.shift.offset, f.info.tau)
+        ),
+        rtol=1e-12,
+    )
     items, _ = g.recommend(np.arange(3), n=2, by="thompson", seed=0)
     assert items.shape == (3, 2)
     # the diagnostics see every draw: singular values of theta stored for all of them
@@ -180,7 +204,9 @@ def test_all_factor_draws_round_trip_bit_for_bit(long_fit, data, tmp_path):
     assert np.shape(g10.factor_samples["M"])[:2] == (2, 5)
 
 
-@pytest.mark.parametrize("bad, error", [(0, ValueError), ("some", ValueError), (2.5, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "bad, error", [(0, ValueError), ("some", ValueError), (2.5, TypeError), (True, TypeError)]
+)
 def test_factor_draws_is_checked(long_fit, tmp_path, bad, error):
     with pytest.raises(error, match="factor_draws"):
         long_fit.save(tmp_path / "fit.npz", factor_draws=bad)
@@ -195,16 +221,31 @@ def test_recommended_shape_saves_under_40_mb(tmp_path):
     rng = np.random.default_rng(0)
     m1, m2, n = 943, 1682, 3000
     keys = rng.choice(m1 * m2, size=n, replace=False)
-    train = bmc.RatingData(keys // m2, keys % m2, rng.integers(1, 6, size=n).astype(np.float64), (m1, m2))
-    fit = bmc.fit(train, K=10, prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(),
-                  biases=True, num_warmup=2, num_samples=400, thinning=1, num_chains=4, progress_bar=False,
-                  predict=(np.arange(50), np.arange(50)), store_factors=True)
+    train = bmc.RatingData(
+        keys // m2, keys % m2, rng.integers(1, 6, size=n).astype(np.float64), (m1, m2)
+    )
+    fit = bmc.fit(
+        train,
+        K=10,
+        prior=bmc.priors.NormalWishart(),
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        biases=True,
+        num_warmup=2,
+        num_samples=400,
+        thinning=1,
+        num_chains=4,
+        progress_bar=False,
+        predict=(np.arange(50), np.arange(50)),
+        store_factors=True,
+    )
     fit.save(tmp_path / "fit.npz")
     size = os.path.getsize(tmp_path / "fit.npz")
     assert size < 40e6
     factor_bytes = sum(np.asarray(fit.samples[k]).nbytes for k in FACTOR_SITES)
     assert factor_bytes > 180e6  # what factor_draws="all" would write
     g = bmc.load(tmp_path / "fit.npz")
-    for a, b in zip(fit.predict(np.arange(50), np.arange(50), return_std=True),
-                    g.predict(np.arange(50), np.arange(50), return_std=True)):
+    for a, b in zip(
+        fit.predict(np.arange(50), np.arange(50), return_std=True),
+        g.predict(np.arange(50), np.arange(50), return_std=True),
+    ):
         np.testing.assert_array_equal(a, b)

@@ -16,22 +16,39 @@ def _data(seed=0, m1=14, m2=10):
     rng = np.random.default_rng(seed)
     rows, cols = np.nonzero(rng.random((m1, m2)) < 0.6)
     rf = bmc.data.Features.from_dense(rng.normal(size=(m1, 3)), names=["age", "height", "score"])
-    cf = bmc.data.Features.from_dense(rng.integers(0, 2, size=(m2, 4)).astype(float),
-                                      names=["genre=a", "genre=b", "genre=c", "year=old"])
-    return bmc.RatingData(rows, cols, rng.normal(size=rows.size), (m1, m2), row_features=rf, col_features=cf)
+    cf = bmc.data.Features.from_dense(
+        rng.integers(0, 2, size=(m2, 4)).astype(float),
+        names=["genre=a", "genre=b", "genre=c", "year=old"],
+    )
+    return bmc.RatingData(
+        rows, cols, rng.normal(size=rows.size), (m1, m2), row_features=rf, col_features=cf
+    )
 
 
 PRIORS = {
     "data-rows": lambda d: bmc.priors.NormalWishart(row_features=True, a_B=2.0),
-    "table-cols-implicit-rows": lambda d: bmc.priors.NormalWishart(col_features=d.col_features, implicit="rows"),
+    "table-cols-implicit-rows": lambda d: bmc.priors.NormalWishart(
+        col_features=d.col_features, implicit="rows"
+    ),
     "implicit-both": lambda d: bmc.priors.NormalWishart(implicit=True, b_B=0.5),
 }
 
 
 def _fit(method, prior, data):
     if method == "gibbs":
-        return bmc.fit(data, K=2, prior=prior, method="gibbs", num_warmup=5, num_samples=6, thinning=1, num_chains=1,
-                       store_factors=True, progress_bar=False, seed=0)
+        return bmc.fit(
+            data,
+            K=2,
+            prior=prior,
+            method="gibbs",
+            num_warmup=5,
+            num_samples=6,
+            thinning=1,
+            num_chains=1,
+            store_factors=True,
+            progress_bar=False,
+            seed=0,
+        )
     return bmc.fit(data, K=2, prior=prior, method="vb", max_iter=10, progress_bar=False, seed=0)
 
 
@@ -79,5 +96,7 @@ def test_a_table_missing_from_the_file_is_named(tmp_path):
     raw = _read_npz(tmp_path / "fit.npz")
     del raw["p/row_features/values"]
     np.savez(tmp_path / "broken.npz", **raw)
-    with pytest.raises(ValueError, match="row_features table lacks its array 'p/row_features/values'"):
+    with pytest.raises(
+        ValueError, match="row_features table lacks its array 'p/row_features/values'"
+    ):
         bmc.load(tmp_path / "broken.npz")

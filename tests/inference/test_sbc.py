@@ -41,7 +41,9 @@ from .test_geweke_components import TauShapeN
 
 pytestmark = [pytest.mark.usefixtures("x64"), pytest.mark.slow]
 
-SIZE = dict(num_replications=200, num_warmup=50, num_draws=49, thin=3, num_bins=10, alpha=0.01, seed=0)
+SIZE = dict(
+    num_replications=200, num_warmup=50, num_draws=49, thin=3, num_bins=10, alpha=0.01, seed=0
+)
 
 DISCRETE = bmc.priors.Discrete(C=1.0, p=0.5, eps=0.05)
 INVERSE_GAMMA = bmc.priors.InverseGamma(3.0, 2.0)

@@ -30,7 +30,9 @@ TOL = np.sqrt(np.finfo(np.float64).eps)
 
 def _four_devices(*args) -> dict:
     env = four_cpu_devices_env()
-    res = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -56,8 +58,9 @@ def test_four_devices_equal_one_device(four_device_run):
     marginals and Gram matrices, padded draws), sharded over four devices and resumed
     from a checkpoint on three, and VB, equal one device."""
     diffs = _check_equal(four_device_run)
-    assert any(k.startswith("vb_ig/") for k in diffs) and any(k.startswith("discrete/three_checkpointed/")
-                                                                 for k in diffs)
+    assert any(k.startswith("vb_ig/") for k in diffs) and any(
+        k.startswith("discrete/three_checkpointed/") for k in diffs
+    )
 
 
 @pytest.mark.slow  # a child process compiling six more fits (~1 min); one prior in the default suite
@@ -77,8 +80,10 @@ def test_four_devices_annealed_switch():
     accepted = out.pop("discrete_anneal/accepted")
     assert accepted > 0, out
     diffs = _check_equal(out)
-    assert {k for k in diffs if k.endswith("/switches")} == {"discrete_anneal/four/switches",
-                                                              "discrete_anneal/three_checkpointed/switches"}
+    assert {k for k in diffs if k.endswith("/switches")} == {
+        "discrete_anneal/four/switches",
+        "discrete_anneal/three_checkpointed/switches",
+    }
 
 
 def test_bad_devices_argument():
@@ -99,6 +104,8 @@ def test_one_device_mesh_is_the_plain_run():
     kw = dict(K=2, num_warmup=5, num_samples=10, thinning=1, progress_bar=False, seed=1)
     a = bmc.fit(sim.train, **kw)
     b = bmc.fit(sim.train, devices=jax.devices()[:1], **kw)
-    tol = 1e3 * np.finfo(np.float32).eps  # one device through shard_map: only the rounding of S differs
+    tol = (
+        1e3 * np.finfo(np.float32).eps
+    )  # one device through shard_map: only the rounding of S differs
     np.testing.assert_allclose(b.samples["gamma"], a.samples["gamma"], rtol=tol, atol=tol)
     assert sharding.padded_size(21, 4) == 24

@@ -73,7 +73,7 @@ def _random_cov(rng, m, K, scale=0.3):
 
 def _state(m, V, n, W, inv_gamma):
     """A one-run VBState from numpy arrays (adds the leading run axis)."""
-    ES = (np.sum(m**2, 0) + np.einsum("ihh->h", V) + np.sum(n**2, 0) + np.einsum("jhh->h", W))
+    ES = np.sum(m**2, 0) + np.einsum("ihh->h", V) + np.sum(n**2, 0) + np.einsum("jhh->h", W)
     f = lambda a: jnp.asarray(np.asarray(a, np.float64)[None])  # noqa: E731
     return vb.VBState(m=f(m), V=f(V), n=f(n), W=f(W), inv_gamma=f(inv_gamma), ES=f(ES))
 
@@ -104,7 +104,11 @@ def _general_elbo(y, rows, cols, shape, tau, m, V, n, W, w, elog_gamma, gamma_te
     loglik = xp.sum(0.5 * (xp.log(tau) - LOG_2PI) - 0.5 * tau * e)
     ES = xp.sum(m**2, 0) + xp.einsum("ihh->h", V) + xp.sum(n**2, 0) + xp.einsum("jhh->h", W)
     log_prior = xp.sum(-0.5 * d * LOG_2PI - 0.5 * d * elog_gamma - 0.5 * w * ES)
-    ent = 0.5 * d * K * (1.0 + LOG_2PI) + 0.5 * xp.sum(xp.linalg.slogdet(V)[1]) + 0.5 * xp.sum(xp.linalg.slogdet(W)[1])
+    ent = (
+        0.5 * d * K * (1.0 + LOG_2PI)
+        + 0.5 * xp.sum(xp.linalg.slogdet(V)[1])
+        + 0.5 * xp.sum(xp.linalg.slogdet(W)[1])
+    )
     return loglik + log_prior + ent + gamma_terms
 
 
@@ -115,7 +119,9 @@ def _inverse_gamma_terms(prior, A, B):
     w = A / B
     elog = jnp.log(B) - jax.scipy.special.digamma(A)
     e_log_prior = a * math.log(b) - math.lgamma(a) - (a + 1.0) * elog - b * w
-    entropy = A + jnp.log(B) + jax.scipy.special.gammaln(A) - (1.0 + A) * jax.scipy.special.digamma(A)
+    entropy = (
+        A + jnp.log(B) + jax.scipy.special.gammaln(A) - (1.0 + A) * jax.scipy.special.digamma(A)
+    )
     return w, elog, jnp.sum(e_log_prior + entropy)
 
 
@@ -126,8 +132,12 @@ def _tiny(seed=0, m1=7, m2=6, n_obs=24, K=3):
     rows, cols = np.divmod(keys, m2)
     y = rng.normal(size=n_obs) * 2.0
     data = bmc.RatingData(rows, cols, y, (m1, m2))
-    q = dict(m=rng.normal(size=(m1, K)), V=_random_cov(rng, m1, K), n=rng.normal(size=(m2, K)),
-             W=_random_cov(rng, m2, K))
+    q = dict(
+        m=rng.normal(size=(m1, K)),
+        V=_random_cov(rng, m1, K),
+        n=rng.normal(size=(m2, K)),
+        W=_random_cov(rng, m2, K),
+    )
     return data, q, rng
 
 
@@ -149,8 +159,14 @@ def test_cavi_never_decreases_elbo(x64, name):
         sim = bmc.datasets.simulate_paper(30, seed=seed)
         problem = _problem(sim.train, tau)
         # C = 3 initialisations: means N(0, 1), and the prior's init_gamma for variety
-        state = vb.init(jax.random.split(jax.random.key(100 + seed), C), sim.train.shape, prior, K,
-                        jnp.float64, gamma=None if seed == 2 else 1.0)
+        state = vb.init(
+            jax.random.split(jax.random.key(100 + seed), C),
+            sim.train.shape,
+            prior,
+            K,
+            jnp.float64,
+            gamma=None if seed == 2 else 1.0,
+        )
         _, elbos = run(state, problem.rows, problem.cols)
         elbos = np.asarray(elbos)  # (iteration, run)
         assert elbos.shape == (num_iter, C) and np.all(np.isfinite(elbos))
@@ -177,7 +193,11 @@ def test_expected_sq_error_matches_per_rating_formula(x64):
     state = _state(q["m"], q["V"], q["n"], q["W"], np.ones(3))
     problem = _problem(data)
     got = float(_expected_sq_error(state, problem.rows)[0])
-    want = float(np.sum(_per_rating_sq_error(data.values, data.rows, data.cols, q["m"], q["V"], q["n"], q["W"])))
+    want = float(
+        np.sum(
+            _per_rating_sq_error(data.values, data.rows, data.cols, q["m"], q["V"], q["n"], q["W"])
+        )
+    )
     # float64, a sum of 24 terms of size ~10: round-off ~1e-13
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
@@ -214,8 +234,22 @@ def test_elbo_matches_direct_computation_fixed_prior(x64):
     state = _state(q["m"], q["V"], q["n"], q["W"], np.full(3, 1.0 / g0))
     problem = _problem(data, tau)
     got = float(_elbo(state, problem.rows, prior, problem.tau)[0])
-    want = float(_general_elbo(data.values, data.rows, data.cols, data.shape, tau, q["m"], q["V"], q["n"],
-                               q["W"], np.full(3, 1.0 / g0), np.full(3, math.log(g0)), xp=np))
+    want = float(
+        _general_elbo(
+            data.values,
+            data.rows,
+            data.cols,
+            data.shape,
+            tau,
+            q["m"],
+            q["V"],
+            q["n"],
+            q["W"],
+            np.full(3, 1.0 / g0),
+            np.full(3, math.log(g0)),
+            xp=np,
+        )
+    )
     # |ELBO| ~ 1e2 from float64 terms of similar size: round-off ~1e-13 relative
     np.testing.assert_allclose(got, want, rtol=1e-11)
 
@@ -228,20 +262,55 @@ def test_elbo_matches_direct_computation_inverse_gamma(x64):
     prior = bmc.priors.InverseGamma(2.0, 0.5)
     d = sum(data.shape)
     tau = 1.3
-    ES = np.sum(q["m"] ** 2, 0) + np.einsum("ihh->h", q["V"]) + np.sum(q["n"] ** 2, 0) + np.einsum("jhh->h", q["W"])
+    ES = (
+        np.sum(q["m"] ** 2, 0)
+        + np.einsum("ihh->h", q["V"])
+        + np.sum(q["n"] ** 2, 0)
+        + np.einsum("jhh->h", q["W"])
+    )
     A, B = prior.a + d / 2, prior.b + ES / 2
     w, elog, gterms = _inverse_gamma_terms(prior, jnp.asarray(A), jnp.asarray(B))
     state = _state(q["m"], q["V"], q["n"], q["W"], np.asarray(w))
     problem = _problem(data, tau)
     got = float(_elbo(state, problem.rows, prior, problem.tau)[0])
-    want = float(_general_elbo(data.values, data.rows, data.cols, data.shape, tau, q["m"], q["V"], q["n"],
-                               q["W"], np.asarray(w), np.asarray(elog), float(gterms), xp=np))
+    want = float(
+        _general_elbo(
+            data.values,
+            data.rows,
+            data.cols,
+            data.shape,
+            tau,
+            q["m"],
+            q["V"],
+            q["n"],
+            q["W"],
+            np.asarray(w),
+            np.asarray(elog),
+            float(gterms),
+            xp=np,
+        )
+    )
     np.testing.assert_allclose(got, want, rtol=1e-11)
     # and the optimum over q(gamma) is that InvGamma: moving its parameters lowers the ELBO
     for dA, dB in [(0.3, 0.0), (-0.3, 0.0), (0.0, 0.05), (0.0, -0.05), (0.2, 0.2)]:
         w2, elog2, g2 = _inverse_gamma_terms(prior, jnp.asarray(A + dA), jnp.asarray(B * (1 + dB)))
-        other = float(_general_elbo(data.values, data.rows, data.cols, data.shape, tau, q["m"], q["V"],
-                                    q["n"], q["W"], np.asarray(w2), np.asarray(elog2), float(g2), xp=np))
+        other = float(
+            _general_elbo(
+                data.values,
+                data.rows,
+                data.cols,
+                data.shape,
+                tau,
+                q["m"],
+                q["V"],
+                q["n"],
+                q["W"],
+                np.asarray(w2),
+                np.asarray(elog2),
+                float(g2),
+                xp=np,
+            )
+        )
         assert other < want
 
 
@@ -280,11 +349,19 @@ def test_updates_are_coordinate_optima(x64):
     rng = np.random.default_rng(0)
     cases = {
         # q(M) is optimal given the OLD q(N)
-        "M": (lambda m, V: F(m, V, old.n[0], old.W[0]), lambda m, V: grad_F(m, V, old.n[0], old.W[0])[:2],
-              new.m[0], new.V[0]),
+        "M": (
+            lambda m, V: F(m, V, old.n[0], old.W[0]),
+            lambda m, V: grad_F(m, V, old.n[0], old.W[0])[:2],
+            new.m[0],
+            new.V[0],
+        ),
         # q(N) is optimal given the NEW q(M)
-        "N": (lambda n, W: F(new.m[0], new.V[0], n, W), lambda n, W: grad_F(new.m[0], new.V[0], n, W)[2:],
-              new.n[0], new.W[0]),
+        "N": (
+            lambda n, W: F(new.m[0], new.V[0], n, W),
+            lambda n, W: grad_F(new.m[0], new.V[0], n, W)[2:],
+            new.n[0],
+            new.W[0],
+        ),
     }
     for name, (f, grad_f, mean, cov) in cases.items():
         base = float(f(mean, cov))
@@ -295,7 +372,9 @@ def test_updates_are_coordinate_optima(x64):
         # float64 optimum of a quadratic with condition number <~ 1e3: gradient ~1e-13 scale
         assert float(jnp.max(jnp.abs(g_mean))) < 1e-9 * scale, (name, g_mean)
         # d/dV [ -1/2 tr(P V) + 1/2 log det V ] = (V^-1 - P)/2 = 0 at V = P^-1
-        assert float(jnp.max(jnp.abs(g_cov))) < 1e-9 * float(jnp.max(jnp.abs(jnp.linalg.inv(cov)))), (name, g_cov)
+        assert float(jnp.max(jnp.abs(g_cov))) < 1e-9 * float(
+            jnp.max(jnp.abs(jnp.linalg.inv(cov)))
+        ), (name, g_cov)
         mean_np, cov_np = np.asarray(mean), np.asarray(cov)
         for t in (1e-3, 1e-2, 1e-1):
             for _ in range(3):
@@ -303,7 +382,11 @@ def test_updates_are_coordinate_optima(x64):
                 E = rng.normal(size=cov_np.shape)
                 assert float(f(mean_np + t * dm, cov_np)) < base, (name, "mean", t)
                 assert float(f(mean_np, _perturb_cov(cov_np, E, t))) < base, (name, "cov", t)
-                assert float(f(mean_np + t * dm, _perturb_cov(cov_np, E, t))) < base, (name, "both", t)
+                assert float(f(mean_np + t * dm, _perturb_cov(cov_np, E, t))) < base, (
+                    name,
+                    "both",
+                    t,
+                )
             for s in (1.0 + t, 1.0 - t):  # covariance scaled up or down
                 assert float(f(mean_np, cov_np * s)) < base, (name, "scale", s)
 
@@ -328,7 +411,9 @@ def test_vb_q_m_update_is_exact_conditional_given_point_mass_n(x64):
     K, g0, tau = 3, 0.8, 2.5
     N0 = rng.normal(size=(7, K))
     prior = bmc.priors.Fixed(g0)
-    state = _state(rng.normal(size=(9, K)), _random_cov(rng, 9, K), N0, np.zeros((7, K, K)), np.full(K, 1 / g0))
+    state = _state(
+        rng.normal(size=(9, K)), _random_cov(rng, 9, K), N0, np.zeros((7, K, K)), np.full(K, 1 / g0)
+    )
     problem = _problem(data, tau)
     new = _update(state, problem.rows, problem.cols, prior, tau)
     mu, cov = _exact_conditional(data, N0, g0, tau)
@@ -358,11 +443,18 @@ def test_svi_autonormal_recovers_exact_conditional_k1(x64):
 
     def model():
         M = numpyro.sample("M", dist.Normal(0.0, math.sqrt(g0)).expand([8, 1]).to_event(2))
-        numpyro.sample("obs", dist.Normal(jnp.sum(M[rows] * N0[cols], -1), 1.0 / math.sqrt(tau)), obs=y)
+        numpyro.sample(
+            "obs", dist.Normal(jnp.sum(M[rows] * N0[cols], -1), 1.0 / math.sqrt(tau)), obs=y
+        )
 
     steps = 2000
     guide = AutoNormal(model)
-    svi = SVI(model, guide, optax.adam(optax.exponential_decay(0.05, steps, 0.01)), Trace_ELBO(num_particles=16))
+    svi = SVI(
+        model,
+        guide,
+        optax.adam(optax.exponential_decay(0.05, steps, 0.01)),
+        Trace_ELBO(num_particles=16),
+    )
     res = svi.run(jax.random.key(0), steps, progress_bar=False)
     loc = np.asarray(res.params["M_auto_loc"])[:, 0]
     scale = np.asarray(res.params["M_auto_scale"])[:, 0]
@@ -387,10 +479,30 @@ def test_vb_posterior_mean_close_to_gibbs(x64):
     sim = bmc.datasets.simulate_paper(m, frac=0.5, seed=0)
     prior = bmc.priors.InverseGamma(1.0, 0.1)
     rr, cc = np.divmod(np.arange(m * m), m)
-    gibbs = bmc.fit(sim.train, K=2, prior=prior, method="gibbs", num_warmup=100, num_samples=500, thinning=1,
-                    num_chains=2, seed=1, progress_bar=False, predict=(rr, cc), clip=False)
-    vbf = bmc.fit(sim.train, K=2, prior=prior, method="vb", max_iter=2000, tol=1e-7, progress_bar=False,
-                  clip=False)
+    gibbs = bmc.fit(
+        sim.train,
+        K=2,
+        prior=prior,
+        method="gibbs",
+        num_warmup=100,
+        num_samples=500,
+        thinning=1,
+        num_chains=2,
+        seed=1,
+        progress_bar=False,
+        predict=(rr, cc),
+        clip=False,
+    )
+    vbf = bmc.fit(
+        sim.train,
+        K=2,
+        prior=prior,
+        method="vb",
+        max_iter=2000,
+        tol=1e-7,
+        progress_bar=False,
+        clip=False,
+    )
     assert vbf.converged
     tg = gibbs.predict(rr, cc)
     tv = vbf.predict(rr, cc)
@@ -398,9 +510,11 @@ def test_vb_posterior_mean_close_to_gibbs(x64):
     gap = np.linalg.norm(tv - tg) / np.linalg.norm(tg)
     rmse_g = np.sqrt(np.mean((tg - truth) ** 2))
     rmse_v = np.sqrt(np.mean((tv - truth) ** 2))
-    print(f"\n||theta_vb - theta_gibbs|| / ||theta_gibbs|| = {gap:.4f} (prior mean 0: 1); "
-          f"RMSE(vb, gibbs) = {np.sqrt(np.mean((tv - tg) ** 2)):.4f}; RMSE to truth: gibbs {rmse_g:.4f}, "
-          f"vb {rmse_v:.4f}; VB iterations {vbf.meta['num_iter']}")
+    print(
+        f"\n||theta_vb - theta_gibbs|| / ||theta_gibbs|| = {gap:.4f} (prior mean 0: 1); "
+        f"RMSE(vb, gibbs) = {np.sqrt(np.mean((tv - tg) ** 2)):.4f}; RMSE to truth: gibbs {rmse_g:.4f}, "
+        f"vb {rmse_v:.4f}; VB iterations {vbf.meta['num_iter']}"
+    )
     assert gap < 0.05
     assert abs(rmse_v - rmse_g) < 0.1 * rmse_g
 
@@ -410,9 +524,18 @@ def test_vb_posterior_mean_close_to_gibbs(x64):
 def test_movielens_100k_vb_inverse_gamma():
     ratings = bmc.datasets.load_movielens("100k", path=ML100K)
     train, test = ratings.split(0.2, seed=0)
-    fit = bmc.fit(train, K=10, prior=bmc.priors.InverseGamma(1.0, 0.1), method="vb", test=test, progress_bar=False)
+    fit = bmc.fit(
+        train,
+        K=10,
+        prior=bmc.priors.InverseGamma(1.0, 0.1),
+        method="vb",
+        test=test,
+        progress_bar=False,
+    )
     rmse = fit.rmse(test)
-    print(f"\nML-100K VB inverse-gamma K=10: {fit.meta['num_iter']} iterations, test RMSE {rmse:.4f}")
+    print(
+        f"\nML-100K VB inverse-gamma K=10: {fit.meta['num_iter']} iterations, test RMSE {rmse:.4f}"
+    )
     assert fit.converged
     assert fit.meta["num_iter"] < 50
     assert rmse <= 0.925
@@ -429,9 +552,17 @@ def test_movielens_100k_vb_inverse_gamma():
 
 
 # ----------------------------------------------------------------------------- argument checks
-@pytest.mark.parametrize("kw, error", [(dict(max_iter=0), ValueError), (dict(max_iter=-5), ValueError),
-                                       (dict(max_iter=2.5), TypeError), (dict(tol=-1e-4), ValueError),
-                                       (dict(tol=float("nan")), ValueError), (dict(tol=float("inf")), ValueError)])
+@pytest.mark.parametrize(
+    "kw, error",
+    [
+        (dict(max_iter=0), ValueError),
+        (dict(max_iter=-5), ValueError),
+        (dict(max_iter=2.5), TypeError),
+        (dict(tol=-1e-4), ValueError),
+        (dict(tol=float("nan")), ValueError),
+        (dict(tol=float("inf")), ValueError),
+    ],
+)
 def test_vb_bad_arguments(tiny_ratings, kw, error):
     with pytest.raises(error):
         bmc.fit(tiny_ratings, K=2, prior=bmc.priors.Fixed(), method="vb", progress_bar=False, **kw)

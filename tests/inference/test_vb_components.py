@@ -54,7 +54,10 @@ PRIORS = {
     "discrete": bmc.priors.Discrete(C=4.0, p=0.3, eps=0.05),
     "normal-wishart": bmc.priors.NormalWishart(),
 }
-LIKELIHOODS = {"tempered": Tempered(noise_sd=0.8), "learned": LearnedNoise(a=2.0, b=1.0, temper=0.7)}
+LIKELIHOODS = {
+    "tempered": Tempered(noise_sd=0.8),
+    "learned": LearnedNoise(a=2.0, b=1.0, temper=0.7),
+}
 M1, M2, K = 13, 11, 3
 
 
@@ -92,8 +95,15 @@ def _runner(prior, lik, biases):
 
 
 def _start(prior, lik, biases, C=2, seed=1):
-    return vb.init(jax.random.split(jax.random.key(seed), C), (M1, M2), prior, K, jnp.float64, likelihood=lik,
-                   biases=biases)
+    return vb.init(
+        jax.random.split(jax.random.key(seed), C),
+        (M1, M2),
+        prior,
+        K,
+        jnp.float64,
+        likelihood=lik,
+        biases=biases,
+    )
 
 
 # ----------------------------------------------------------------------------- monotone ELBO
@@ -104,8 +114,13 @@ def _combinations():
         for lik in LIKELIHOODS:
             for biases in (False, True):
                 default = prior == "normal-wishart" or (lik == "learned" and biases)
-                yield pytest.param(prior, lik, biases, id=f"{prior}-{lik}-{'bias' if biases else 'no-bias'}",
-                                   marks=() if default else pytest.mark.slow)
+                yield pytest.param(
+                    prior,
+                    lik,
+                    biases,
+                    id=f"{prior}-{lik}-{'bias' if biases else 'no-bias'}",
+                    marks=() if default else pytest.mark.slow,
+                )
 
 
 @pytest.mark.parametrize("prior, lik, biases", list(_combinations()))
@@ -163,8 +178,12 @@ def test_q_tau_is_the_coordinate_optimum():
     p = _problem(_data())
     sse = float(vb.expected_sq_error(state, p.rows)[0])
     n = p.rows.values.shape[0]
-    np.testing.assert_allclose(float(state.noise["shape"][0]), lik.a + 0.5 * lik.temper * n, rtol=1e-14)
-    np.testing.assert_allclose(float(state.noise["rate"][0]), lik.b + 0.5 * lik.temper * sse, rtol=1e-12)
+    np.testing.assert_allclose(
+        float(state.noise["shape"][0]), lik.a + 0.5 * lik.temper * n, rtol=1e-14
+    )
+    np.testing.assert_allclose(
+        float(state.noise["rate"][0]), lik.b + 0.5 * lik.temper * sse, rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("lik", list(LIKELIHOODS))
@@ -176,11 +195,21 @@ def test_nw_q_is_the_coordinate_optimum(lik):
     base = float(elbo(state)[0])
     for side in ("M", "N"):
         for k in range(K):
-            _assert_lower(base, _perturbed_elbos(elbo, state, "prior", f"mu_{side}", (0, k)), abs(base))
+            _assert_lower(
+                base, _perturbed_elbos(elbo, state, "prior", f"mu_{side}", (0, k)), abs(base)
+            )
         for key in ("beta", "nu"):
-            _assert_lower(base, _perturbed_elbos(elbo, state, "prior", f"{key}_{side}", 0, log=True), abs(base))
+            _assert_lower(
+                base,
+                _perturbed_elbos(elbo, state, "prior", f"{key}_{side}", 0, log=True),
+                abs(base),
+            )
         for idx in ((0, 0, 0), (0, 1, 1), (0, 2, 2)):
-            _assert_lower(base, _perturbed_elbos(elbo, state, "prior", f"Winv_{side}", idx, log=True), abs(base))
+            _assert_lower(
+                base,
+                _perturbed_elbos(elbo, state, "prior", f"Winv_{side}", idx, log=True),
+                abs(base),
+            )
         # an off-diagonal move (kept symmetric) of W*^{-1}
         for sgn in (1.0, -1.0):
             d = dict(state.prior)
@@ -194,7 +223,9 @@ def test_nw_q_is_the_coordinate_optimum(lik):
 def test_bias_variances_are_the_coordinate_optimum():
     """``q(s_b^2)``, ``q(s_c^2)`` only interact with ``q(b)``, ``q(c)``, which do not
     change after them in an iteration: after ``update`` they are optimal."""
-    _, _, _, elbo, state = _converged(PRIORS["normal-wishart"], LIKELIHOODS["learned"], Biases(a=2.0, b=0.5))
+    _, _, _, elbo, state = _converged(
+        PRIORS["normal-wishart"], LIKELIHOODS["learned"], Biases(a=2.0, b=0.5)
+    )
     base = float(elbo(state)[0])
     for key in ("sb_shape", "sb_rate", "sc_shape", "sc_rate"):
         _assert_lower(base, _perturbed_elbos(elbo, state, "bias", key, 0, log=True), abs(base))
@@ -216,8 +247,13 @@ def test_bias_and_row_updates_are_the_coordinate_optimum(prior):
     dt = jnp.float64
 
     # q(b) given everything else
-    b_mean, b_var = biases.vb_bias_update(vb._bias_resid_sum(rows, state.n, state.m, bias["c_mean"]),
-                                          vb._counts(rows, dt)[None], t, bias["sb_shape"], bias["sb_rate"])
+    b_mean, b_var = biases.vb_bias_update(
+        vb._bias_resid_sum(rows, state.n, state.m, bias["c_mean"]),
+        vb._counts(rows, dt)[None],
+        t,
+        bias["sb_shape"],
+        bias["sb_rate"],
+    )
     s = state._replace(bias={**bias, "b_mean": b_mean, "b_var": b_var})
     base = float(elbo(s)[0])
     for i in (0, 4, M1 - 1):
@@ -225,8 +261,13 @@ def test_bias_and_row_updates_are_the_coordinate_optimum(prior):
         _assert_lower(base, _perturbed_elbos(elbo, s, "bias", "b_var", (0, i), log=True), abs(base))
 
     # q(c) given everything else (the new q(b))
-    c_mean, c_var = biases.vb_bias_update(vb._bias_resid_sum(cols, s.m, s.n, b_mean), vb._counts(cols, dt)[None],
-                                          t, bias["sc_shape"], bias["sc_rate"])
+    c_mean, c_var = biases.vb_bias_update(
+        vb._bias_resid_sum(cols, s.m, s.n, b_mean),
+        vb._counts(cols, dt)[None],
+        t,
+        bias["sc_shape"],
+        bias["sc_rate"],
+    )
     s = s._replace(bias={**s.bias, "c_mean": c_mean, "c_var": c_var})
     base = float(elbo(s)[0])
     for j in (0, 3, M2 - 1):
@@ -285,9 +326,18 @@ def test_nw_elbo_term_equals_murphy_evidence():
         xbar = s1 / m
         S = s2 - m * np.outer(xbar, xbar)
         Wninv = W0inv + S + beta0 * m / bn * np.outer(xbar, xbar)
-        return (-0.5 * m * K * math.log(math.pi) + multigammaln(nn / 2, K) - multigammaln(nu0 / 2, K)
-                + 0.5 * nu0 * np.linalg.slogdet(W0inv)[1] - 0.5 * nn * np.linalg.slogdet(Wninv)[1]
-                + 0.5 * K * math.log(beta0 / bn)), Wninv, s1 / bn
+        return (
+            (
+                -0.5 * m * K * math.log(math.pi)
+                + multigammaln(nn / 2, K)
+                - multigammaln(nu0 / 2, K)
+                + 0.5 * nu0 * np.linalg.slogdet(W0inv)[1]
+                - 0.5 * nn * np.linalg.slogdet(Wninv)[1]
+                + 0.5 * K * math.log(beta0 / bn)
+            ),
+            Wninv,
+            s1 / bn,
+        )
 
     eM, WinvM, muM = evidence(aM, VM, mM)
     eN, _, _ = evidence(aN, VN, mN)
@@ -315,21 +365,41 @@ def test_expected_sq_error_with_biases_matches_per_rating_formula():
     m, n, V, W = rng.normal(size=(M1, K)), rng.normal(size=(M2, K)), cov(M1), cov(M2)
     b, c = rng.normal(size=M1), rng.normal(size=M2)
     vb_, vc = rng.random(M1) + 0.1, rng.random(M2) + 0.1
-    bias = {"b_mean": b, "b_var": vb_, "c_mean": c, "c_var": vc, "sb_shape": 1.0, "sb_rate": 1.0,
-            "sc_shape": 1.0, "sc_rate": 1.0}
+    bias = {
+        "b_mean": b,
+        "b_var": vb_,
+        "c_mean": c,
+        "c_var": vc,
+        "sb_shape": 1.0,
+        "sb_rate": 1.0,
+        "sc_shape": 1.0,
+        "sc_rate": 1.0,
+    }
     f = lambda a: jnp.asarray(np.asarray(a, np.float64)[None])  # noqa: E731
-    state = vb.VBState(m=f(m), V=f(V), n=f(n), W=f(W), inv_gamma=f(np.ones(K)), ES=f(np.zeros(K)),
-                       bias={k: f(v) for k, v in bias.items()})
+    state = vb.VBState(
+        m=f(m),
+        V=f(V),
+        n=f(n),
+        W=f(W),
+        inv_gamma=f(np.ones(K)),
+        ES=f(np.zeros(K)),
+        bias={k: f(v) for k, v in bias.items()},
+    )
     got = float(vb.expected_sq_error(state, p.rows)[0])
     i, j, y = data.rows, data.cols, data.values
-    want = np.sum((y - np.sum(m[i] * n[j], 1) - b[i] - c[j]) ** 2 + np.einsum("kab,kba->k", V[i], W[j])
-                  + np.einsum("ka,kab,kb->k", m[i], W[j], m[i]) + np.einsum("ka,kab,kb->k", n[j], V[i], n[j])
-                  + vb_[i] + vc[j])
+    want = np.sum(
+        (y - np.sum(m[i] * n[j], 1) - b[i] - c[j]) ** 2
+        + np.einsum("kab,kba->k", V[i], W[j])
+        + np.einsum("ka,kab,kb->k", m[i], W[j], m[i])
+        + np.einsum("ka,kab,kb->k", n[j], V[i], n[j])
+        + vb_[i]
+        + vc[j]
+    )
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------- sharded
-_SHARDED_SCRIPT = textwrap.dedent('''
+_SHARDED_SCRIPT = textwrap.dedent("""
     import json, jax
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp, numpy as np
@@ -359,7 +429,7 @@ _SHARDED_SCRIPT = textwrap.dedent('''
                      "q_biases": max([rel(v, four.q_biases[k]) for k, v in one.q_biases.items()] or [0.0]),
                      "pred": rel(one.predict(test.rows, test.cols), four.predict(test.rows, test.cols))}
     print(json.dumps(out))
-''')
+""")
 
 
 @pytest.mark.slow  # the default suite shards VB in test_sharding.py and test_hot_path.py
@@ -369,8 +439,13 @@ def test_sharded_equals_serial():
     rounding carried through 12 iterations, bounded by ``sqrt(eps)`` as in
     ``test_sharding`` (a wrong row, padding or mask gives differences of order one)."""
     env = four_cpu_devices_env()
-    res = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT], env=env, capture_output=True, text=True,
-                         timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-c", _SHARDED_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     tol = math.sqrt(np.finfo(np.float64).eps)
@@ -389,21 +464,52 @@ def _sim(seed=0, m1=60, m2=50, rank=2, noise_sd=0.5, frac=0.5, bias_sd=0.0):
     y = theta[r, c] + noise_sd * rng.normal(size=r.size)
     data = bmc.RatingData(r, c, y, (m1, m2))
     perm = rng.permutation(r.size)
-    return data.subset(np.sort(perm[: int(0.8 * r.size)])), data.subset(np.sort(perm[int(0.8 * r.size):]))
+    return data.subset(np.sort(perm[: int(0.8 * r.size)])), data.subset(
+        np.sort(perm[int(0.8 * r.size) :])
+    )
 
 
 def test_fit_vb_with_biases_and_normal_wishart_end_to_end():
     train, test = _sim(bias_sd=1.0)
-    fit = bmc.fit(train, K=3, prior=bmc.priors.NormalWishart(), method="vb", likelihood=LearnedNoise(),
-                  biases=True, test=test, max_iter=60, tol=1e-9, progress_bar=False, seed=0, dtype=jnp.float64)
+    fit = bmc.fit(
+        train,
+        K=3,
+        prior=bmc.priors.NormalWishart(),
+        method="vb",
+        likelihood=LearnedNoise(),
+        biases=True,
+        test=test,
+        max_iter=60,
+        tol=1e-9,
+        progress_bar=False,
+        seed=0,
+        dtype=jnp.float64,
+    )
     assert np.all(np.diff(fit.elbo) >= -1e-12 * np.abs(fit.elbo[1:]))
     # the predictions include the biases and the last trace point is their RMSE
-    theta = np.sum(fit.m[test.rows] * fit.n[test.cols], 1) + fit.row_bias[test.rows] + fit.col_bias[test.cols]
-    np.testing.assert_allclose(fit.predict(test.rows, test.cols), fit.info.shift.apply(theta), rtol=1e-12)
+    theta = (
+        np.sum(fit.m[test.rows] * fit.n[test.cols], 1)
+        + fit.row_bias[test.rows]
+        + fit.col_bias[test.cols]
+    )
+    np.testing.assert_allclose(
+        fit.predict(test.rows, test.cols), fit.info.shift.apply(theta), rtol=1e-12
+    )
     np.testing.assert_allclose(fit.rmse(test), fit.rmse_trace[-1], rtol=1e-10)
     # the biases help: better than the same model without them, and far below the data sd
-    plain = bmc.fit(train, K=3, prior=bmc.priors.NormalWishart(), method="vb", likelihood=LearnedNoise(),
-                    test=test, max_iter=60, tol=1e-9, progress_bar=False, seed=0, dtype=jnp.float64)
+    plain = bmc.fit(
+        train,
+        K=3,
+        prior=bmc.priors.NormalWishart(),
+        method="vb",
+        likelihood=LearnedNoise(),
+        test=test,
+        max_iter=60,
+        tol=1e-9,
+        progress_bar=False,
+        seed=0,
+        dtype=jnp.float64,
+    )
     assert fit.rmse(test) < plain.rmse(test)
     assert fit.rmse(test) < 0.5 * np.std(test.values)
     # NW has no gamma: q_gamma says so, q_prior has q(mu, Lambda)
@@ -415,8 +521,18 @@ def test_fit_vb_with_biases_and_normal_wishart_end_to_end():
 
 def test_fit_vb_inverse_gamma_tempered_biases_float32():
     train, test = _sim(seed=1, bias_sd=1.0)
-    fit = bmc.fit(train, K=3, prior=bmc.priors.InverseGamma(1.0, 0.1), method="vb", biases=Biases(a=2.0, b=1.0),
-                  noise_sd=0.5, test=test, max_iter=40, progress_bar=False, seed=0)
+    fit = bmc.fit(
+        train,
+        K=3,
+        prior=bmc.priors.InverseGamma(1.0, 0.1),
+        method="vb",
+        biases=Biases(a=2.0, b=1.0),
+        noise_sd=0.5,
+        test=test,
+        max_iter=40,
+        progress_bar=False,
+        seed=0,
+    )
     assert np.all(np.isfinite(fit.elbo)) and fit.q_gamma["inv_mean"].shape == (3,)
     assert fit.row_bias.shape == (60,) and fit.col_bias.shape == (50,)
     assert fit.rmse(test) < 0.5 * np.std(test.values)
@@ -430,8 +546,19 @@ def test_learned_noise_recovers_the_noise_level():
     on sigma^2 separates the right level from e.g. the data variance (~2.2) or the
     prior mean 1."""
     train, test = _sim(seed=2, m1=100, m2=80, noise_sd=0.5, frac=0.75)
-    fit = bmc.fit(train, K=3, prior=bmc.priors.InverseGamma(1.0, 0.1), method="vb", likelihood=LearnedNoise(),
-                  test=test, max_iter=200, tol=1e-10, progress_bar=False, seed=0, dtype=jnp.float64)
+    fit = bmc.fit(
+        train,
+        K=3,
+        prior=bmc.priors.InverseGamma(1.0, 0.1),
+        method="vb",
+        likelihood=LearnedNoise(),
+        test=test,
+        max_iter=200,
+        tol=1e-10,
+        progress_bar=False,
+        seed=0,
+        dtype=jnp.float64,
+    )
     sigma2 = float(fit.q_noise["inv_mean"])
     assert abs(sigma2 / 0.25 - 1.0) < 0.15, sigma2
 
@@ -439,8 +566,19 @@ def test_learned_noise_recovers_the_noise_level():
 @pytest.mark.slow  # VB resume is exact in the default suite (test_checkpoint.py); here with every new component
 def test_vb_checkpoint_resumes_exactly_with_the_new_state(tmp_path):
     train, test = _sim(seed=3, m1=30, m2=25, bias_sd=1.0)
-    kw = dict(K=3, prior=bmc.priors.NormalWishart(), method="vb", likelihood=LearnedNoise(temper=0.8),
-              biases=True, tol=0.0, num_chains=2, progress_bar=False, seed=4, test=test, dtype=jnp.float64)
+    kw = dict(
+        K=3,
+        prior=bmc.priors.NormalWishart(),
+        method="vb",
+        likelihood=LearnedNoise(temper=0.8),
+        biases=True,
+        tol=0.0,
+        num_chains=2,
+        progress_bar=False,
+        seed=4,
+        test=test,
+        dtype=jnp.float64,
+    )
     ck = tmp_path / "vb.npz"
     bmc.fit(train, max_iter=5, checkpoint=ck, checkpoint_every=5, **kw)
     with np.load(ck) as f:

@@ -48,7 +48,9 @@ def _tiny(seed=0):
     Winv = R @ R.T + K * np.eye(K)
     nu = K + 3.5
     lam = 0.7
-    return dict(X=feats.to_dense(), link=link, m=m, Vr=Vr, mu=mu, Winv=Winv, nu=nu, lam=lam, beta=2.5)
+    return dict(
+        X=feats.to_dense(), link=link, m=m, Vr=Vr, mu=mu, Winv=Winv, nu=nu, lam=lam, beta=2.5
+    )
 
 
 def _stats(t):
@@ -70,7 +72,9 @@ def _dense_q_B(t):
 
 def _b_update(t):
     Gt = _stats(t)[2]
-    return macau.vb_b_update(t["link"], jnp.asarray(t["mu"]), jnp.asarray(_EL(t)), t["lam"], jnp.asarray(Gt))
+    return macau.vb_b_update(
+        t["link"], jnp.asarray(t["mu"]), jnp.asarray(_EL(t)), t["lam"], jnp.asarray(Gt)
+    )
 
 
 def test_q_B_is_the_dense_matrix_normal():
@@ -79,7 +83,9 @@ def test_q_B_is_the_dense_matrix_normal():
     V = np.asarray(t["link"]["V"])
     mean, row_cov, col_cov = _dense_q_B(t)
     np.testing.assert_allclose(V @ np.asarray(Bt), mean, rtol=RTOL, atol=1e-12)
-    np.testing.assert_allclose(V @ np.diag(1.0 / np.asarray(a)) @ V.T, row_cov, rtol=RTOL, atol=1e-12)
+    np.testing.assert_allclose(
+        V @ np.diag(1.0 / np.asarray(a)) @ V.T, row_cov, rtol=RTOL, atol=1e-12
+    )
     np.testing.assert_allclose(np.asarray(U), col_cov, rtol=RTOL, atol=1e-12)
 
 
@@ -103,32 +109,76 @@ def test_q_mu_lambda_is_the_dense_normal_wishart_of_the_residuals():
     lam_new = 1.3
     W0_inv = np.eye(K) / 0.8
     beta0, nu0 = 2.0, K + 1.0
-    mu, beta, nu, Winv = macau.vb_nw_link_update(t["link"], Bt, a, U, lam_new, jnp.asarray(s1), jnp.asarray(s2),
-                                                 jnp.asarray(Gt), M, beta0, nu0, jnp.asarray(W0_inv))
+    mu, beta, nu, Winv = macau.vb_nw_link_update(
+        t["link"],
+        Bt,
+        a,
+        U,
+        lam_new,
+        jnp.asarray(s1),
+        jnp.asarray(s2),
+        jnp.asarray(Gt),
+        M,
+        beta0,
+        nu0,
+        jnp.asarray(W0_inv),
+    )
     # dense: E[e] and E[e e^T] of e_i = M_i - B^T x_i under q(M) q(B), summed over rows
     X, m = t["X"], t["m"]
     Bm, row_cov, col_cov = _dense_q_B(t)
     Ee = m - X @ Bm
-    S_e = (m.T @ m + t["Vr"].sum(0) - Bm.T @ X.T @ m - m.T @ X @ Bm + Bm.T @ X.T @ X @ Bm
-           + np.trace(X.T @ X @ row_cov) * col_cov)
+    S_e = (
+        m.T @ m
+        + t["Vr"].sum(0)
+        - Bm.T @ X.T @ m
+        - m.T @ X @ Bm
+        + Bm.T @ X.T @ X @ Bm
+        + np.trace(X.T @ X @ row_cov) * col_cov
+    )
     ebar = Ee.mean(0)
     scatter = S_e - M * np.outer(ebar, ebar)
     beta_star = beta0 + M
     np.testing.assert_allclose(np.asarray(mu), M * ebar / beta_star, rtol=RTOL, atol=1e-12)
     assert float(beta) == beta_star and float(nu) == nu0 + M + F
-    expected = W0_inv + scatter + beta0 * M / beta_star * np.outer(ebar, ebar) + lam_new * _dense_EBB(t)
+    expected = (
+        W0_inv + scatter + beta0 * M / beta_star * np.outer(ebar, ebar) + lam_new * _dense_EBB(t)
+    )
     np.testing.assert_allclose(np.asarray(Winv), expected, rtol=RTOL, atol=1e-10)
 
 
 def _elbo_at(t, s1, s2, Gt, **over):
-    args = dict(mu=jnp.asarray(t["mu"]), beta=jnp.asarray(t["beta"]), nu=jnp.asarray(t["nu"]),
-                Winv=jnp.asarray(t["Winv"]), shape=jnp.asarray(3.0), rate=jnp.asarray(3.0 / t["lam"]))
+    args = dict(
+        mu=jnp.asarray(t["mu"]),
+        beta=jnp.asarray(t["beta"]),
+        nu=jnp.asarray(t["nu"]),
+        Winv=jnp.asarray(t["Winv"]),
+        shape=jnp.asarray(3.0),
+        rate=jnp.asarray(3.0 / t["lam"]),
+    )
     Bt, a, U = _b_update(t)
     args.update(Bt=Bt, a=a, U=U)
     args.update(over)
-    return macau.vb_link_elbo_term(t["link"], args["mu"], args["beta"], args["nu"], args["Winv"], args["Bt"],
-                                   args["a"], args["U"], args["shape"], args["rate"], jnp.asarray(s1), jnp.asarray(s2),
-                                   jnp.asarray(Gt), M, beta0=2.0, nu0=K + 1.0, W0_scale=0.8, a_B=1.5, b_B=0.5)
+    return macau.vb_link_elbo_term(
+        t["link"],
+        args["mu"],
+        args["beta"],
+        args["nu"],
+        args["Winv"],
+        args["Bt"],
+        args["a"],
+        args["U"],
+        args["shape"],
+        args["rate"],
+        jnp.asarray(s1),
+        jnp.asarray(s2),
+        jnp.asarray(Gt),
+        M,
+        beta0=2.0,
+        nu0=K + 1.0,
+        W0_scale=0.8,
+        a_B=1.5,
+        b_B=0.5,
+    )
 
 
 def _assert_stationary(fn, params: dict):
@@ -148,14 +198,32 @@ def test_each_update_is_the_optimum_of_the_elbo():
     # q(lam_B) given q(B) (at its update for E[lam] = t["lam"]) and q(mu, Lambda)
     Bt, a, U = _b_update(t)
     shape, rate = macau.vb_lam_update(t["link"], Bt, a, U, EL, 1.5, 0.5)
-    _assert_stationary(lambda shape, rate: _elbo_at(t, s1, s2, Gt, shape=shape, rate=rate),
-                       dict(shape=shape, rate=rate))
+    _assert_stationary(
+        lambda shape, rate: _elbo_at(t, s1, s2, Gt, shape=shape, rate=rate),
+        dict(shape=shape, rate=rate),
+    )
     # q(B) given q(lam_B) = Gamma(3, 3 / lam) (mean lam) and q(mu, Lambda)
-    _assert_stationary(lambda Bt, a, U: _elbo_at(t, s1, s2, Gt, Bt=Bt, a=a, U=U), dict(Bt=Bt, a=a, U=U))
+    _assert_stationary(
+        lambda Bt, a, U: _elbo_at(t, s1, s2, Gt, Bt=Bt, a=a, U=U), dict(Bt=Bt, a=a, U=U)
+    )
     # q(mu, Lambda) given q(B), q(lam_B)
-    mu, beta, nu, Winv = macau.vb_nw_link_update(t["link"], Bt, a, U, t["lam"], jnp.asarray(s1), jnp.asarray(s2),
-                                                 jnp.asarray(Gt), M, 2.0, K + 1.0, jnp.eye(K) / 0.8)
-    nw = dict(mu=mu, beta=jnp.asarray(beta, jnp.float64), nu=jnp.asarray(nu, jnp.float64), Winv=Winv)
+    mu, beta, nu, Winv = macau.vb_nw_link_update(
+        t["link"],
+        Bt,
+        a,
+        U,
+        t["lam"],
+        jnp.asarray(s1),
+        jnp.asarray(s2),
+        jnp.asarray(Gt),
+        M,
+        2.0,
+        K + 1.0,
+        jnp.eye(K) / 0.8,
+    )
+    nw = dict(
+        mu=mu, beta=jnp.asarray(beta, jnp.float64), nu=jnp.asarray(nu, jnp.float64), Winv=Winv
+    )
     _assert_stationary(lambda **p: _elbo_at(t, s1, s2, Gt, **p), nw)
     # power: away from the optimum the gradient is not zero
     g = jax.grad(lambda Bt: _elbo_at(t, s1, s2, Gt, Bt=Bt))(Bt + 0.1)
@@ -167,7 +235,9 @@ def _data(seed=0, m1=12, m2=9, p=0.6):
     rows, cols = np.nonzero(rng.random((m1, m2)) < p)
     rf = bmc.data.Features.from_dense(rng.normal(size=(m1, 3)))
     cf = bmc.data.Features.from_dense(rng.integers(0, 2, size=(m2, 4)).astype(float))
-    return bmc.RatingData(rows, cols, rng.normal(size=rows.size), (m1, m2), row_features=rf, col_features=cf)
+    return bmc.RatingData(
+        rows, cols, rng.normal(size=rows.size), (m1, m2), row_features=rf, col_features=cf
+    )
 
 
 def test_row_update_uses_the_per_row_prior_means():
@@ -183,7 +253,9 @@ def test_row_update_uses_the_per_row_prior_means():
     Bt = rng.normal(size=(1, 3, K))
     mu = rng.normal(size=(1, K))
     W = np.stack([0.05 * (R @ R.T) for R in rng.normal(size=(data.shape[1], K, K))])[None]
-    state = state._replace(W=jnp.asarray(W), prior={**state.prior, "Bt_M": jnp.asarray(Bt), "mu_M": jnp.asarray(mu)})
+    state = state._replace(
+        W=jnp.asarray(W), prior={**state.prior, "Bt_M": jnp.asarray(Bt), "mu_M": jnp.asarray(mu)}
+    )
     new = vb.update(state, p.rows, p.cols, prior, tau, links=links)
     EL = np.asarray(state.prior["nu_M"])[0] * np.linalg.inv(np.asarray(state.prior["Winv_M"])[0])
     B = np.asarray(links["M/V"]) @ Bt[0]
@@ -194,7 +266,9 @@ def test_row_update_uses_the_per_row_prior_means():
         js = data.cols[sel]
         P = EL + tau * sum(np.outer(n[j], n[j]) + W[0, j] for j in js)
         r = tau * (y[sel] @ n[js]) + EL @ (mu[0] + B.T @ X[i])
-        np.testing.assert_allclose(np.asarray(new.m)[0, i], np.linalg.solve(P, r), rtol=RTOL, atol=1e-12)
+        np.testing.assert_allclose(
+            np.asarray(new.m)[0, i], np.linalg.solve(P, r), rtol=RTOL, atol=1e-12
+        )
         np.testing.assert_allclose(np.asarray(new.V)[0, i], np.linalg.inv(P), rtol=RTOL, atol=1e-12)
 
 
@@ -210,8 +284,14 @@ def test_elbo_never_decreases(case):
         kw.update(likelihood=LearnedNoise(), biases=True)
     if case == "ordered-probit":
         levels = np.digitize(data.values, [-0.5, 0.5]) + 1.0
-        data = bmc.RatingData(data.rows, data.cols, levels, data.shape, row_features=data.row_features,
-                              col_features=data.col_features)
+        data = bmc.RatingData(
+            data.rows,
+            data.cols,
+            levels,
+            data.shape,
+            row_features=data.row_features,
+            col_features=data.col_features,
+        )
         kw.update(likelihood=OrderedProbit(levels=(1.0, 2.0, 3.0)), max_iter=15)
     fit = bmc.fit(data, prior=prior, **kw)
     e = np.asarray(fit.elbo)
@@ -221,7 +301,10 @@ def test_elbo_never_decreases(case):
     assert np.all(drops <= 1e-10 * np.abs(e[1:])), drops.max()
     assert e[-1] > e[0] + 1.0  # it moved
     if case != "ordered-probit":
-        assert fit.q_prior["B_M"].shape == (data.row_features.n_features + (9 if case != "rows" else 0), K)
+        assert fit.q_prior["B_M"].shape == (
+            data.row_features.n_features + (9 if case != "rows" else 0),
+            K,
+        )
 
 
 NOISE_SD = 0.3
@@ -249,10 +332,22 @@ def test_features_improve_vb_predictions_when_factors_depend_on_them():
     """Three training ratings per row cannot pin a row's factor down; its features can.
     Four restarts each (the run with the highest ELBO is kept: CAVI has local optima)."""
     train, test = _feature_driven(2)
-    kw = dict(K=2, method="vb", max_iter=300, tol=1e-7, restarts=4, progress_bar=False, seed=0, test=test,
-              likelihood=LearnedNoise())
+    kw = dict(
+        K=2,
+        method="vb",
+        max_iter=300,
+        tol=1e-7,
+        restarts=4,
+        progress_bar=False,
+        seed=0,
+        test=test,
+        likelihood=LearnedNoise(),
+    )
     rmse = {}
-    for name, prior in (("plain", bmc.priors.NormalWishart()), ("linked", bmc.priors.NormalWishart(row_features=True))):
+    for name, prior in (
+        ("plain", bmc.priors.NormalWishart()),
+        ("linked", bmc.priors.NormalWishart(row_features=True)),
+    ):
         pred = np.asarray(bmc.fit(train, prior=prior, **kw).predict(test.rows, test.cols))
         rmse[name] = float(np.sqrt(np.mean((pred - test.values) ** 2)))
     assert rmse["linked"] < 0.8 * rmse["plain"], rmse
@@ -276,4 +371,6 @@ def test_checkpointed_vb_with_links_resumes(tmp_path):
     bmc.fit(data, max_iter=5, checkpoint=str(ck), **kw)
     resumed = bmc.fit(data, max_iter=12, checkpoint=str(ck), **kw)
     np.testing.assert_allclose(resumed.elbo, straight.elbo, rtol=1e-12)
-    np.testing.assert_allclose(resumed.q_prior["B_N"], straight.q_prior["B_N"], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        resumed.q_prior["B_N"], straight.q_prior["B_N"], rtol=1e-10, atol=1e-12
+    )

@@ -58,30 +58,45 @@ def _setup(lik, biases, C=2, seed=1):
     p = build_problem(data, 1.0, dtype=jnp.float64, likelihood=lik)
     latent = (p.levels, p.col_perm)
     kw = dict(likelihood=lik, biases=biases, latent=latent)
-    state = vb.init(jax.random.split(jax.random.key(seed), C), (M1, M2), PRIOR, K, jnp.float64, likelihood=lik,
-                    biases=biases)
+    state = vb.init(
+        jax.random.split(jax.random.key(seed), C),
+        (M1, M2),
+        PRIOR,
+        K,
+        jnp.float64,
+        likelihood=lik,
+        biases=biases,
+    )
     if lik.fixed_cuts() is None:  # as the VB driver starts them
         cuts0 = lik.init_cuts(np.asarray(p.levels))
-        state = state._replace(noise={"cuts": jnp.broadcast_to(jnp.asarray(cuts0), (C, cuts0.size))})
+        state = state._replace(
+            noise={"cuts": jnp.broadcast_to(jnp.asarray(cuts0), (C, cuts0.size))}
+        )
     one = jnp.asarray(1.0)
     step = jax.jit(lambda s: vb.update(s, p.rows, p.cols, PRIOR, one, **kw))
     elbo = jax.jit(lambda s: vb.elbo(s, p.rows, PRIOR, one, **kw))
     return p, state, step, elbo
 
 
-@pytest.mark.parametrize("lik, bias", [
-    pytest.param("probit", False, id="probit-no-bias", marks=pytest.mark.slow),
-    pytest.param("probit", True, id="probit-bias", marks=pytest.mark.slow),
-    pytest.param("ordered", False, id="ordered-no-bias", marks=pytest.mark.slow),
-    pytest.param("ordered", True, id="ordered-bias"),
-])
+@pytest.mark.parametrize(
+    "lik, bias",
+    [
+        pytest.param("probit", False, id="probit-no-bias", marks=pytest.mark.slow),
+        pytest.param("probit", True, id="probit-bias", marks=pytest.mark.slow),
+        pytest.param("ordered", False, id="ordered-no-bias", marks=pytest.mark.slow),
+        pytest.param("ordered", True, id="ordered-bias"),
+    ],
+)
 def test_elbo_never_decreases(lik, bias):
     """Whole iterations, and (learned cut points) the cut-point step alone, applied to
     the state of each iteration."""
     lik = LIKS[lik]
     p, state, step, elbo = _setup(lik, Biases() if bias else None)
-    cut_only = jax.jit(lambda s: s._replace(noise={"cuts": vb._cut_step(lik, vb.ratings_mean(s, p.rows),
-                                                                        s.noise["cuts"], p.levels)}))
+    cut_only = jax.jit(
+        lambda s: s._replace(
+            noise={"cuts": vb._cut_step(lik, vb.ratings_mean(s, p.rows), s.noise["cuts"], p.levels)}
+        )
+    )
     trace, moved = [], 0  # (the starting state's q(M) is not a proper density: its ELBO is -inf)
     for _ in range(20):
         state = step(state)
@@ -126,14 +141,21 @@ def test_q_z_update_is_the_truncated_normal_mean():
     rows = p.rows._replace(values=jnp.asarray(Ez))
     cols = p.cols._replace(values=jnp.asarray(Ez[np.asarray(p.col_perm)]))
     expected = jax.jit(lambda s, r, k: vb.update(s, r, k, PRIOR, jnp.asarray(1.0), biases=biases))(
-        state._replace(noise={}), rows, cols)
+        state._replace(noise={}), rows, cols
+    )
     got = step(state)
     for f in ("m", "V", "n", "W"):
-        np.testing.assert_allclose(np.asarray(getattr(got, f)), np.asarray(getattr(expected, f)), rtol=1e-9,
-                                   atol=1e-11, err_msg=f)
+        np.testing.assert_allclose(
+            np.asarray(getattr(got, f)),
+            np.asarray(getattr(expected, f)),
+            rtol=1e-9,
+            atol=1e-11,
+            err_msg=f,
+        )
     for k in got.bias:
-        np.testing.assert_allclose(np.asarray(got.bias[k]), np.asarray(expected.bias[k]), rtol=1e-9, atol=1e-11,
-                                   err_msg=k)
+        np.testing.assert_allclose(
+            np.asarray(got.bias[k]), np.asarray(expected.bias[k]), rtol=1e-9, atol=1e-11, err_msg=k
+        )
 
 
 @pytest.mark.slow
@@ -152,8 +174,11 @@ def test_elbo_likelihood_term_is_the_q_z_optimum(lik):
     lo, hi = _bounds(lik, cuts, levels)
     _, logZ = _scipy_tn(mu, lo, hi)
     # the code's log Z against scipy's
-    np.testing.assert_allclose(float(vb._log_Z(jnp.asarray(mu)[None], jnp.asarray(cuts)[None],
-                                               jnp.asarray(levels))[0]), logZ.sum(), rtol=1e-10)
+    np.testing.assert_allclose(
+        float(vb._log_Z(jnp.asarray(mu)[None], jnp.asarray(cuts)[None], jnp.asarray(levels))[0]),
+        logZ.sum(),
+        rtol=1e-10,
+    )
 
     def term(m):
         """E_q[log N(z; theta, 1)] + H[q(z)] for q(z_k) = N(m_k, 1) truncated, up to the
@@ -168,7 +193,9 @@ def test_elbo_likelihood_term_is_the_q_z_optimum(lik):
     rng = np.random.default_rng(3)
     for scale in (1e-2, 0.3):
         d = scale * rng.normal(size=mu.shape)
-        assert np.all(term(mu + d) < logZ + 1e-12), "a q(z) other than the optimum has a larger ELBO"
+        assert np.all(term(mu + d) < logZ + 1e-12), (
+            "a q(z) other than the optimum has a larger ELBO"
+        )
     # the ELBO holds exactly this term: replacing q(theta)'s variance part is the Gaussian rest
     base = float(elbo(state)[0])
     assert np.isfinite(base)
@@ -180,8 +207,11 @@ def test_cut_step_never_decreases_the_elbo_and_converges():
     biases = Biases()
     p, state, step, elbo = _setup(lik, biases, C=2)
     levels = p.levels
-    cut_only = jax.jit(lambda s: s._replace(noise={"cuts": vb._cut_step(lik, vb.ratings_mean(s, p.rows),
-                                                                        s.noise["cuts"], levels)}))
+    cut_only = jax.jit(
+        lambda s: s._replace(
+            noise={"cuts": vb._cut_step(lik, vb.ratings_mean(s, p.rows), s.noise["cuts"], levels)}
+        )
+    )
     moved = 0
     for _ in range(30):
         before = np.asarray(elbo(state))
@@ -197,8 +227,9 @@ def test_cut_step_never_decreases_the_elbo_and_converges():
         state = step(state)
     mu = vb.ratings_mean(state, p.rows)
     for c in range(2):
-        g = jax.grad(lambda cc: vb._log_Z(mu[c][None], cc[None], levels)[0] + lik.cut_log_prior(cc))(
-            state.noise["cuts"][c])
+        g = jax.grad(
+            lambda cc: vb._log_Z(mu[c][None], cc[None], levels)[0] + lik.cut_log_prior(cc)
+        )(state.noise["cuts"][c])
         assert np.max(np.abs(np.asarray(g))) < 1e-2 * levels.shape[0] ** 0.5, np.asarray(g)
 
 
@@ -207,8 +238,17 @@ def test_vb_fit_end_to_end_ordered_probit():
     increasing, predict_proba rows sum to one and predict is their expected level."""
     lik = OrderedProbit()
     data = _data(LIKS["ordered"])
-    fit = bmc.fit(data, K=2, method="vb", likelihood=lik, biases=True, progress_bar=False, seed=0, max_iter=40,
-                  dtype="float64")
+    fit = bmc.fit(
+        data,
+        K=2,
+        method="vb",
+        likelihood=lik,
+        biases=True,
+        progress_bar=False,
+        seed=0,
+        max_iter=40,
+        dtype="float64",
+    )
     e = np.asarray(fit.elbo, np.float64).reshape(len(fit.elbo), -1)
     assert np.all(np.diff(e, axis=0) >= -1e-9 * np.abs(e[1:]))
     cuts = np.asarray(fit.q_noise["cuts"]).ravel()
@@ -216,4 +256,6 @@ def test_vb_fit_end_to_end_ordered_probit():
     r, c = np.arange(5), np.arange(5)
     P = fit.predict_proba(r, c)
     np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=1e-12)
-    np.testing.assert_allclose(fit.predict(r, c), P @ np.asarray(fit.info.likelihood.levels), rtol=1e-12)
+    np.testing.assert_allclose(
+        fit.predict(r, c), P @ np.asarray(fit.info.likelihood.levels), rtol=1e-12
+    )

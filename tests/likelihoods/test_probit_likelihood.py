@@ -29,13 +29,19 @@ def test_level_log_probs_match_scipy_and_sum_to_one(x64):
     rng = np.random.default_rng(0)
     theta = np.concatenate([rng.normal(size=20) * 3, [-40.0, 40.0]])
     cuts = np.array([-1.0, 0.2, 1.5])
-    lp = np.asarray(level_log_probs(jnp.asarray(theta), jnp.broadcast_to(jnp.asarray(cuts), (theta.size, 3))))
+    lp = np.asarray(
+        level_log_probs(jnp.asarray(theta), jnp.broadcast_to(jnp.asarray(cuts), (theta.size, 3)))
+    )
     edges = np.concatenate([[-np.inf], cuts, [np.inf]])
     x = edges[None] - theta[:, None]
     a, b = x[:, :-1], x[:, 1:]
     with np.errstate(divide="ignore"):  # the differences underflow far in the tails
         # on the side where the difference does not cancel (upper tail: survival functions)
-        ref = np.where(a > 0, np.log(stats.norm.sf(a) - stats.norm.sf(b)), np.log(stats.norm.cdf(b) - stats.norm.cdf(a)))
+        ref = np.where(
+            a > 0,
+            np.log(stats.norm.sf(a) - stats.norm.sf(b)),
+            np.log(stats.norm.cdf(b) - stats.norm.cdf(a)),
+        )
     finite = np.isfinite(ref)
     np.testing.assert_allclose(lp[finite], ref[finite], rtol=1e-9, atol=1e-12)
     assert np.all(np.isfinite(lp))  # stable in both tails where scipy's difference underflows
@@ -75,8 +81,9 @@ def test_bind_reads_levels_and_threshold():
     o = OrderedProbit().bind(np.array([3, 1, 2, 3, 1.0]))
     assert o.levels == (1.0, 2.0, 3.0) and o.num_levels == 3
     np.testing.assert_array_equal(o.level_index([1.0, 3.0, 2.0]), [0, 2, 1])
-    assert get_likelihood("ordered-probit", levels=[1, 2], cut_scale=1.0) == OrderedProbit(levels=(1, 2),
-                                                                                          cut_scale=1.0)
+    assert get_likelihood("ordered-probit", levels=[1, 2], cut_scale=1.0) == OrderedProbit(
+        levels=(1, 2), cut_scale=1.0
+    )
 
 
 def test_init_cuts_are_increasing_and_cut_step_positive():
@@ -89,15 +96,26 @@ def test_init_cuts_are_increasing_and_cut_step_positive():
 
 
 # --------------------------------------------------------------------------- bad inputs
-@pytest.mark.parametrize("values, lik, match", [
-    ([0, 1, 2, 1, 0], Probit(), r"Probit needs binary values 0 or 1; value 2.0 at position 2"),
-    ([0, 1, 0.5, 1, 0], Probit(), r"value 0.5 at position 2"),
-    ([1, 1, 1, 1, 1], Probit(), r"every value is 1: a binary model needs both 0s and 1s"),
-    ([0, 0, 0, 0, 0], Probit(), r"every value is 0"),
-    ([1, 2, 3, 2.5, 1], OrderedProbit(levels=(1, 2, 3)), r"value 2.5 at position 3 is not one of the levels"),
-    ([1, 2, 3, 4, 1], OrderedProbit(levels=(1, 2, 3)), r"value 4.0 at position 3 is not one of the levels"),
-    ([2, 2, 2, 2, 2], OrderedProbit(), r"single distinct value"),
-])
+@pytest.mark.parametrize(
+    "values, lik, match",
+    [
+        ([0, 1, 2, 1, 0], Probit(), r"Probit needs binary values 0 or 1; value 2.0 at position 2"),
+        ([0, 1, 0.5, 1, 0], Probit(), r"value 0.5 at position 2"),
+        ([1, 1, 1, 1, 1], Probit(), r"every value is 1: a binary model needs both 0s and 1s"),
+        ([0, 0, 0, 0, 0], Probit(), r"every value is 0"),
+        (
+            [1, 2, 3, 2.5, 1],
+            OrderedProbit(levels=(1, 2, 3)),
+            r"value 2.5 at position 3 is not one of the levels",
+        ),
+        (
+            [1, 2, 3, 4, 1],
+            OrderedProbit(levels=(1, 2, 3)),
+            r"value 4.0 at position 3 is not one of the levels",
+        ),
+        ([2, 2, 2, 2, 2], OrderedProbit(), r"single distinct value"),
+    ],
+)
 @pytest.mark.parametrize("method", ["gibbs", "vb"])
 def test_bad_values_are_clear_errors(values, lik, match, method):
     kw = TINY if method == "gibbs" else dict(K=1, progress_bar=False)
@@ -105,17 +123,20 @@ def test_bad_values_are_clear_errors(values, lik, match, method):
         bmc.fit(_data(values), likelihood=lik, method=method, **kw)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(levels=(2, 1)), "levels must be at least two finite, strictly increasing"),
-    (dict(levels=(1, 1, 2)), "strictly increasing"),
-    (dict(levels=(1,)), "at least two"),
-    (dict(levels=(1, float("nan"))), "finite"),
-    (dict(levels="ab"), "levels must be a sequence of numbers"),
-    (dict(levels=(1, "x")), "levels must be a sequence of numbers"),
-    (dict(cut_scale=0.0), "cut_scale must be finite and > 0"),
-    (dict(cut_scale=-1.0), "cut_scale"),
-    (dict(cut_scale=float("inf")), "cut_scale"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(levels=(2, 1)), "levels must be at least two finite, strictly increasing"),
+        (dict(levels=(1, 1, 2)), "strictly increasing"),
+        (dict(levels=(1,)), "at least two"),
+        (dict(levels=(1, float("nan"))), "finite"),
+        (dict(levels="ab"), "levels must be a sequence of numbers"),
+        (dict(levels=(1, "x")), "levels must be a sequence of numbers"),
+        (dict(cut_scale=0.0), "cut_scale must be finite and > 0"),
+        (dict(cut_scale=-1.0), "cut_scale"),
+        (dict(cut_scale=float("inf")), "cut_scale"),
+    ],
+)
 def test_bad_ordered_probit_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         OrderedProbit(**kwargs)
@@ -138,17 +159,24 @@ def test_too_many_distinct_values_need_explicit_levels():
 
 def test_predict_proba_on_a_gaussian_fit_is_an_error():
     fit = bmc.fit(_data([0.5, 1, 2, 1, 3]), **TINY)
-    with pytest.raises(ValueError, match="predict_proba needs a probit or ordered-probit likelihood; this fit's is "
-                                         "'tempered'"):
+    with pytest.raises(
+        ValueError,
+        match="predict_proba needs a probit or ordered-probit likelihood; this fit's is 'tempered'",
+    ):
         fit.predict_proba([0], [0])
 
 
 @pytest.mark.parametrize("method", ["gibbs", "vb"])
 def test_devices_with_a_latent_likelihood_is_a_clear_error(method):
     kw = TINY if method == "gibbs" else dict(K=1, progress_bar=False)
-    with pytest.raises(ValueError, match="probit likelihood runs on one device: its sharded latent block is not "
-                                         r"implemented \(drop devices=\)"):
-        bmc.fit(_data([0, 1, 0, 1, 1]), likelihood=Probit(), method=method, devices=jax.devices(), **kw)
+    with pytest.raises(
+        ValueError,
+        match="probit likelihood runs on one device: its sharded latent block is not "
+        r"implemented \(drop devices=\)",
+    ):
+        bmc.fit(
+            _data([0, 1, 0, 1, 1]), likelihood=Probit(), method=method, devices=jax.devices(), **kw
+        )
 
 
 def test_level_log_probs_have_finite_gradients_in_theta(x64):
@@ -159,4 +187,6 @@ def test_level_log_probs_have_finite_gradients_in_theta(x64):
         g = jax.jacobian(lambda th: level_log_probs(th, cuts))(jnp.asarray(t))
         assert np.all(np.isfinite(np.asarray(g))), g
         p = np.exp(np.asarray(level_log_probs(jnp.asarray(t), cuts)))
-        np.testing.assert_allclose(float(np.sum(p * np.asarray(g))), 0.0, atol=1e-12)  # sum_l dP_l = 0
+        np.testing.assert_allclose(
+            float(np.sum(p * np.asarray(g))), 0.0, atol=1e-12
+        )  # sum_l dP_l = 0

@@ -102,8 +102,10 @@ def _generator_values(dtype):
         for fill in (0, -1):
             core._random_bits = _constant_bits(fill)
             jax.clear_caches()
-            out[fill] = (float(tn.uniform(jax.random.key(0), (1,), dtype)[0]),
-                         float(jax.random.uniform(jax.random.key(0), (1,), dtype)[0]))
+            out[fill] = (
+                float(tn.uniform(jax.random.key(0), (1,), dtype)[0]),
+                float(jax.random.uniform(jax.random.key(0), (1,), dtype)[0]),
+            )
     finally:
         core._random_bits = real
         jax.clear_caches()
@@ -123,28 +125,53 @@ def extreme_uniforms(dtype):
     """0, the smallest subnormal, tiny, the generator's two smallest values, 1/2, its
     largest value, 1 - ulp and 1 (the clamped ones stand for out-of-range inputs)."""
     fi = np.finfo(dtype)
-    return np.array([0.0, np.nextafter(dtype(0), dtype(1)), fi.tiny, 2.0**-fi.nmant, 0.5, 1.0 - 2.0**-fi.nmant,
-                     1.0 - fi.epsneg, 1.0], dtype)
+    return np.array(
+        [
+            0.0,
+            np.nextafter(dtype(0), dtype(1)),
+            fi.tiny,
+            2.0**-fi.nmant,
+            0.5,
+            1.0 - 2.0**-fi.nmant,
+            1.0 - fi.epsneg,
+            1.0,
+        ],
+        dtype,
+    )
 
 
 MEANS = (-1e3, -40.0, -13.0, -5.0, -1.0, 0.0, 1.0, 5.0, 13.0, 40.0, 1e3)
-INTERVALS = ((-INF, 0.0), (0.0, INF), (-INF, INF), (-INF, -2.0), (1.5, INF), (-0.5, 0.5), (1.0, 2.0),
-             (0.0, 1e-3), (-INF, 30.0), (-30.0, INF))
+INTERVALS = (
+    (-INF, 0.0),
+    (0.0, INF),
+    (-INF, INF),
+    (-INF, -2.0),
+    (1.5, INF),
+    (-0.5, 0.5),
+    (1.0, 2.0),
+    (0.0, 1e-3),
+    (-INF, 30.0),
+    (-30.0, INF),
+)
 
 
 def _grid(dtype):
     u = extreme_uniforms(dtype)
-    U, M, I = np.meshgrid(np.arange(u.size), np.arange(len(MEANS)), np.arange(len(INTERVALS)), indexing="ij")
-    lo = np.array([INTERVALS[i][0] for i in I.ravel()], dtype)
-    hi = np.array([INTERVALS[i][1] for i in I.ravel()], dtype)
+    U, M, J = np.meshgrid(
+        np.arange(u.size), np.arange(len(MEANS)), np.arange(len(INTERVALS)), indexing="ij"
+    )
+    lo = np.array([INTERVALS[i][0] for i in J.ravel()], dtype)
+    hi = np.array([INTERVALS[i][1] for i in J.ravel()], dtype)
     return u[U.ravel()], np.array(MEANS, dtype)[M.ravel()], lo, hi
 
 
 def _assert_in_support(z, lo, hi, label):
     z = np.asarray(z)
     bad = ~(np.isfinite(z) & (z >= lo) & (z <= hi))
-    assert not bad.any(), f"{label}: {int(bad.sum())} draws outside their interval, first at " \
-                          f"lo={lo[bad][0]}, hi={hi[bad][0]}: {z[bad][0]}"
+    assert not bad.any(), (
+        f"{label}: {int(bad.sum())} draws outside their interval, first at "
+        f"lo={lo[bad][0]}, hi={hi[bad][0]}: {z[bad][0]}"
+    )
 
 
 def test_truncnorm_finite_and_inside_at_every_extreme_uniform(dtype):
@@ -157,10 +184,14 @@ def test_truncnorm_finite_and_inside_at_every_extreme_uniform(dtype):
     # one mean per batch: the share of tail entries changes from batch to batch
     for m in MEANS:
         sel = mean == dtype(m)
-        _assert_in_support(tn.sample_uniform(u[sel], mean[sel], lo[sel], hi[sel]), lo[sel], hi[sel], f"mean {m}")
+        _assert_in_support(
+            tn.sample_uniform(u[sel], mean[sel], lo[sel], hi[sel]), lo[sel], hi[sel], f"mean {m}"
+        )
     for k in range(0, u.size, 50):
         s = slice(k, k + 50)
-        _assert_in_support(tn.sample_uniform(u[s], mean[s], lo[s], hi[s]), lo[s], hi[s], "small batches")
+        _assert_in_support(
+            tn.sample_uniform(u[s], mean[s], lo[s], hi[s]), lo[s], hi[s], "small batches"
+        )
     a, b = lo - mean, hi - mean
     ok = a < b  # (|mean| = 1e3 on a narrow interval rounds it to a point in float32)
     _assert_in_support(tn.sample_std(u[ok], a[ok], b[ok]), a[ok], b[ok], "sample_std")
@@ -181,9 +212,15 @@ def _ref_quantile(u: float, a: float, b: float) -> float:
 def _ref_quantile_lower(log_u, log_1mu, b):
     log_p = log_u + ss.log_ndtr(b)
     if log_p < math.log(0.5):
-        return brentq(lambda x: ss.log_ndtr(x) - log_p, -60.0, 1.0, xtol=1e-300, rtol=4 * np.finfo(float).eps)
-    log_q = np.logaddexp(ss.log_ndtr(-b), log_1mu + ss.log_ndtr(b))  # 1 - p = Phi(-b) + (1 - u) Phi(b)
-    return -brentq(lambda x: ss.log_ndtr(x) - log_q, -60.0, 1.0, xtol=1e-300, rtol=4 * np.finfo(float).eps)
+        return brentq(
+            lambda x: ss.log_ndtr(x) - log_p, -60.0, 1.0, xtol=1e-300, rtol=4 * np.finfo(float).eps
+        )
+    log_q = np.logaddexp(
+        ss.log_ndtr(-b), log_1mu + ss.log_ndtr(b)
+    )  # 1 - p = Phi(-b) + (1 - u) Phi(b)
+    return -brentq(
+        lambda x: ss.log_ndtr(x) - log_q, -60.0, 1.0, xtol=1e-300, rtol=4 * np.finfo(float).eps
+    )
 
 
 def test_truncnorm_exact_in_float64_at_the_generator_extremes():
@@ -200,7 +237,11 @@ def test_truncnorm_exact_in_float64_at_the_generator_extremes():
                 for lo, hi in ((-INF, 0.0), (0.0, INF), (-INF, -2.0), (1.5, INF)):
                     a, b = lo - m, hi - m
                     ref = _ref_quantile(u, a, b)
-                    z = float(tn.sample_uniform(np.full(3, u), np.full(3, m), np.full(3, lo), np.full(3, hi))[0])
+                    z = float(
+                        tn.sample_uniform(
+                            np.full(3, u), np.full(3, m), np.full(3, lo), np.full(3, hi)
+                        )[0]
+                    )
                     side = ref if ref < 0 else -ref  # the lower-tail point of the inverted side
                     log_side = ss.log_ndtr(side)
                     mills = math.exp(log_side - (-0.5 * side * side - 0.5 * math.log(2 * math.pi)))
@@ -228,10 +269,18 @@ def test_truncnorm_sample_draws_are_finite_with_extreme_bits(dtype, extreme_bits
     cuts = jnp.tile(jnp.asarray([-1.5, -0.5, 0.5, 1.5], dtype), (2, 1))
     level = np.arange(mean.size) % 5
     new_cuts, z = ordered.gibbs_latent(keys, theta, level, cuts, np.full(4, 0.1))
-    assert np.all(np.isfinite(np.asarray(new_cuts))) and np.all(np.diff(np.asarray(new_cuts), axis=1) > 0)
-    edges = np.concatenate([np.full((2, 1), -INF), np.asarray(new_cuts), np.full((2, 1), INF)], axis=1)
-    _assert_in_support(z, np.take_along_axis(edges, np.tile(level, (2, 1)), 1),
-                       np.take_along_axis(edges, np.tile(level + 1, (2, 1)), 1), "ordered-probit latent")
+    assert np.all(np.isfinite(np.asarray(new_cuts))) and np.all(
+        np.diff(np.asarray(new_cuts), axis=1) > 0
+    )
+    edges = np.concatenate(
+        [np.full((2, 1), -INF), np.asarray(new_cuts), np.full((2, 1), INF)], axis=1
+    )
+    _assert_in_support(
+        z,
+        np.take_along_axis(edges, np.tile(level, (2, 1)), 1),
+        np.take_along_axis(edges, np.tile(level + 1, (2, 1)), 1),
+        "ordered-probit latent",
+    )
 
 
 # ------------------------------------------------------------------ scale and precision draws
@@ -251,8 +300,11 @@ def _assert_positive_finite(x, label):
     assert np.all(np.isfinite(x) & (x > 0)), f"{label}: {x}"
 
 
-@pytest.mark.parametrize("prior", [bmc.priors.InverseGamma(1.0, 0.01), bmc.priors.Gamma(10.0), bmc.priors.Gamma(1000.0)],
-                         ids=["inverse-gamma", "gamma-10", "gamma-1000"])
+@pytest.mark.parametrize(
+    "prior",
+    [bmc.priors.InverseGamma(1.0, 0.01), bmc.priors.Gamma(10.0), bmc.priors.Gamma(1000.0)],
+    ids=["inverse-gamma", "gamma-10", "gamma-1000"],
+)
 def test_column_scale_draws_positive_and_finite(dtype, extreme_bits, prior):
     """``gamma_h | S_h`` (inverse gamma; GIG(1/2) through the inverse Gaussian) is finite and
     positive for every sum of squares and generator extreme."""
@@ -272,12 +324,17 @@ def test_discrete_draws_stay_on_the_grid(dtype, extreme_bits):
 def test_noise_and_bias_variance_draws_positive_and_finite(dtype, extreme_bits):
     """``tau`` of the learned noise and ``s^2`` of the biases."""
     stats = _stats(dtype)
-    for lik in (bmc.likelihoods.LearnedNoise(), bmc.likelihoods.LearnedNoise(a=0.5, b=1e-3, temper=0.1)):
+    for lik in (
+        bmc.likelihoods.LearnedNoise(),
+        bmc.likelihoods.LearnedNoise(a=0.5, b=1e-3, temper=0.1),
+    ):
         for n in (1, 100, 10**6):
             _assert_positive_finite(lik.sample_tau(jax.random.key(0), stats, n), f"{lik} n={n}")
     offsets = bmc.offsets.Biases()
     for m in (1, 100, 10**5):
-        _assert_positive_finite(offsets.sample_variance(jax.random.key(0), stats, m), f"biases m={m}")
+        _assert_positive_finite(
+            offsets.sample_variance(jax.random.key(0), stats, m), f"biases m={m}"
+        )
 
 
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
@@ -311,7 +368,10 @@ def test_normal_wishart_draws_finite_and_positive_definite(dtype, extreme_bits, 
         stats = prior.factor_stats(F)
         out = prior.gibbs_update(jax.random.key(0), stats, stats, m, m)
         for side in ("M", "N"):
-            mu, Lam = np.asarray(out[f"mu_{side}"], np.float64), np.asarray(out[f"Lambda_{side}"], np.float64)
+            mu, Lam = (
+                np.asarray(out[f"mu_{side}"], np.float64),
+                np.asarray(out[f"Lambda_{side}"], np.float64),
+            )
             assert np.all(np.isfinite(mu)) and np.all(np.isfinite(Lam)), (m, scale)
             np.testing.assert_array_equal(Lam, Lam.T)
             eig = np.linalg.eigvalsh(Lam)

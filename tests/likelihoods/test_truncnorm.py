@@ -65,7 +65,9 @@ def _ref_cdf(x, a: float, b: float):
 
 
 def _ks_pvalue(z, mean, lo, hi):
-    return st.kstest(np.asarray(z, np.float64) - mean, lambda x: _ref_cdf(x, lo - mean, hi - mean)).pvalue
+    return st.kstest(
+        np.asarray(z, np.float64) - mean, lambda x: _ref_cdf(x, lo - mean, hi - mean)
+    ).pvalue
 
 
 # ---------------------------------------------------------------------- log_ndtri
@@ -105,9 +107,24 @@ def test_log_ndtri_special_values(dtype):
 # ----------------------------------------------------------------------- log_mass
 
 MASS_CASES = [
-    (-INF, INF), (0, INF), (-INF, 0), (0.5, 1.2), (-1e-3, 1e-3), (1e-3, 2e-3),
-    (-1.001, -1.0), (2, 2.001), (5, 5.001), (-9.9, -9.899), (-30, -29.999),
-    (36, 36.001), (30, INF), (-INF, -40), (-40, -39), (8, 40), (-3, 38), (-38, 0.1),
+    (-INF, INF),
+    (0, INF),
+    (-INF, 0),
+    (0.5, 1.2),
+    (-1e-3, 1e-3),
+    (1e-3, 2e-3),
+    (-1.001, -1.0),
+    (2, 2.001),
+    (5, 5.001),
+    (-9.9, -9.899),
+    (-30, -29.999),
+    (36, 36.001),
+    (30, INF),
+    (-INF, -40),
+    (-40, -39),
+    (8, 40),
+    (-3, 38),
+    (-38, 0.1),
 ]
 
 
@@ -147,12 +164,29 @@ def test_log_mass_degenerate_and_vectorised(dtype):
 
 # (mean, lo, hi): probit one-sided, ordinal intervals, narrow intervals far in a tail.
 SAMPLE_CASES = [
-    (0.0, 0.0, INF), (0.0, -INF, 0.0), (3.0, 0.0, INF), (3.0, -INF, 0.0),
-    (-5.0, 0.0, INF), (-5.0, -INF, 0.0), (20.0, -INF, 0.0), (20.0, 0.0, INF),
-    (-40.0, 0.0, INF), (40.0, -INF, 0.0), (-40.0, -INF, 0.0), (40.0, -INF, INF),
-    (0.0, 0.5, 1.2), (3.0, 0.5, 1.2), (-5.0, 0.5, 1.2), (40.0, 0.5, 1.2), (-40.0, 0.5, 1.2),
-    (0.0, -30.0, -29.99), (0.0, 8.0, 8.01), (-40.0, 0.0, 0.01), (40.0, -0.05, 0.0),
-    (0.0, -1e-3, 1e-3), (-20.0, -1.0, 1.0),
+    (0.0, 0.0, INF),
+    (0.0, -INF, 0.0),
+    (3.0, 0.0, INF),
+    (3.0, -INF, 0.0),
+    (-5.0, 0.0, INF),
+    (-5.0, -INF, 0.0),
+    (20.0, -INF, 0.0),
+    (20.0, 0.0, INF),
+    (-40.0, 0.0, INF),
+    (40.0, -INF, 0.0),
+    (-40.0, -INF, 0.0),
+    (40.0, -INF, INF),
+    (0.0, 0.5, 1.2),
+    (3.0, 0.5, 1.2),
+    (-5.0, 0.5, 1.2),
+    (40.0, 0.5, 1.2),
+    (-40.0, 0.5, 1.2),
+    (0.0, -30.0, -29.99),
+    (0.0, 8.0, 8.01),
+    (-40.0, 0.0, 0.01),
+    (40.0, -0.05, 0.0),
+    (0.0, -1e-3, 1e-3),
+    (-20.0, -1.0, 1.0),
 ]
 
 
@@ -193,7 +227,7 @@ def test_wrong_samplers_are_rejected(dtype):
     z = np.asarray(jax.random.normal(key, (N_KS,), dtype))
     assert _ks_pvalue(z, 0.0, 0.0, INF) < KS_LEVEL, "untruncated"
     # wrong bound / dropped mean (rows of the main draw)
-    z = _draws(dtype)[3][len(SAMPLE_CASES):]
+    z = _draws(dtype)[3][len(SAMPLE_CASES) :]
     for row, truth in zip(z, WRONG_TRUTH):
         assert _ks_pvalue(row, *truth) < KS_LEVEL, truth
     # distorted inverse CDF (u -> u^1.2) in a far tail
@@ -213,16 +247,33 @@ def test_sample_std_is_monotone_and_in_bounds(dtype):
 def test_sample_is_deterministic_in_key(dtype):
     _, lo, hi, _ = _draws(dtype)  # same shapes as there: no new compilation
     args = (np.zeros((lo.shape[0], N_KS), dtype), lo, hi)
-    np.testing.assert_array_equal(tn.sample(jax.random.key(3), *args), tn.sample(jax.random.key(3), *args))
-    assert not np.array_equal(tn.sample(jax.random.key(3), *args), tn.sample(jax.random.key(4), *args))
+    np.testing.assert_array_equal(
+        tn.sample(jax.random.key(3), *args), tn.sample(jax.random.key(3), *args)
+    )
+    assert not np.array_equal(
+        tn.sample(jax.random.key(3), *args), tn.sample(jax.random.key(4), *args)
+    )
 
 
 # ------------------------------------------------------------- moments and entropy
 
 MOMENT_CASES = [
-    (-INF, INF), (0.0, INF), (-INF, 0.0), (0.5, 1.2), (-1.0, 8.0), (2.0, 3.0), (5.0, 5.5),
-    (-3.0, -2.9), (-1e-3, 1e-3), (30.0, INF), (-INF, -40.0), (40.0, 41.0), (-40.0, -39.999),
-    (-30.0, -29.999), (10.0, 10.3), (-0.2, 0.1),
+    (-INF, INF),
+    (0.0, INF),
+    (-INF, 0.0),
+    (0.5, 1.2),
+    (-1.0, 8.0),
+    (2.0, 3.0),
+    (5.0, 5.5),
+    (-3.0, -2.9),
+    (-1e-3, 1e-3),
+    (30.0, INF),
+    (-INF, -40.0),
+    (40.0, 41.0),
+    (-40.0, -39.999),
+    (-30.0, -29.999),
+    (10.0, 10.3),
+    (-0.2, 0.1),
 ]
 
 
@@ -238,7 +289,9 @@ def test_moments_entropy_float64_vs_quadrature(x64, a, b):
     np.testing.assert_allclose(float(h), h_ref, rtol=1e-11, atol=1e-11)
 
 
-@pytest.mark.parametrize("mean,lo,hi", [(0.0, 0.0, INF), (1.0, -INF, 0.0), (3.0, 0.5, 1.2), (-0.7, -1.0, 2.5)])
+@pytest.mark.parametrize(
+    "mean,lo,hi", [(0.0, 0.0, INF), (1.0, -INF, 0.0), (3.0, 0.5, 1.2), (-0.7, -1.0, 2.5)]
+)
 def test_moments_entropy_vs_scipy_in_the_bulk(x64, mean, lo, hi):
     d = st.truncnorm(lo - mean, hi - mean, loc=mean)
     e, v = tn.moments(mean, lo, hi)
@@ -289,10 +342,11 @@ def test_float32_far_tails_finite_and_close_to_float64():
 
 
 def test_moments_broadcast_and_dtype(dtype):
-    e, v = tn.moments(np.zeros((3, 1), dtype), np.array([0.0, -INF], dtype), np.array([INF, 0.0], dtype))
+    e, v = tn.moments(
+        np.zeros((3, 1), dtype), np.array([0.0, -INF], dtype), np.array([INF, 0.0], dtype)
+    )
     assert e.shape == v.shape == (3, 2) and e.dtype == v.dtype == dtype
     assert tn.entropy(np.zeros((3, 1), dtype), dtype(0.0), dtype(1.0)).shape == (3, 1)
-
 
 
 def test_log_mass_gradient_is_finite_on_both_branches(dtype):

@@ -116,11 +116,18 @@ def _model_kwargs(lik, biases, **kw):
 def test_joint_log_density_matches_scipy(x64, tiny_ratings, case):
     prior, lik, biases = CASES[case]
     r = tiny_ratings
-    p = _params(r, K, nw=prior is NW, learned=lik is not None, biases=biases is not None,
-                rng=np.random.default_rng(7))
+    p = _params(
+        r,
+        K,
+        nw=prior is NW,
+        learned=lik is not None,
+        biases=biases is not None,
+        rng=np.random.default_rng(7),
+    )
     lj, tr = log_density(matrix_completion, (r, K, prior), _model_kwargs(lik, biases), p)
-    ref = _reference(r, p, prior=prior, lik=lik if lik is not None else bmc.likelihoods.Tempered(),
-                     biases=biases)
+    ref = _reference(
+        r, p, prior=prior, lik=lik if lik is not None else bmc.likelihoods.Tempered(), biases=biases
+    )
     np.testing.assert_allclose(float(lj), ref, rtol=1e-12)
     # the global sites are outside the ratings plate and never rescaled
     for name in ("tau", "row_bias_var", "col_bias_var", "row_bias", "col_bias", "Lambda_M", "mu_M"):
@@ -135,7 +142,9 @@ def test_subsampled_log_density_matches_scipy(x64, tiny_ratings, case):
     tau not rescaled)."""
     prior, lik, biases = CASES[case]
     r, b = tiny_ratings, 7
-    p = _params(r, K, nw=prior is NW, learned=True, biases=biases is not None, rng=np.random.default_rng(8))
+    p = _params(
+        r, K, nw=prior is NW, learned=True, biases=biases is not None, rng=np.random.default_rng(8)
+    )
     kw = _model_kwargs(lik, biases, subsample_size=b)
     seeded = numpyro.handlers.seed(matrix_completion, rng_seed=3)
     lj, tr = log_density(seeded, (r, K, prior), kw, p)
@@ -154,12 +163,23 @@ def test_tau_conditional_is_the_gibbs_block(x64, tiny_ratings, temper):
     r = tiny_ratings
     lik = bmc.likelihoods.LearnedNoise(a=1.7, b=0.6, temper=temper)
     p = _params(r, K, nw=False, learned=True, biases=True, rng=np.random.default_rng(9))
-    mean = np.sum(p["M"][r.rows] * p["N"][r.cols], 1) + p["row_bias"][r.rows] + p["col_bias"][r.cols]
+    mean = (
+        np.sum(p["M"][r.rows] * p["N"][r.cols], 1) + p["row_bias"][r.rows] + p["col_bias"][r.cols]
+    )
     sse = np.sum((r.values - mean) ** 2)
     shape, rate = lik.a + temper * r.n / 2, lik.b + temper * sse / 2
     taus = [0.4, 1.9, 6.0]
-    lj = [float(log_density(matrix_completion, (r, K, FIXED), dict(likelihood=lik, biases=BIASES),
-                            {**p, "tau": t})[0]) for t in taus]
+    lj = [
+        float(
+            log_density(
+                matrix_completion,
+                (r, K, FIXED),
+                dict(likelihood=lik, biases=BIASES),
+                {**p, "tau": t},
+            )[0]
+        )
+        for t in taus
+    ]
     ref = st.gamma.logpdf(taus, shape, scale=1.0 / rate)
     np.testing.assert_allclose(np.diff(lj), np.diff(ref), rtol=1e-11)
 
@@ -170,20 +190,30 @@ def test_discrete_prior_with_biases_and_learned_noise(x64, tiny_ratings):
     r, prior = tiny_ratings, bmc.priors.Discrete(C=1.0, p=0.4, eps=0.05)
     p = _params(r, K, nw=False, learned=True, biases=True, rng=np.random.default_rng(10))
     lj, tr = log_density(matrix_completion, (r, K, prior), dict(likelihood=LN, biases=BIASES), p)
-    l0, tr0 = log_density(matrix_completion, (r, K, prior), dict(noise_sd=NOISE_SD), {"M": p["M"], "N": p["N"]})
-    prior_MN = float(l0) - st.norm.logpdf(r.values, np.sum(p["M"][r.rows] * p["N"][r.cols], 1), NOISE_SD).sum()
+    l0, tr0 = log_density(
+        matrix_completion, (r, K, prior), dict(noise_sd=NOISE_SD), {"M": p["M"], "N": p["N"]}
+    )
+    prior_MN = (
+        float(l0)
+        - st.norm.logpdf(r.values, np.sum(p["M"][r.rows] * p["N"][r.cols], 1), NOISE_SD).sum()
+    )
     fixed_gamma = bmc.priors.Fixed(gamma=1.0)
     # the rest of the density, by scipy (the Fixed(1) prior's terms of M, N removed)
     rest = _reference(r, p, prior=fixed_gamma, lik=LN, biases=BIASES) - (
-        st.norm.logpdf(p["M"]).sum() + st.norm.logpdf(p["N"]).sum())
+        st.norm.logpdf(p["M"]).sum() + st.norm.logpdf(p["N"]).sum()
+    )
     np.testing.assert_allclose(float(lj), prior_MN + rest, rtol=1e-12)
-    np.testing.assert_allclose(np.asarray(tr["gamma"]["value"]), np.asarray(tr0["gamma"]["value"]), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(tr["gamma"]["value"]), np.asarray(tr0["gamma"]["value"]), rtol=1e-12
+    )
 
 
 def test_normal_wishart_marginal_mode_keeps_its_sites(x64, tiny_ratings):
     """``marginal=True`` (what MAP uses) integrates column scales out; the Normal-Wishart
     prior has none, so its model is unchanged (same log density, same sites)."""
-    p = _params(tiny_ratings, K, nw=True, learned=False, biases=False, rng=np.random.default_rng(11))
+    p = _params(
+        tiny_ratings, K, nw=True, learned=False, biases=False, rng=np.random.default_rng(11)
+    )
     a, tra = log_density(matrix_completion, (tiny_ratings, K, NW), {"marginal": True}, p)
     b, trb = log_density(matrix_completion, (tiny_ratings, K, NW), {}, p)
     assert float(a) == float(b) and list(tra) == list(trb)
@@ -196,7 +226,9 @@ def test_bad_biases_argument(tiny_ratings):
 
 def test_normal_wishart_nu0_checked_against_K(tiny_ratings):
     with pytest.raises(ValueError, match="nu0"):
-        numpyro.handlers.seed(matrix_completion, 0)(tiny_ratings, 3, bmc.priors.NormalWishart(nu0=1.5))
+        numpyro.handlers.seed(matrix_completion, 0)(
+            tiny_ratings, 3, bmc.priors.NormalWishart(nu0=1.5)
+        )
 
 
 # ----------------------------------------------------------------------------- prior predictive
@@ -219,7 +251,8 @@ def test_prior_predictive_moments():
     r = bmc.RatingData([0, 1, 2], [0, 1, 2], [0.0, 1.0, -1.0], (5, 4))
     S = 20_000
     out = Predictive(matrix_completion, num_samples=S)(
-        jax.random.key(0), r, K, prior, likelihood=lik, biases=biases, observed=False)
+        jax.random.key(0), r, K, prior, likelihood=lik, biases=biases, observed=False
+    )
     d = {k: np.asarray(v, np.float64) for k, v in out.items()}
     checks = []  # (name, sample mean, expected, standard error)
 
@@ -244,15 +277,25 @@ def test_prior_predictive_moments():
     exact("tau", d["tau"], a / b, a / b**2)
     ab, bb = biases.a, biases.b
     for side in ("row", "col"):
-        exact(f"{side}_bias_var", d[f"{side}_bias_var"], bb / (ab - 1), bb**2 / ((ab - 1) ** 2 * (ab - 2)))
+        exact(
+            f"{side}_bias_var",
+            d[f"{side}_bias_var"],
+            bb / (ab - 1),
+            bb**2 / ((ab - 1) ** 2 * (ab - 2)),
+        )
         exact(f"{side}_bias[0]", d[f"{side}_bias"][:, 0], 0.0, bb / (ab - 1))
     rows, cols = r.rows, r.cols
-    e = d["obs"][:, 0] - (np.sum(d["M"][:, rows[0]] * d["N"][:, cols[0]], -1)
-                          + d["row_bias"][:, rows[0]] + d["col_bias"][:, cols[0]])
+    e = d["obs"][:, 0] - (
+        np.sum(d["M"][:, rows[0]] * d["N"][:, cols[0]], -1)
+        + d["row_bias"][:, rows[0]]
+        + d["col_bias"][:, cols[0]]
+    )
     e_inv, e_inv2 = b / (a - 1), b**2 / ((a - 1) * (a - 2))
     exact("noise e", e, 0.0, e_inv)
     exact("noise e^2", e**2, e_inv, 3 * e_inv2 - e_inv**2)
     z_crit = NormalDist().inv_cdf(1 - 1e-3 / (2 * len(checks)))
-    report = [f"{n}: {m:+.4f} vs {want:+.4f} ({(m - want) / se:+.2f} SE)" for n, m, want, se in checks]
+    report = [
+        f"{n}: {m:+.4f} vs {want:+.4f} ({(m - want) / se:+.2f} SE)" for n, m, want, se in checks
+    ]
     bad = [line for (n, m, want, se), line in zip(checks, report) if abs(m - want) > z_crit * se]
     assert not bad, f"z_crit {z_crit:.2f}:\n" + "\n".join(bad)

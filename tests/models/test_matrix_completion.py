@@ -35,7 +35,9 @@ def _normal(fn):
 
 
 def _trace(*args, seed=0, **kwargs):
-    return numpyro.handlers.trace(numpyro.handlers.seed(matrix_completion, seed)).get_trace(*args, **kwargs)
+    return numpyro.handlers.trace(numpyro.handlers.seed(matrix_completion, seed)).get_trace(
+        *args, **kwargs
+    )
 
 
 # ----------------------------------------------------------------------------- sites
@@ -88,7 +90,9 @@ def test_given_lam_gives_scale_one_over_sqrt_tau(tiny_ratings, lam):
     n = tiny_ratings.n
     tr = _trace(tiny_ratings, 3, Fixed(), lam=lam, noise_sd=123.0)  # noise_sd ignored
     scale = np.asarray(_normal(tr["obs"]["fn"]).scale)
-    np.testing.assert_allclose(np.broadcast_to(scale, (n,)), 1.0 / math.sqrt(2.0 * lam / n), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.broadcast_to(scale, (n,)), 1.0 / math.sqrt(2.0 * lam / n), rtol=1e-6
+    )
 
 
 def test_log_likelihood_is_the_tempered_one_up_to_a_constant(x64, tiny_ratings):
@@ -141,22 +145,30 @@ def test_bad_noise_sd(tiny_ratings, noise_sd):
         _trace(tiny_ratings, 2, Fixed(), noise_sd=noise_sd)
 
 
-@pytest.mark.parametrize("ratings", [None, (np.arange(3), np.arange(3), np.ones(3)), np.ones((3, 3))],
-                         ids=["None", "tuple", "array"])
+@pytest.mark.parametrize(
+    "ratings",
+    [None, (np.arange(3), np.arange(3), np.ones(3)), np.ones((3, 3))],
+    ids=["None", "tuple", "array"],
+)
 def test_non_rating_data(ratings):
     with pytest.raises(TypeError, match="RatingData"):
         _trace(ratings, 1, Fixed())
 
 
-@pytest.mark.parametrize("prior", ["discrete", None, Discrete, 1.0], ids=["str", "None", "class", "float"])
+@pytest.mark.parametrize(
+    "prior", ["discrete", None, Discrete, 1.0], ids=["str", "None", "class", "float"]
+)
 def test_non_prior(tiny_ratings, prior):
     with pytest.raises(TypeError, match="prior"):
         _trace(tiny_ratings, 2, prior)
 
 
 # ----------------------------------------------------------------------------- log density
-@pytest.mark.parametrize("prior", [InverseGamma(a=2.0, b=0.5), Gamma(beta=3.0), Fixed(gamma=0.8)],
-                         ids=["inverse-gamma", "gamma", "fixed"])
+@pytest.mark.parametrize(
+    "prior",
+    [InverseGamma(a=2.0, b=0.5), Gamma(beta=3.0), Fixed(gamma=0.8)],
+    ids=["inverse-gamma", "gamma", "fixed"],
+)
 def test_joint_log_density_matches_scipy(x64, tiny_ratings, prior):
     """log p(gamma, M, N, Y) = log prior(gamma) + sum log N(M_ih; 0, gamma_h)
     + sum log N(N_jh; 0, gamma_h) + sum log N(Y_k; theta_k, noise_sd), all columns of M and
@@ -190,7 +202,9 @@ def _brute_force_discrete(M, N, p, C, eps):
     for z in configs:
         g = np.where(np.array(z) == 1, C, eps)
         lpz = np.sum(np.where(np.array(z) == 1, math.log(p), math.log1p(-p)))
-        logs.append(lpz + st.norm.logpdf(M, 0, np.sqrt(g)).sum() + st.norm.logpdf(N, 0, np.sqrt(g)).sum())
+        logs.append(
+            lpz + st.norm.logpdf(M, 0, np.sqrt(g)).sum() + st.norm.logpdf(N, 0, np.sqrt(g)).sum()
+        )
     logs = np.array(logs)
     log_marg = logsumexp(logs)
     post = np.exp(logs - log_marg)
@@ -200,9 +214,11 @@ def _brute_force_discrete(M, N, p, C, eps):
 
 @pytest.mark.parametrize(
     "shape, col_scales",
-    [((6, 5), (1.0, 0.2, 0.05)),     # a slab-like, an ambiguous and a spike-like column
-     ((6, 5), (3.0, 3.0, 0.01)),
-     ((400, 300), (1.0, 0.23, 0.05))],  # d = 700: raw weights eps^(-d/2) ~ 1e455 overflow
+    [
+        ((6, 5), (1.0, 0.2, 0.05)),  # a slab-like, an ambiguous and a spike-like column
+        ((6, 5), (3.0, 3.0, 0.01)),
+        ((400, 300), (1.0, 0.23, 0.05)),
+    ],  # d = 700: raw weights eps^(-d/2) ~ 1e455 overflow
 )
 def test_discrete_marginal_matches_brute_force_sum(x64, shape, col_scales):
     """``M ~ CSSN(p)``, ``N | M ~ CSSN(P(C | M))`` must equal sum_z p(z) p(M|z) p(N|z)."""
@@ -221,8 +237,12 @@ def test_discrete_marginal_matches_brute_force_sum(x64, shape, col_scales):
     assert np.isfinite(float(lj))
     np.testing.assert_allclose(float(lj) - loglik, log_marg, rtol=1e-11)
     # the deterministic sites are the exact posterior slab probabilities / E[gamma | M, N]
-    np.testing.assert_allclose(np.asarray(tr["gamma_slab_prob"]["value"]), slab_post, rtol=1e-9, atol=1e-300)
-    np.testing.assert_allclose(np.asarray(tr["gamma"]["value"]), slab_post * C + (1 - slab_post) * eps, rtol=1e-9)
+    np.testing.assert_allclose(
+        np.asarray(tr["gamma_slab_prob"]["value"]), slab_post, rtol=1e-9, atol=1e-300
+    )
+    np.testing.assert_allclose(
+        np.asarray(tr["gamma"]["value"]), slab_post * C + (1 - slab_post) * eps, rtol=1e-9
+    )
 
 
 def test_column_spike_slab_normal_log_prob_brute_force(x64):
@@ -236,8 +256,10 @@ def test_column_spike_slab_normal_log_prob_brute_force(x64):
     for b in range(2):
         ref = 0.0
         for h in range(3):
-            ref += np.logaddexp(math.log(probs[b, h]) + st.norm.logpdf(x[b, :, h], 0, math.sqrt(C)).sum(),
-                                math.log1p(-probs[b, h]) + st.norm.logpdf(x[b, :, h], 0, math.sqrt(eps)).sum())
+            ref += np.logaddexp(
+                math.log(probs[b, h]) + st.norm.logpdf(x[b, :, h], 0, math.sqrt(C)).sum(),
+                math.log1p(-probs[b, h]) + st.norm.logpdf(x[b, :, h], 0, math.sqrt(eps)).sum(),
+            )
         np.testing.assert_allclose(lp[b], ref, rtol=1e-12)
 
 
@@ -275,7 +297,8 @@ def test_discrete_prior_samples_column_variance_mixture():
     C, p, eps, m1, m2, K, n_draws = 1.0, 0.3, 0.05, 40, 30, 4, 20_000
     r = bmc.RatingData([0, 1, 2], [0, 1, 2], [0.0, 1.0, -1.0], (m1, m2))
     out = Predictive(matrix_completion, num_samples=n_draws, return_sites=["M", "N"])(
-        jax.random.key(0), r, K, Discrete(C=C, p=p, eps=eps))
+        jax.random.key(0), r, K, Discrete(C=C, p=p, eps=eps)
+    )
     M = np.asarray(out["M"], dtype=np.float64)
     N = np.asarray(out["N"], dtype=np.float64)
     assert M.shape == (n_draws, m1, K) and N.shape == (n_draws, m2, K)
@@ -289,12 +312,17 @@ def test_discrete_prior_samples_column_variance_mixture():
 
     def check(freq, P, what):
         se = math.sqrt(P * (1 - P) / n)
-        assert abs(freq - P) < 5 * se, f"{what}: {freq:.5f} vs exact {P:.5f} ({(freq - P) / se:+.2f} SE)"
+        assert abs(freq - P) < 5 * se, (
+            f"{what}: {freq:.5f} vs exact {P:.5f} ({(freq - P) / se:+.2f} SE)"
+        )
 
     check(np.mean(vM > t), p * sf(m1, C) + (1 - p) * sf(m1, eps), "P(M column is slab-like)")
     check(np.mean(vN > t), p * sf(m2, C) + (1 - p) * sf(m2, eps), "P(N column is slab-like)")
-    check(np.mean((vM > t) & (vN > t)),
-          p * sf(m1, C) * sf(m2, C) + (1 - p) * sf(m1, eps) * sf(m2, eps), "P(both slab-like)")
+    check(
+        np.mean((vM > t) & (vN > t)),
+        p * sf(m1, C) * sf(m2, C) + (1 - p) * sf(m1, eps) * sf(m2, eps),
+        "P(both slab-like)",
+    )
     # the entry variance is the mixture p C + (1-p) eps; SE from the exact variance of vM
     mean_v = p * C + (1 - p) * eps
     ev2 = (p * C**2 + (1 - p) * eps**2) * (1 + 2 / m1)  # E[(S/m)^2] for S/g ~ chi2_m
@@ -323,8 +351,12 @@ def test_discrete_log_density_gradient_is_finite(tiny_ratings, x64_on):
             N = jnp.asarray(scale * rng.uniform(-2, 2, (r.shape[1], 2)), dt)
             val, (gM, gN) = vg(M, N)
             assert np.isfinite(float(val))
-            assert np.all(np.isfinite(np.asarray(gM))), f"scale {scale}: d log p / dM not finite: {gM}"
-            assert np.all(np.isfinite(np.asarray(gN))), f"scale {scale}: d log p / dN not finite: {gN}"
+            assert np.all(np.isfinite(np.asarray(gM))), (
+                f"scale {scale}: d log p / dM not finite: {gM}"
+            )
+            assert np.all(np.isfinite(np.asarray(gN))), (
+                f"scale {scale}: d log p / dN not finite: {gN}"
+            )
 
 
 # ----------------------------------------------------------------------------- inference smoke runs
@@ -339,11 +371,17 @@ SMOKE_PRIORS = [
     pytest.param(InverseGamma(), id="inverse-gamma", marks=pytest.mark.slow),
 ]
 
+
 @pytest.mark.parametrize("prior", SMOKE_PRIORS)
 def test_runs_under_nuts(tiny_ratings, prior):
     K, ns = 2, 100
     # max_tree_depth bounds the cost on this tiny, badly identified posterior
-    mcmc = MCMC(NUTS(matrix_completion, max_tree_depth=5), num_warmup=100, num_samples=ns, progress_bar=False)
+    mcmc = MCMC(
+        NUTS(matrix_completion, max_tree_depth=5),
+        num_warmup=100,
+        num_samples=ns,
+        progress_bar=False,
+    )
     mcmc.run(jax.random.key(0), tiny_ratings, K, prior)
     s = mcmc.get_samples()
     m1, m2 = tiny_ratings.shape

@@ -111,8 +111,15 @@ class LogScalePosterior:
         return np.exp(np.interp(np.asarray(p, dtype=np.float64), c, self.t))
 
 
-def assert_draws_match(draws, post: LogScalePosterior, *, n_se: float = 5.0, label: str = "",
-                       check_var: bool = True, probs=(0.01, 0.1, 0.5, 0.9, 0.99)) -> None:
+def assert_draws_match(
+    draws,
+    post: LogScalePosterior,
+    *,
+    n_se: float = 5.0,
+    label: str = "",
+    check_var: bool = True,
+    probs=(0.01, 0.1, 0.5, 0.9, 0.99),
+) -> None:
     """Compare Monte Carlo draws with the quadrature reference: mean, variance and CDF
     values, each within ``n_se`` Monte Carlo standard errors.
 

@@ -77,7 +77,9 @@ def test_sample_tau_is_the_gamma_conditional(temper):
     z_m, z_v = _z_mean_var(tau, *_gamma_moments(shape, rate))
     z = np.concatenate([z_m, z_v])
     zc = _z_crit(z.size)
-    assert np.max(np.abs(z)) < zc, f"temper={temper}: z(mean) {np.round(z_m, 2)}, z(var) {np.round(z_v, 2)}"
+    assert np.max(np.abs(z)) < zc, (
+        f"temper={temper}: z(mean) {np.round(z_m, 2)}, z(var) {np.round(z_v, 2)}"
+    )
     # power: shape a + t n (no 1/2), and the untempered conditional when t < 1
     wrong = [(lik.a + temper * n, rate)]
     if temper < 1:
@@ -94,7 +96,9 @@ def test_sample_variance_is_the_inverse_gamma_conditional(a, b, m):
     key = jax.random.key(32)
     s2 = biases.sample_variance(key, _batch(sumsq), m)
     assert s2.shape == (N_DRAWS, sumsq.size) and s2.dtype == jnp.float64
-    np.testing.assert_array_equal(np.asarray(biases.sample_variance(key, _batch(sumsq), m)), np.asarray(s2))
+    np.testing.assert_array_equal(
+        np.asarray(biases.sample_variance(key, _batch(sumsq), m)), np.asarray(s2)
+    )
     s2 = np.asarray(s2)
     assert np.all(s2 > 0) and np.all(np.isfinite(s2))
     alpha, beta = a + 0.5 * m, b + 0.5 * sumsq
@@ -102,6 +106,8 @@ def test_sample_variance_is_the_inverse_gamma_conditional(a, b, m):
     z_m, z_v = _z_mean_var(s2, *_invgamma_moments(alpha, beta))
     z = np.concatenate([z_m, z_v])
     zc = _z_crit(z.size)
-    assert np.max(np.abs(z)) < zc, f"a={a} b={b} m={m}: z(mean) {np.round(z_m, 2)}, z(var) {np.round(z_v, 2)}"
+    assert np.max(np.abs(z)) < zc, (
+        f"a={a} b={b} m={m}: z(mean) {np.round(z_m, 2)}, z(var) {np.round(z_v, 2)}"
+    )
     z_m, _ = _z_mean_var(s2, *_invgamma_moments(a + m, beta))  # power: shape a + m
     assert np.max(np.abs(z_m)) > 2 * zc

@@ -40,9 +40,13 @@ def _draws(prior, S_values, d, seed, n=N_DRAWS):
     g = np.asarray(g)
     small = S[:1000]
     first = np.asarray(prior.sample_conditional(jax.random.key(seed), small, d))
-    np.testing.assert_array_equal(np.asarray(prior.sample_conditional(jax.random.key(seed), small, d)), first)
+    np.testing.assert_array_equal(
+        np.asarray(prior.sample_conditional(jax.random.key(seed), small, d)), first
+    )
     if np.unique(g).size > 1:
-        assert not np.array_equal(np.asarray(prior.sample_conditional(jax.random.key(seed + 1000), small, d)), first)
+        assert not np.array_equal(
+            np.asarray(prior.sample_conditional(jax.random.key(seed + 1000), small, d)), first
+        )
     return g
 
 
@@ -57,7 +61,12 @@ def test_quadrature_helper_matches_inverse_gamma_closed_form():
         np.testing.assert_allclose(post.var, ref.var(), rtol=1e-8)
         for p in (0.01, 0.5, 0.99):
             np.testing.assert_allclose(post.cdf(ref.ppf(p)), p, atol=1e-8)
-        log_z = a * math.log(b) - math.lgamma(a) + math.lgamma(a + d / 2) - (a + d / 2) * math.log(b + S / 2)
+        log_z = (
+            a * math.log(b)
+            - math.lgamma(a)
+            + math.lgamma(a + d / 2)
+            - (a + d / 2) * math.log(b + S / 2)
+        )
         np.testing.assert_allclose(post.log_z, log_z, rtol=1e-10, atol=1e-8)
 
 
@@ -151,7 +160,9 @@ def test_column_scale_precision_is_inverse_gaussian(beta, S, d):
     g = post.quantile([0.001, 0.1, 0.5, 0.9, 0.999])
     x = 1.0 / g
     log_q_x = post.log_density(g) - 2.0 * np.log(x)  # change of variables g -> 1/g
-    np.testing.assert_allclose(st.invgauss.logpdf(x, mu / lam, scale=lam), log_q_x, rtol=1e-8, atol=1e-7)
+    np.testing.assert_allclose(
+        st.invgauss.logpdf(x, mu / lam, scale=lam), log_q_x, rtol=1e-8, atol=1e-7
+    )
 
 
 @pytest.mark.parametrize("beta, S", [(1.0, 1e-6), (22.0, 1e-8), (100.0, 1e-9)])
@@ -250,7 +261,9 @@ def test_discrete_float32_large_d():
     C, p, eps, d = 1.0, 0.05, 0.05, 12000
     S = _S_at_logit(0.0, d, p, C, eps)
     n = N_DRAWS
-    g = Discrete(C=C, p=p, eps=eps).sample_conditional(jax.random.key(5), jnp.full((n,), S, jnp.float32), d)
+    g = Discrete(C=C, p=p, eps=eps).sample_conditional(
+        jax.random.key(5), jnp.full((n,), S, jnp.float32), d
+    )
     assert g.dtype == jnp.float32
     g = np.asarray(g)
     assert np.all((g == np.float32(C)) | (g == np.float32(eps)))
@@ -258,7 +271,9 @@ def test_discrete_float32_large_d():
     assert abs(np.mean(g == np.float32(C)) - P) < 5 * math.sqrt(P * (1 - P) / n) + 2e-3
 
 
-@pytest.mark.parametrize("prior", [Fixed(), InverseGamma(), Gamma(), Discrete()], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "prior", [Fixed(), InverseGamma(), Gamma(), Discrete()], ids=lambda p: p.name
+)
 def test_conditional_is_jittable(prior):
     """Under ``jax.jit`` with ``d`` static (how the Gibbs sweep calls it), default float32."""
     f = jax.jit(prior.sample_conditional, static_argnums=2)

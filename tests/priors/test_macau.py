@@ -14,7 +14,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import pytest
 from numpyro import handlers
 from numpyro.infer.util import log_density
@@ -69,7 +68,9 @@ def test_b_conditional_mean_and_covariance_are_the_dense_formula():
 
     A = X.T @ X + lam * np.eye(F)
     mean = np.linalg.solve(A, X.T @ (Mf - mu[None, :]))
-    np.testing.assert_allclose(np.asarray(draw(jnp.zeros(F * K))).reshape(F, K), mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(draw(jnp.zeros(F * K))).reshape(F, K), mean, rtol=1e-9, atol=1e-12
+    )
     J = np.asarray(jax.jacfwd(draw)(jnp.zeros(F * K)))
     cov = np.kron(np.linalg.inv(A), np.linalg.inv(Lam))
     np.testing.assert_allclose(J @ J.T, cov, rtol=1e-9, atol=1e-12)
@@ -88,15 +89,27 @@ def test_normal_wishart_given_the_link_is_the_dense_formula():
     X, link, Mf, mu, Lam, B = _problem()
     lam, beta0, nu0, W0_scale = 0.7, 2.0, K + 1.0, 0.5
     Bt = np.asarray(link["V"]).T @ B
-    out = macau.nw_link_conditional(link, jnp.asarray(Bt), lam, jnp.asarray(Mf.sum(0)), jnp.asarray(Mf.T @ Mf),
-                                    jnp.asarray(_Gt(link, X, Mf)), M, beta0, nu0, jnp.eye(K) / W0_scale)
+    out = macau.nw_link_conditional(
+        link,
+        jnp.asarray(Bt),
+        lam,
+        jnp.asarray(Mf.sum(0)),
+        jnp.asarray(Mf.T @ Mf),
+        jnp.asarray(_Gt(link, X, Mf)),
+        M,
+        beta0,
+        nu0,
+        jnp.eye(K) / W0_scale,
+    )
     mu_star, beta_star, nu_star, Winv = (np.asarray(v) for v in out)
     E = Mf - X @ B
     ebar = E.mean(0)
     S = (E - ebar).T @ (E - ebar)
     assert float(beta_star) == beta0 + M and float(nu_star) == nu0 + M + F
     np.testing.assert_allclose(mu_star, E.sum(0) / (beta0 + M), rtol=1e-9, atol=1e-12)
-    expected = np.eye(K) / W0_scale + S + beta0 * M / (beta0 + M) * np.outer(ebar, ebar) + lam * B.T @ B
+    expected = (
+        np.eye(K) / W0_scale + S + beta0 * M / (beta0 + M) * np.outer(ebar, ebar) + lam * B.T @ B
+    )
     np.testing.assert_allclose(Winv, expected, rtol=1e-9, atol=1e-12)
 
 
@@ -112,16 +125,27 @@ def test_engine_hooks_are_the_dense_formulas(wide):
         B = rng.normal(size=(X.shape[1], K))
     m2 = 5
     rows, cols = np.divmod(np.arange(M * m2), m2)
-    data = bmc.RatingData(rows, cols, rng.normal(size=rows.size), (M, m2),
-                          row_features=bmc.data.Features.from_dense(X))
+    data = bmc.RatingData(
+        rows,
+        cols,
+        rng.normal(size=rows.size),
+        (M, m2),
+        row_features=bmc.data.Features.from_dense(X),
+    )
     prior = bmc.priors.NormalWishart(row_features=True)
     links = prior.gibbs_links(data, jnp.float64)
     assert not any(k.startswith("N/") for k in links)
     assert ("M/XV" in links) == wide
     assert links["M/Vr"].shape[1] == (M if wide else F - 1)  # the rank of X (tall: X^T X singular)
     V = np.asarray(links["M/V"])
-    state = {"mu_M": mu[None], "Lambda_M": Lam[None], "Bt_M": (V.T @ B)[None], "lam_B_M": np.ones(1),
-             "mu_N": np.zeros((1, K)), "Lambda_N": np.eye(K)[None]}
+    state = {
+        "mu_M": mu[None],
+        "Lambda_M": Lam[None],
+        "Bt_M": (V.T @ B)[None],
+        "lam_B_M": np.ones(1),
+        "mu_N": np.zeros((1, K)),
+        "Lambda_N": np.eye(K)[None],
+    }
     state = jax.tree.map(jnp.asarray, state)
     (PM, sM), (PN, sN) = prior.link_row_priors(state, links, M, m2)
     np.testing.assert_allclose(np.asarray(sM[0]), (mu[None] + X @ B) @ Lam, rtol=1e-9, atol=1e-12)
@@ -139,8 +163,14 @@ def _data(with_features=True):
     m1, m2 = 12, 9
     rows, cols = np.nonzero(rng.random((m1, m2)) < 0.5)
     rf = bmc.data.Features.from_dense(rng.normal(size=(m1, 3))) if with_features else None
-    cf = bmc.data.Features.from_dense(rng.integers(0, 2, size=(m2, 4)).astype(float)) if with_features else None
-    return bmc.RatingData(rows, cols, rng.normal(size=rows.size), (m1, m2), row_features=rf, col_features=cf)
+    cf = (
+        bmc.data.Features.from_dense(rng.integers(0, 2, size=(m2, 4)).astype(float))
+        if with_features
+        else None
+    )
+    return bmc.RatingData(
+        rows, cols, rng.normal(size=rows.size), (m1, m2), row_features=rf, col_features=cf
+    )
 
 
 def test_a_linked_sweep_runs_and_keeps_b_only_with_the_factors():
@@ -152,13 +182,18 @@ def test_a_linked_sweep_runs_and_keeps_b_only_with_the_factors():
     for _ in range(3):
         state = gibbs.step(state, problem, prior)
     gibbs.check_failure(state)
-    assert state.prior_state["Bt_M"].shape == (2, 12, 2) and state.prior_state["lam_B_N"].shape == (2,)
+    assert state.prior_state["Bt_M"].shape == (2, 12, 2) and state.prior_state["lam_B_N"].shape == (
+        2,
+    )
     plain = gibbs.draws(state, problem)
     assert "Bt_M" not in plain and "B_M" not in plain and "lam_B_M" in plain
     stored = gibbs.draws(state, problem, store_factors=True)
     assert stored["B_N"].shape == (2, 16, 2) and "Bt_N" not in stored
-    np.testing.assert_allclose(np.asarray(stored["B_N"]),
-                               np.einsum("fg,cgk->cfk", problem.links["N/V"], state.prior_state["Bt_N"]), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(stored["B_N"]),
+        np.einsum("fg,cgk->cfk", problem.links["N/V"], state.prior_state["Bt_N"]),
+        rtol=1e-12,
+    )
 
 
 def test_feature_specifications_are_checked():
@@ -181,11 +216,16 @@ def test_feature_specifications_are_checked():
 
 def test_a_prior_holding_a_table_stays_a_static_argument():
     table = _data().row_features
-    a, b = bmc.priors.NormalWishart(row_features=table), bmc.priors.NormalWishart(row_features=table)
+    a, b = (
+        bmc.priors.NormalWishart(row_features=table),
+        bmc.priors.NormalWishart(row_features=table),
+    )
     assert a == b and hash(a) == hash(b)
     assert a != bmc.priors.NormalWishart(row_features=True)
     assert a.row_features.features is table
-    assert a.linked_sides == ("M",) and bmc.priors.NormalWishart(implicit="cols").linked_sides == ("N",)
+    assert a.linked_sides == ("M",) and bmc.priors.NormalWishart(implicit="cols").linked_sides == (
+        "N",
+    )
     assert bmc.priors.NormalWishart().hyperparameters() == {"beta0": 2.0, "W0_scale": 1.0}
 
 
@@ -199,10 +239,15 @@ def test_numpyro_statements_of_the_link():
     tr = handlers.trace(handlers.seed(matrix_completion, 0)).get_trace(data, K, prior)
     assert tr["B_M"]["value"].shape == (3, K) and tr["B_N"]["value"].shape == (12, K)
     assert tr["lam_B_M"]["value"].shape == ()
-    params = {k: v["value"] for k, v in tr.items() if v["type"] == "sample" and not v["is_observed"]}
+    params = {
+        k: v["value"] for k, v in tr.items() if v["type"] == "sample" and not v["is_observed"]
+    }
     lp, _ = log_density(matrix_completion, (data, K, prior), {}, params)
     expected = 0.0
-    Xs = {"M": data.row_features.to_dense(), "N": bmc.data.implicit_features(data, "cols").to_dense()}
+    Xs = {
+        "M": data.row_features.to_dense(),
+        "N": bmc.data.implicit_features(data, "cols").to_dense(),
+    }
     for side in ("M", "N"):
         p = {k: np.asarray(params[f"{k}_{side}"]) for k in ("Lambda", "mu", "lam_B", "B")}
         Lam, cov = p["Lambda"], np.linalg.inv(p["Lambda"])
@@ -211,7 +256,10 @@ def test_numpyro_statements_of_the_link():
         expected += stats.gamma(1.0, scale=1.0).logpdf(p["lam_B"])
         expected += stats.multivariate_normal(np.zeros(K), cov / p["lam_B"]).logpdf(p["B"]).sum()
         loc = p["mu"] + Xs[side] @ p["B"]
-        expected += sum(stats.multivariate_normal(l, cov).logpdf(x) for l, x in zip(loc, np.asarray(params[side])))
+        expected += sum(
+            stats.multivariate_normal(mean, cov).logpdf(x)
+            for mean, x in zip(loc, np.asarray(params[side]))
+        )
     theta = np.sum(np.asarray(params["M"])[data.rows] * np.asarray(params["N"])[data.cols], axis=-1)
     expected += stats.norm(theta, 1.0).logpdf(data.values).sum()
     np.testing.assert_allclose(float(lp), expected, rtol=1e-9)
@@ -228,6 +276,15 @@ def test_paths_without_the_link_refuse_a_linked_prior():
 @pytest.mark.slow
 def test_nuts_samples_the_linked_model():
     """NUTS runs on the link's NumPyro statements (sites B_M, lam_B_M)."""
-    fit = bmc.fit(_data(), K=2, prior=bmc.priors.NormalWishart(row_features=True), method="nuts",
-                  num_warmup=20, num_samples=10, num_chains=1, progress_bar=False, seed=0)
+    fit = bmc.fit(
+        _data(),
+        K=2,
+        prior=bmc.priors.NormalWishart(row_features=True),
+        method="nuts",
+        num_warmup=20,
+        num_samples=10,
+        num_chains=1,
+        progress_bar=False,
+        seed=0,
+    )
     assert np.all(np.isfinite(fit.predict(np.array([0, 1]), np.array([0, 1]))))

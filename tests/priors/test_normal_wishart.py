@@ -63,7 +63,9 @@ def draws():
     with jax.enable_x64(True):
         Winv = jnp.asarray(np.linalg.inv(W))
         keys = jax.random.split(jax.random.key(20240), N_DRAWS)
-        mu, Lam = jax.jit(jax.vmap(lambda k: wishart_draw(k, Winv, NU, BETA, jnp.asarray(MU0))))(keys)
+        mu, Lam = jax.jit(jax.vmap(lambda k: wishart_draw(k, Winv, NU, BETA, jnp.asarray(MU0))))(
+            keys
+        )
         assert mu.dtype == jnp.float64 and Lam.dtype == jnp.float64
         # same key, same draw (up to the rounding of jit/vmap's operation order, a few
         # eps for these K-term products); beta=None returns Lambda alone
@@ -144,7 +146,9 @@ def test_nw_posterior_equals_textbook_formula(x64, m, k, offset):
     W0_inv = A @ A.T + 0.5 * np.eye(k)
     beta0, nu0 = 2.5, k + 1.5
     s1, s2 = bmc.priors.NormalWishart().factor_stats(jnp.asarray(X))
-    mu, beta, nu, Winv = (np.asarray(v) for v in nw_posterior(s1, s2, m, beta0, nu0, jnp.asarray(W0_inv)))
+    mu, beta, nu, Winv = (
+        np.asarray(v) for v in nw_posterior(s1, s2, m, beta0, nu0, jnp.asarray(W0_inv))
+    )
     mu_t, beta_t, nu_t, Winv_t = _textbook(X, beta0, nu0, W0_inv)
     assert float(beta) == beta_t and float(nu) == nu_t
     assert Winv.dtype == np.float64
@@ -165,34 +169,42 @@ def test_gibbs_update_is_wishart_draw_of_nw_posterior(x64):
     rng = np.random.default_rng(1)
     m1, m2, k = 9, 6, 3
     Mf, Nf = jnp.asarray(rng.normal(size=(m1, k))), jnp.asarray(rng.normal(size=(m2, k)))
-    for prior in (bmc.priors.NormalWishart(beta0=3.0, W0_scale=0.4), bmc.priors.NormalWishart(nu0=5.5)):
+    for prior in (
+        bmc.priors.NormalWishart(beta0=3.0, W0_scale=0.4),
+        bmc.priors.NormalWishart(nu0=5.5),
+    ):
         key = jax.random.key(5)
         out = prior.gibbs_update(key, prior.factor_stats(Mf), prior.factor_stats(Nf), m1, m2)
         nu0 = float(k) if prior.nu0 is None else prior.nu0
         W0_inv = jnp.eye(k) / prior.W0_scale
         for side, F, m, kk in zip("MN", (Mf, Nf), (m1, m2), jax.random.split(key)):
-            mu_s, beta_s, nu_s, Winv = nw_posterior(*prior.factor_stats(F), m, prior.beta0, nu0, W0_inv)
+            mu_s, beta_s, nu_s, Winv = nw_posterior(
+                *prior.factor_stats(F), m, prior.beta0, nu0, W0_inv
+            )
             mu, Lam = wishart_draw(kk, Winv, nu_s, beta_s, mu_s)
             np.testing.assert_array_equal(np.asarray(out[f"mu_{side}"]), np.asarray(mu))
             np.testing.assert_array_equal(np.asarray(out[f"Lambda_{side}"]), np.asarray(Lam))
 
 
 # ----------------------------------------------------------------------------- validation
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(beta0=0.0), "beta0 must be finite and > 0"),
-    (dict(beta0=-1.0), "beta0 must be finite and > 0"),
-    (dict(beta0=float("nan")), "beta0 must be finite and > 0"),
-    (dict(beta0=float("inf")), "beta0 must be finite and > 0"),
-    (dict(beta0="2"), "beta0 must be a real number"),
-    (dict(W0_scale=0.0), "W0_scale must be finite and > 0"),
-    (dict(W0_scale=-2.0), "W0_scale must be finite and > 0"),
-    (dict(W0_scale=float("nan")), "W0_scale must be finite and > 0"),
-    (dict(nu0=0.0), "nu0 must be finite and > K - 1"),
-    (dict(nu0=-1.0), "nu0 must be finite and > K - 1"),
-    (dict(nu0=float("inf")), "nu0 must be finite and > K - 1"),
-    (dict(nu0=float("nan")), "nu0 must be finite and > K - 1"),
-    (dict(nu0=True), "nu0 must be a real number"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(beta0=0.0), "beta0 must be finite and > 0"),
+        (dict(beta0=-1.0), "beta0 must be finite and > 0"),
+        (dict(beta0=float("nan")), "beta0 must be finite and > 0"),
+        (dict(beta0=float("inf")), "beta0 must be finite and > 0"),
+        (dict(beta0="2"), "beta0 must be a real number"),
+        (dict(W0_scale=0.0), "W0_scale must be finite and > 0"),
+        (dict(W0_scale=-2.0), "W0_scale must be finite and > 0"),
+        (dict(W0_scale=float("nan")), "W0_scale must be finite and > 0"),
+        (dict(nu0=0.0), "nu0 must be finite and > K - 1"),
+        (dict(nu0=-1.0), "nu0 must be finite and > K - 1"),
+        (dict(nu0=float("inf")), "nu0 must be finite and > K - 1"),
+        (dict(nu0=float("nan")), "nu0 must be finite and > K - 1"),
+        (dict(nu0=True), "nu0 must be a real number"),
+    ],
+)
 def test_bad_hyperparameters_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         bmc.priors.NormalWishart(**kwargs)
@@ -206,12 +218,15 @@ def test_degrees_checks_nu0_against_K():
             bmc.priors.NormalWishart(nu0=nu0).degrees(3)
 
 
-@pytest.mark.parametrize("method, kw", [
-    ("gibbs", dict(num_warmup=1, num_samples=2, thinning=1)),
-    ("vb", dict(max_iter=2)),
-    ("nuts", dict(num_warmup=2, num_samples=2, thinning=1)),
-    ("map", dict(num_steps=2)),
-])
+@pytest.mark.parametrize(
+    "method, kw",
+    [
+        ("gibbs", dict(num_warmup=1, num_samples=2, thinning=1)),
+        ("vb", dict(max_iter=2)),
+        ("nuts", dict(num_warmup=2, num_samples=2, thinning=1)),
+        ("map", dict(num_steps=2)),
+    ],
+)
 def test_nu0_at_most_K_minus_1_is_refused_at_fit_time(method, kw):
     """nu0 = 2 is a valid prior for K <= 2 but not for K = 3 (nu0 must exceed K - 1)."""
     train = bmc.datasets.simulate_paper(12, seed=0).train

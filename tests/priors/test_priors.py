@@ -17,8 +17,15 @@ from bmczoo.priors import Discrete, Fixed, Gamma, InverseGamma, Prior, get_prior
 
 # ----------------------------------------------------------------------------- construction
 # (class, field) pairs of every positive hyper-parameter
-FIELDS = [(Fixed, "gamma"), (InverseGamma, "a"), (InverseGamma, "b"), (Gamma, "beta"),
-          (Discrete, "C"), (Discrete, "p"), (Discrete, "eps")]
+FIELDS = [
+    (Fixed, "gamma"),
+    (InverseGamma, "a"),
+    (InverseGamma, "b"),
+    (Gamma, "beta"),
+    (Discrete, "C"),
+    (Discrete, "p"),
+    (Discrete, "eps"),
+]
 FIELD_IDS = [f"{cls.__name__}.{f}" for cls, f in FIELDS]
 
 BAD_SCALARS = {
@@ -109,8 +116,15 @@ def test_array_scalar_hyperparameter_is_rejected_or_hashable(value):
 # ----------------------------------------------------------------------------- registry
 @pytest.mark.parametrize(
     "name, cls",
-    [("fixed", Fixed), ("inverse-gamma", InverseGamma), ("inverse_gamma", InverseGamma),
-     ("Inverse-Gamma", InverseGamma), ("gamma", Gamma), ("GAMMA", Gamma), ("discrete", Discrete)],
+    [
+        ("fixed", Fixed),
+        ("inverse-gamma", InverseGamma),
+        ("inverse_gamma", InverseGamma),
+        ("Inverse-Gamma", InverseGamma),
+        ("gamma", Gamma),
+        ("GAMMA", Gamma),
+        ("discrete", Discrete),
+    ],
 )
 def test_get_prior_by_name(name, cls):
     p = get_prior(name)
@@ -140,7 +154,12 @@ def test_names_are_unique_and_exposed():
 
 
 # ----------------------------------------------------------------------------- frozen / hashable
-ALL = [Fixed(gamma=0.5), InverseGamma(a=2.0, b=0.3), Gamma(beta=7.0), Discrete(C=2.0, p=0.1, eps=0.01)]
+ALL = [
+    Fixed(gamma=0.5),
+    InverseGamma(a=2.0, b=0.3),
+    Gamma(beta=7.0),
+    Discrete(C=2.0, p=0.1, eps=0.01),
+]
 IDS = [p.name for p in ALL]
 
 
@@ -182,16 +201,22 @@ def test_prior_is_a_valid_jit_static_argument(prior):
 def test_inverse_gamma_log_prob(x64):
     a, b = 2.5, 0.3
     g = np.array([1e-3, 0.1, 1.0, 40.0])
-    np.testing.assert_allclose(InverseGamma(a=a, b=b).log_prob(jnp.asarray(g), 50),
-                               st.invgamma.logpdf(g, a, scale=b), rtol=1e-12)
+    np.testing.assert_allclose(
+        InverseGamma(a=a, b=b).log_prob(jnp.asarray(g), 50),
+        st.invgamma.logpdf(g, a, scale=b),
+        rtol=1e-12,
+    )
 
 
 @pytest.mark.parametrize("d", [11, 2625, 12000])
 def test_gamma_log_prob_uses_shape_d_plus_1_over_2(x64, d):
     beta = 3.0
     g = np.array([1e-2, 0.5, 1.0, (d + 1) / beta**2, 3 * d / beta**2])
-    np.testing.assert_allclose(Gamma(beta=beta).log_prob(jnp.asarray(g), d),
-                               st.gamma.logpdf(g, (d + 1) / 2, scale=2 / beta**2), rtol=1e-11)
+    np.testing.assert_allclose(
+        Gamma(beta=beta).log_prob(jnp.asarray(g), d),
+        st.gamma.logpdf(g, (d + 1) / 2, scale=2 / beta**2),
+        rtol=1e-11,
+    )
 
 
 def test_discrete_log_prob_is_a_pmf(x64):
@@ -207,7 +232,9 @@ def test_fixed_log_prob_is_a_point_mass():
     assert lp[0] == 0.0 and np.all(lp[1:] == -np.inf)
 
 
-@pytest.mark.parametrize("prior", [InverseGamma(a=2.0, b=0.3), Gamma(beta=2.0)], ids=["inverse-gamma", "gamma"])
+@pytest.mark.parametrize(
+    "prior", [InverseGamma(a=2.0, b=0.3), Gamma(beta=2.0)], ids=["inverse-gamma", "gamma"]
+)
 def test_continuous_log_prob_integrates_to_one(x64, prior):
     d = 8
     t = np.linspace(-30, 30, 200_001)  # integrate on log scale
@@ -216,8 +243,11 @@ def test_continuous_log_prob_integrates_to_one(x64, prior):
 
 
 # ----------------------------------------------------------------------------- init_gamma
-@pytest.mark.parametrize("prior", ALL + [InverseGamma(a=1e-3, b=1e-6), Gamma(beta=0.01)],
-                         ids=IDS + ["inverse-gamma-tiny", "gamma-small-beta"])
+@pytest.mark.parametrize(
+    "prior",
+    ALL + [InverseGamma(a=1e-3, b=1e-6), Gamma(beta=0.01)],
+    ids=IDS + ["inverse-gamma-tiny", "gamma-small-beta"],
+)
 @pytest.mark.parametrize("d", [11, 12000])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_init_gamma(x64, prior, d, dtype):

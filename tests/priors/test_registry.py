@@ -184,24 +184,50 @@ def _copy_with_probe(tmp_path) -> Path:
 
 def test_new_prior_module_end_to_end(tmp_path):
     dst = _copy_with_probe(tmp_path)
-    env = {"PYTHONPATH": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAX_PLATFORMS": "cpu",
-           "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp_path / "mpl"), "HOME": str(tmp_path)}
+    env = {
+        "PYTHONPATH": str(tmp_path),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "JAX_PLATFORMS": "cpu",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": str(tmp_path / "mpl"),
+        "HOME": str(tmp_path),
+    }
     # the suite's compile options and compilation cache (tests/conftest.py) carry over
-    env.update({k: v for k, v in os.environ.items() if k == "XLA_FLAGS" or k.startswith(("JAX_COMPILATION_CACHE",
-                                                                                           "JAX_PERSISTENT_CACHE"))})
+    env.update(
+        {
+            k: v
+            for k, v in os.environ.items()
+            if k == "XLA_FLAGS" or k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))
+        }
+    )
     code = CHECKS.replace("# EXPERIMENTS\n", EXPERIMENTS)
     assert "run_grid" in code
     cli = ["fit", "--data", "sim:30", "--prior", "probe-point", "-K", "2", "--quiet"]
     runs = {
         "python": [sys.executable, "-c", code, str(dst), str(tmp_path)],
-        "cli gibbs": [sys.executable, "-m", "bmczoo", *cli, "--method", "gibbs", "--num-warmup", "5",
-                      "--num-samples", "20", "--thinning", "1"],
+        "cli gibbs": [
+            sys.executable,
+            "-m",
+            "bmczoo",
+            *cli,
+            "--method",
+            "gibbs",
+            "--num-warmup",
+            "5",
+            "--num-samples",
+            "20",
+            "--thinning",
+            "1",
+        ],
         "cli vb": [sys.executable, "-m", "bmczoo", *cli, "--method", "vb", "--max-iter", "10"],
     }
     # the three interpreters run side by side
-    procs = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                                    env=env)
-             for name, argv in runs.items()}
+    procs = {
+        name: subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
+        )
+        for name, argv in runs.items()
+    }
     outs = {name: (p.communicate(timeout=600), p.returncode) for name, p in procs.items()}
     for name, ((out, err), rc) in outs.items():
         assert rc == 0, f"{name}: exit {rc}\n{out[-2000:]}\n{err[-3000:]}"

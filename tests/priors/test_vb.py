@@ -60,7 +60,9 @@ def test_inverse_gamma_vb_matches_quadrature(x64, a, b, d, ES_values):
     for j, ES in enumerate(ES_values):
         post = LogScalePosterior(log_prior, ES, d)
         np.testing.assert_allclose(out.inv_mean[j], post.raw_moment(-1), rtol=RTOL_INV_MEAN)
-        np.testing.assert_allclose(out.log_normalizer[j], post.log_z, rtol=RTOL_LOGZ, atol=ATOL_LOGZ)
+        np.testing.assert_allclose(
+            out.log_normalizer[j], post.log_z, rtol=RTOL_LOGZ, atol=ATOL_LOGZ
+        )
         shape, scale = float(out.params["shape"][j]), float(out.params["scale"][j])
         # q = InvGamma(a + d/2, b + ES/2) -- including the prior b (the paper's VB drops it)
         np.testing.assert_allclose(shape, a + d / 2, rtol=1e-14)
@@ -80,7 +82,9 @@ def test_gamma_vb_matches_quadrature(x64, beta, d, ES_values):
     for j, ES in enumerate(ES_values):
         post = LogScalePosterior(log_prior, ES, d)
         np.testing.assert_allclose(out.inv_mean[j], post.raw_moment(-1), rtol=RTOL_INV_MEAN)
-        np.testing.assert_allclose(out.log_normalizer[j], post.log_z, rtol=RTOL_LOGZ, atol=ATOL_LOGZ)
+        np.testing.assert_allclose(
+            out.log_normalizer[j], post.log_z, rtol=RTOL_LOGZ, atol=ATOL_LOGZ
+        )
         # q(1/g) = InverseGaussian(mean ig_mean, shape ig_shape); scipy: invgauss(mean/shape, scale=shape)
         mu, lam = float(out.params["ig_mean"][j]), float(out.params["ig_shape"][j])
         np.testing.assert_allclose(mu, beta / math.sqrt(ES), rtol=1e-14)
@@ -88,7 +92,9 @@ def test_gamma_vb_matches_quadrature(x64, beta, d, ES_values):
         g = post.quantile([0.01, 0.5, 0.99])
         x = 1.0 / g  # precision; density of x is q_g(1/x) / x^2
         log_q_x = post.log_density(g) - 2.0 * np.log(x)
-        np.testing.assert_allclose(st.invgauss.logpdf(x, mu / lam, scale=lam), log_q_x, rtol=1e-8, atol=1e-7)
+        np.testing.assert_allclose(
+            st.invgauss.logpdf(x, mu / lam, scale=lam), log_q_x, rtol=1e-8, atol=1e-7
+        )
 
 
 # ----------------------------------------------------------------------------- discrete

@@ -33,10 +33,14 @@ def fit_checked(train, K, prior, method, dtype=jnp.float32, **kw):
     rows, cols = all_entries(train.shape)
     if method == "gibbs":
         kw = {"num_warmup": 10, "num_samples": 10, "thinning": 2, **kw}
-        fit = bmc.fit(train, K, prior, "gibbs", predict=(rows, cols), dtype=dtype, track=0, **FAST, **kw)
+        fit = bmc.fit(
+            train, K, prior, "gibbs", predict=(rows, cols), dtype=dtype, track=0, **FAST, **kw
+        )
         gamma = fit.samples["gamma"]
         assert gamma.dtype == jnp.dtype(dtype)
-        assert np.all(np.isfinite(gamma)) and np.all(gamma > 0), f"gamma draws {gamma.min()}..{gamma.max()}"
+        assert np.all(np.isfinite(gamma)) and np.all(gamma > 0), (
+            f"gamma draws {gamma.min()}..{gamma.max()}"
+        )
     else:
         kw = {"max_iter": 25, **kw}
         fit = bmc.fit(train, K, prior, "vb", dtype=dtype, **FAST, **kw)
@@ -50,7 +54,9 @@ def fit_checked(train, K, prior, method, dtype=jnp.float32, **kw):
     pred = fit.predict(rows, cols)
     assert pred.shape == (rows.size,)
     bad = ~np.isfinite(pred)
-    assert not bad.any(), f"{int(bad.sum())} non-finite predictions, first at entry {int(np.flatnonzero(bad)[0])}"
+    assert not bad.any(), (
+        f"{int(bad.sum())} non-finite predictions, first at entry {int(np.flatnonzero(bad)[0])}"
+    )
     return fit
 
 

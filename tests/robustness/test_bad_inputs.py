@@ -54,8 +54,13 @@ from ._helpers import paper_problem
 
 NAN, INF = float("nan"), float("inf")
 METHODS = ["gibbs", "vb", "svi", "nuts", "map"]
-_QUICK = {"gibbs": dict(num_warmup=1, num_samples=2, thinning=1), "nuts": dict(num_warmup=1, num_samples=2, thinning=1),
-          "vb": dict(max_iter=2), "svi": dict(num_steps=2), "map": dict(num_steps=2)}
+_QUICK = {
+    "gibbs": dict(num_warmup=1, num_samples=2, thinning=1),
+    "nuts": dict(num_warmup=1, num_samples=2, thinning=1),
+    "vb": dict(max_iter=2),
+    "svi": dict(num_steps=2),
+    "map": dict(num_steps=2),
+}
 
 
 def quick(method) -> dict:
@@ -90,8 +95,11 @@ FIT_ARGS = [case if len(case) == 3 else case + (ValueError,) for case in FIT_ARG
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("kw, pattern, error", FIT_ARGS,
-                         ids=[f"{k}={v!r}" for kw, _, _ in FIT_ARGS for k, v in kw.items()])
+@pytest.mark.parametrize(
+    "kw, pattern, error",
+    FIT_ARGS,
+    ids=[f"{k}={v!r}" for kw, _, _ in FIT_ARGS for k, v in kw.items()],
+)
 def test_fit_argument_errors_for_every_method(train, method, kw, pattern, error):
     kw = {"K": 2, **kw}
     with pytest.raises(error, match=pattern):
@@ -101,13 +109,15 @@ def test_fit_argument_errors_for_every_method(train, method, kw, pattern, error)
 @pytest.mark.parametrize("method", ["gibbs", "nuts"])
 @pytest.mark.parametrize(
     "kw, pattern",
-    [(dict(thinning=0), "thinning must be a positive integer"),
-     (dict(thinning=-2), "thinning must be a positive integer"),
-     (dict(num_samples=0), "num_samples must be a positive integer"),
-     (dict(num_samples=-1), "num_samples must be a positive integer"),
-     (dict(num_chains=0), "num_chains must be a positive integer"),
-     (dict(num_chains=-1), "num_chains must be a positive integer"),
-     (dict(num_warmup=-1), "num_warmup must be a non-negative integer")],
+    [
+        (dict(thinning=0), "thinning must be a positive integer"),
+        (dict(thinning=-2), "thinning must be a positive integer"),
+        (dict(num_samples=0), "num_samples must be a positive integer"),
+        (dict(num_samples=-1), "num_samples must be a positive integer"),
+        (dict(num_chains=0), "num_chains must be a positive integer"),
+        (dict(num_chains=-1), "num_chains must be a positive integer"),
+        (dict(num_warmup=-1), "num_warmup must be a non-negative integer"),
+    ],
 )
 def test_sampler_settings_for_mcmc_methods(train, method, kw, pattern):
     with pytest.raises(ValueError, match=pattern):
@@ -116,7 +126,10 @@ def test_sampler_settings_for_mcmc_methods(train, method, kw, pattern):
 
 @pytest.mark.parametrize("method", ["", "GIBBS", "hmc", None, 3])
 def test_unknown_method(train, method):
-    with pytest.raises(ValueError if isinstance(method, str) else TypeError, match=r"method must be one of \('gibbs', 'vb', 'svi', 'nuts', 'map'\)"):
+    with pytest.raises(
+        ValueError if isinstance(method, str) else TypeError,
+        match=r"method must be one of \('gibbs', 'vb', 'svi', 'nuts', 'map'\)",
+    ):
         bmc.fit(train, 2, method=method, **quick(method))
 
 
@@ -131,7 +144,9 @@ def test_test_data_of_another_shape_or_type(train, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_predict_argument_outside_the_shape(train, method):
-    with pytest.raises(ValueError, match=r"predict rows\[1\] = 12 is out of range for a dimension of size 12"):
+    with pytest.raises(
+        ValueError, match=r"predict rows\[1\] = 12 is out of range for a dimension of size 12"
+    ):
         bmc.fit(train, 2, method=method, predict=([0, 12], [0, 0]), **quick(method))
 
 
@@ -178,15 +193,17 @@ def test_fitted_rmse_rejects_test_of_another_shape(fitted):
 # --------------------------------------------------------------------------- priors by name
 @pytest.mark.parametrize(
     "name, hyper, pattern",
-    [("discrete", dict(eps=2.0), r"need 0 < eps < C"),
-     ("discrete", dict(p=1.0), r"p must be in \(0, 1\)"),
-     ("discrete", dict(p=0.0), "p must be finite and > 0"),
-     ("discrete", dict(C=NAN), "C must be finite and > 0"),
-     ("gamma", dict(beta=-1.0), "beta must be finite and > 0"),
-     ("gamma", dict(beta=INF), "beta must be finite and > 0"),
-     ("inverse-gamma", dict(b=0.0), "b must be finite and > 0"),
-     ("inverse-gamma", dict(a=NAN), "a must be finite and > 0"),
-     ("fixed", dict(gamma=-INF), "gamma must be finite and > 0")],
+    [
+        ("discrete", dict(eps=2.0), r"need 0 < eps < C"),
+        ("discrete", dict(p=1.0), r"p must be in \(0, 1\)"),
+        ("discrete", dict(p=0.0), "p must be finite and > 0"),
+        ("discrete", dict(C=NAN), "C must be finite and > 0"),
+        ("gamma", dict(beta=-1.0), "beta must be finite and > 0"),
+        ("gamma", dict(beta=INF), "beta must be finite and > 0"),
+        ("inverse-gamma", dict(b=0.0), "b must be finite and > 0"),
+        ("inverse-gamma", dict(a=NAN), "a must be finite and > 0"),
+        ("fixed", dict(gamma=-INF), "gamma must be finite and > 0"),
+    ],
 )
 def test_get_prior_validates_hyperparameters(name, hyper, pattern):
     with pytest.raises(ValueError, match=pattern):
@@ -196,21 +213,25 @@ def test_get_prior_validates_hyperparameters(name, hyper, pattern):
 # --------------------------------------------------------------------------- the NumPyro model
 @pytest.mark.parametrize(
     "kw, pattern",
-    [(dict(K=0), "K must be a positive integer"),
-     (dict(K=13), "K=13 is too large"),
-     (dict(lam=0.0), "lam must be finite and > 0"),
-     (dict(lam=None, noise_sd=-1.0), "noise_sd must be finite and > 0"),
-     (dict(prior="discrete"), "prior must be one of bmczoo.priors"),
-     (dict(ratings=np.ones(3)), "ratings must be a bmczoo.RatingData"),
-     (dict(subsample_size=0), "subsample_size must be a positive integer"),
-     (dict(subsample_size=2.5), "subsample_size must be a positive integer"),
-     (dict(subsample_size=30), "subsample_size=30 exceeds the number of ratings 29"),
-     (dict(observed="no"), "observed must be True or False"),
-     (dict(marginal=1), "marginal must be True or False")],
+    [
+        (dict(K=0), "K must be a positive integer"),
+        (dict(K=13), "K=13 is too large"),
+        (dict(lam=0.0), "lam must be finite and > 0"),
+        (dict(lam=None, noise_sd=-1.0), "noise_sd must be finite and > 0"),
+        (dict(prior="discrete"), "prior must be one of bmczoo.priors"),
+        (dict(ratings=np.ones(3)), "ratings must be a bmczoo.RatingData"),
+        (dict(subsample_size=0), "subsample_size must be a positive integer"),
+        (dict(subsample_size=2.5), "subsample_size must be a positive integer"),
+        (dict(subsample_size=30), "subsample_size=30 exceeds the number of ratings 29"),
+        (dict(observed="no"), "observed must be True or False"),
+        (dict(marginal=1), "marginal must be True or False"),
+    ],
 )
 def test_model_arguments(train, kw, pattern):
     args = {"ratings": train, "K": 2, "prior": Discrete(), **kw}
-    wrong_type = {"prior", "ratings", "observed", "marginal"} & set(kw) or kw.get("subsample_size") == 2.5
+    wrong_type = {"prior", "ratings", "observed", "marginal"} & set(kw) or kw.get(
+        "subsample_size"
+    ) == 2.5
     with pytest.raises(TypeError if wrong_type else ValueError, match=pattern):
         numpyro.handlers.trace(numpyro.handlers.seed(matrix_completion, 0)).get_trace(**args)
 
@@ -219,29 +240,84 @@ def test_model_arguments(train, kw, pattern):
 GOOD = {  # name -> (file name, two valid lines)
     "100k": ("u.data", "1\t2\t3\t881250949\n2\t2\t4\t881250950\n"),
     "1m": ("ratings.dat", "1::2::3::978300760\n2::2::4::978300761\n"),
-    "25m": ("ratings.csv", "userId,movieId,rating,timestamp\n1,2,3.5,1147880044\n2,2,4.0,1147880045\n"),
+    "25m": (
+        "ratings.csv",
+        "userId,movieId,rating,timestamp\n1,2,3.5,1147880044\n2,2,4.0,1147880045\n",
+    ),
 }
 
 CORRUPT = [  # (name, how, transformation of the good text, pattern)
-    ("100k", "cut-inside-rating", lambda t: t[: t.rindex("\t4\t") + 2], r"line 2: expected 4 fields separated by TAB, found 3"),
-    ("100k", "cut-after-separator", lambda t: t.rsplit("\t", 1)[0] + "\t", r"line 2, field 4: empty field"),
-    ("1m", "cut-inside-separator", lambda t: t.rsplit("::", 1)[0] + ":", r"line 2: expected 4 fields separated by '::'"),
-    ("1m", "cut-after-separator", lambda t: t.rsplit("::", 1)[0] + "::", r"line 2, field 4: empty field"),
-    ("25m", "cut-after-separator", lambda t: t.rsplit(",", 1)[0] + ",", r"line 3, field 4: empty field"),
-    ("25m", "cut-inside-rating", lambda t: t[: t.rindex("4.0") + 2], r"line 3: expected 4 fields separated by ',', found 3"),
+    (
+        "100k",
+        "cut-inside-rating",
+        lambda t: t[: t.rindex("\t4\t") + 2],
+        r"line 2: expected 4 fields separated by TAB, found 3",
+    ),
+    (
+        "100k",
+        "cut-after-separator",
+        lambda t: t.rsplit("\t", 1)[0] + "\t",
+        r"line 2, field 4: empty field",
+    ),
+    (
+        "1m",
+        "cut-inside-separator",
+        lambda t: t.rsplit("::", 1)[0] + ":",
+        r"line 2: expected 4 fields separated by '::'",
+    ),
+    (
+        "1m",
+        "cut-after-separator",
+        lambda t: t.rsplit("::", 1)[0] + "::",
+        r"line 2, field 4: empty field",
+    ),
+    (
+        "25m",
+        "cut-after-separator",
+        lambda t: t.rsplit(",", 1)[0] + ",",
+        r"line 3, field 4: empty field",
+    ),
+    (
+        "25m",
+        "cut-inside-rating",
+        lambda t: t[: t.rindex("4.0") + 2],
+        r"line 3: expected 4 fields separated by ',', found 3",
+    ),
     ("25m", "cut-in-header", lambda t: "userId,movieId,rat", r"line 1: unexpected header"),
     ("100k", "negative-user", lambda t: "-" + t, r"line 1: user id must be a non-negative integer"),
-    ("1m", "negative-movie", lambda t: t.replace("::2::4", "::-2::4"), r"line 2: movie id must be a non-negative integer"),
-    ("25m", "negative-user", lambda t: t.replace("\n2,", "\n-2,"), r"line 3: user id must be a non-negative integer"),
-    ("100k", "overflowing-rating", lambda t: t.replace("\t3\t", "\t1e400\t"), r"line 1: rating must be finite"),
-    ("1m", "nan-rating", lambda t: t.replace("::3::", "::nan::"), r"line 1: unexpected character 'n'"),
+    (
+        "1m",
+        "negative-movie",
+        lambda t: t.replace("::2::4", "::-2::4"),
+        r"line 2: movie id must be a non-negative integer",
+    ),
+    (
+        "25m",
+        "negative-user",
+        lambda t: t.replace("\n2,", "\n-2,"),
+        r"line 3: user id must be a non-negative integer",
+    ),
+    (
+        "100k",
+        "overflowing-rating",
+        lambda t: t.replace("\t3\t", "\t1e400\t"),
+        r"line 1: rating must be finite",
+    ),
+    (
+        "1m",
+        "nan-rating",
+        lambda t: t.replace("::3::", "::nan::"),
+        r"line 1: unexpected character 'n'",
+    ),
     ("25m", "inf-rating", lambda t: t.replace("3.5", "inf"), r"line 2: unexpected character 'i'"),
     ("100k", "huge-id", lambda t: "1" + "0" * 30 + t, r"line 1: user id must be an integer"),
     ("1m", "binary", lambda t: "\x00\x01\x02\x03garbage", r"line 1: unexpected character '\\x00'"),
 ]
 
 
-@pytest.mark.parametrize("name, how, edit, pattern", CORRUPT, ids=[f"{n}-{h}" for n, h, _, _ in CORRUPT])
+@pytest.mark.parametrize(
+    "name, how, edit, pattern", CORRUPT, ids=[f"{n}-{h}" for n, h, _, _ in CORRUPT]
+)
 def test_corrupt_or_truncated_rating_files(tmp_path, name, how, edit, pattern):
     filename, text = GOOD[name]
     path = tmp_path / filename
@@ -297,7 +373,9 @@ def test_corrupt_zip_given_as_path(tmp_path, name):
     empty = tmp_path / "empty.zip"
     with zipfile.ZipFile(empty, "w") as zf:
         zf.writestr("README", "no ratings")
-    with pytest.raises(ValueError, match=rf"empty\.zip: the archive has no member '{folder}/{filename}'"):
+    with pytest.raises(
+        ValueError, match=rf"empty\.zip: the archive has no member '{folder}/{filename}'"
+    ):
         load_movielens(name, empty)
 
 
@@ -357,8 +435,11 @@ def _connection_reset():
     raise ConnectionResetError("connection reset by peer")
 
 
-@pytest.mark.parametrize("fail, exc", [(_interrupt, KeyboardInterrupt), (_connection_reset, ConnectionResetError)],
-                         ids=["ctrl-c", "connection-reset"])
+@pytest.mark.parametrize(
+    "fail, exc",
+    [(_interrupt, KeyboardInterrupt), (_connection_reset, ConnectionResetError)],
+    ids=["ctrl-c", "connection-reset"],
+)
 def test_interrupted_download_leaves_no_cache_entry(tmp_path, monkeypatch, fail, exc):
     blob = _archive(tmp_path)
     info = _pin(monkeypatch, "100k", blob)
@@ -370,8 +451,12 @@ def test_interrupted_download_leaves_no_cache_entry(tmp_path, monkeypatch, fail,
     # the next call downloads afresh and succeeds
     monkeypatch.setattr(movielens, "_fetch", _Server({info.url: blob}))
     assert load_movielens("100k", cache_dir=cache).n == 2
-    assert _listing(cache) == ["movielens", "movielens/ml-100k", "movielens/ml-100k/README",
-                               "movielens/ml-100k/u.data"]
+    assert _listing(cache) == [
+        "movielens",
+        "movielens/ml-100k",
+        "movielens/ml-100k/README",
+        "movielens/ml-100k/u.data",
+    ]
 
 
 def test_short_download_fails_the_checksum_and_leaves_nothing(tmp_path, monkeypatch):
@@ -381,13 +466,21 @@ def test_short_download_fails_the_checksum_and_leaves_nothing(tmp_path, monkeypa
     info = _pin(monkeypatch, "100k", blob)
     monkeypatch.setattr(movielens, "_fetch", _Server({info.url: blob[:-100]}))
     cache = tmp_path / "cache"
-    with pytest.raises(ValueError, match=f"checksum mismatch for {info.url}: expected MD5 {info.md5}"):
+    with pytest.raises(
+        ValueError, match=f"checksum mismatch for {info.url}: expected MD5 {info.md5}"
+    ):
         load_movielens("100k", cache_dir=cache)
     assert _listing(cache) == ["movielens"]
 
 
-@pytest.mark.parametrize("fail, exc", [(_interrupt, KeyboardInterrupt), (lambda: _raise(OSError(28, "No space left on device")), OSError)],
-                         ids=["ctrl-c", "disk-full"])
+@pytest.mark.parametrize(
+    "fail, exc",
+    [
+        (_interrupt, KeyboardInterrupt),
+        (lambda: _raise(OSError(28, "No space left on device")), OSError),
+    ],
+    ids=["ctrl-c", "disk-full"],
+)
 def test_interrupted_extraction_leaves_no_cache_entry(tmp_path, monkeypatch, fail, exc):
     blob = _archive(tmp_path)
     info = _pin(monkeypatch, "100k", blob)
@@ -439,7 +532,9 @@ def test_cache_folder_without_its_ratings_file(tmp_path, monkeypatch):
     blob = _archive(tmp_path)
     info = _pin(monkeypatch, "100k", blob)
     monkeypatch.setattr(movielens, "_fetch", _Server({info.url: blob}))
-    with pytest.raises(FileExistsError, match=f"cannot create the cache entry {entry}.*remove that folder"):
+    with pytest.raises(
+        FileExistsError, match=f"cannot create the cache entry {entry}.*remove that folder"
+    ):
         load_movielens("100k", cache_dir=cache)
     assert _listing(cache) == ["movielens", "movielens/ml-100k", "movielens/ml-100k/u.item"]
 
@@ -465,12 +560,24 @@ def test_rating_data_errors_name_the_field():
     cases = [
         (([0, 1], [0, 1], [1.0, NAN], (2, 2)), r"values must be finite; values\[1\] = nan"),
         (([0, 1], [0, 1], [INF, 1.0], (2, 2)), r"values must be finite; values\[0\] = inf"),
-        (([0, -1], [0, 1], [1.0, 2.0], (2, 2)), r"rows must be non-negative \(0-based\); rows\[1\] = -1"),
-        (([0, 1], [0, 2], [1.0, 2.0], (2, 2)), r"cols\[1\] = 2 is out of range for a dimension of size 2"),
+        (
+            ([0, -1], [0, 1], [1.0, 2.0], (2, 2)),
+            r"rows must be non-negative \(0-based\); rows\[1\] = -1",
+        ),
+        (
+            ([0, 1], [0, 2], [1.0, 2.0], (2, 2)),
+            r"cols\[1\] = 2 is out of range for a dimension of size 2",
+        ),
         (([0, 0.5], [0, 1], [1.0, 2.0], (2, 2)), r"rows must hold integer indices; rows\[1\]"),
-        (([0, 1], [0], [1.0, 2.0], (2, 2)), "rows, cols and values must have the same length; got 2, 1, 2"),
+        (
+            ([0, 1], [0], [1.0, 2.0], (2, 2)),
+            "rows, cols and values must have the same length; got 2, 1, 2",
+        ),
         (([], [], [], (2, 2)), "RatingData is empty"),
-        (([0, 1, 0], [1, 1, 1], [1.0, 2.0, 3.0], (2, 2)), r"duplicate \(row, col\) pair \(0, 1\) at positions 0 and 2"),
+        (
+            ([0, 1, 0], [1, 1, 1], [1.0, 2.0, 3.0], (2, 2)),
+            r"duplicate \(row, col\) pair \(0, 1\) at positions 0 and 2",
+        ),
     ]
     for args, pattern in cases:
         with pytest.raises(ValueError, match=pattern):

@@ -23,6 +23,8 @@ from ._helpers import paper_problem
 
 K = 3
 NUM_DRAWS = 2000
+
+
 # two-sided z bound with family-wise false-alarm rate 1e-4 over `count` comparisons
 def _z_bound(count: int, alpha: float = 1e-4) -> float:
     return float(norm.isf(alpha / (2 * count)))
@@ -53,17 +55,33 @@ def _gibbs(prior):
     pc = np.concatenate([np.tile(np.arange(m2), EMPTY_ROWS.size), np.repeat(EMPTY_COLS, m1)])
     # the plain sweep: the claims below are about its conditionals (draw t of M uses the
     # gamma of sweep t - 1; the column moves would redraw M_h, N_h after a new gamma_h)
-    fit = bmc.fit(data, K, prior, "gibbs", num_warmup=5, num_samples=NUM_DRAWS, thinning=1, num_chains=1,
-                  column_moves=False,
-                  predict=(pr, pc), center=False, clip=False, store_factors=True, progress_bar=False, track=0)
+    fit = bmc.fit(
+        data,
+        K,
+        prior,
+        "gibbs",
+        num_warmup=5,
+        num_samples=NUM_DRAWS,
+        thinning=1,
+        num_chains=1,
+        column_moves=False,
+        predict=(pr, pc),
+        center=False,
+        clip=False,
+        store_factors=True,
+        progress_bar=False,
+        track=0,
+    )
     return fit, pr, pc
 
 
 # the default suite runs the inverse-gamma case (gamma changes from sweep to sweep); the
 # others (the same standardised draws under the same key) with -m slow
-PRIORS = [pytest.param(Fixed(0.5), id="fixed", marks=pytest.mark.slow),
-          pytest.param(InverseGamma(a=2.0, b=0.5), id="inverse-gamma"),
-          pytest.param(Discrete(C=1.0, p=0.3, eps=0.05), id="discrete", marks=pytest.mark.slow)]
+PRIORS = [
+    pytest.param(Fixed(0.5), id="fixed", marks=pytest.mark.slow),
+    pytest.param(InverseGamma(a=2.0, b=0.5), id="inverse-gamma"),
+    pytest.param(Discrete(C=1.0, p=0.3, eps=0.05), id="discrete", marks=pytest.mark.slow),
+]
 
 
 @pytest.mark.parametrize("prior", PRIORS)
@@ -81,7 +99,9 @@ def test_gibbs_empty_rows_and_columns_get_the_prior(prior):
     bound = _z_bound(4)
     assert abs(z.mean()) <= bound / np.sqrt(count), z.mean()
     assert abs(np.mean(z**2) - 1.0) <= bound * np.sqrt(2.0 / count), np.mean(z**2)
-    assert abs(np.mean(z**4) - 3.0) <= bound * np.sqrt(96.0 / count), np.mean(z**4)  # Var(z^4) = 105 - 9
+    assert abs(np.mean(z**4) - 3.0) <= bound * np.sqrt(96.0 / count), np.mean(
+        z**4
+    )  # Var(z^4) = 105 - 9
     # no correlation between successive draws (each is a fresh draw from the prior)
     lag = np.concatenate([(M[2:, EMPTY_ROWS] * M[1:-1, EMPTY_ROWS] / (sd[1:] * sd[:-1])).ravel()])
     assert abs(lag.mean()) <= bound / np.sqrt(lag.size), lag.mean()
@@ -97,25 +117,49 @@ def test_gibbs_empty_rows_and_columns_get_the_prior(prior):
     np.testing.assert_allclose(pred, terms.mean(axis=0), rtol=1e-4, atol=1e-4 * np.abs(terms).max())
     se = np.sqrt(np.sum(terms**2, axis=0)) / NUM_DRAWS
     worst = np.max(np.abs(pred) / se)
-    assert worst <= _z_bound(pr.size), f"posterior mean of theta on empty rows/cols is {worst:.2f} SE from 0"
+    assert worst <= _z_bound(pr.size), (
+        f"posterior mean of theta on empty rows/cols is {worst:.2f} SE from 0"
+    )
 
 
-@pytest.mark.parametrize("dtype", [pytest.param(jnp.float32, id="float32", marks=pytest.mark.slow),
-                                   pytest.param(jnp.float64, id="float64")])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        pytest.param(jnp.float32, id="float32", marks=pytest.mark.slow),
+        pytest.param(jnp.float64, id="float64"),
+    ],
+)
 @pytest.mark.parametrize("prior", PRIORS)
 def test_vb_empty_rows_and_columns_get_the_prior(prior, dtype):
     """After iteration k+1, q(M_i) of an empty row is N(0, diag(1/w)) with w the
     E[1/gamma] after iteration k (the run stopped at k gives w); same for columns."""
     data = cold_data()
-    runs = [bmc.fit(data, K, prior, "vb", max_iter=k, tol=0.0, center=False, clip=False, dtype=dtype,
-                    progress_bar=False) for k in (3, 4)]
+    runs = [
+        bmc.fit(
+            data,
+            K,
+            prior,
+            "vb",
+            max_iter=k,
+            tol=0.0,
+            center=False,
+            clip=False,
+            dtype=dtype,
+            progress_bar=False,
+        )
+        for k in (3, 4)
+    ]
     before, after = runs
     assert before.meta["num_iter"] == 3 and after.meta["num_iter"] == 4
     w = before.q_gamma["inv_mean"]
     rtol = 1e-14 if dtype == jnp.float64 else 5e-7
     assert np.all(after.m[EMPTY_ROWS] == 0.0) and np.all(after.n[EMPTY_COLS] == 0.0)
-    np.testing.assert_allclose(after.V_diag[EMPTY_ROWS], np.broadcast_to(1.0 / w, (EMPTY_ROWS.size, K)), rtol=rtol)
-    np.testing.assert_allclose(after.W_diag[EMPTY_COLS], np.broadcast_to(1.0 / w, (EMPTY_COLS.size, K)), rtol=rtol)
+    np.testing.assert_allclose(
+        after.V_diag[EMPTY_ROWS], np.broadcast_to(1.0 / w, (EMPTY_ROWS.size, K)), rtol=rtol
+    )
+    np.testing.assert_allclose(
+        after.W_diag[EMPTY_COLS], np.broadcast_to(1.0 / w, (EMPTY_COLS.size, K)), rtol=rtol
+    )
     if after.state is not None:  # full covariances: diagonal
         V = np.asarray(after.state.V[0])[EMPTY_ROWS]
         W = np.asarray(after.state.W[0])[EMPTY_COLS]
@@ -123,7 +167,11 @@ def test_vb_empty_rows_and_columns_get_the_prior(prior, dtype):
         assert np.all(V[:, off] == 0.0) and np.all(W[:, off] == 0.0)
     # the predictions there are exactly the (zero) prior mean
     m1, m2 = data.shape
-    assert np.all(after.predict(np.repeat(EMPTY_ROWS, m2), np.tile(np.arange(m2), EMPTY_ROWS.size)) == 0.0)
-    assert np.all(after.predict(np.tile(np.arange(m1), EMPTY_COLS.size), np.repeat(EMPTY_COLS, m1)) == 0.0)
+    assert np.all(
+        after.predict(np.repeat(EMPTY_ROWS, m2), np.tile(np.arange(m2), EMPTY_ROWS.size)) == 0.0
+    )
+    assert np.all(
+        after.predict(np.tile(np.arange(m1), EMPTY_COLS.size), np.repeat(EMPTY_COLS, m1)) == 0.0
+    )
     if isinstance(prior, Fixed):
         np.testing.assert_allclose(w, 1.0 / prior.gamma, rtol=rtol)

@@ -47,7 +47,10 @@ PROBLEMS = {"m40-K5": (40, 5), "m60-K50": (60, 50)}
 
 # float32 Gibbs cannot factorise these row precisions: prior precision 1/C = 1e-3 in the
 # directions the (12) ratings of a row do not reach, ~1e5 in the others
-FLOAT32_MAY_FAIL = {("discrete-C1e3-eps1e-3", "gibbs", "m60-K50"), ("discrete-C1e3-eps0.05", "gibbs", "m60-K50")}
+FLOAT32_MAY_FAIL = {
+    ("discrete-C1e3-eps1e-3", "gibbs", "m60-K50"),
+    ("discrete-C1e3-eps0.05", "gibbs", "m60-K50"),
+}
 
 S_GRID = np.array([1e-20, 1e-10, 1e-6, 1e-3, 1.0, 10.0, 1e3, 1e6, 1e10, 1e20])
 D_GRID = [2, 120, 20_000]  # d = m1 + m2, up to MovieLens-10M-like sizes / 4
@@ -60,7 +63,9 @@ def test_conditional_draws_finite_in_float32(prior, d):
     """Gibbs conditional of gamma given S: finite and > 0 (so 1/gamma is finite) for S
     from 1e-20 to 1e20, including S = 0 (a column of zeros)."""
     S = jnp.asarray(np.concatenate([[0.0], S_GRID]), jnp.float32)
-    g = prior.sample_conditional(jax.random.key(0), jnp.broadcast_to(S, (200, S.size)), d)  # 200 draws each
+    g = prior.sample_conditional(
+        jax.random.key(0), jnp.broadcast_to(S, (200, S.size)), d
+    )  # 200 draws each
     assert g.dtype == jnp.float32
     g = np.asarray(g)
     bad = ~(np.isfinite(g) & (g > 0) & np.isfinite(1.0 / g))
@@ -90,9 +95,13 @@ def test_gamma_log_normalizer_at_zero(x64, beta, dtype):
     a, r = prior.concentration(d), prior.rate
     want = 0.5 * d * math.log(r) + gammaln(0.5) - gammaln(a)
     got = prior.vb_update(jnp.zeros(3, dtype), d).log_normalizer
-    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-6 if dtype == jnp.float32 else 1e-13)
+    np.testing.assert_allclose(
+        np.asarray(got, np.float64), want, rtol=1e-6 if dtype == jnp.float32 else 1e-13
+    )
     # and continuous at 0
-    near = prior.vb_update(jnp.asarray([1e-12], jnp.float64 if dtype == jnp.float64 else jnp.float32), d)
+    near = prior.vb_update(
+        jnp.asarray([1e-12], jnp.float64 if dtype == jnp.float64 else jnp.float32), d
+    )
     np.testing.assert_allclose(float(near.log_normalizer[0]), want, rtol=1e-6)
 
 
@@ -136,4 +145,6 @@ def test_paper_range_float64(name, method):
 
 
 def _long(method: str) -> dict:
-    return dict(num_warmup=50, num_samples=50, thinning=5) if method == "gibbs" else dict(max_iter=100)
+    return (
+        dict(num_warmup=50, num_samples=50, thinning=5) if method == "gibbs" else dict(max_iter=100)
+    )

@@ -48,14 +48,21 @@ def problems(draw):
     """``(RatingData, K, prior)``."""
     m1 = draw(st.integers(1, 12), label="m1")
     m2 = draw(st.integers(1, 12), label="m2")
-    cells = sorted(draw(st.sets(st.integers(0, m1 * m2 - 1), min_size=1, max_size=m1 * m2), label="cells"))
+    cells = sorted(
+        draw(st.sets(st.integers(0, m1 * m2 - 1), min_size=1, max_size=m1 * m2), label="cells")
+    )
     n = len(cells)
     kind = draw(st.sampled_from(["ordinary", "large", "constant", "stars"]), label="values")
     if kind == "ordinary":
         values = draw(st.lists(st.floats(-10, 10, allow_nan=False), min_size=n, max_size=n))
     elif kind == "large":
-        values = draw(st.lists(st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from([-1e3, 1e3])),
-                               min_size=n, max_size=n))
+        values = draw(
+            st.lists(
+                st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from([-1e3, 1e3])),
+                min_size=n,
+                max_size=n,
+            )
+        )
     elif kind == "constant":
         values = [draw(st.sampled_from([0.0, 3.0, 1e3, -1e3]))] * n
     else:
@@ -78,8 +85,11 @@ def _float32_fails() -> tuple:
     ratings do not reach) cannot be factorised: the clear-error path."""
     rng = np.random.default_rng(0)
     cols = np.concatenate([rng.choice(8, 2, replace=False) for _ in range(8)])
-    return (bmc.RatingData(np.repeat(np.arange(8), 2), cols, 1e3 * rng.normal(size=16), (8, 8)), 3,
-            InverseGamma())
+    return (
+        bmc.RatingData(np.repeat(np.arange(8), 2), cols, 1e3 * rng.normal(size=16), (8, 8)),
+        3,
+        InverseGamma(),
+    )
 
 
 # corner cases run every time: a 1 x 1 matrix; one rating in a 12 x 12 matrix with K = 12
@@ -90,19 +100,31 @@ NEARLY_EMPTY = (_data(12, 12, [77], [-1e3]), 12, Discrete(C=1e3, p=0.05, eps=1e-
 CONSTANT = (_data(5, 5, range(25), [1e3] * 25), 5, Gamma(beta=math.sqrt(1e5)))
 FLOAT32_FAILS = _float32_fails()
 
-FAST = settings(max_examples=2, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(
+    max_examples=2,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 # derandomized: CI reruns the same examples (a failure is reproducible).  Each example
 # compiles new shapes (~3.5 s on 2 cores: CI ran 2 x 20 in 150 s): BMCZOO_THOROUGH_EXAMPLES lowers where
 # time is short (.ci/run uses 20: CI's 90 minutes do not hold 2 x 60 beside the rest).
 THOROUGH_EXAMPLES = int(os.environ.get("BMCZOO_THOROUGH_EXAMPLES", "60"))
-THOROUGH = settings(max_examples=THOROUGH_EXAMPLES, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+THOROUGH = settings(
+    max_examples=THOROUGH_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def _gibbs(problem):
     data, K, prior = problem
-    _, float32_failed = fit_finite_or_clear_error(data, K, prior, "gibbs", num_warmup=3, num_samples=4, thinning=2)
+    _, float32_failed = fit_finite_or_clear_error(
+        data, K, prior, "gibbs", num_warmup=3, num_samples=4, thinning=2
+    )
     if problem is FLOAT32_FAILS:  # it must keep exercising the error path (else pick another)
         assert float32_failed
 

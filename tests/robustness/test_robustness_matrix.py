@@ -20,7 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("robustness", REPO / "benchmarks" / "robustness.py")
+    spec = importlib.util.spec_from_file_location(
+        "robustness", REPO / "benchmarks" / "robustness.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -30,17 +32,43 @@ def _script():
 def test_latent_gaussian_cells_run_to_the_end(tmp_path):
     robustness = _script()
     out = tmp_path / "matrix.json"
-    rc = robustness.main(["--data", "sim", "--priors", "inverse-gamma", "normal-wishart", "--likelihoods", "probit",
-                          "ordered", "--biases", "both", "--seeds", "0", "--sweeps", "300", "--sim-m", "100",
-                          "--nice", "0", "--out", str(out)])
+    rc = robustness.main(
+        [
+            "--data",
+            "sim",
+            "--priors",
+            "inverse-gamma",
+            "normal-wishart",
+            "--likelihoods",
+            "probit",
+            "ordered",
+            "--biases",
+            "both",
+            "--seeds",
+            "0",
+            "--sweeps",
+            "300",
+            "--sim-m",
+            "100",
+            "--nice",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
     cells = json.loads(out.read_text())["cells"]
     assert len(cells) == 8
-    failures = [(c["prior"], c["likelihood"], c["biases"], r["error"]) for c in cells for r in c["seeds"].values()
-                if r["error"]]
+    failures = [
+        (c["prior"], c["likelihood"], c["biases"], r["error"])
+        for c in cells
+        for r in c["seeds"].values()
+        if r["error"]
+    ]
     assert not failures and rc == 0, failures
 
     class A:
         sim_m = 100
+
     (train, test) = robustness.load_data("sim", A)["ordered"]
     constant_rmse = float(np.sqrt(np.mean((test.values - np.mean(train.values)) ** 2)))
     for c in cells:

@@ -4,6 +4,11 @@ from .features import Features, features_from_table, hstack_features, implicit_f
 from .ratings import OFFICIAL_FOLDS, RatingData, SortedView
 
 __all__ = [
-    "OFFICIAL_FOLDS", "Features", "RatingData", "SortedView", "features_from_table", "hstack_features",
+    "OFFICIAL_FOLDS",
+    "Features",
+    "RatingData",
+    "SortedView",
+    "features_from_table",
+    "hstack_features",
     "implicit_features",
 ]

@@ -71,7 +71,9 @@ class Features:
 
     __slots__ = ("_indptr", "_indices", "_values", "_names", "_groups")
 
-    def __init__(self, indptr, indices, values, names: Sequence[str], groups: Sequence[str] | None = None):
+    def __init__(
+        self, indptr, indices, values, names: Sequence[str], groups: Sequence[str] | None = None
+    ):
         names = tuple(names)
         if any(not isinstance(s, str) for s in names):
             raise ValueError("feature names must be strings")
@@ -87,11 +89,15 @@ class Features:
         indices = np.asarray(indices)
         values = np.asarray(values, dtype=np.float64)
         if indptr.ndim != 1 or indptr.size < 1 or not np.issubdtype(indptr.dtype, np.integer):
-            raise ValueError(f"indptr must be a 1-D integer array of length n_rows + 1, got shape {indptr.shape}")
+            raise ValueError(
+                f"indptr must be a 1-D integer array of length n_rows + 1, got shape {indptr.shape}"
+            )
         if indices.ndim != 1 or (indices.size and not np.issubdtype(indices.dtype, np.integer)):
             raise ValueError("indices must be a 1-D integer array")
         if values.shape != indices.shape:
-            raise ValueError(f"values and indices must have the same length, got {values.size} and {indices.size}")
+            raise ValueError(
+                f"values and indices must have the same length, got {values.size} and {indices.size}"
+            )
         if indptr[0] != 0 or indptr[-1] != indices.size or (np.diff(indptr) < 0).any():
             raise ValueError("indptr must start at 0, be non-decreasing and end at len(indices)")
         if indices.size and (indices.min() < 0 or indices.max() >= f):
@@ -116,7 +122,9 @@ class Features:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def from_dense(cls, matrix, names: Sequence[str] | None = None, groups: Sequence[str] | None = None) -> "Features":
+    def from_dense(
+        cls, matrix, names: Sequence[str] | None = None, groups: Sequence[str] | None = None
+    ) -> "Features":
         """Features from a dense ``(n_rows, n_features)`` array (zeros are not stored).
 
         Parameters
@@ -145,7 +153,9 @@ class Features:
         return cls(indptr, cols, a[rows, cols], names, groups)
 
     @classmethod
-    def from_scipy(cls, matrix, names: Sequence[str] | None = None, groups: Sequence[str] | None = None) -> "Features":
+    def from_scipy(
+        cls, matrix, names: Sequence[str] | None = None, groups: Sequence[str] | None = None
+    ) -> "Features":
         """Features from a SciPy sparse matrix (any format; converted to canonical CSR).
 
         Parameters
@@ -234,8 +244,10 @@ class Features:
         if not isinstance(other, Features):
             return NotImplemented
         return (
-            self._names == other._names and self._groups == other._groups
-            and np.array_equal(self._indptr, other._indptr) and np.array_equal(self._indices, other._indices)
+            self._names == other._names
+            and self._groups == other._groups
+            and np.array_equal(self._indptr, other._indptr)
+            and np.array_equal(self._indices, other._indices)
             and np.array_equal(self._values, other._values)
         )
 
@@ -252,7 +264,9 @@ class Features:
         """A ``scipy.sparse.csr_matrix`` copy (needs SciPy)."""
         import scipy.sparse as sp
 
-        return sp.csr_matrix((self._values.copy(), self._indices.copy(), self._indptr.copy()), shape=self.shape)
+        return sp.csr_matrix(
+            (self._values.copy(), self._indices.copy(), self._indptr.copy()), shape=self.shape
+        )
 
     def take(self, rows) -> "Features":
         """The rows at the given indices, in that order (repeats allowed).
@@ -267,7 +281,9 @@ class Features:
             raise ValueError("rows must be a 1-D array of integer indices")
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_rows):
             k = int(np.flatnonzero((idx < 0) | (idx >= self.n_rows))[0])
-            raise ValueError(f"rows[{k}] = {int(idx[k])} is not a row index in 0..{self.n_rows - 1}")
+            raise ValueError(
+                f"rows[{k}] = {int(idx[k])} is not a row index in 0..{self.n_rows - 1}"
+            )
         counts = np.diff(self._indptr)[idx]
         indptr = np.zeros(idx.size + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
@@ -367,7 +383,9 @@ def hstack_features(*parts: Features) -> Features:
         raise ValueError("hstack_features takes Features objects")
     m = parts[0].n_rows
     if any(p.n_rows != m for p in parts):
-        raise ValueError(f"all parts must have the same number of rows, got {[p.n_rows for p in parts]}")
+        raise ValueError(
+            f"all parts must have the same number of rows, got {[p.n_rows for p in parts]}"
+        )
     offsets = np.cumsum([0] + [p.n_features for p in parts])
     counts = sum(np.diff(p.indptr) for p in parts)
     indptr = np.zeros(m + 1, dtype=np.int64)
@@ -376,8 +394,13 @@ def hstack_features(*parts: Features) -> Features:
     cols = np.concatenate([p.indices.astype(np.int64) + off for p, off in zip(parts, offsets)])
     vals = np.concatenate([p.values for p in parts])
     order = np.lexsort((cols, rows))
-    return Features(indptr, cols[order], vals[order], sum((p.names for p in parts), ()),
-                    sum((p.groups for p in parts), ()))
+    return Features(
+        indptr,
+        cols[order],
+        vals[order],
+        sum((p.names for p in parts), ()),
+        sum((p.groups for p in parts), ()),
+    )
 
 
 # --------------------------------------------------------------------------- from tables
@@ -425,7 +448,9 @@ def _column(table, name: str, n: int | None) -> list:
     return values
 
 
-def _one_hot(name: str, labels: list, *, categories: list | None = None) -> tuple[list[list[int]], list[str]]:
+def _one_hot(
+    name: str, labels: list, *, categories: list | None = None
+) -> tuple[list[list[int]], list[str]]:
     """Per-row feature index lists and the feature names of a one-hot group (``None`` =
     missing: no feature)."""
     if categories is None:
@@ -451,10 +476,14 @@ def _bucket_labels(name: str, values: list, spec) -> tuple[list, list]:
         if not math.isfinite(x):
             raise ValueError(f"column {name!r}, row {k}: {v!r} is not finite")
         nums.append(x)
-    if isinstance(spec, (int, float, np.integer, np.floating)) and not isinstance(spec, (bool, np.bool_)):
+    if isinstance(spec, (int, float, np.integer, np.floating)) and not isinstance(
+        spec, (bool, np.bool_)
+    ):
         width = float(spec)
         if not width > 0:
-            raise ValueError(f"numeric_buckets[{name!r}]: a bucket width must be positive, got {spec!r}")
+            raise ValueError(
+                f"numeric_buckets[{name!r}]: a bucket width must be positive, got {spec!r}"
+            )
         labels = []
         for x in nums:
             if x is None:
@@ -468,12 +497,27 @@ def _bucket_labels(name: str, values: list, spec) -> tuple[list, list]:
     try:
         edges = [float(e) for e in spec]
     except (TypeError, ValueError):
-        raise ValueError(f"numeric_buckets[{name!r}] must be a width or a sequence of edges, got {spec!r}") from None
-    if not edges or any(not math.isfinite(e) for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ValueError(f"numeric_buckets[{name!r}]: edges must be finite and strictly increasing, got {spec!r}")
-    buckets = list(enumerate([f"<{edges[0]:g}"] + [f"[{a:g},{b:g})" for a, b in zip(edges, edges[1:])]
-                             + [f">={edges[-1]:g}"]))
-    labels = [None if x is None else buckets[int(np.searchsorted(edges, x, side="right"))] for x in nums]
+        raise ValueError(
+            f"numeric_buckets[{name!r}] must be a width or a sequence of edges, got {spec!r}"
+        ) from None
+    if (
+        not edges
+        or any(not math.isfinite(e) for e in edges)
+        or any(b <= a for a, b in zip(edges, edges[1:]))
+    ):
+        raise ValueError(
+            f"numeric_buckets[{name!r}]: edges must be finite and strictly increasing, got {spec!r}"
+        )
+    buckets = list(
+        enumerate(
+            [f"<{edges[0]:g}"]
+            + [f"[{a:g},{b:g})" for a, b in zip(edges, edges[1:])]
+            + [f">={edges[-1]:g}"]
+        )
+    )
+    labels = [
+        None if x is None else buckets[int(np.searchsorted(edges, x, side="right"))] for x in nums
+    ]
     return labels, buckets
 
 
@@ -588,11 +632,17 @@ def features_from_table(
             elif isinstance(v, Iterable):
                 sets.append([_plain(s) for s in v if not _is_missing(s)])
             else:
-                raise ValueError(f"column {name!r}, row {k}: {v!r} is neither a string nor a sequence of labels")
+                raise ValueError(
+                    f"column {name!r}, row {k}: {v!r} is neither a string nor a sequence of labels"
+                )
         labels = sorted({s for row in sets for s in row}, key=_sort_key)
         where = {s: j for j, s in enumerate(labels)}
-        blocks.append(([sorted({(where[s], 1.0) for s in row}) for row in sets],
-                       [f"{name}={_label(s)}" for s in labels]))
+        blocks.append(
+            (
+                [sorted({(where[s], 1.0) for s in row}) for row in sets],
+                [f"{name}={_label(s)}" for s in labels],
+            )
+        )
     for name in numeric:
         col = _column(table, name, n)
         n = len(col)
@@ -603,15 +653,18 @@ def features_from_table(
             except (TypeError, ValueError):
                 raise ValueError(f"column {name!r}, row {k}: {v!r} is not a number") from None
             if not math.isfinite(x[k]):
-                raise ValueError(f"column {name!r}, row {k}: {v!r} is not finite (numeric features cannot be missing)")
+                raise ValueError(
+                    f"column {name!r}, row {k}: {v!r} is not finite (numeric features cannot be missing)"
+                )
         blocks.append(([[(0, float(v))] if v != 0 else [] for v in x], [name]))
 
     assert n is not None
     names: list[str] = []
     groups: list[str] = []
     per_row: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    for (rows, bnames), gname in zip(blocks, categorical + list(prefix) + list(numeric_buckets)
-                                     + list(multilabel) + numeric):
+    for (rows, bnames), gname in zip(
+        blocks, categorical + list(prefix) + list(numeric_buckets) + list(multilabel) + numeric
+    ):
         off = len(names)
         for i, r in enumerate(rows):
             per_row[i].extend((off + j, v) for j, v in r)
@@ -658,15 +711,21 @@ def implicit_features(
     """
     if axis not in ("rows", "cols"):
         raise ValueError(f"axis must be 'rows' or 'cols', got {axis!r}")
-    sources = [data] + ([] if extra is None else ([extra] if not isinstance(extra, (list, tuple)) else list(extra)))
+    sources = [data] + (
+        [] if extra is None else ([extra] if not isinstance(extra, (list, tuple)) else list(extra))
+    )
     shape = tuple(data.shape)
     for k, s in enumerate(sources):
         if not hasattr(s, "rows") or not hasattr(s, "shape"):
             raise ValueError(f"implicit_features takes RatingData, got {type(s).__name__}")
         if tuple(s.shape) != shape:
             raise ValueError(f"extra[{k - 1}] has shape {s.shape}, data has {shape}")
-    major = np.concatenate([np.asarray(s.rows if axis == "rows" else s.cols, dtype=np.int64) for s in sources])
-    minor = np.concatenate([np.asarray(s.cols if axis == "rows" else s.rows, dtype=np.int64) for s in sources])
+    major = np.concatenate(
+        [np.asarray(s.rows if axis == "rows" else s.cols, dtype=np.int64) for s in sources]
+    )
+    minor = np.concatenate(
+        [np.asarray(s.cols if axis == "rows" else s.rows, dtype=np.int64) for s in sources]
+    )
     m_major, m_minor = (shape[0], shape[1]) if axis == "rows" else (shape[1], shape[0])
     key = np.unique(major * m_minor + minor)  # sorted: grouped by major, minor ascending
     major, minor = np.divmod(key, m_minor)

@@ -66,9 +66,15 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 def _as_values(v: np.ndarray) -> np.ndarray:
     """Validated float values (float32 kept, integers and other floats to float64)."""
-    if v.dtype == bool or not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
+    if v.dtype == bool or not (
+        np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)
+    ):
         raise ValueError(f"values must be real numbers, got dtype {v.dtype}")
-    v = v.astype(np.result_type(v.dtype, np.float32)) if np.issubdtype(v.dtype, np.floating) else v.astype(np.float64)
+    v = (
+        v.astype(np.result_type(v.dtype, np.float32))
+        if np.issubdtype(v.dtype, np.floating)
+        else v.astype(np.float64)
+    )
     bad = ~np.isfinite(v)
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
@@ -80,13 +86,17 @@ def _as_index(name: str, x, m: int) -> np.ndarray:
     a = np.asarray(x)
     if a.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
-    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+    if a.dtype == bool or not (
+        np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)
+    ):
         raise ValueError(f"{name} must hold integer indices, got dtype {a.dtype}")
     if np.issubdtype(a.dtype, np.floating):
         bad = ~np.isfinite(a) | (a != np.round(a))
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name} must hold integer indices; {name}[{k}] = {a[k]!r} is not an integer")
+            raise ValueError(
+                f"{name} must hold integer indices; {name}[{k}] = {a[k]!r} is not an integer"
+            )
     if a.size and a.min() < 0:
         k = int(np.flatnonzero(a < 0)[0])
         raise ValueError(f"{name} must be non-negative (0-based); {name}[{k}] = {a[k]}")
@@ -127,10 +137,26 @@ class RatingData:
     (``==``) compares the entries and the shape, not the feature tables.
     """
 
-    __slots__ = ("_rows", "_cols", "_values", "_shape", "_row_features", "_col_features", "__dict__")
+    __slots__ = (
+        "_rows",
+        "_cols",
+        "_values",
+        "_shape",
+        "_row_features",
+        "_col_features",
+        "__dict__",
+    )
 
-    def __init__(self, rows, cols, values, shape: tuple[int, int] | None = None, *,
-                 row_features: Features | None = None, col_features: Features | None = None):
+    def __init__(
+        self,
+        rows,
+        cols,
+        values,
+        shape: tuple[int, int] | None = None,
+        *,
+        row_features: Features | None = None,
+        col_features: Features | None = None,
+    ):
         r = np.asarray(rows)
         c = np.asarray(cols)
         v = np.asarray(values)
@@ -145,7 +171,10 @@ class RatingData:
             raise ValueError("RatingData is empty: rows, cols and values have length 0")
         if shape is None:
             big = _INT32_MAX
-            shape = (int(_as_index("rows", r, big).max()) + 1, int(_as_index("cols", c, big).max()) + 1)
+            shape = (
+                int(_as_index("rows", r, big).max()) + 1,
+                int(_as_index("cols", c, big).max()) + 1,
+            )
         shape = self._check_shape(shape)
         r = _as_index("rows", r, shape[0])
         c = _as_index("cols", c, shape[1])
@@ -156,7 +185,10 @@ class RatingData:
         # duplicate check uses the row view (built here once, cached for the hot path); the
         # sorted keys are a temporary (not cached: 8 bytes a rating)
         v = self.row_view
-        key_sorted = np.repeat(np.arange(self.shape[0], dtype=np.int64), np.diff(v.indptr)) * self.shape[1] + v.index
+        key_sorted = (
+            np.repeat(np.arange(self.shape[0], dtype=np.int64), np.diff(v.indptr)) * self.shape[1]
+            + v.index
+        )
         dup = np.flatnonzero(key_sorted[1:] == key_sorted[:-1])
         if dup.size:
             # the stable sort keeps equal keys in input order: report the duplicate whose
@@ -180,17 +212,25 @@ class RatingData:
                 raise ValueError(f"{name} must be a positive integer, got {m!r}")
             if m > _INT32_MAX:
                 # the index views that the samplers use are int32
-                raise ValueError(f"{name} = {m} exceeds the largest supported dimension {_INT32_MAX}")
+                raise ValueError(
+                    f"{name} = {m} exceeds the largest supported dimension {_INT32_MAX}"
+                )
             out.append(int(m))
         return out[0], out[1]
 
-    def _check_features(self, row_features, col_features) -> tuple[Features | None, Features | None]:
-        for name, f, m in (("row_features", row_features, self._shape[0]),
-                           ("col_features", col_features, self._shape[1])):
+    def _check_features(
+        self, row_features, col_features
+    ) -> tuple[Features | None, Features | None]:
+        for name, f, m in (
+            ("row_features", row_features, self._shape[0]),
+            ("col_features", col_features, self._shape[1]),
+        ):
             if f is None:
                 continue
             if not isinstance(f, Features):
-                raise ValueError(f"{name} must be a bmczoo.data.Features or None, got {type(f).__name__}")
+                raise ValueError(
+                    f"{name} must be a bmczoo.data.Features or None, got {type(f).__name__}"
+                )
             if f.n_rows != m:
                 raise ValueError(f"{name} has {f.n_rows} rows; the matrix has {m} {name[:3]}s")
         return row_features, col_features
@@ -226,8 +266,11 @@ class RatingData:
         """Side information of the columns (``m2`` feature rows), or ``None``."""
         return self._col_features
 
-    def with_features(self, row_features: Features | None | str = "keep",
-                      col_features: Features | None | str = "keep") -> "RatingData":
+    def with_features(
+        self,
+        row_features: Features | None | str = "keep",
+        col_features: Features | None | str = "keep",
+    ) -> "RatingData":
         """Same entries with other feature tables.
 
         Parameters
@@ -236,8 +279,16 @@ class RatingData:
             The new tables (``"keep"``: unchanged; ``None``: none).
         """
         out = self.with_values(self._values)
-        rf = self._row_features if isinstance(row_features, str) and row_features == "keep" else row_features
-        cf = self._col_features if isinstance(col_features, str) and col_features == "keep" else col_features
+        rf = (
+            self._row_features
+            if isinstance(row_features, str) and row_features == "keep"
+            else row_features
+        )
+        cf = (
+            self._col_features
+            if isinstance(col_features, str) and col_features == "keep"
+            else col_features
+        )
         out._row_features, out._col_features = out._check_features(rf, cf)
         return out
 
@@ -316,12 +367,20 @@ class RatingData:
             if idx.shape != (self.n,):
                 raise ValueError(f"boolean mask must have shape ({self.n},), got {idx.shape}")
         elif not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError(f"index must be a boolean mask or integer positions, got dtype {idx.dtype}")
+            raise ValueError(
+                f"index must be a boolean mask or integer positions, got dtype {idx.dtype}"
+            )
         elif idx.size and (idx.min() < 0 or idx.max() >= self.n):
             k = int(np.flatnonzero((idx < 0) | (idx >= self.n))[0])
             raise ValueError(f"index[{k}] = {int(idx[k])} is not a position in 0..{self.n - 1}")
-        return RatingData(self._rows[idx], self._cols[idx], self._values[idx], self.shape,
-                          row_features=self._row_features, col_features=self._col_features)
+        return RatingData(
+            self._rows[idx],
+            self._cols[idx],
+            self._values[idx],
+            self.shape,
+            row_features=self._row_features,
+            col_features=self._col_features,
+        )
 
     def split(self, test_fraction: float = 0.2, seed: int = 0) -> tuple["RatingData", "RatingData"]:
         """Uniform random split of the ratings into train and test.
@@ -339,8 +398,11 @@ class RatingData:
 
         Both parts keep the feature tables.
         """
-        if isinstance(test_fraction, (str, bytes, bool, np.bool_)) or not isinstance(test_fraction, (int, float, np.number)) \
-                or not (0.0 < float(test_fraction) < 1.0):
+        if (
+            isinstance(test_fraction, (str, bytes, bool, np.bool_))
+            or not isinstance(test_fraction, (int, float, np.number))
+            or not (0.0 < float(test_fraction) < 1.0)
+        ):
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         n_test = int(round(test_fraction * self.n))
         if n_test == 0 or n_test == self.n:
@@ -352,7 +414,9 @@ class RatingData:
         test_idx = np.sort(perm[self.n - n_test :])
         return self.subset(train_idx), self.subset(test_idx)
 
-    def official_split(self, fold: str, *, check_order: bool = True) -> tuple["RatingData", "RatingData"]:
+    def official_split(
+        self, fold: str, *, check_order: bool = True
+    ) -> tuple["RatingData", "RatingData"]:
         """One of the official MovieLens 100K train/test folds (``u1.base``/``u1.test``, ...).
 
         The folds are reproduced from ``u.data`` by the rules of the release's ``mku.sh``
@@ -399,7 +463,9 @@ class RatingData:
         """
         key = fold.strip().lower() if isinstance(fold, str) else fold
         if key not in OFFICIAL_FOLDS:
-            raise ValueError(f"unknown MovieLens 100K fold {fold!r}; the official folds are {', '.join(OFFICIAL_FOLDS)}")
+            raise ValueError(
+                f"unknown MovieLens 100K fold {fold!r}; the official folds are {', '.join(OFFICIAL_FOLDS)}"
+            )
         if not isinstance(check_order, (bool, np.bool_)):
             raise ValueError(f"check_order must be True or False, got {check_order!r}")
         if self.n != _ML100K_N or self.shape != _ML100K_SHAPE:
@@ -445,15 +511,24 @@ class RatingData:
         """
         v = np.asarray(values)
         if v.ndim != 1 or v.shape[0] != self.n:
-            raise ValueError(f"values must be 1-D with the same length as the {self.n} entries, got shape {v.shape}")
+            raise ValueError(
+                f"values must be 1-D with the same length as the {self.n} entries, got shape {v.shape}"
+            )
         out = object.__new__(RatingData)
-        out._rows, out._cols, out._values, out._shape = self._rows, self._cols, _frozen(_as_values(v)), self._shape
+        out._rows, out._cols, out._values, out._shape = (
+            self._rows,
+            self._cols,
+            _frozen(_as_values(v)),
+            self._shape,
+        )
         out._row_features, out._col_features = self._row_features, self._col_features
         cache = self.__dict__
         for name in ("row_view", "col_view"):
             if name in cache:
                 view = cache[name]
-                out.__dict__[name] = SortedView(view.indptr, view.index, _frozen(out._values[view.order]), view.order)
+                out.__dict__[name] = SortedView(
+                    view.indptr, view.index, _frozen(out._values[view.order]), view.order
+                )
         for name in ("row_counts", "col_counts"):
             if name in cache:
                 out.__dict__[name] = cache[name]
@@ -492,7 +567,9 @@ class RatingData:
         """
         m1, m2 = self.shape
         if m1 * m2 > max_size:
-            raise ValueError(f"refusing to materialise a {m1} x {m2} matrix (> max_size={max_size})")
+            raise ValueError(
+                f"refusing to materialise a {m1} x {m2} matrix (> max_size={max_size})"
+            )
         out = np.full(self.shape, fill, dtype=self._values.dtype)
         out[self._rows, self._cols] = self._values
         return out
@@ -539,14 +616,18 @@ def _official_test_mask(rows: np.ndarray, fold: str, block: int, maxtest: int) -
             test &= np.cumsum(test) <= maxtest
         return test
     k = int(fold[1:])
-    test[block * (k - 1): block * k] = True
+    test[block * (k - 1) : block * k] = True
     return test
 
 
-def check_entries(rows, cols, shape: tuple[int, int], name: str = "entries") -> tuple[np.ndarray, np.ndarray]:
+def check_entries(
+    rows, cols, shape: tuple[int, int], name: str = "entries"
+) -> tuple[np.ndarray, np.ndarray]:
     """Validate query indices ``(rows, cols)`` against an ``m1 x m2`` ``shape``."""
     r = _as_index(f"{name} rows", rows, shape[0])
     c = _as_index(f"{name} cols", cols, shape[1])
     if r.shape != c.shape:
-        raise ValueError(f"{name}: rows and cols must have the same length, got {r.shape} and {c.shape}")
+        raise ValueError(
+            f"{name}: rows and cols must have the same length, got {r.shape} and {c.shape}"
+        )
     return r, c

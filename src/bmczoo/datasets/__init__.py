@@ -24,6 +24,13 @@ from .movielens import (
 from .simulate import Simulation, simulate_paper
 
 __all__ = [
-    "DATASETS", "SIDE_FEATURES", "MovieLensInfo", "Simulation", "cache_root", "load_movielens",
-    "load_movielens_side", "movielens_features", "simulate_paper",
+    "DATASETS",
+    "SIDE_FEATURES",
+    "MovieLensInfo",
+    "Simulation",
+    "cache_root",
+    "load_movielens",
+    "load_movielens_side",
+    "movielens_features",
+    "simulate_paper",
 ]

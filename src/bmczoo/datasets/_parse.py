@@ -45,7 +45,8 @@ _MASK_32 = np.uint64(0x0000FFFF0000FFFF)
 _MASK_64 = np.uint64(0x00000000FFFFFFFF)
 #: ``_KEEP_TOP[k]`` keeps the top ``k`` bytes of a little-endian word (the last ``k`` chars).
 _KEEP_TOP = np.array(
-    [0] + [(0xFFFFFFFFFFFFFFFF << (8 * (8 - k))) & 0xFFFFFFFFFFFFFFFF for k in range(1, 9)], dtype=np.uint64
+    [0] + [(0xFFFFFFFFFFFFFFFF << (8 * (8 - k))) & 0xFFFFFFFFFFFFFFFF for k in range(1, 9)],
+    dtype=np.uint64,
 )
 _POW10_U64 = np.array([10**k for k in range(17)], dtype=np.uint64)
 _POW10_F64 = 10.0 ** np.arange(17)
@@ -93,8 +94,14 @@ def _scan_lines(chunk: bytes, sep: bytes, ncols: int, source: str, first_line: i
                     raise ValueError
                 float(field)
             except ValueError:
-                what = "empty field" if not field else f"{field.decode('utf-8', errors='replace')!r} is not a number"
-                raise ValueError(f"{source}, line {lineno}, field {j + 1}: {what}: {shown!r}") from None
+                what = (
+                    "empty field"
+                    if not field
+                    else f"{field.decode('utf-8', errors='replace')!r} is not a number"
+                )
+                raise ValueError(
+                    f"{source}, line {lineno}, field {j + 1}: {what}: {shown!r}"
+                ) from None
     last = first_line + chunk.count(b"\n")
     raise ValueError(  # pragma: no cover - the fast and slow paths disagree on a grammar corner
         f"{source}, lines {first_line}-{last}: could not parse the numbers"
@@ -116,7 +123,9 @@ def _fromstring(text: bytes) -> np.ndarray | None:
 
 
 # --------------------------------------------------------------------------- fast path
-def _field_bounds(a: np.ndarray, nlines: int, ncols: int, width: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _field_bounds(
+    a: np.ndarray, nlines: int, ncols: int, width: int
+) -> tuple[np.ndarray, np.ndarray] | None:
     """``(starts, ends)`` of every field, shape ``(nlines, ncols)``; ``None`` if some line
     does not have exactly ``ncols`` fields separated by ``width`` commas."""
     delims = np.flatnonzero((a == ord(",")) | (a == ord("\n")))
@@ -219,8 +228,16 @@ def _fast_decimals(
 
 
 def _parse_chunk(
-    chunk: np.ndarray, nlines: int, data: bytes, offset: int, sep: bytes, ncols: int,
-    usecols: Sequence[int], plain: bool, source: str, first_line: int,
+    chunk: np.ndarray,
+    nlines: int,
+    data: bytes,
+    offset: int,
+    sep: bytes,
+    ncols: int,
+    usecols: Sequence[int],
+    plain: bool,
+    source: str,
+    first_line: int,
 ) -> np.ndarray:
     """Parse the ``nlines`` lines ``data[offset : offset + chunk.size]`` (``chunk``: their bytes)."""
     width = _SEPARATORS[sep]
@@ -338,8 +355,10 @@ def _check_bytes(data: bytes, sep: bytes, source: str, first_line: int) -> bool:
         what = f"fields must be numbers separated by {_show_sep(sep)}"
         if _is_nonfinite_word(field):  # float() reads these, a rating cannot be one
             text = field.decode("latin-1")
-            what = (f"field {number} is {text!r}, and NaN or infinity is not a valid rating; ratings, ids and "
-                    "timestamps must be finite numbers")
+            what = (
+                f"field {number} is {text!r}, and NaN or infinity is not a valid rating; ratings, ids and "
+                "timestamps must be finite numbers"
+            )
         raise ValueError(
             f"{source}, line {_line_of(data, pos, first_line)}: unexpected character {ch!r} "
             f"({what}): {_line_text(data, pos)!r}"
@@ -364,8 +383,9 @@ def _field_at(data: bytes, pos: int, sep: bytes) -> tuple[bytes, int]:
     return line.split(sep)[before], before + 1
 
 
-def _parse_chunks(data: bytes, sep: bytes, ncols: int, cols: list[int], plain: bool, source: str,
-                  first_line: int) -> np.ndarray:
+def _parse_chunks(
+    data: bytes, sep: bytes, ncols: int, cols: list[int], plain: bool, source: str, first_line: int
+) -> np.ndarray:
     """Parse ``data`` (separators already mapped to commas) in chunks of whole lines of
     about ``_CHUNK_BYTES`` and stack the results."""
     n = len(data)
@@ -377,7 +397,9 @@ def _parse_chunks(data: bytes, sep: bytes, ncols: int, cols: list[int], plain: b
         end = n if end < 0 else end
         nlines = data.count(b"\n", start, end) + 1
         out.append(
-            _parse_chunk(whole[start:end], nlines, data, start, sep, ncols, cols, plain, source, line)
+            _parse_chunk(
+                whole[start:end], nlines, data, start, sep, ncols, cols, plain, source, line
+            )
         )
         line += nlines
         start = end + 1

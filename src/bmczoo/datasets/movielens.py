@@ -45,8 +45,14 @@ from ..data import Features, RatingData, features_from_table
 from ._parse import parse_numeric_table
 
 __all__ = [
-    "DATASETS", "SIDE_FEATURES", "MovieLensInfo", "cache_root", "load_movielens", "load_movielens_side",
-    "movielens_features", "resolve_name",
+    "DATASETS",
+    "SIDE_FEATURES",
+    "MovieLensInfo",
+    "cache_root",
+    "load_movielens",
+    "load_movielens_side",
+    "movielens_features",
+    "resolve_name",
 ]
 
 _BASE_URL = "https://files.grouplens.org/datasets/movielens/"
@@ -101,7 +107,9 @@ class MovieLensInfo:
 
 
 def _info(name, archive, folder, filename, sep, header, md5, n=None, shape=None, rr=(0.5, 5.0)):
-    return MovieLensInfo(name, _BASE_URL + archive, folder, filename, sep, header, md5, n, shape, rr)
+    return MovieLensInfo(
+        name, _BASE_URL + archive, folder, filename, sep, header, md5, n, shape, rr
+    )
 
 
 # MD5 sums: these are the values GroupLens publishes beside each archive
@@ -111,18 +119,71 @@ def _info(name, archive, folder, filename, sep, header, md5, n=None, shape=None,
 # no SHA-256 is claimed.  ``ml-latest-small.zip`` is regenerated in place by GroupLens,
 # so no fixed value is pinned for it: the ``.md5`` companion file is fetched and used.
 _TABLE = (
-    _info("100k", "ml-100k.zip", "ml-100k", "u.data", "\t", False,
-          "0e33842e24a9c977be4e0107933c0723", 100_000, (943, 1682), (1.0, 5.0)),
-    _info("1m", "ml-1m.zip", "ml-1m", "ratings.dat", "::", False,
-          "c4d9eecfca2ab87c1945afe126590906", 1_000_209, (6040, 3706), (1.0, 5.0)),
-    _info("10m", "ml-10m.zip", "ml-10M100K", "ratings.dat", "::", False,
-          "ce571fd55effeba0271552578f2648bd", 10_000_054, (69878, 10677)),
-    _info("20m", "ml-20m.zip", "ml-20m", "ratings.csv", ",", True,
-          "cd245b17a1ae2cc31bb14903e1204af3", 20_000_263),
-    _info("25m", "ml-25m.zip", "ml-25m", "ratings.csv", ",", True,
-          "6b51fb2759a8657d3bfcbfc42b592ada", 25_000_095),
-    _info("32m", "ml-32m.zip", "ml-32m", "ratings.csv", ",", True,
-          "d472be332d4daa821edc399621853b57", 32_000_204),
+    _info(
+        "100k",
+        "ml-100k.zip",
+        "ml-100k",
+        "u.data",
+        "\t",
+        False,
+        "0e33842e24a9c977be4e0107933c0723",
+        100_000,
+        (943, 1682),
+        (1.0, 5.0),
+    ),
+    _info(
+        "1m",
+        "ml-1m.zip",
+        "ml-1m",
+        "ratings.dat",
+        "::",
+        False,
+        "c4d9eecfca2ab87c1945afe126590906",
+        1_000_209,
+        (6040, 3706),
+        (1.0, 5.0),
+    ),
+    _info(
+        "10m",
+        "ml-10m.zip",
+        "ml-10M100K",
+        "ratings.dat",
+        "::",
+        False,
+        "ce571fd55effeba0271552578f2648bd",
+        10_000_054,
+        (69878, 10677),
+    ),
+    _info(
+        "20m",
+        "ml-20m.zip",
+        "ml-20m",
+        "ratings.csv",
+        ",",
+        True,
+        "cd245b17a1ae2cc31bb14903e1204af3",
+        20_000_263,
+    ),
+    _info(
+        "25m",
+        "ml-25m.zip",
+        "ml-25m",
+        "ratings.csv",
+        ",",
+        True,
+        "6b51fb2759a8657d3bfcbfc42b592ada",
+        25_000_095,
+    ),
+    _info(
+        "32m",
+        "ml-32m.zip",
+        "ml-32m",
+        "ratings.csv",
+        ",",
+        True,
+        "d472be332d4daa821edc399621853b57",
+        32_000_204,
+    ),
     _info("latest-small", "ml-latest-small.zip", "ml-latest-small", "ratings.csv", ",", True, None),
 )
 
@@ -145,7 +206,7 @@ def resolve_name(name: str) -> str:
     key = name.strip().lower().replace("_", "-")
     for prefix in ("movielens-", "movielens", "ml-", "ml"):
         if key.startswith(prefix):
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
             break
     key = {"10m100k": "10m", "latestsmall": "latest-small"}.get(key, key)
     if key not in DATASETS:
@@ -169,7 +230,9 @@ def _read_ratings(data: bytes, info: MovieLensInfo, source: str) -> tuple[np.nda
         head, _, rest = data.partition(b"\n")
         stripped = head.rstrip(b"\r")
         if stripped[:1].isalpha():
-            fields = tuple(f.strip().decode("utf-8", "replace").lower() for f in stripped.split(b","))
+            fields = tuple(
+                f.strip().decode("utf-8", "replace").lower() for f in stripped.split(b",")
+            )
             if fields != _CSV_HEADER:
                 raise ValueError(
                     f"{source}, line 1: unexpected header {stripped.decode('utf-8', 'replace')!r}; "
@@ -209,7 +272,9 @@ def _reindex(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present) + lo, rank[ids - lo]
 
 
-def _to_ratingdata(table: np.ndarray, source: str, first_line: int) -> tuple[RatingData, np.ndarray, np.ndarray]:
+def _to_ratingdata(
+    table: np.ndarray, source: str, first_line: int
+) -> tuple[RatingData, np.ndarray, np.ndarray]:
     user_ids, rows = _reindex(table[:, 0].astype(np.int64))
     item_ids, cols = _reindex(table[:, 1].astype(np.int64))
     shape = (len(user_ids), len(item_ids))
@@ -231,7 +296,9 @@ def _to_ratingdata(table: np.ndarray, source: str, first_line: int) -> tuple[Rat
     return data, user_ids, item_ids
 
 
-def _load_bytes(data: bytes, info: MovieLensInfo, source: str) -> tuple[RatingData, np.ndarray, np.ndarray]:
+def _load_bytes(
+    data: bytes, info: MovieLensInfo, source: str
+) -> tuple[RatingData, np.ndarray, np.ndarray]:
     table, first_line = _read_ratings(data, info, source)
     return _to_ratingdata(table, source, first_line)
 
@@ -239,22 +306,60 @@ def _load_bytes(data: bytes, info: MovieLensInfo, source: str) -> tuple[RatingDa
 # --------------------------------------------------------------------------- side files
 #: The 19 genres of ML-100K's ``u.item`` flags, in column order (its ``u.genre``).
 _ML100K_GENRES = (
-    "unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
-    "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western",
+    "unknown",
+    "Action",
+    "Adventure",
+    "Animation",
+    "Children's",
+    "Comedy",
+    "Crime",
+    "Documentary",
+    "Drama",
+    "Fantasy",
+    "Film-Noir",
+    "Horror",
+    "Musical",
+    "Mystery",
+    "Romance",
+    "Sci-Fi",
+    "Thriller",
+    "War",
+    "Western",
 )
 
 #: ML-1M's occupation codes (its README).
 _ML1M_OCCUPATIONS = (
-    "other", "academic/educator", "artist", "clerical/admin", "college/grad student", "customer service",
-    "doctor/health care", "executive/managerial", "farmer", "homemaker", "K-12 student", "lawyer",
-    "programmer", "retired", "sales/marketing", "scientist", "self-employed", "technician/engineer",
-    "tradesman/craftsman", "unemployed", "writer",
+    "other",
+    "academic/educator",
+    "artist",
+    "clerical/admin",
+    "college/grad student",
+    "customer service",
+    "doctor/health care",
+    "executive/managerial",
+    "farmer",
+    "homemaker",
+    "K-12 student",
+    "lawyer",
+    "programmer",
+    "retired",
+    "sales/marketing",
+    "scientist",
+    "self-employed",
+    "technician/engineer",
+    "tradesman/craftsman",
+    "unemployed",
+    "writer",
 )
 
 #: The side files of each release: ``(users file, items file)`` (``None``: none shipped).
 _SIDE_FILES = {
-    "100k": ("u.user", "u.item"), "1m": ("users.dat", "movies.dat"), "10m": (None, "movies.dat"),
-    "20m": (None, "movies.csv"), "25m": (None, "movies.csv"), "32m": (None, "movies.csv"),
+    "100k": ("u.user", "u.item"),
+    "1m": ("users.dat", "movies.dat"),
+    "10m": (None, "movies.dat"),
+    "20m": (None, "movies.csv"),
+    "25m": (None, "movies.csv"),
+    "32m": (None, "movies.csv"),
     "latest-small": (None, "movies.csv"),
 }
 
@@ -263,19 +368,30 @@ _SIDE_FILES = {
 #: myFM's MovieLens example (five-year age buckets, gender, occupation, first zip-code
 #: character; release year, genres).  ML-1M's ages are already coded in ranges, bucketed
 #: at those ranges' edges.
-SIDE_FEATURES: Mapping[str, Mapping[str, object]] = MappingProxyType({
-    "users-100k": MappingProxyType({
-        "categorical": ("gender", "occupation"), "prefix": MappingProxyType({"zip": 1}),
-        "numeric_buckets": MappingProxyType({"age": 5}),
-    }),
-    "users-1m": MappingProxyType({
-        "categorical": ("gender", "occupation"), "prefix": MappingProxyType({"zip": 1}),
-        "numeric_buckets": MappingProxyType({"age": (18, 25, 35, 45, 50, 56)}),
-    }),
-    "items": MappingProxyType({
-        "numeric_buckets": MappingProxyType({"year": 1}), "multilabel": MappingProxyType({"genres": None}),
-    }),
-})
+SIDE_FEATURES: Mapping[str, Mapping[str, object]] = MappingProxyType(
+    {
+        "users-100k": MappingProxyType(
+            {
+                "categorical": ("gender", "occupation"),
+                "prefix": MappingProxyType({"zip": 1}),
+                "numeric_buckets": MappingProxyType({"age": 5}),
+            }
+        ),
+        "users-1m": MappingProxyType(
+            {
+                "categorical": ("gender", "occupation"),
+                "prefix": MappingProxyType({"zip": 1}),
+                "numeric_buckets": MappingProxyType({"age": (18, 25, 35, 45, 50, 56)}),
+            }
+        ),
+        "items": MappingProxyType(
+            {
+                "numeric_buckets": MappingProxyType({"year": 1}),
+                "multilabel": MappingProxyType({"genres": None}),
+            }
+        ),
+    }
+)
 
 _TITLE_YEAR = re.compile(r"\((\d{4})(?:[-\u2013]\d{0,4})?\)\s*$")
 
@@ -365,7 +481,9 @@ def _parse_users(data: bytes, name: str, source: str) -> dict[str, np.ndarray]:
     return _table(cols, source)
 
 
-def _parse_items(data: bytes, name: str, source: str, genre_names: Sequence[str]) -> dict[str, np.ndarray]:
+def _parse_items(
+    data: bytes, name: str, source: str, genre_names: Sequence[str]
+) -> dict[str, np.ndarray]:
     cols: dict[str, list] = {"id": [], "title": [], "year": [], "genres": []}
     lines = _text(data, source)
     if name in ("100k",):
@@ -375,7 +493,9 @@ def _parse_items(data: bytes, name: str, source: str, genre_names: Sequence[str]
             f = _fields(line, "|", 5 + n_flags, source, lineno)
             flags = f[5:]
             if any(v not in ("0", "1") for v in flags):
-                raise ValueError(f"{source}, line {lineno}: the genre flags must be 0 or 1: {line[:80]!r}")
+                raise ValueError(
+                    f"{source}, line {lineno}: the genre flags must be 0 or 1: {line[:80]!r}"
+                )
             date = f[2].strip()
             m = re.search(r"(\d{4})$", date)
             cols["id"].append(_side_id(f[0], source, lineno))
@@ -390,7 +510,9 @@ def _parse_items(data: bytes, name: str, source: str, genre_names: Sequence[str]
                 uid, sep, rest = line.partition("::")
                 title, sep2, genres = rest.rpartition("::")
                 if not sep or not sep2:
-                    raise ValueError(f"{source}, line {lineno}: expected 3 fields separated by '::': {line[:80]!r}")
+                    raise ValueError(
+                        f"{source}, line {lineno}: expected 3 fields separated by '::': {line[:80]!r}"
+                    )
                 rows.append((lineno, uid, title, genres))
         else:  # movies.csv: movieId,title,genres with a header, titles quoted
             body = [line for _, line in lines]
@@ -401,15 +523,20 @@ def _parse_items(data: bytes, name: str, source: str, genre_names: Sequence[str]
                 if k == 0 and rec and rec[0].strip().lower() == "movieid":
                     continue
                 if len(rec) != 3:
-                    raise ValueError(f"{source}, line {lineno}: expected 3 comma-separated fields, found {len(rec)}")
+                    raise ValueError(
+                        f"{source}, line {lineno}: expected 3 comma-separated fields, found {len(rec)}"
+                    )
                 rows.append((lineno, *rec))
         for lineno, uid, title, genres in rows:
             genres = genres.strip()
             cols["id"].append(_side_id(uid, source, lineno))
             cols["title"].append(title.strip())
             cols["year"].append(_year_of_title(title))
-            cols["genres"].append([] if genres in ("", "(no genres listed)") else
-                                  [g.strip() for g in genres.split("|") if g.strip()])
+            cols["genres"].append(
+                []
+                if genres in ("", "(no genres listed)")
+                else [g.strip() for g in genres.split("|") if g.strip()]
+            )
     if not cols["id"]:
         raise ValueError(f"{source}: no lines")
     return _table(cols, source)
@@ -427,7 +554,9 @@ def _genre_names(side: "_SideFiles") -> tuple[str, ...]:
         try:
             names[int(idx)] = genre
         except ValueError:
-            raise ValueError(f"{source}, line {lineno}: expected 'name|index': {line[:80]!r}") from None
+            raise ValueError(
+                f"{source}, line {lineno}: expected 'name|index': {line[:80]!r}"
+            ) from None
     if sorted(names) != list(range(len(names))):
         raise ValueError(f"{source}: the genre indices must be 0..{len(names) - 1}")
     return tuple(names[k] for k in range(len(names)))
@@ -473,14 +602,22 @@ def _as_column(v) -> np.ndarray:
     values = list(v)
     arr = np.empty(len(values), dtype=object)
     arr[:] = values
-    if values and all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
-                      for x in values):
-        return arr.astype(np.float64 if any(isinstance(x, (float, np.floating)) for x in values) else np.int64)
+    if values and all(
+        isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+        for x in values
+    ):
+        return arr.astype(
+            np.float64 if any(isinstance(x, (float, np.floating)) for x in values) else np.int64
+        )
     return arr
 
 
 def movielens_features(
-    name: str, users: Mapping | None, items: Mapping | None, user_ids: np.ndarray, item_ids: np.ndarray,
+    name: str,
+    users: Mapping | None,
+    items: Mapping | None,
+    user_ids: np.ndarray,
+    item_ids: np.ndarray,
 ) -> tuple[Features | None, Features | None]:
     """The default feature tables (:data:`SIDE_FEATURES`) of MovieLens side tables, aligned
     with the matrix rows (``user_ids``) and columns (``item_ids``) of the loaded ratings.
@@ -501,8 +638,10 @@ def movielens_features(
     """
     key = resolve_name(name)
     out: list[Features | None] = []
-    for table, ids, what, spec in ((users, user_ids, "user", SIDE_FEATURES["users-1m" if key == "1m" else "users-100k"]),
-                                   (items, item_ids, "movie", SIDE_FEATURES["items"])):
+    for table, ids, what, spec in (
+        (users, user_ids, "user", SIDE_FEATURES["users-1m" if key == "1m" else "users-100k"]),
+        (items, item_ids, "movie", SIDE_FEATURES["items"]),
+    ):
         if table is None:
             out.append(None)
             continue
@@ -512,8 +651,11 @@ def movielens_features(
         t["id"] = t["id"].astype(np.int64)
         t["_source"] = table.get("_source", f"the {what} table")
         aligned = _aligned(t, np.asarray(ids, dtype=np.int64), what)
-        out.append(features_from_table(aligned, **{k: (dict(v) if isinstance(v, Mapping) else v)
-                                                   for k, v in spec.items()}))
+        out.append(
+            features_from_table(
+                aligned, **{k: (dict(v) if isinstance(v, Mapping) else v) for k, v in spec.items()}
+            )
+        )
     return out[0], out[1]
 
 
@@ -562,8 +704,12 @@ def _fetch(url: str, dest: Path) -> None:  # pragma: no cover - needs the networ
     with urllib.request.urlopen(req, timeout=60) as resp, open(dest, "wb") as out:
         total = resp.headers.get("Content-Length")
         with tqdm(
-            total=int(total) if total else None, unit="B", unit_scale=True,
-            desc=dest.name, disable=None, leave=False,
+            total=int(total) if total else None,
+            unit="B",
+            unit_scale=True,
+            desc=dest.name,
+            disable=None,
+            leave=False,
         ) as bar:
             while True:
                 block = resp.read(1 << 20)
@@ -626,7 +772,9 @@ def _safe_extract(archive: Path, dest: Path) -> None:
             for m in members:
                 reason = _unsafe_reason(m)
                 if reason:
-                    raise ValueError(f"{archive.name}: refusing to extract member {m.filename!r} ({reason})")
+                    raise ValueError(
+                        f"{archive.name}: refusing to extract member {m.filename!r} ({reason})"
+                    )
             root = dest.resolve()
             for m in members:
                 target = dest.joinpath(*PurePosixPath(m.filename).parts)
@@ -712,8 +860,10 @@ def _side_of(path: Path, source: str) -> _SideFiles:
     """The side files beside the ratings read from ``path`` (as given to the loader) and
     named ``source`` in messages (``<archive>!<member>`` for a zip archive)."""
     if path.is_file() and path.suffix.lower() == ".zip":
-        member = source[len(str(path)) + 1:]
-        return _SideFiles(archive=path, prefix=member.rpartition("/")[0] + "/" if "/" in member else "")
+        member = source[len(str(path)) + 1 :]
+        return _SideFiles(
+            archive=path, prefix=member.rpartition("/")[0] + "/" if "/" in member else ""
+        )
     return _SideFiles(folder=Path(source).parent)
 
 
@@ -790,15 +940,25 @@ def _locate_side(info: MovieLensInfo, path, cache_dir, download: bool) -> _SideF
 
 @overload
 def load_movielens(
-    name: str, path: str | os.PathLike | None = ..., *, cache_dir: str | os.PathLike | None = ...,
-    download: bool = ..., return_ids: Literal[False] = ..., side_info: bool = ...,
+    name: str,
+    path: str | os.PathLike | None = ...,
+    *,
+    cache_dir: str | os.PathLike | None = ...,
+    download: bool = ...,
+    return_ids: Literal[False] = ...,
+    side_info: bool = ...,
 ) -> RatingData: ...
 
 
 @overload
 def load_movielens(
-    name: str, path: str | os.PathLike | None = ..., *, cache_dir: str | os.PathLike | None = ...,
-    download: bool = ..., return_ids: Literal[True], side_info: bool = ...,
+    name: str,
+    path: str | os.PathLike | None = ...,
+    *,
+    cache_dir: str | os.PathLike | None = ...,
+    download: bool = ...,
+    return_ids: Literal[True],
+    side_info: bool = ...,
 ) -> tuple[RatingData, np.ndarray, np.ndarray]: ...
 
 

@@ -128,7 +128,11 @@ class Simulation:
             full = np.asarray(estimate)
             if full.shape != (m1, m2):
                 raise ValueError(f"estimate must have shape ({m1}, {m2}), got {full.shape}")
-        if isinstance(chunk_entries, bool) or not isinstance(chunk_entries, numbers.Integral) or chunk_entries < 1:
+        if (
+            isinstance(chunk_entries, bool)
+            or not isinstance(chunk_entries, numbers.Integral)
+            or chunk_entries < 1
+        ):
             raise ValueError(f"chunk_entries must be a positive integer, got {chunk_entries!r}")
         step = max(1, int(chunk_entries) // m2)
         all_cols = np.arange(m2, dtype=np.int32)
@@ -208,8 +212,14 @@ def _factor_sd(factor_scale, m1: int) -> float:
     raise ValueError(f"factor_scale must be 'variance' or 'sd', got {factor_scale!r}")
 
 
-def _draw(rng: np.random.Generator, shape: tuple[int, int], rank: int, n: int, factor_sd: float,
-          noise_sd: float) -> tuple[np.ndarray, np.ndarray, RatingData]:
+def _draw(
+    rng: np.random.Generator,
+    shape: tuple[int, int],
+    rank: int,
+    n: int,
+    factor_sd: float,
+    noise_sd: float,
+) -> tuple[np.ndarray, np.ndarray, RatingData]:
     """Draw, in this order, ``M0``, ``N0``, ``n`` observed positions (uniform without
     replacement, row-major) and their noise; returns ``(M0, N0, train)``."""
     m1, m2 = shape

@@ -37,10 +37,26 @@ from .convert import (
     to_arviz,
     vb_theta_moments,
 )
-from .plots import plot_acf, plot_convergence, plot_gamma, plot_posterior_compare, plot_rmse_trace, plot_trace
+from .plots import (
+    plot_acf,
+    plot_convergence,
+    plot_gamma,
+    plot_posterior_compare,
+    plot_rmse_trace,
+    plot_trace,
+)
 from .report import report
-from .stats import (RankMixingWarning, autocorrelation, gamma_threshold, prob_gamma_above, rank_mixing,
-                    rank_posterior, summary, theta_rank_posterior, theta_sv_draws)
+from .stats import (
+    RankMixingWarning,
+    autocorrelation,
+    gamma_threshold,
+    prob_gamma_above,
+    rank_mixing,
+    rank_posterior,
+    summary,
+    theta_rank_posterior,
+    theta_sv_draws,
+)
 
 __all__ = [
     "INVARIANT_VARS",

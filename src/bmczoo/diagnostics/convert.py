@@ -111,14 +111,32 @@ __all__ = [
 ]
 
 #: the variables of the default posterior, in their order (those the fit has)
-DEFAULT_VARS = ("theta", "gamma", "gamma_sorted", "num_active", "theta_sv", "theta_fro", "eff_rank", "noise_sd",
-                "bias_var", "cov_eig", "mu_norm", "cuts")
+DEFAULT_VARS = (
+    "theta",
+    "gamma",
+    "gamma_sorted",
+    "num_active",
+    "theta_sv",
+    "theta_fro",
+    "eff_rank",
+    "noise_sd",
+    "bias_var",
+    "cov_eig",
+    "mu_norm",
+    "cuts",
+)
 
 #: rotation- and label-invariant posterior variables (in display order)
 INVARIANT_VARS = ("theta", "gamma_sorted", "num_active", "theta_fro", "eff_rank", "noise_sd")
 
-_LEAD = {"posterior": ("chain", "draw"), "sample_stats": ("chain", "draw"), "convergence": ("chain", "iteration"),
-         "log_likelihood": ("chain", "draw"), "posterior_predictive": ("chain", "draw"), "observed_data": ()}
+_LEAD = {
+    "posterior": ("chain", "draw"),
+    "sample_stats": ("chain", "draw"),
+    "convergence": ("chain", "iteration"),
+    "log_likelihood": ("chain", "draw"),
+    "posterior_predictive": ("chain", "draw"),
+    "observed_data": (),
+}
 _DEFAULT_NUM_TRACK = 8
 _MAX_DRAWS = 1000
 _MAX_RATINGS = 5000
@@ -237,8 +255,10 @@ def _require_column_scales(fit, what: str) -> None:
     """``ValueError`` naming the prior when the fit's prior has no column scales gamma."""
     if _lacks_column_scales(fit):
         name = _prior_name(fit)
-        raise ValueError(f"{name} has no column scales gamma: {what} applies only to priors with column "
-                         f"scales gamma_h (the draws of a {name} fit hold the prior's own state instead)")
+        raise ValueError(
+            f"{name} has no column scales gamma: {what} applies only to priors with column "
+            f"scales gamma_h (the draws of a {name} fit hold the prior's own state instead)"
+        )
 
 
 def theta_singular_values(M, N, *, chunk_bytes: int = 64 * 2**20) -> np.ndarray:
@@ -307,7 +327,9 @@ def _as_entries(entries) -> tuple[np.ndarray, np.ndarray]:
     rows = np.asarray(rows)
     cols = np.asarray(cols)
     if rows.shape != cols.shape or rows.ndim != 1:
-        raise ValueError(f"entries: rows {rows.shape} and cols {cols.shape} must be 1-D of equal length")
+        raise ValueError(
+            f"entries: rows {rows.shape} and cols {cols.shape} must be 1-D of equal length"
+        )
     if rows.size and (rows.dtype.kind not in "iu" or cols.dtype.kind not in "iu"):
         if not (np.all(rows == np.round(rows)) and np.all(cols == np.round(cols))):
             raise ValueError("entries must be integer (row, col) indices")
@@ -321,7 +343,9 @@ def _check_in_shape(rows, cols, shape):
     bad = (rows < 0) | (rows >= m1) | (cols < 0) | (cols >= m2)
     if np.any(bad):
         k = int(np.argmax(bad))
-        raise ValueError(f"entries: ({rows[k]}, {cols[k]}) at position {k} is outside the {m1} x {m2} matrix")
+        raise ValueError(
+            f"entries: ({rows[k]}, {cols[k]}) at position {k} is outside the {m1} x {m2} matrix"
+        )
 
 
 def default_entries(fit, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -376,8 +400,9 @@ def _add_gamma(post: dict, gamma: np.ndarray) -> None:
 _SIDES = ("M", "N")
 
 
-def _add_hyper_summaries(post: dict, draws: dict, lead: tuple[int, int],
-                         coords: dict[str, tuple[str, Any]]) -> None:
+def _add_hyper_summaries(
+    post: dict, draws: dict, lead: tuple[int, int], coords: dict[str, tuple[str, Any]]
+) -> None:
     """The small, rotation-invariant summaries of the stored hyper-parameter draws: the
     biases' variances (``bias_var`` (bias): row, col), a Normal-Wishart state's
     ``cov_eig`` (side, h), the eigenvalues of ``Lambda^{-1}`` (decreasing), and
@@ -405,8 +430,9 @@ def _add_hyper_summaries(post: dict, draws: dict, lead: tuple[int, int],
         post["cov_eig"] = np.stack(eig, axis=-2)
         coords["side"] = ("side", np.array([side for side, _, _ in lam]))
         if all(mu is not None for _, _, mu in lam):
-            post["mu_norm"] = np.stack([np.linalg.norm(np.asarray(mu, np.float64), axis=-1) for _, _, mu in lam],
-                                       axis=-1)
+            post["mu_norm"] = np.stack(
+                [np.linalg.norm(np.asarray(mu, np.float64), axis=-1) for _, _, mu in lam], axis=-1
+            )
     cuts = get("cuts")
     if cuts is not None and cuts.ndim == 3:
         post["cuts"] = cuts
@@ -420,12 +446,18 @@ def _extra_draws(fit, kind: str, post: dict) -> dict[str, np.ndarray]:
     nothing is computed here."""
     if kind == "mcmc":
         lead = next(iter(post.values())).shape[:2]
-        return {k: np.asarray(v) for k, v in fit.samples.items()
-                if k not in post and np.ndim(v) >= 2 and np.shape(v)[:2] == lead}
+        return {
+            k: np.asarray(v)
+            for k, v in fit.samples.items()
+            if k not in post and np.ndim(v) >= 2 and np.shape(v)[:2] == lead
+        }
     if kind == "svi":
         S = next(iter(post.values())).shape[1]
-        return {k: np.asarray(v)[None] for k, v in (fit.draws or {}).items()
-                if k not in post and np.ndim(v) >= 1 and np.shape(v)[0] == S}
+        return {
+            k: np.asarray(v)[None]
+            for k, v in (fit.draws or {}).items()
+            if k not in post and np.ndim(v) >= 1 and np.shape(v)[0] == S
+        }
     return {}
 
 
@@ -472,7 +504,9 @@ def num_active_draws(fit, draws: dict, threshold: float | None = None) -> np.nda
     return np.sum(np.asarray(prob_above(draws, t), np.float64), axis=-1)
 
 
-def _mcmc_posterior(fit, entries, track_index, explicit: bool, coords: dict) -> dict[str, np.ndarray]:
+def _mcmc_posterior(
+    fit, entries, track_index, explicit: bool, coords: dict
+) -> dict[str, np.ndarray]:
     """The default posterior group of an MCMC fit: gamma, theta at the entries, the factor
     quantities and the summaries of the hyper-parameters (:func:`_add_hyper_summaries`)."""
     s = fit.samples
@@ -557,8 +591,9 @@ def _vb_gamma_draws(fit, num_draws: int, rng) -> np.ndarray | None:
     try:
         return np.array(np.broadcast_to(g, (num_draws, K)))
     except ValueError:
-        raise ValueError(f"{type(prior).__name__}.q_sample returned shape {g.shape}, expected "
-                         f"({num_draws}, {K})") from None
+        raise ValueError(
+            f"{type(prior).__name__}.q_sample returned shape {g.shape}, expected ({num_draws}, {K})"
+        ) from None
 
 
 def _vb_covariances(fit):
@@ -651,7 +686,9 @@ def _vb_arrays(fit, entries, num_draws, rng):
     sv = np.empty((num_draws, K))
     for s in range(0, num_draws, step):
         k = min(step, num_draws - s)
-        sv[s : s + k] = theta_singular_values(_gauss_draws(m, rootV, k, rng), _gauss_draws(n, rootW, k, rng))
+        sv[s : s + k] = theta_singular_values(
+            _gauss_draws(m, rootV, k, rng), _gauss_draws(n, rootW, k, rng)
+        )
     _add_factor_quantities(post, sv[None])
     conv = {"elbo": np.asarray(fit.elbo, np.float64)[None]}
     rt = np.asarray(getattr(fit, "rmse_trace", np.zeros(0)), np.float64)
@@ -672,8 +709,12 @@ def _svi_arrays(fit, entries, coords):
             post["theta"] = np.sum(M[:, rows] * N[:, cols], axis=-1)[None]
         _add_factor_quantities(post, theta_singular_values(M, N)[None])
     if post:
-        _add_hyper_summaries(post, {k: np.asarray(v)[None] for k, v in d.items()},
-                             next(iter(post.values())).shape[:2], coords)
+        _add_hyper_summaries(
+            post,
+            {k: np.asarray(v)[None] for k, v in d.items()},
+            next(iter(post.values())).shape[:2],
+            coords,
+        )
     conv = {"loss": np.asarray(getattr(fit, "losses", np.zeros(0)), np.float64)[None]}
     if not conv["loss"].size:
         conv = {}
@@ -689,14 +730,20 @@ def _ll_ratings(fit, log_likelihood):
         rows, cols = getattr(fit, "seen_rows", None), getattr(fit, "seen_cols", None)
         values = getattr(fit, "seen_values", None)
         if rows is None or values is None:
-            raise ValueError("this fit does not hold its training ratings (a loaded fit, or one not made by "
-                             "bmc.fit): pass them, to_arviz(log_likelihood=train)")
+            raise ValueError(
+                "this fit does not hold its training ratings (a loaded fit, or one not made by "
+                "bmc.fit): pass them, to_arviz(log_likelihood=train)"
+            )
         return RatingData(rows, cols, values, shape=tuple(fit.shape))
     if not isinstance(log_likelihood, RatingData):
-        raise TypeError(f"log_likelihood must be True, False or a RatingData of ratings, got "
-                        f"{type(log_likelihood).__name__}")
+        raise TypeError(
+            f"log_likelihood must be True, False or a RatingData of ratings, got "
+            f"{type(log_likelihood).__name__}"
+        )
     if tuple(log_likelihood.shape) != tuple(fit.shape):
-        raise ValueError(f"log_likelihood: the ratings have shape {log_likelihood.shape}, the fit {tuple(fit.shape)}")
+        raise ValueError(
+            f"log_likelihood: the ratings have shape {log_likelihood.shape}, the fit {tuple(fit.shape)}"
+        )
     return log_likelihood
 
 
@@ -735,7 +782,11 @@ def _mcmc_theta_tau(fit, rows, cols, max_draws):
         C, D = np.shape(s["M"])[:2]
         step = _draw_step(C, D, max_draws)
         K = np.shape(s["M"])[-1]
-        src = {k: np.asarray(s[k])[:, ::step] for k in ("M", "N", "row_bias", "col_bias", "tau") if k in s}
+        src = {
+            k: np.asarray(s[k])[:, ::step]
+            for k in ("M", "N", "row_bias", "col_bias", "tau")
+            if k in s
+        }
         d = out.flat_draws(src, K)
         theta = np.empty((d["M"].shape[0], rows.size))
         for p0, p1, t in out.draw_blocks(d, rows, cols):
@@ -746,9 +797,11 @@ def _mcmc_theta_tau(fit, rows, cols, max_draws):
     else:
         tidx = _tracked_index(fit, rows, cols) if "theta" in s else None
         if tidx is None:
-            raise ValueError("the pointwise log-likelihood needs theta at every rating for each draw, and this fit "
-                             "has no factor draws and does not track these entries: refit with "
-                             "store_factors=True, or pass the entries as track=(rows, cols)")
+            raise ValueError(
+                "the pointwise log-likelihood needs theta at every rating for each draw, and this fit "
+                "has no factor draws and does not track these entries: refit with "
+                "store_factors=True, or pass the entries as track=(rows, cols)"
+            )
         th = np.asarray(s["theta"])
         C, D = th.shape[:2]
         step = _draw_step(C, D, max_draws)
@@ -784,10 +837,12 @@ def _vb_theta_tau(fit, rows, cols, num_draws, max_draws, rng):
         Nj = _gauss_draws(n[uc], rootW, k, rng)
         t = np.einsum("sek,sek->se", Mi[:, ir], Nj[:, ic])
         if qb:
-            b = np.asarray(qb["b_mean"], np.float64)[ur] + np.sqrt(np.asarray(qb["b_var"], np.float64)[ur]) \
-                * rng.standard_normal((k, ur.size))
-            c = np.asarray(qb["c_mean"], np.float64)[uc] + np.sqrt(np.asarray(qb["c_var"], np.float64)[uc]) \
-                * rng.standard_normal((k, uc.size))
+            b = np.asarray(qb["b_mean"], np.float64)[ur] + np.sqrt(
+                np.asarray(qb["b_var"], np.float64)[ur]
+            ) * rng.standard_normal((k, ur.size))
+            c = np.asarray(qb["c_mean"], np.float64)[uc] + np.sqrt(
+                np.asarray(qb["c_var"], np.float64)[uc]
+            ) * rng.standard_normal((k, uc.size))
             t = t + b[:, ir] + c[:, ic]
         theta[s0 : s0 + k] = t
     tau = None
@@ -796,8 +851,15 @@ def _vb_theta_tau(fit, rows, cols, num_draws, max_draws, rng):
         shape = float(np.asarray(qn["shape"], np.float64).reshape(-1)[0])
         rate = float(np.asarray(qn["rate"], np.float64).reshape(-1)[0])
         tau = (rng.gamma(shape, 1.0 / rate, size=S))[None]
-    return theta[None], tau, {"draw_step": 1, "theta_source": "independent draws from q (one chain)",
-                              "num_variational_draws": S}
+    return (
+        theta[None],
+        tau,
+        {
+            "draw_step": 1,
+            "theta_source": "independent draws from q (one chain)",
+            "num_variational_draws": S,
+        },
+    )
 
 
 def _svi_theta_tau(fit, rows, cols, max_draws):
@@ -817,7 +879,11 @@ def _svi_theta_tau(fit, rows, cols, max_draws):
     tau = None
     if d["tau"] is not None and getattr(getattr(_info(fit), "likelihood", None), "learned", True):
         tau = d["tau"][None]
-    return theta[None], tau, {"draw_step": step, "theta_source": "draws from the fitted guide (one chain)"}
+    return (
+        theta[None],
+        tau,
+        {"draw_step": step, "theta_source": "draws from the fitted guide (one chain)"},
+    )
 
 
 def _cut_draws(fit, kind: str, lik, shape, step: int) -> np.ndarray:
@@ -829,7 +895,10 @@ def _cut_draws(fit, kind: str, lik, shape, step: int) -> np.ndarray:
     if kind == "mcmc":
         return np.asarray(_factor_samples(fit)["cuts"], np.float64)[:, ::step]
     if kind == "vb":
-        return np.broadcast_to(np.asarray(fit.q_noise["cuts"], np.float64).reshape(-1), tuple(shape) + (lik.num_levels - 1,))
+        return np.broadcast_to(
+            np.asarray(fit.q_noise["cuts"], np.float64).reshape(-1),
+            tuple(shape) + (lik.num_levels - 1,),
+        )
     src = fit.draws if "cuts" in (fit.draws or {}) else fit.point
     return np.asarray(src["cuts"], np.float64).reshape(1, -1, lik.num_levels - 1)[:, ::step]
 
@@ -842,15 +911,18 @@ def _add_level_groups(fa: FitArrays, fit, kind: str, lik, theta, y, step: int, r
     cuts = _cut_draws(fit, kind, lik, theta.shape[:2], step)
     logp = level_log_probs_np(theta, cuts[..., None, :])  # (chain, draw, rating, L)
     idx = lik.level_index(y)
-    fa.groups["log_likelihood"] = {"y": np.take_along_axis(logp, idx[None, None, :, None], axis=-1)[..., 0]}
+    fa.groups["log_likelihood"] = {
+        "y": np.take_along_axis(logp, idx[None, None, :, None], axis=-1)[..., 0]
+    }
     cdf = np.cumsum(np.exp(logp), axis=-1)
     u = rng.random(theta.shape)[..., None]
     pick = np.minimum(np.sum(cdf < u * cdf[..., -1:], axis=-1), lik.num_levels - 1)
     fa.groups["posterior_predictive"] = {"y": np.asarray(lik.level_values, np.float64)[pick]}
 
 
-def _add_predictive_groups(fa: FitArrays, fit, kind: str, log_likelihood, *, num_draws, seed, max_draws,
-                           max_ratings) -> None:
+def _add_predictive_groups(
+    fa: FitArrays, fit, kind: str, log_likelihood, *, num_draws, seed, max_draws, max_ratings
+) -> None:
     """Add ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` to ``fa``."""
     max_draws = _check_bound("max_draws", max_draws)
     max_ratings = _check_bound("max_ratings", max_ratings)
@@ -882,17 +954,31 @@ def _add_predictive_groups(fa: FitArrays, fit, kind: str, log_likelihood, *, num
         noise = "the draws of the learned tau"
     if not (lik is not None and lik.latent):
         mean = theta + offset
-        fa.groups["log_likelihood"] = {"y": -0.5 * (np.log(2.0 * np.pi * var) + (y - mean) ** 2 / var)}
-        fa.groups["posterior_predictive"] = {"y": mean + np.sqrt(var) * rng.standard_normal(mean.shape)}
+        fa.groups["log_likelihood"] = {
+            "y": -0.5 * (np.log(2.0 * np.pi * var) + (y - mean) ** 2 / var)
+        }
+        fa.groups["posterior_predictive"] = {
+            "y": mean + np.sqrt(var) * rng.standard_normal(mean.shape)
+        }
     fa.groups["observed_data"] = {"y": y}
     fa.dims["y"] = ("rating",)
     fa.coords["rating"] = ("rating", pos)
     fa.coords["rating_row"] = ("rating", rows)
     fa.coords["rating_col"] = ("rating", cols)
-    info = {"num_ratings_total": int(data.n), "num_ratings": int(pos.size), "max_ratings": max_ratings,
-            "max_draws": max_draws, "rating_subsample": ("all ratings" if pos.size == data.n else
-                                                        f"uniform without replacement, default_rng({int(seed)})"),
-            "noise": noise, "scale": "data (offset added, unclipped)", **how}
+    info = {
+        "num_ratings_total": int(data.n),
+        "num_ratings": int(pos.size),
+        "max_ratings": max_ratings,
+        "max_draws": max_draws,
+        "rating_subsample": (
+            "all ratings"
+            if pos.size == data.n
+            else f"uniform without replacement, default_rng({int(seed)})"
+        ),
+        "noise": noise,
+        "scale": "data (offset added, unclipped)",
+        **how,
+    }
     for g in ("log_likelihood", "posterior_predictive", "observed_data"):
         fa.group_attrs[g] = dict(info)
 
@@ -942,8 +1028,9 @@ def _base_attrs(fit, kind: str) -> dict[str, Any]:
     }
 
 
-def _method_arrays(fit, kind: str, rows, cols, track_index, explicit: bool, num_draws: int, seed: int,
-                   coords: dict):
+def _method_arrays(
+    fit, kind: str, rows, cols, track_index, explicit: bool, num_draws: int, seed: int, coords: dict
+):
     """``(posterior, sample_stats, convergence, attrs)`` of the fit's family; ``attrs``: the
     representation and the family's own settings."""
     if kind == "mcmc":
@@ -957,19 +1044,35 @@ def _method_arrays(fit, kind: str, rows, cols, track_index, explicit: bool, num_
         num_draws = int(num_draws)
         if num_draws < 1:
             raise ValueError(f"num_draws must be >= 1, got {num_draws}")
-        post, stats, conv, full = _vb_arrays(fit, (rows, cols), num_draws, np.random.default_rng(seed))
-        attrs = {"representation": "independent draws from the variational posterior q, one chain",
-                 "num_variational_draws": num_draws, "seed": int(seed),
-                 "vb_covariance": "full" if full else "diagonal"}
+        post, stats, conv, full = _vb_arrays(
+            fit, (rows, cols), num_draws, np.random.default_rng(seed)
+        )
+        attrs = {
+            "representation": "independent draws from the variational posterior q, one chain",
+            "num_variational_draws": num_draws,
+            "seed": int(seed),
+            "vb_covariance": "full" if full else "diagonal",
+        }
         return post, stats, conv, attrs
     post, stats, conv = _svi_arrays(fit, (rows, cols), coords)
     return post, stats, conv, {"representation": "draws from the fitted guide, one chain"}
 
 
 #: dims of the trailing axes of the posterior variables (``i``/``j``: a row/column of Y)
-_DIMS = {"gamma": ("h",), "gamma_sorted": ("h",), "theta_sv": ("h",), "theta": ("entry",), "bias_var": ("bias",),
-         "cov_eig": ("side", "h"), "mu_norm": ("side",), "cuts": ("cut",), "M": ("i", "h"), "N": ("j", "h"),
-         "row_bias": ("i",), "col_bias": ("j",)}
+_DIMS = {
+    "gamma": ("h",),
+    "gamma_sorted": ("h",),
+    "theta_sv": ("h",),
+    "theta": ("entry",),
+    "bias_var": ("bias",),
+    "cov_eig": ("side", "h"),
+    "mu_norm": ("side",),
+    "cuts": ("cut",),
+    "M": ("i", "h"),
+    "N": ("j", "h"),
+    "row_bias": ("i",),
+    "col_bias": ("j",),
+}
 
 
 def _state_dims(post: dict, K: int) -> dict[str, tuple[str, ...]]:
@@ -993,12 +1096,20 @@ def _assemble(post, stats, conv, rows, cols, attrs, K_info: int | None, coords) 
         groups["sample_stats"] = stats
     if conv:
         groups["convergence"] = conv
-    K = next((post[v].shape[-1] for v in ("gamma", "theta_sv", "cov_eig") if v in post), K_info or 0)
+    K = next(
+        (post[v].shape[-1] for v in ("gamma", "theta_sv", "cov_eig") if v in post), K_info or 0
+    )
     dims = {**_DIMS, **_state_dims(post, K)}
     coords = {"h": ("h", np.arange(K)), **coords}
     for extra in sorted({d for ds in dims.values() for d in ds if d.startswith("h") and d != "h"}):
         coords[extra] = (extra, np.arange(K))
-    for name, dim in (("M", "i"), ("N", "j"), ("row_bias", "i"), ("col_bias", "j"), ("cuts", "cut")):
+    for name, dim in (
+        ("M", "i"),
+        ("N", "j"),
+        ("row_bias", "i"),
+        ("col_bias", "j"),
+        ("cuts", "cut"),
+    ):
         if name in post and dim not in coords:
             coords[dim] = (dim, np.arange(np.shape(post[name])[2]))
     var_attrs = {}
@@ -1006,8 +1117,10 @@ def _assemble(post, stats, conv, rows, cols, attrs, K_info: int | None, coords) 
         coords["entry"] = ("entry", entry_labels(rows, cols))
         coords["row"] = ("entry", rows)
         coords["col"] = ("entry", cols)
-        var_attrs["theta"] = {"scale": "model (centred): add theta_offset for the data's scale",
-                              "theta_offset": attrs.get("theta_offset", 0.0)}
+        var_attrs["theta"] = {
+            "scale": "model (centred): add theta_offset for the data's scale",
+            "theta_offset": attrs.get("theta_offset", 0.0),
+        }
     return FitArrays(groups=groups, dims=dims, coords=coords, attrs=attrs, var_attrs=var_attrs)
 
 
@@ -1016,8 +1129,9 @@ def _default_posterior(fit, kind: str, entries, num_draws: int, seed: int):
     contents of :func:`to_arviz` (module docstring)."""
     rows, cols, track_index = _resolve_entries(fit, kind, entries, seed)
     coords: dict[str, tuple[str, Any]] = {}
-    post, stats, conv, attrs = _method_arrays(fit, kind, rows, cols, track_index, entries is not None,
-                                              num_draws, seed, coords)
+    post, stats, conv, attrs = _method_arrays(
+        fit, kind, rows, cols, track_index, entries is not None, num_draws, seed, coords
+    )
     _add_noise_sd(post, fit, kind, num_draws, seed)
     return post, stats, conv, attrs, coords, rows, cols
 
@@ -1042,9 +1156,11 @@ def _add_extras(post: dict, fit, kind: str, var_names: list[str], full: bool) ->
     extra = _extra_draws(fit, kind, post)
     unknown = [v for v in var_names if v not in extra and v not in post]
     if unknown:
-        raise ValueError(f"to_arviz: no variable {unknown} in this fit; the default posterior holds "
-                         f"{sorted(post)}, var_names= can add {sorted(extra) or 'nothing'} "
-                         f"(full=True adds them all)")
+        raise ValueError(
+            f"to_arviz: no variable {unknown} in this fit; the default posterior holds "
+            f"{sorted(post)}, var_names= can add {sorted(extra) or 'nothing'} "
+            f"(full=True adds them all)"
+        )
     for name in extra if full else var_names:
         if name not in post:
             post[name] = extra[name]
@@ -1069,8 +1185,18 @@ def extra_var_names(fit) -> list[str]:
     return sorted(_extra_draws(fit, kind, post))
 
 
-def fit_arrays(fit, *, var_names=None, full: bool = False, entries=None, num_draws: int = 500, seed: int = 0,
-               log_likelihood=False, max_draws: int = _MAX_DRAWS, max_ratings: int = _MAX_RATINGS) -> FitArrays:
+def fit_arrays(
+    fit,
+    *,
+    var_names=None,
+    full: bool = False,
+    entries=None,
+    num_draws: int = 500,
+    seed: int = 0,
+    log_likelihood=False,
+    max_draws: int = _MAX_DRAWS,
+    max_ratings: int = _MAX_RATINGS,
+) -> FitArrays:
     """The arrays behind :func:`to_arviz` (see the module docstring for the variables).
 
     Parameters
@@ -1102,16 +1228,33 @@ def fit_arrays(fit, *, var_names=None, full: bool = False, entries=None, num_dra
     """
     kind = fit_kind(fit)
     var_names = _check_var_names(var_names)
-    post, stats, conv, attrs, coords, rows, cols = _default_posterior(fit, kind, entries, num_draws, seed)
-    post = {k: post[k] for k in sorted(post, key=lambda k: DEFAULT_VARS.index(k) if k in DEFAULT_VARS else len(DEFAULT_VARS))}
+    post, stats, conv, attrs, coords, rows, cols = _default_posterior(
+        fit, kind, entries, num_draws, seed
+    )
+    post = {
+        k: post[k]
+        for k in sorted(
+            post, key=lambda k: DEFAULT_VARS.index(k) if k in DEFAULT_VARS else len(DEFAULT_VARS)
+        )
+    }
     if post:
         _add_extras(post, fit, kind, var_names, bool(full))
     if "theta" in post:
         attrs["theta_offset"] = _offset_of(fit)
-    fa = _assemble(post, stats, conv, rows, cols, {**_base_attrs(fit, kind), **attrs}, _K_of(fit), coords)
+    fa = _assemble(
+        post, stats, conv, rows, cols, {**_base_attrs(fit, kind), **attrs}, _K_of(fit), coords
+    )
     if log_likelihood is not False and log_likelihood is not None:
-        _add_predictive_groups(fa, fit, kind, log_likelihood, num_draws=num_draws, seed=seed,
-                               max_draws=max_draws, max_ratings=max_ratings)
+        _add_predictive_groups(
+            fa,
+            fit,
+            kind,
+            log_likelihood,
+            num_draws=num_draws,
+            seed=seed,
+            max_draws=max_draws,
+            max_ratings=max_ratings,
+        )
     return fa
 
 
@@ -1143,11 +1286,15 @@ def arrays_to_arviz(fa: FitArrays):
         coords = {}
         if lead:
             coords[lead[0]] = np.arange(shape0[0])
-            coords[lead[1]] = np.arange(1, shape0[1] + 1) if lead[1] == "iteration" else np.arange(shape0[1])
+            coords[lead[1]] = (
+                np.arange(1, shape0[1] + 1) if lead[1] == "iteration" else np.arange(shape0[1])
+            )
         for cname, (dim, values) in fa.coords.items():
             if dim in used:
                 coords[cname] = (dim, np.asarray(values))
-        ds = xr.Dataset(data_vars, coords=coords, attrs={**fa.attrs, **fa.group_attrs.get(group, {})})
+        ds = xr.Dataset(
+            data_vars, coords=coords, attrs={**fa.attrs, **fa.group_attrs.get(group, {})}
+        )
         for name, vattrs in fa.var_attrs.items():
             if name in ds.data_vars:
                 ds[name].attrs.update(vattrs)
@@ -1159,8 +1306,18 @@ def arrays_to_arviz(fa: FitArrays):
     return az.InferenceData(**datasets)
 
 
-def to_arviz(fit, *, var_names=None, full: bool = False, entries=None, num_draws: int = 500, seed: int = 0,
-             log_likelihood=False, max_draws: int = _MAX_DRAWS, max_ratings: int = _MAX_RATINGS):
+def to_arviz(
+    fit,
+    *,
+    var_names=None,
+    full: bool = False,
+    entries=None,
+    num_draws: int = 500,
+    seed: int = 0,
+    log_likelihood=False,
+    max_draws: int = _MAX_DRAWS,
+    max_ratings: int = _MAX_RATINGS,
+):
     """ArviZ data for any fit (``InferenceData`` with ArviZ 0.x, ``DataTree`` with 1.x).
 
     By default the ``posterior`` group holds what one reads, a few small variables (see
@@ -1183,9 +1340,19 @@ def to_arviz(fit, *, var_names=None, full: bool = False, entries=None, num_draws
 
     Parameters are those of :func:`fit_arrays`.
     """
-    return arrays_to_arviz(fit_arrays(fit, var_names=var_names, full=full, entries=entries, num_draws=num_draws,
-                                      seed=seed, log_likelihood=log_likelihood, max_draws=max_draws,
-                                      max_ratings=max_ratings))
+    return arrays_to_arviz(
+        fit_arrays(
+            fit,
+            var_names=var_names,
+            full=full,
+            entries=entries,
+            num_draws=num_draws,
+            seed=seed,
+            log_likelihood=log_likelihood,
+            max_draws=max_draws,
+            max_ratings=max_ratings,
+        )
+    )
 
 
 def from_numpyro(mcmc, *, fit=None, **kwargs):

@@ -66,7 +66,9 @@ def _quiet_arviz_plots():
             "ignore",
             message="Passing a dict or None as alias_mapping to normalize_kwargs is deprecated",
         )
-        warnings.filterwarnings("ignore", message="Your data appears to have a single value or no finite values")
+        warnings.filterwarnings(
+            "ignore", message="Your data appears to have a single value or no finite values"
+        )
         yield
 
 
@@ -80,7 +82,11 @@ def _figure(nrows: int, ncols: int, figsize, **subplot_kw):
 
 def _describe(fit, method: bool = True) -> str:
     name = _method_of(fit)
-    parts = [name.upper() if name in ("vb", "svi", "map", "nuts") else name.capitalize()] if method else []
+    parts = (
+        [name.upper() if name in ("vb", "svi", "map", "nuts") else name.capitalize()]
+        if method
+        else []
+    )
     if _prior_name(fit):
         parts.append(f"{_prior_name(fit)} prior")
     if _K_of(fit) is not None:
@@ -101,8 +107,15 @@ def _drop_unused(fig, axes, n: int):
 
 
 # --------------------------------------------------------------------------- Fig. 1
-def plot_rmse_trace(fit, *, ax=None, figsize=(7.0, 4.0), title: str | None = None, logy: bool = False,
-                    show_draws: bool = True):
+def plot_rmse_trace(
+    fit,
+    *,
+    ax=None,
+    figsize=(7.0, 4.0),
+    title: str | None = None,
+    logy: bool = False,
+    show_draws: bool = True,
+):
     """Paper Fig. 1: test RMSE by iteration.
 
     Gibbs: the RMSE of each sweep's draw (thin lines) and of the running posterior mean
@@ -114,7 +127,9 @@ def plot_rmse_trace(fit, *, ax=None, figsize=(7.0, 4.0), title: str | None = Non
         draw = np.asarray(getattr(fit, "rmse_draw", np.zeros((1, 0))), np.float64)
         mean = np.asarray(getattr(fit, "rmse_mean", np.zeros((1, 0))), np.float64)
         if draw.size == 0:
-            raise ValueError("this fit has no RMSE trace: fit it with test=RatingData (not available for NUTS)")
+            raise ValueError(
+                "this fit has no RMSE trace: fit it with test=RatingData (not available for NUTS)"
+            )
     elif kind == "vb":
         mean = np.asarray(fit.rmse_trace, np.float64)[None]
         draw = None
@@ -136,16 +151,28 @@ def plot_rmse_trace(fit, *, ax=None, figsize=(7.0, 4.0), title: str | None = Non
         if draw is not None and show_draws:
             ax.plot(it, draw[c], color=colors[c], lw=0.8, alpha=0.45, label=f"draw{suffix}")
         label = ("running posterior mean" if kind == "mcmc" else "VB mean m_i·n_j") + suffix
-        ax.plot(it, mean[c], color=colors[c], lw=2.0, label=label, marker="o" if kind == "vb" and T <= 60 else None,
-                ms=3)
+        ax.plot(
+            it,
+            mean[c],
+            color=colors[c],
+            lw=2.0,
+            label=label,
+            marker="o" if kind == "vb" and T <= 60 else None,
+            ms=3,
+        )
     if kind == "mcmc" and _setting(fit, "num_warmup"):
-        ax.axvline(_setting(fit, "num_warmup") + 0.5, color="0.4", ls="--", lw=1, label="end of warm-up")
+        ax.axvline(
+            _setting(fit, "num_warmup") + 0.5, color="0.4", ls="--", lw=1, label="end of warm-up"
+        )
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel("iteration" + (" (sweep)" if kind == "mcmc" else ""))
     ax.set_ylabel("test RMSE")
     ax.set_xlim(0.5, T + 0.5)
-    finite = np.concatenate([mean[np.isfinite(mean)]] + ([draw[np.isfinite(draw)]] if draw is not None and show_draws else []))
+    finite = np.concatenate(
+        [mean[np.isfinite(mean)]]
+        + ([draw[np.isfinite(draw)]] if draw is not None and show_draws else [])
+    )
     if finite.size and not logy:
         lo, hi = float(np.min(finite)), float(np.quantile(finite, 0.98))
         # the first sweeps start far away: keep the converged range readable
@@ -166,8 +193,17 @@ def _tidy_arviz_titles(axes):
             ax.set_title(f"{name}[{idx}]", fontsize="medium")
 
 
-def plot_acf(fit, *, entries=None, max_lag: int = 20, combined: bool = True, ncols: int = 4,
-             figsize=None, reference: float | None = 0.1, idata=None):
+def plot_acf(
+    fit,
+    *,
+    entries=None,
+    max_lag: int = 20,
+    combined: bool = True,
+    ncols: int = 4,
+    figsize=None,
+    reference: float | None = 0.1,
+    idata=None,
+):
     """Paper Fig. 2: autocorrelation of ``theta`` at the tracked entries, through
     ``az.plot_autocorr`` (one panel per entry; per entry and chain with
     ``combined=False``).  Lags count kept draws; ``reference`` draws dashed lines at
@@ -177,7 +213,9 @@ def plot_acf(fit, *, entries=None, max_lag: int = 20, combined: bool = True, nco
     idata = to_arviz(fit, entries=entries) if idata is None else idata
     post = idata.posterior
     if "theta" not in post:
-        raise ValueError("no theta entries to plot: track entries (fit(..., track=...)) or store factors")
+        raise ValueError(
+            "no theta entries to plot: track entries (fit(..., track=...)) or store factors"
+        )
     E, C, D = post.sizes["entry"], post.sizes["chain"], post.sizes["draw"]
     if D < 2:
         raise ValueError("the ACF needs at least 2 draws")
@@ -189,12 +227,20 @@ def plot_acf(fit, *, entries=None, max_lag: int = 20, combined: bool = True, nco
     fig, axes = _figure(nrows, ncols, figsize, sharex=True, sharey=True)
     used = _drop_unused(fig, axes, n)
     with _quiet_arviz_plots():
-        az.plot_autocorr(idata, var_names=["theta"], max_lag=max_lag, combined=combined, ax=used, show=False)
+        az.plot_autocorr(
+            idata, var_names=["theta"], max_lag=max_lag, combined=combined, ax=used, show=False
+        )
     _tidy_arviz_titles(used)
     for k, ax in enumerate(used):
         if reference:
             for y in (reference, -reference):
-                ax.axhline(y, color="C3", ls="--", lw=0.8, label=f"±{reference:g}" if k == 0 and y > 0 else None)
+                ax.axhline(
+                    y,
+                    color="C3",
+                    ls="--",
+                    lw=0.8,
+                    label=f"±{reference:g}" if k == 0 and y > 0 else None,
+                )
         ax.axhline(0.0, color="0.3", lw=0.6)
         ax.grid(alpha=0.3)
     # ArviZ shows -1..1; MCMC autocorrelations live in the upper part: zoom there
@@ -214,7 +260,9 @@ def plot_acf(fit, *, entries=None, max_lag: int = 20, combined: bool = True, nco
 
 
 # --------------------------------------------------------------------------- traces
-def plot_trace(fit, *, var_names=None, entries=None, compact: bool = True, figsize=None, idata=None):
+def plot_trace(
+    fit, *, var_names=None, entries=None, compact: bool = True, figsize=None, idata=None
+):
     """``az.plot_trace`` of the invariant quantities (``theta`` entries, sorted gamma,
     ``||theta||_F``, effective rank, the learned noise sd, where available): one row per
     variable with its marginal density (left) and trace (right).  ``theta`` is drawn on
@@ -240,7 +288,9 @@ def plot_trace(fit, *, var_names=None, entries=None, compact: bool = True, figsi
     if compact:
         nrows = len(var_names)
     else:
-        nrows = sum(int(np.prod([post.sizes[d] for d in post[v].dims[2:]], dtype=int)) for v in var_names)
+        nrows = sum(
+            int(np.prod([post.sizes[d] for d in post[v].dims[2:]], dtype=int)) for v in var_names
+        )
     if figsize is None:
         figsize = (11.0, 2.3 * nrows + 0.6)
     fig, axes = _figure(nrows, 2, figsize)
@@ -250,12 +300,19 @@ def plot_trace(fit, *, var_names=None, entries=None, compact: bool = True, figsi
     if offset != 0.0 and "theta" in var_names:
         data = post.assign(theta=post["theta"] + offset)
     with _quiet_arviz_plots():
-        az.plot_trace(data, var_names=var_names, compact=compact, axes=axes, legend=legend, show=False)
-    notes = {"theta": " (one colour per entry)", "gamma_sorted": " (one colour per rank order)",
-             "theta_sv": " (one colour per rank order)"}
+        az.plot_trace(
+            data, var_names=var_names, compact=compact, axes=axes, legend=legend, show=False
+        )
+    notes = {
+        "theta": " (one colour per entry)",
+        "gamma_sorted": " (one colour per rank order)",
+        "theta_sv": " (one colour per rank order)",
+    }
     for ax in axes[:, 0]:
         t = ax.get_title().split("\n")[0]
-        ax.set_title(_VAR_LABELS.get(t, t) + (notes.get(t, "") if compact else ""), fontsize="medium")
+        ax.set_title(
+            _VAR_LABELS.get(t, t) + (notes.get(t, "") if compact else ""), fontsize="medium"
+        )
         ax.set_ylabel("density")
     for ax in axes[:, 1]:
         t = ax.get_title().split("\n")[0]
@@ -266,8 +323,16 @@ def plot_trace(fit, *, var_names=None, entries=None, compact: bool = True, figsi
         if leg is not None:  # ArviZ's legends, made compact
             handles, labels = leg.legend_handles, [t.get_text() for t in leg.get_texts()]
             title = leg.get_title().get_text()
-            ax.legend(handles, labels, title=title, fontsize="x-small", title_fontsize="x-small",
-                      ncol=2 if len(labels) > 4 else 1, loc="best", framealpha=0.7)
+            ax.legend(
+                handles,
+                labels,
+                title=title,
+                fontsize="x-small",
+                title_fontsize="x-small",
+                ncol=2 if len(labels) > 4 else 1,
+                loc="best",
+                framealpha=0.7,
+            )
     rep = idata.posterior.attrs.get("representation", "")
     title = f"Posterior traces — {_describe(fit)}"
     if "variational" in rep or "guide" in rep:
@@ -290,8 +355,18 @@ def _kde(x: np.ndarray, grid: np.ndarray) -> np.ndarray:
     return np.exp(-0.5 * z**2).sum(axis=1) / (x.size * h * np.sqrt(2 * np.pi))
 
 
-def plot_posterior_compare(gibbs_fit, vb_fit, entries=None, *, max_entries: int = 6, ncols: int = 3,
-                           figsize=None, original_scale: bool = True, vb_draws: int = 0, seed: int = 0):
+def plot_posterior_compare(
+    gibbs_fit,
+    vb_fit,
+    entries=None,
+    *,
+    max_entries: int = 6,
+    ncols: int = 3,
+    figsize=None,
+    original_scale: bool = True,
+    vb_draws: int = 0,
+    seed: int = 0,
+):
     """Paper Fig. 3: posterior densities of ``theta_ij`` from Gibbs (KDE of the draws, all
     chains) and VB (the Gaussian with the mean ``m_i . n_j`` and variance
     ``m_i^T W_j m_i + n_j^T V_i n_j + tr(V_i W_j)`` of ``M_i . N_j`` under q; full
@@ -321,7 +396,9 @@ def plot_posterior_compare(gibbs_fit, vb_fit, entries=None, *, max_entries: int 
     off_v = _offset_of(vb_fit) if original_scale else 0.0
     qd = None
     if vb_draws:
-        qd = fit_arrays(vb_fit, entries=(rows, cols), num_draws=vb_draws, seed=seed).groups["posterior"]["theta"][0]
+        qd = fit_arrays(vb_fit, entries=(rows, cols), num_draws=vb_draws, seed=seed).groups[
+            "posterior"
+        ]["theta"][0]
     nrows, ncols = _grid(E, ncols)
     if figsize is None:
         figsize = (3.4 * ncols + 0.4, 2.7 * nrows + 0.7)
@@ -344,13 +421,22 @@ def plot_posterior_compare(gibbs_fit, vb_fit, entries=None, *, max_entries: int 
         else:
             ax.axvline(mu, color="C1", lw=1.8, ls="--", label=vb_label)
         if qd is not None:
-            ax.plot(grid, _kde(qd[:, e] + off_v, grid), color="C2", lw=1.2, ls=":", label=f"VB (q draws, {vb_draws})")
+            ax.plot(
+                grid,
+                _kde(qd[:, e] + off_v, grid),
+                color="C2",
+                lw=1.2,
+                ls=":",
+                label=f"VB (q draws, {vb_draws})",
+            )
         ax.set_title(f"θ[{rows[e]}, {cols[e]}]", fontsize="medium")
         ax.set_yticks([])
         ax.grid(alpha=0.3)
     for ax in axes[-1, :]:
         if ax in used:
-            ax.set_xlabel("θ_ij" + (" (original scale)" if original_scale and (off_g or off_v) else ""))
+            ax.set_xlabel(
+                "θ_ij" + (" (original scale)" if original_scale and (off_g or off_v) else "")
+            )
     for ax in axes[:, 0]:
         ax.set_ylabel("density")
     used[0].legend(fontsize="x-small", loc="upper left")
@@ -386,15 +472,29 @@ def plot_convergence(fits, *, figsize=None, tol: float | None = None):
         if e.size > 1:
             rel = np.abs(np.diff(e)) / np.maximum(np.abs(e[1:]), 1e-300)
             rel = np.where(rel > 0, rel, np.nan)
-            ax_e.plot(np.arange(2, e.size + 1), rel, color=color, marker="o", ms=3, lw=1.5,
-                      label=f"{name} ({e.size} it.)")
+            ax_e.plot(
+                np.arange(2, e.size + 1),
+                rel,
+                color=color,
+                marker="o",
+                ms=3,
+                lw=1.5,
+                label=f"{name} ({e.size} it.)",
+            )
         if _setting(f, "tol") is not None:
             tols.add(float(_setting(f, "tol")))
         if has_rmse:
             r = np.asarray(getattr(f, "rmse_trace", []), np.float64)
             if r.size:
-                axes[0, 1].plot(np.arange(1, r.size + 1), r, color=color, marker="o", ms=3, lw=1.5,
-                                label=f"{name} (final {r[-1]:.3f})")
+                axes[0, 1].plot(
+                    np.arange(1, r.size + 1),
+                    r,
+                    color=color,
+                    marker="o",
+                    ms=3,
+                    lw=1.5,
+                    label=f"{name} (final {r[-1]:.3f})",
+                )
     tol = tol if tol is not None else (tols.pop() if len(tols) == 1 else None)
     if tol:
         ax_e.axhline(tol, color="0.3", ls="--", lw=1, label=f"tolerance {tol:g}")
@@ -416,8 +516,15 @@ def plot_convergence(fits, *, figsize=None, tol: float | None = None):
 
 
 # --------------------------------------------------------------------------- gamma
-def plot_gamma(fit, *, threshold: float | None = None, num_draws: int = 500, seed: int = 0, figsize=(10.0, 4.0),
-               max_points: int = 400):
+def plot_gamma(
+    fit,
+    *,
+    threshold: float | None = None,
+    num_draws: int = 500,
+    seed: int = 0,
+    figsize=(10.0, 4.0),
+    max_points: int = 400,
+):
     """Posterior of gamma and of the rank.
 
     Left: the draws of the sorted ``gamma`` (largest first; jittered points and the
@@ -430,8 +537,10 @@ def plot_gamma(fit, *, threshold: float | None = None, num_draws: int = 500, see
     fa = fit_arrays(fit, num_draws=num_draws, seed=seed)
     post = fa.groups["posterior"]
     if "gamma_sorted" not in post:
-        raise ValueError("this fit has no gamma (a MAP fit, or a guide that integrates gamma out, keeps no "
-                         "draws of it)")
+        raise ValueError(
+            "this fit has no gamma (a MAP fit, or a guide that integrates gamma out, keeps no "
+            "draws of it)"
+        )
     g = post["gamma_sorted"].reshape(-1, post["gamma_sorted"].shape[-1])
     K = g.shape[1]
     threshold = gamma_threshold(fit) if threshold is None else float(threshold)
@@ -449,9 +558,19 @@ def plot_gamma(fit, *, threshold: float | None = None, num_draws: int = 500, see
     take = g if g.shape[0] <= max_points else g[rng.choice(g.shape[0], max_points, replace=False)]
     for h in range(K):
         xs = h + 1 + rng.uniform(-0.25, 0.25, size=take.shape[0])
-        ax.scatter(xs, take[:, h], s=6, alpha=0.25, color="C0", lw=0, label="draws" if h == 0 else None)
-    ax.scatter(np.arange(1, K + 1), np.median(g, axis=0), marker="_", s=400, color="C3", lw=2, label="median",
-               zorder=3)
+        ax.scatter(
+            xs, take[:, h], s=6, alpha=0.25, color="C0", lw=0, label="draws" if h == 0 else None
+        )
+    ax.scatter(
+        np.arange(1, K + 1),
+        np.median(g, axis=0),
+        marker="_",
+        s=400,
+        color="C3",
+        lw=2,
+        label="median",
+        zorder=3,
+    )
     pos = g[g > 0]
     if pos.size and pos.max() / pos.min() > 20:
         ax.set_yscale("log")
@@ -472,7 +591,9 @@ def plot_gamma(fit, *, threshold: float | None = None, num_draws: int = 500, see
     ax.set_ylim(0, min(1.12, max(probs.max() * 1.15, 0.1)))
     ax.set_xlabel(f"rank  r = #{{h: γ_h > {threshold:.3g}}}")
     ax.set_ylabel("posterior probability")
-    ax.set_title("Posterior of the rank" + ("\n(chains disagree: see rank_mixing)" if disagree else ""))
+    ax.set_title(
+        "Posterior of the rank" + ("\n(chains disagree: see rank_mixing)" if disagree else "")
+    )
     ax.grid(alpha=0.3, axis="y")
     rep = "q draws" if fit_kind(fit) == "vb" else "draws"
     fig.suptitle(f"γ and rank — {_describe(fit)} ({g.shape[0]} {rep})")

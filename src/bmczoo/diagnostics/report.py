@@ -8,7 +8,16 @@ import warnings
 
 import numpy as np
 
-from .convert import _info, _K_of, _method_of, _offset_of, _setting, arrays_to_arviz, fit_arrays, fit_kind
+from .convert import (
+    _info,
+    _K_of,
+    _method_of,
+    _offset_of,
+    _setting,
+    arrays_to_arviz,
+    fit_arrays,
+    fit_kind,
+)
 from .plots import _describe, plot_acf, plot_convergence, plot_gamma, plot_rmse_trace, plot_trace
 from .stats import RankMixingWarning, gamma_threshold, rank_mixing, rank_posterior, summary
 
@@ -25,7 +34,10 @@ def _fmt(v) -> str:
 
 def _markdown_table(df, index_name: str = "") -> str:
     cols = [index_name] + [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * len(df.columns)) + "|"]
+    lines = [
+        "| " + " | ".join(cols) + " |",
+        "|" + "|".join(["---"] + ["---:"] * len(df.columns)) + "|",
+    ]
     for idx, row in df.iterrows():
         lines.append("| " + " | ".join([f"`{idx}`"] + [_fmt(v) for v in row.tolist()]) + " |")
     return "\n".join(lines)
@@ -40,8 +52,13 @@ def _table_figure(df, title: str):
     ax = fig.add_subplot()
     ax.axis("off")
     cells = [[_fmt(v) for v in row] for row in df.itertuples(index=False)]
-    table = ax.table(cellText=cells, rowLabels=[str(i) for i in df.index], colLabels=[str(c) for c in df.columns],
-                     cellLoc="right", bbox=[0.0, 0.0, 1.0, 1.0])
+    table = ax.table(
+        cellText=cells,
+        rowLabels=[str(i) for i in df.index],
+        colLabels=[str(c) for c in df.columns],
+        cellLoc="right",
+        bbox=[0.0, 0.0, 1.0, 1.0],
+    )
     table.auto_set_font_size(False)
     table.set_fontsize(8)
     for (r, _c), cell in table.get_celld().items():
@@ -84,7 +101,9 @@ def _likelihood_settings(likelihood, tau) -> dict[str, object]:
     precision ``tau`` and sd ``1/sqrt(tau)``; a latent (probit) likelihood none."""
     out: dict[str, object] = {"likelihood": repr(likelihood)}
     if getattr(likelihood, "learned", False):
-        out["noise sd"] = "learned: its posterior is the noise_sd row of the summary table (data scale)"
+        out["noise sd"] = (
+            "learned: its posterior is the noise_sd row of the summary table (data scale)"
+        )
     elif not (likelihood is not None and likelihood.latent) and tau is not None:
         lam = likelihood.describe().get("lam")
         if lam is not None:
@@ -126,8 +145,10 @@ def _fit_settings(fit, kind: str, fa) -> dict[str, object]:
         out["seed"] = info.seed
     out["representation"] = fa.attrs.get("representation")
     if kind == "vb":
-        out["variational draws"] = f"{fa.attrs['num_variational_draws']} (seed {fa.attrs['seed']}), "\
+        out["variational draws"] = (
+            f"{fa.attrs['num_variational_draws']} (seed {fa.attrs['seed']}), "
             f"{fa.attrs['vb_covariance']} covariances"
+        )
     return out
 
 
@@ -145,19 +166,28 @@ def _rank_mixing_markdown(table, mix) -> list[str]:
     if rows:
         cols = [c for c in ("ess_bulk", "ess_tail", "r_hat") if c in table.columns]
         lines += ["| quantity | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
-        lines += [f"| {label} | " + " | ".join(_fmt(table.loc[name, c]) for c in cols) + " |" for name, label in rows]
+        lines += [
+            f"| {label} | " + " | ".join(_fmt(table.loc[name, c]) for c in cols) + " |"
+            for name, label in rows
+        ]
         lines.append("")
     if mix is not None:
-        lines.append(f"Most frequent number of active columns per chain: {mix['chain_modes']} "
-                     f"(chain means {', '.join(f'{v:.2f}' for v in mix['chain_means'])}).")
+        lines.append(
+            f"Most frequent number of active columns per chain: {mix['chain_modes']} "
+            f"(chain means {', '.join(f'{v:.2f}' for v in mix['chain_means'])})."
+        )
         if mix["disagree"]:
             lines.append("")
-            lines.append("**Warning: the chains disagree on the number of active columns** (R-hat "
-                         f"{_fmt(mix['r_hat'])}): the rank posterior reflects the starting points.")
+            lines.append(
+                "**Warning: the chains disagree on the number of active columns** (R-hat "
+                f"{_fmt(mix['r_hat'])}): the rank posterior reflects the starting points."
+            )
         if mix["drifts"]:
             lines.append("")
-            lines.append("**Warning: the number of active columns drifts within the chain** (split R-hat "
-                         f"{_fmt(mix['r_hat'])}): run longer.")
+            lines.append(
+                "**Warning: the number of active columns drifts within the chain** (split R-hat "
+                f"{_fmt(mix['r_hat'])}): run longer."
+            )
         lines.append("")
     return lines
 
@@ -167,22 +197,40 @@ def _summary_markdown(fit, settings: dict, table, rank, thr, figure_names, mix=N
     diagnostics and the rank posterior (where available) and links to the figures."""
     lines = [f"# Diagnostics — {_describe(fit)}", ""]
     lines += [f"- **{k}**: {_fmt(v)}" for k, v in settings.items()]
-    lines += ["", "## Summary (rotation- and label-invariant quantities)", "", _markdown_table(table), ""]
+    lines += [
+        "",
+        "## Summary (rotation- and label-invariant quantities)",
+        "",
+        _markdown_table(table),
+        "",
+    ]
     if table.attrs.get("r_hat"):  # one MCMC chain: its split R-hat
         lines += [f"R-hat: {table.attrs['r_hat']}.", ""]
     lines += _rank_mixing_markdown(table, mix)
     if rank is not None:
-        lines += [f"## Rank posterior (threshold {thr:.4g})", "",
-                  "| rank | " + " | ".join(str(r) for r in range(rank.size)) + " |",
-                  "|---|" + "---:|" * rank.size,
-                  "| P | " + " | ".join(f"{p:.3f}" for p in rank) + " |", ""]
+        lines += [
+            f"## Rank posterior (threshold {thr:.4g})",
+            "",
+            "| rank | " + " | ".join(str(r) for r in range(rank.size)) + " |",
+            "|---|" + "---:|" * rank.size,
+            "| P | " + " | ".join(f"{p:.3f}" for p in rank) + " |",
+            "",
+        ]
     if figure_names:
         lines += ["## Figures", ""] + [f"![{name}]({name}.png)" for name in figure_names] + [""]
     return "\n".join(lines)
 
 
-def report(fit, path, *, entries=None, num_draws: int = 500, seed: int = 0, threshold: float | None = None,
-           dpi: int = 110) -> list[pathlib.Path]:
+def report(
+    fit,
+    path,
+    *,
+    entries=None,
+    num_draws: int = 500,
+    seed: int = 0,
+    threshold: float | None = None,
+    dpi: int = 110,
+) -> list[pathlib.Path]:
     """Write the diagnostics of one fit into the folder ``path`` (created if needed).
 
     Files: ``summary.csv``, ``summary.md`` (fit settings, the summary table, ESS and
@@ -223,7 +271,9 @@ def report(fit, path, *, entries=None, num_draws: int = 500, seed: int = 0, thre
         rp = out / "rank_posterior.csv"
         rp.write_text("rank,probability\n" + "".join(f"{r},{p:.6g}\n" for r, p in enumerate(rank)))
     mix = rank_mixing(fit, thr) if rank is not None and kind == "mcmc" else None
-    written[1].write_text(_summary_markdown(fit, _fit_settings(fit, kind, fa), table, rank, thr, list(figures), mix))
+    written[1].write_text(
+        _summary_markdown(fit, _fit_settings(fit, kind, fa), table, rank, thr, list(figures), mix)
+    )
     _table_figure(table, f"Summary — {_describe(fit)}").savefig(written[2], dpi=dpi)
     if rank is not None:
         written.append(rp)

@@ -16,11 +16,27 @@ import numpy as np
 
 from .._checks import check_real
 from ..priors.base import indicator_above
-from .convert import (INVARIANT_VARS, _lacks_column_scales, _prior_of, _require_column_scales, _vb_q_gamma, fit_kind,
-                      to_arviz)
+from .convert import (
+    INVARIANT_VARS,
+    _lacks_column_scales,
+    _prior_of,
+    _require_column_scales,
+    _vb_q_gamma,
+    fit_kind,
+    to_arviz,
+)
 
-__all__ = ["summary", "rank_posterior", "theta_rank_posterior", "theta_sv_draws", "rank_mixing", "autocorrelation", "gamma_threshold", "prob_gamma_above",
-           "RankMixingWarning"]
+__all__ = [
+    "summary",
+    "rank_posterior",
+    "theta_rank_posterior",
+    "theta_sv_draws",
+    "rank_mixing",
+    "autocorrelation",
+    "gamma_threshold",
+    "prob_gamma_above",
+    "RankMixingWarning",
+]
 
 #: R-hat of the number of active columns above which the chains are said to disagree
 RHAT_ACTIVE_MAX = 1.05
@@ -29,8 +45,10 @@ RHAT_ACTIVE_MAX = 1.05
 MIN_DRAWS_SPLIT_RHAT = 8
 
 #: what ``r_hat`` measures for a single MCMC chain (``summary(...).attrs["r_hat"]``)
-SPLIT_RHAT_NOTE = ("one chain: R-hat of its two halves (split R-hat); it sees drift within the chain "
-                   "but not a dependence on the starting point: run several chains for that")
+SPLIT_RHAT_NOTE = (
+    "one chain: R-hat of its two halves (split R-hat); it sees drift within the chain "
+    "but not a dependence on the starting point: run several chains for that"
+)
 
 
 class RankMixingWarning(UserWarning):
@@ -63,7 +81,9 @@ def _single_chain_quiet(num_chains: int):
     import arviz as az
 
     # ArviZ 0.x logs through its own Logger instance ``arviz._log``
-    loggers = [logging.getLogger("arviz")] + [lg for lg in [getattr(az, "_log", None)] if lg is not None]
+    loggers = [logging.getLogger("arviz")] + [
+        lg for lg in [getattr(az, "_log", None)] if lg is not None
+    ]
     for lg in loggers:
         lg.addFilter(flt)
     try:
@@ -73,8 +93,16 @@ def _single_chain_quiet(num_chains: int):
             lg.removeFilter(flt)
 
 
-def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: int = 500, seed: int = 0,
-            round_to=None):
+def summary(
+    fit,
+    *,
+    var_names=None,
+    kind: str = "all",
+    entries=None,
+    num_draws: int = 500,
+    seed: int = 0,
+    round_to=None,
+):
     """``az.summary`` of the invariant quantities of a fit: a pandas ``DataFrame`` with
     mean, sd, HDI, MCSE, ESS bulk/tail and R-hat per scalar (``theta[i,j]``,
     ``gamma_sorted[h]``, ``num_active`` (the number of active columns, MCMC draws of
@@ -113,7 +141,9 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
         from .convert import extra_var_names
 
         extra = [v for v in (var_names or ()) if v in extra_var_names(fit)]
-        idata = to_arviz(fit, var_names=extra or None, entries=entries, num_draws=num_draws, seed=seed)
+        idata = to_arviz(
+            fit, var_names=extra or None, entries=entries, num_draws=num_draws, seed=seed
+        )
     post = idata.posterior
     if var_names is None:
         var_names = [v for v in INVARIANT_VARS if v in post.data_vars]
@@ -121,7 +151,9 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
         var_names = list(var_names)
         missing = [v for v in var_names if v not in post.data_vars]
         if missing:
-            raise ValueError(f"no posterior variable {missing}; available: {sorted(post.data_vars)}")
+            raise ValueError(
+                f"no posterior variable {missing}; available: {sorted(post.data_vars)}"
+            )
     # a quantity constant over all draws (e.g. a sorted gamma of the discrete prior that
     # stays in the slab) has undefined ESS/MCSE: NaN, without numpy's 0/0 warnings
     with _single_chain_quiet(post.sizes["chain"]), np.errstate(divide="ignore", invalid="ignore"):
@@ -130,8 +162,12 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
         # unrounded, so that the offset is added before the rounding (not to rounded values)
         table = az.summary(idata, var_names=var_names, kind=kind, round_to="none")
         if "r_hat" in table.columns and _split_rhat_applies(post):
-            split = az.summary(az.InferenceData(posterior=_split_halves(post)), var_names=var_names,
-                               kind="diagnostics", round_to="none")
+            split = az.summary(
+                az.InferenceData(posterior=_split_halves(post)),
+                var_names=var_names,
+                kind="diagnostics",
+                round_to="none",
+            )
             table["r_hat"] = split["r_hat"].reindex(table.index).values
             table.attrs["r_hat"] = SPLIT_RHAT_NOTE
         # ArviZ gives a constant quantity (a chain stuck at one count) ESS = the number of
@@ -140,16 +176,24 @@ def summary(fit, *, var_names=None, kind: str = "all", entries=None, num_draws: 
         if diag:
             # exact test (a float sd of equal values need not be 0): the range over all
             # draws, through ArviZ so that the labels are its own
-            spread = az.summary(idata, var_names=var_names, stat_funcs={"ptp": np.ptp}, extend=False,
-                                round_to="none")["ptp"]
+            spread = az.summary(
+                idata,
+                var_names=var_names,
+                stat_funcs={"ptp": np.ptp},
+                extend=False,
+                round_to="none",
+            )["ptp"]
             table.loc[(spread.reindex(table.index) == 0).values, diag] = np.nan
     return _round_like_arviz(_theta_on_data_scale(table, post), round_to)
 
 
 def _split_rhat_applies(post) -> bool:
     """One chain of MCMC draws (not VB's or a guide's independent draws), long enough to halve."""
-    return (post.sizes["chain"] == 1 and post.sizes["draw"] >= MIN_DRAWS_SPLIT_RHAT
-            and post.attrs.get("representation") == "mcmc draws")
+    return (
+        post.sizes["chain"] == 1
+        and post.sizes["draw"] >= MIN_DRAWS_SPLIT_RHAT
+        and post.attrs.get("representation") == "mcmc draws"
+    )
 
 
 def _split_halves(post):
@@ -159,8 +203,9 @@ def _split_halves(post):
 
     n = post.sizes["draw"] // 2
     first = post.isel(draw=slice(0, n))
-    second = post.isel(draw=slice(n, 2 * n)).assign_coords(draw=first["draw"].values,
-                                                             chain=first["chain"].values + 1)
+    second = post.isel(draw=slice(n, 2 * n)).assign_coords(
+        draw=first["draw"].values, chain=first["chain"].values + 1
+    )
     return xr.concat([first, second], dim="chain")
 
 
@@ -170,7 +215,9 @@ def _round_like_arviz(table, round_to):
         return table
     if round_to is not None:
         return table.round(round_to)
-    return table.round({c: 2 if c == "r_hat" else 0 if c in ("ess_bulk", "ess_tail") else 3 for c in table.columns})
+    return table.round(
+        {c: 2 if c == "r_hat" else 0 if c in ("ess_bulk", "ess_tail") else 3 for c in table.columns}
+    )
 
 
 def _theta_on_data_scale(table, post):
@@ -243,7 +290,9 @@ def _draws_prob_above(fit, threshold: float) -> np.ndarray:
         p = np.asarray(prob_above(draws, threshold), np.float64)
     except ValueError as e:
         if kind == "svi":
-            raise ValueError(f"{e} (a MAP fit, or a guide that integrates gamma out, keeps no draws of it)") from None
+            raise ValueError(
+                f"{e} (a MAP fit, or a guide that integrates gamma out, keeps no draws of it)"
+            ) from None
         raise
     return p.reshape(-1, p.shape[-1])
 
@@ -293,14 +342,17 @@ def theta_sv_draws(fit, *, num_draws: int = 500, seed: int = 0) -> np.ndarray:
 
     post = fit_arrays(fit, num_draws=num_draws, seed=seed).groups["posterior"]
     if "theta_sv" not in post:
-        raise ValueError("the rank of theta needs the draws of the factors M, N, which this fit does not hold "
-                         "(refit with store_factors=True)")
+        raise ValueError(
+            "the rank of theta needs the draws of the factors M, N, which this fit does not hold "
+            "(refit with store_factors=True)"
+        )
     sv = np.asarray(post["theta_sv"], np.float64)
     return sv.reshape(-1, sv.shape[-1])
 
 
-def theta_rank_posterior(fit, threshold: float | None = None, *, num_draws: int = 500,
-                         seed: int = 0) -> np.ndarray:
+def theta_rank_posterior(
+    fit, threshold: float | None = None, *, num_draws: int = 500, seed: int = 0
+) -> np.ndarray:
     """Posterior probabilities of the effective rank of theta, ``#{k: s_k(theta) >
     threshold}`` = 0..K (array of K+1), ``s_k`` the singular values of ``theta = M N^T``
     (centred scale, biases not included) of each draw (:func:`theta_sv_draws`): the
@@ -331,7 +383,9 @@ def theta_rank_posterior(fit, threshold: float | None = None, *, num_draws: int 
     return np.bincount(counts, minlength=sv.shape[-1] + 1) / counts.size
 
 
-def rank_posterior(fit, threshold: float | None = None, *, num_draws: int = 500, seed: int = 0) -> np.ndarray:
+def rank_posterior(
+    fit, threshold: float | None = None, *, num_draws: int = 500, seed: int = 0
+) -> np.ndarray:
     """Posterior probabilities of ``#{h: gamma_h > threshold}`` = 0..K (array of K+1);
     ``threshold`` defaults to :func:`gamma_threshold`.
 
@@ -361,10 +415,14 @@ def rank_posterior(fit, threshold: float | None = None, *, num_draws: int = 500,
     if fit_kind(fit) == "mcmc":
         mix = rank_mixing(fit, threshold)
         if mix is not None and mix["disagree"]:
-            warnings.warn(f"the {mix['num_chains']} chains disagree on the number of active columns "
-                          f"(threshold {threshold:.4g}): R-hat {mix['r_hat']:.3g}, most frequent count per chain "
-                          f"{mix['chain_modes']}; the rank posterior reflects the starting points (run longer, with "
-                          "the column moves on: bmc.fit's default, column_moves=None)", RankMixingWarning, stacklevel=2)
+            warnings.warn(
+                f"the {mix['num_chains']} chains disagree on the number of active columns "
+                f"(threshold {threshold:.4g}): R-hat {mix['r_hat']:.3g}, most frequent count per chain "
+                f"{mix['chain_modes']}; the rank posterior reflects the starting points (run longer, with "
+                "the column moves on: bmc.fit's default, column_moves=None)",
+                RankMixingWarning,
+                stacklevel=2,
+            )
     return _poisson_binomial(_draws_prob_above(fit, threshold)).mean(axis=0)
 
 
@@ -391,15 +449,28 @@ def rank_mixing(fit, threshold: float | None = None) -> dict | None:
     C = x.shape[0]
     r_hat_kind = "chains" if C >= 2 else "split one chain"
     if np.ptp(x) == 0:  # constant count: ESS and R-hat undefined (ArviZ would give the draw count)
-        return {"num_chains": C, "threshold": t, "ess_bulk": float("nan"), "ess_tail": float("nan"),
-                "r_hat": float("nan"), "r_hat_kind": r_hat_kind, "chain_modes": [int(np.rint(x[0, 0]))] * C,
-                "chain_means": [float(x[0, 0])] * C, "disagree": False, "drifts": False}
-    with _single_chain_quiet(C), np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        return {
+            "num_chains": C,
+            "threshold": t,
+            "ess_bulk": float("nan"),
+            "ess_tail": float("nan"),
+            "r_hat": float("nan"),
+            "r_hat_kind": r_hat_kind,
+            "chain_modes": [int(np.rint(x[0, 0]))] * C,
+            "chain_means": [float(x[0, 0])] * C,
+            "disagree": False,
+            "drifts": False,
+        }
+    with (
+        _single_chain_quiet(C),
+        np.errstate(divide="ignore", invalid="ignore"),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore", RuntimeWarning)
         ess_bulk = float(az.ess(x, method="bulk")) if x.size >= 4 else float("nan")
         ess_tail = float(az.ess(x, method="tail")) if x.size >= 4 else float("nan")
         # what R-hat compares: the chains, or one chain's two halves (an odd last draw dropped)
-        groups = x if C >= 2 else x[:, :2 * (x.shape[1] // 2)].reshape(2, -1)
+        groups = x if C >= 2 else x[:, : 2 * (x.shape[1] // 2)].reshape(2, -1)
         defined = x.shape[1] >= (4 if C >= 2 else MIN_DRAWS_SPLIT_RHAT)
         r_hat = float(az.rhat(groups)) if defined else float("nan")
     if (C >= 2 or defined) and np.all(np.ptp(groups, axis=1) == 0):
@@ -410,9 +481,18 @@ def rank_mixing(fit, threshold: float | None = None) -> dict | None:
     # R-hat is NaN or inf when every chain is constant: then differing values are disagreement
     disagree = C >= 2 and (r_hat > RHAT_ACTIVE_MAX if np.isfinite(r_hat) else len(set(modes)) > 1)
     drifts = C == 1 and r_hat > RHAT_ACTIVE_MAX  # NaN (too short) is not drift
-    return {"num_chains": C, "threshold": t, "ess_bulk": ess_bulk, "ess_tail": ess_tail, "r_hat": r_hat,
-            "r_hat_kind": r_hat_kind, "chain_modes": modes, "chain_means": [float(v) for v in x.mean(axis=1)],
-            "disagree": bool(disagree), "drifts": bool(drifts)}
+    return {
+        "num_chains": C,
+        "threshold": t,
+        "ess_bulk": ess_bulk,
+        "ess_tail": ess_tail,
+        "r_hat": r_hat,
+        "r_hat_kind": r_hat_kind,
+        "chain_modes": modes,
+        "chain_means": [float(v) for v in x.mean(axis=1)],
+        "disagree": bool(disagree),
+        "drifts": bool(drifts),
+    }
 
 
 def gamma_threshold(fit) -> float:
@@ -438,7 +518,9 @@ def gamma_threshold(fit) -> float:
     return 0.01 * top
 
 
-def autocorrelation(fit_or_idata, *, var_name: str = "theta", max_lag: int | None = None) -> np.ndarray:
+def autocorrelation(
+    fit_or_idata, *, var_name: str = "theta", max_lag: int | None = None
+) -> np.ndarray:
     """Autocorrelation (``az.autocorr``) of each scalar of ``var_name`` by lag, averaged
     over chains: array (..., max_lag + 1) with the variable's trailing shape first
     (``theta``: (entry, lag)).  Lags count kept draws (after thinning)."""

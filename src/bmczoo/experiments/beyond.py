@@ -19,6 +19,11 @@ __all__ = ["MOVIELENS_BEYOND"]
 # (prior, hyper-parameters the grid is centred on (None: the prior's command-line
 # defaults), likelihood (None: the paper's tempered one), biases (None: none))
 MOVIELENS_BEYOND: list[tuple] = [
-    ("normal-wishart", None, None, None),  # BPMF rows (Salakhutdinov & Mnih 2008), the paper's likelihood
+    (
+        "normal-wishart",
+        None,
+        None,
+        None,
+    ),  # BPMF rows (Salakhutdinov & Mnih 2008), the paper's likelihood
     ("normal-wishart", None, LearnedNoise(), Biases()),  # the README's recommended model
 ]

@@ -77,8 +77,15 @@ def fit_value(task: FitTask, *, progress_bar: bool = False) -> float:
 
     data = prepared(task.data)
     st = task.settings
-    common = dict(K=task.K, prior=task.build_prior(), method=task.method, seed=task.seed, progress_bar=progress_bar,
-                  likelihood=task.build_likelihood(), biases=task.build_biases() or False)
+    common = dict(
+        K=task.K,
+        prior=task.build_prior(),
+        method=task.method,
+        seed=task.seed,
+        progress_bar=progress_bar,
+        likelihood=task.build_likelihood(),
+        biases=task.build_biases() or False,
+    )
     train = data.inner if task.stage == "validation" else data.train
     if task.method == "vb":
         f = fit(train, max_iter=st.vb_max_iter, **common)
@@ -87,8 +94,17 @@ def fit_value(task: FitTask, *, progress_bar: bool = False) -> float:
         # the priors without a move run the plain sweep; False: the paper's sweep for all
         extra["column_moves"] = bool(st.column_moves) and common["prior"].has_column_move
         # the paper's tables are single-chain runs: one chain whatever bmc.fit's default
-        f = fit(train, num_warmup=st.num_warmup, num_samples=st.num_samples, thinning=st.thinning,
-                num_chains=1, store_factors=True, track=0, **common, **extra)
+        f = fit(
+            train,
+            num_warmup=st.num_warmup,
+            num_samples=st.num_samples,
+            thinning=st.thinning,
+            num_chains=1,
+            store_factors=True,
+            track=0,
+            **common,
+            **extra,
+        )
     return float(f.rmse(data.valid) if task.stage == "validation" else data.evaluate(f))
 
 
@@ -107,7 +123,9 @@ def _unique(tasks: Iterable[FitTask]) -> list[FitTask]:
     return list({t.key_json: t for t in tasks}.values())
 
 
-def iter_run(tasks: Iterable[FitTask], out: str | Path, jobs: int = 1) -> Iterator[tuple[FitTask, float]]:
+def iter_run(
+    tasks: Iterable[FitTask], out: str | Path, jobs: int = 1
+) -> Iterator[tuple[FitTask, float]]:
     """``(task, value)`` for each distinct task (by cache key), as each becomes known.
 
     Cached values come first; the missing fits run one after another in this process

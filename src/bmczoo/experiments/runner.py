@@ -54,12 +54,36 @@ import numpy as np
 from .execute import iter_run, prepared, run
 from .beyond import MOVIELENS_BEYOND
 from .paper import PAPER_TABLE2, PAPER_TABLE3_HYPER, PAPER_TABLE4, PAPER_TABLE5_HYPER, PAPER_TABLE6
-from .tasks import FULL, QUICK, FitTask, MovieLensData, Pairs, Settings, SimulationData, Unit, as_pairs, \
-    plan_unit, prior_class
+from .tasks import (
+    FULL,
+    QUICK,
+    FitTask,
+    MovieLensData,
+    Pairs,
+    Settings,
+    SimulationData,
+    Unit,
+    as_pairs,
+    plan_unit,
+    prior_class,
+)
 
 __all__ = [
-    "EXPERIMENTS", "Result", "GridCell", "RowPlan", "Finals", "run_experiment", "run_grid", "plan_grid",
-    "plan_movielens", "run", "select", "summarise", "base_test_task", "format_table", "default_out",
+    "EXPERIMENTS",
+    "Result",
+    "GridCell",
+    "RowPlan",
+    "Finals",
+    "run_experiment",
+    "run_grid",
+    "plan_grid",
+    "plan_movielens",
+    "run",
+    "select",
+    "summarise",
+    "base_test_task",
+    "format_table",
+    "default_out",
 ]
 
 EXPERIMENTS = ("simulation-m", "simulation-K", "movielens")
@@ -146,7 +170,9 @@ class GridCell:
 
     def __post_init__(self):
         cls = prior_class(self.prior)
-        object.__setattr__(self, "hyper", as_pairs(_default_hyper(cls) if self.hyper is None else self.hyper))
+        object.__setattr__(
+            self, "hyper", as_pairs(_default_hyper(cls) if self.hyper is None else self.hyper)
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +201,9 @@ class Finals:
 
 
 # ----------------------------------------------------------------------------- plan
-def plan_grid(cells: Iterable[GridCell], *, settings: Settings, experiment: str = "grid") -> list[RowPlan]:
+def plan_grid(
+    cells: Iterable[GridCell], *, settings: Settings, experiment: str = "grid"
+) -> list[RowPlan]:
     """The rows of a grid of simulation cells: one unit per dataset seed of ``settings``.
 
     Parameters
@@ -193,11 +221,27 @@ def plan_grid(cells: Iterable[GridCell], *, settings: Settings, experiment: str 
     for cell in cells:
         units = []
         for seed in settings.seeds:
-            tag = {"experiment": experiment, "m": int(cell.m), "K": int(cell.K), "prior": cell.prior,
-                   "seed": int(seed), "scale": cell.factor_scale}
+            tag = {
+                "experiment": experiment,
+                "m": int(cell.m),
+                "K": int(cell.K),
+                "prior": cell.prior,
+                "seed": int(seed),
+                "scale": cell.factor_scale,
+            }
             data = SimulationData(int(cell.m), int(seed), cell.factor_scale)
-            units.append(plan_unit(tag, data, method="gibbs", prior=cell.prior, hyper=cell.hyper, K=cell.K,
-                                   seed=seed, settings=settings))
+            units.append(
+                plan_unit(
+                    tag,
+                    data,
+                    method="gibbs",
+                    prior=cell.prior,
+                    hyper=cell.hyper,
+                    K=cell.K,
+                    seed=seed,
+                    settings=settings,
+                )
+            )
         rows.append(RowPlan(experiment, cell.setting, float(cell.reference), tuple(units)))
     return rows
 
@@ -224,10 +268,26 @@ def plan_movielens(entries: Iterable[tuple], *, settings: Settings, K: int = 10)
             raise ValueError(f"a MovieLens entry has at most 7 items, got {5 + len(components)}")
         likelihood, biases = (list(components) + [None, None])[:2]
         hyper = _default_hyper(prior_class(prior)) if hyper is None else hyper
-        tag = {"experiment": "movielens", "dataset": data.dataset, "method": method, "prior": prior, "K": K,
-               "seed": 0}
-        unit = plan_unit(tag, data, method=method, prior=prior, hyper=hyper, K=K, seed=0, settings=settings,
-                         likelihood=likelihood, biases=biases)
+        tag = {
+            "experiment": "movielens",
+            "dataset": data.dataset,
+            "method": method,
+            "prior": prior,
+            "K": K,
+            "seed": 0,
+        }
+        unit = plan_unit(
+            tag,
+            data,
+            method=method,
+            prior=prior,
+            hyper=hyper,
+            K=K,
+            seed=0,
+            settings=settings,
+            likelihood=likelihood,
+            biases=biases,
+        )
         rows.append(RowPlan("movielens", data.dataset, float(paper), (unit,)))
     return rows
 
@@ -250,7 +310,9 @@ def select(unit: Unit, values: Mapping[str, float]) -> Finals:
 def base_test_task(unit: Unit) -> FitTask:
     """The test fit of a unit's ``base_hyper`` from the prior's first (default) start."""
     base = dict(unit.base_hyper)
-    return dataclasses.replace(next(t for t in unit.candidates if dict(t.hyper) == base), stage="test")
+    return dataclasses.replace(
+        next(t for t in unit.candidates if dict(t.hyper) == base), stage="test"
+    )
 
 
 def _summarise_starts(starts: list[str]) -> str:
@@ -278,24 +340,50 @@ def summarise(row: RowPlan, finals: Mapping[Unit, Finals], values: Mapping[str, 
         chosen[tuned] = "/".join(f"{v:g}" for v in sorted(set(tuned_values))) + " (per dataset)"
     sel = float(np.mean([values[f.selected.key_json] for f in picked]))
     ref = float(np.mean([values[f.paper.key_json] for f in picked]))
-    return Result(row.experiment, row.setting, u0.prior, u0.method, row.paper, dict(u0.base_hyper), ref, chosen,
-                  sel, len(row.units), _summarise_starts([f.selected.start for f in picked]),
-                  _summarise_starts([f.paper.start for f in picked]), u0.components)
+    return Result(
+        row.experiment,
+        row.setting,
+        u0.prior,
+        u0.method,
+        row.paper,
+        dict(u0.base_hyper),
+        ref,
+        chosen,
+        sel,
+        len(row.units),
+        _summarise_starts([f.selected.start for f in picked]),
+        _summarise_starts([f.paper.start for f in picked]),
+        u0.components,
+    )
 
 
 # ----------------------------------------------------------------------------- drivers
 def _progress_bar(progress: bool, total: int):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit="fit", file=sys.stderr, leave=False, dynamic_ncols=True, disable=not progress)
+    return tqdm(
+        total=total,
+        unit="fit",
+        file=sys.stderr,
+        leave=False,
+        dynamic_ncols=True,
+        disable=not progress,
+    )
 
 
 def _row_done(row: RowPlan, finals: Mapping[Unit, Finals], values: Mapping[str, float]) -> bool:
     return all(t.key_json in values for u in row.units for t in finals[u].tasks)
 
 
-def _run_finals(rows: list[RowPlan], finals: Mapping[Unit, Finals], values: dict, out: Path, jobs: int, bar,
-                progress: bool) -> list[Result]:
+def _run_finals(
+    rows: list[RowPlan],
+    finals: Mapping[Unit, Finals],
+    values: dict,
+    out: Path,
+    jobs: int,
+    bar,
+    progress: bool,
+) -> list[Result]:
     """Phase 2: the test fits; each row is summarised (and printed) once all its fits are in."""
     results: list[Result] = []
     tasks = [t for row in rows for u in row.units for t in finals[u].tasks]
@@ -338,9 +426,16 @@ def _folder(out: str | Path | None, quick: bool) -> Path:
     return (Path(out) if out is not None else default_out()) / ("quick" if quick else "full")
 
 
-def run_grid(cells: Iterable[GridCell], *, quick: bool = True, settings: Settings | None = None,
-             out: str | Path | None = None, jobs: int = 1, progress: bool = False,
-             experiment: str = "grid") -> list[Result]:
+def run_grid(
+    cells: Iterable[GridCell],
+    *,
+    quick: bool = True,
+    settings: Settings | None = None,
+    out: str | Path | None = None,
+    jobs: int = 1,
+    progress: bool = False,
+    experiment: str = "grid",
+) -> list[Result]:
     """Select hyper-parameters (and Gibbs start) for each simulation cell, then test.
 
     Each cell's prior is run over the grid of its tuned hyper-parameter (x1/2, x1, x2 of
@@ -381,13 +476,25 @@ def _simulation_cells(name: str, quick: bool) -> list[GridCell]:
     and RMSEs (quick: m = 100 and the smallest setting only)."""
     if name == "simulation-m":
         ms = (100,) if quick else (100, 200, 500, 1000)
-        return [GridCell(f"m={m}", m, 5, p, PAPER_TABLE3_HYPER[p][m], PAPER_TABLE2[p][m])
-                for m in ms for p in PAPER_TABLE2]
+        return [
+            GridCell(f"m={m}", m, 5, p, PAPER_TABLE3_HYPER[p][m], PAPER_TABLE2[p][m])
+            for m in ms
+            for p in PAPER_TABLE2
+        ]
     Ks = (2,) if quick else (2, 5, 10, 20)
     m = 100 if quick else 500
-    return [GridCell(f"K={K}" + (" (m=100, quick)" if quick else ""), m, K, p,
-                     PAPER_TABLE3_HYPER[p][100] if quick else PAPER_TABLE5_HYPER[p][K], PAPER_TABLE4[p][K])
-            for K in Ks for p in PAPER_TABLE4]
+    return [
+        GridCell(
+            f"K={K}" + (" (m=100, quick)" if quick else ""),
+            m,
+            K,
+            p,
+            PAPER_TABLE3_HYPER[p][100] if quick else PAPER_TABLE5_HYPER[p][K],
+            PAPER_TABLE4[p][K],
+        )
+        for K in Ks
+        for p in PAPER_TABLE4
+    ]
 
 
 def _movielens_entries(quick: bool, data_dir: str | Path | None, progress: bool) -> list[tuple]:
@@ -405,19 +512,35 @@ def _movielens_entries(quick: bool, data_dir: str | Path | None, progress: bool)
             prepared(spec)
         except (OSError, ValueError) as e:  # no local copy and no network
             if progress:
-                print(f"movielens {dataset}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
+                print(
+                    f"movielens {dataset}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:100]})",
+                    flush=True,
+                )
             continue
         paper_rows = [row for row in PAPER_TABLE6 if row[0] == dataset]
-        entries += [(spec, method, prior, hyper, paper) for _, method, prior, hyper, paper in paper_rows]
+        entries += [
+            (spec, method, prior, hyper, paper) for _, method, prior, hyper, paper in paper_rows
+        ]
         methods = list(dict.fromkeys(method for _, method, *_ in paper_rows))
-        entries += [(spec, method, prior, hyper, math.nan, likelihood, biases)
-                    for method in methods for prior, hyper, likelihood, biases in MOVIELENS_BEYOND]
+        entries += [
+            (spec, method, prior, hyper, math.nan, likelihood, biases)
+            for method in methods
+            for prior, hyper, likelihood, biases in MOVIELENS_BEYOND
+        ]
     return entries
 
 
-def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = None,
-                   progress: bool = True, data_dir: str | Path | None = None, jobs: int = 1,
-                   settings: Settings | None = None, priors: Sequence[str] | None = None) -> list[Result]:
+def run_experiment(
+    name: str,
+    *,
+    quick: bool = False,
+    out: str | Path | None = None,
+    progress: bool = True,
+    data_dir: str | Path | None = None,
+    jobs: int = 1,
+    settings: Settings | None = None,
+    priors: Sequence[str] | None = None,
+) -> list[Result]:
     """Run (or resume) one experiment and return its rows.
 
     Parameters
@@ -460,11 +583,20 @@ def run_experiment(name: str, *, quick: bool = False, out: str | Path | None = N
         if priors is not None:
             unknown = sorted(set(priors) - {c.prior for c in cells})
             if unknown:
-                raise ValueError(f"{name} has no rows for {', '.join(unknown)}; its priors are "
-                                 f"{', '.join(dict.fromkeys(c.prior for c in cells))}")
+                raise ValueError(
+                    f"{name} has no rows for {', '.join(unknown)}; its priors are "
+                    f"{', '.join(dict.fromkeys(c.prior for c in cells))}"
+                )
             cells = [c for c in cells if c.prior in priors]
-        return run_grid(cells, quick=quick, settings=settings, out=out, jobs=jobs, progress=progress,
-                        experiment=name)
+        return run_grid(
+            cells,
+            quick=quick,
+            settings=settings,
+            out=out,
+            jobs=jobs,
+            progress=progress,
+            experiment=name,
+        )
     settings = settings if settings is not None else (QUICK if quick else FULL)
     rows = plan_movielens(_movielens_entries(quick, data_dir, progress), settings=settings)
     return _run_rows(rows, _folder(out, quick), jobs, progress)

@@ -34,7 +34,11 @@ class SimulationCell:
     @property
     def se(self) -> float:
         """Standard error of the mean (NaN with one dataset)."""
-        return float(np.std(self.rmse, ddof=1) / np.sqrt(len(self.rmse))) if len(self.rmse) > 1 else float("nan")
+        return (
+            float(np.std(self.rmse, ddof=1) / np.sqrt(len(self.rmse)))
+            if len(self.rmse) > 1
+            else float("nan")
+        )
 
 
 def run_simulation_cell(
@@ -82,7 +86,9 @@ def run_simulation_cell(
     SimulationCell
     """
     seeds = tuple(int(s) for s in seeds)
-    settings = Settings(seeds, num_warmup, num_samples, thinning, FULL.vb_max_iter, column_moves=column_moves)
+    settings = Settings(
+        seeds, num_warmup, num_samples, thinning, FULL.vb_max_iter, column_moves=column_moves
+    )
     cell = GridCell("", m, K, prior.name, prior.hyperparameters(), factor_scale=factor_scale)
     (row,) = plan_grid([cell], settings=settings, experiment="simulation-cell")
     rmse = tuple(fit_value(base_test_task(unit), progress_bar=progress_bar) for unit in row.units)

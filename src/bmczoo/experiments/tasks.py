@@ -24,8 +24,22 @@ from typing import Any, Callable, NamedTuple, Union
 from ..priors import Prior, registry
 
 __all__ = [
-    "GRID_FACTORS", "Settings", "QUICK", "FULL", "Prepared", "SimulationData", "MovieLensData", "DataSpec",
-    "FitTask", "Unit", "Pairs", "as_pairs", "component_pairs", "biases_pairs", "prior_class", "plan_unit",
+    "GRID_FACTORS",
+    "Settings",
+    "QUICK",
+    "FULL",
+    "Prepared",
+    "SimulationData",
+    "MovieLensData",
+    "DataSpec",
+    "FitTask",
+    "Unit",
+    "Pairs",
+    "as_pairs",
+    "component_pairs",
+    "biases_pairs",
+    "prior_class",
+    "plan_unit",
 ]
 
 # the factors the grid applies to a prior's tuned hyper-parameter (x1 is the given value)
@@ -224,7 +238,12 @@ class FitTask:
         settings = dataclasses.asdict(self.settings)
         if not settings["column_moves"]:
             del settings["column_moves"]  # the keys of runs made before the setting existed
-        key = {**dict(self.tag), "stage": self.stage, "hyper": dict(self.hyper), "settings": settings}
+        key = {
+            **dict(self.tag),
+            "stage": self.stage,
+            "hyper": dict(self.hyper),
+            "settings": settings,
+        }
         if self.init_gamma is not None:
             key["start"], key["init_gamma"] = self.start, self.init_gamma
         if self.likelihood:
@@ -246,8 +265,11 @@ class FitTask:
         """The likelihood of this fit (None: ``bmc.fit``'s default)."""
         from ..likelihoods import get_likelihood
 
-        return get_likelihood(dict(self.likelihood)["name"], **_settings_of(self.likelihood)) \
-            if self.likelihood else None
+        return (
+            get_likelihood(dict(self.likelihood)["name"], **_settings_of(self.likelihood))
+            if self.likelihood
+            else None
+        )
 
     def build_biases(self):
         """The biases component of this fit (None: no biases)."""
@@ -304,8 +326,19 @@ def _starts(prior: Prior, method: str) -> list[tuple[str, float | None]]:
     return list(prior.gibbs_starts()) if method == "gibbs" else [("default", None)]
 
 
-def plan_unit(tag: Mapping, data: DataSpec, *, method: str, prior: str, hyper: Mapping | Pairs, K: int,
-              seed: int, settings: Settings, likelihood=None, biases=None) -> Unit:
+def plan_unit(
+    tag: Mapping,
+    data: DataSpec,
+    *,
+    method: str,
+    prior: str,
+    hyper: Mapping | Pairs,
+    K: int,
+    seed: int,
+    settings: Settings,
+    likelihood=None,
+    biases=None,
+) -> Unit:
     """The validation fits of one prior on one dataset.
 
     Parameters
@@ -332,11 +365,26 @@ def plan_unit(tag: Mapping, data: DataSpec, *, method: str, prior: str, hyper: M
     cls = prior_class(prior)
     base = as_pairs(hyper)
     cls(**dict(base))  # the grid's centre must be a valid prior
-    common = dict(tag=tuple(sorted(dict(tag).items())), data=data, stage="validation", method=method, prior=prior,
-                  K=int(K), seed=int(seed), settings=settings, likelihood=component_pairs(likelihood),
-                  biases=biases_pairs(biases))
+    common = dict(
+        tag=tuple(sorted(dict(tag).items())),
+        data=data,
+        stage="validation",
+        method=method,
+        prior=prior,
+        K=int(K),
+        seed=int(seed),
+        settings=settings,
+        likelihood=component_pairs(likelihood),
+        biases=biases_pairs(biases),
+    )
     candidates = tuple(
-        FitTask(hyper=tuple(sorted(h.items())), init_gamma=None if g is None else float(g), start=label, **common)
-        for p, h in _grid(cls, dict(base)) for label, g in _starts(p, method)
+        FitTask(
+            hyper=tuple(sorted(h.items())),
+            init_gamma=None if g is None else float(g),
+            start=label,
+            **common,
+        )
+        for p, h in _grid(cls, dict(base))
+        for label, g in _starts(p, method)
     )
     return Unit(prior, method, base, candidates, candidates[0].components)

@@ -14,7 +14,24 @@ from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVI
 from .settings import MAP, NUTS, SVI, VB, Gibbs, Settings
 
 __all__ = [
-    "gibbs", "kernels", "vb", "fit", "ConjugateGibbs", "ConjugateGibbsState",
-    "FitInfo", "FitResult", "MCMCFit", "GibbsFit", "NUTSFit", "VBFit", "SVIFit", "MAPFit",
-    "Settings", "Gibbs", "VB", "NUTS", "SVI", "MAP",
+    "gibbs",
+    "kernels",
+    "vb",
+    "fit",
+    "ConjugateGibbs",
+    "ConjugateGibbsState",
+    "FitInfo",
+    "FitResult",
+    "MCMCFit",
+    "GibbsFit",
+    "NUTSFit",
+    "VBFit",
+    "SVIFit",
+    "MAPFit",
+    "Settings",
+    "Gibbs",
+    "VB",
+    "NUTS",
+    "SVI",
+    "MAP",
 ]

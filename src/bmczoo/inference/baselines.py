@@ -71,9 +71,24 @@ def _x64_context(dtype):
     return jax.enable_x64(True) if jnp.dtype(dtype) == jnp.float64 else contextlib.nullcontext()
 
 
-def run_nuts(data, K, prior, likelihood, *, seed, num_warmup, num_samples, thinning, num_chains,
-             progress_bar, dtype, chain_method="sequential", target_accept_prob=0.8, biases=None,
-             init_params=None):
+def run_nuts(
+    data,
+    K,
+    prior,
+    likelihood,
+    *,
+    seed,
+    num_warmup,
+    num_samples,
+    thinning,
+    num_chains,
+    progress_bar,
+    dtype,
+    chain_method="sequential",
+    target_accept_prob=0.8,
+    biases=None,
+    init_params=None,
+):
     """NUTS on the NumPyro model; returns the grouped samples (chain, draw, ...) and the MCMC.
     ``biases``: the model's :class:`~bmczoo.offsets.Biases` component or None.
     ``init_params``: where the chains start, NumPyro's ``MCMC.run(init_params=...)``: a dict
@@ -92,15 +107,37 @@ def run_nuts(data, K, prior, likelihood, *, seed, num_warmup, num_samples, thinn
         )
         if init_params is not None:
             init_params = {k: jnp.asarray(v, dtype) for k, v in init_params.items()}
-        mcmc = run_mcmc_detached(mcmc, jax.random.key(seed), data, K, prior, likelihood=likelihood,
-                                 biases=biases, init_params=init_params)
+        mcmc = run_mcmc_detached(
+            mcmc,
+            jax.random.key(seed),
+            data,
+            K,
+            prior,
+            likelihood=likelihood,
+            biases=biases,
+            init_params=init_params,
+        )
         samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     return samples, mcmc
 
 
-def run_svi(data, K, prior, likelihood, *, seed, guide="normal", num_steps=2000, learning_rate=0.05,
-            decay=0.1, subsample_size=None, num_draws=100, progress_bar=True, dtype=jnp.float32,
-            biases=None):
+def run_svi(
+    data,
+    K,
+    prior,
+    likelihood,
+    *,
+    seed,
+    guide="normal",
+    num_steps=2000,
+    learning_rate=0.05,
+    decay=0.1,
+    subsample_size=None,
+    num_draws=100,
+    progress_bar=True,
+    dtype=jnp.float32,
+    biases=None,
+):
     """SVI with a NumPyro autoguide and Adam on an exponentially decaying step size
     (``learning_rate`` decays to ``decay * learning_rate`` over ``num_steps``).
 
@@ -118,10 +155,17 @@ def run_svi(data, K, prior, likelihood, *, seed, guide="normal", num_steps=2000,
     if subsample_size is not None:
         subsample_size = check_positive_int("subsample_size", subsample_size)
         if subsample_size > data.n:
-            raise ValueError(f"subsample_size={subsample_size} exceeds the number of ratings {data.n}")
+            raise ValueError(
+                f"subsample_size={subsample_size} exceeds the number of ratings {data.n}"
+            )
     # MAP is the paper's: gamma integrated out (joint MAP over gamma degenerates at gamma -> 0)
-    model = partial(matrix_completion, likelihood=likelihood, biases=biases, subsample_size=subsample_size,
-                    marginal=guide == "delta")
+    model = partial(
+        matrix_completion,
+        likelihood=likelihood,
+        biases=biases,
+        subsample_size=subsample_size,
+        marginal=guide == "delta",
+    )
     with _x64_context(dtype):
         g = GUIDES[guide](model)
         schedule = optax.exponential_decay(learning_rate, num_steps, decay)
@@ -135,4 +179,3 @@ def run_svi(data, K, prior, likelihood, *, seed, guide="normal", num_steps=2000,
         if guide in ("normal", "delta"):
             point = {k: np.asarray(v) for k, v in g.median(result.params).items()}
     return draws, point, np.asarray(result.losses), g
-

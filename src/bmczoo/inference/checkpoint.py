@@ -80,7 +80,9 @@ class ResumeGuarantee(NamedTuple):
             np.testing.assert_array_equal(actual, expected, err_msg=err_msg)
             return
         scale = max(1.0, float(np.max(np.abs(expected), initial=0.0, where=np.isfinite(expected))))
-        np.testing.assert_allclose(actual, expected, rtol=self.rtol, atol=self.rtol * scale, err_msg=err_msg)
+        np.testing.assert_allclose(
+            actual, expected, rtol=self.rtol, atol=self.rtol * scale, err_msg=err_msg
+        )
 
 
 def resume_guarantee(dtype=None, platform: str | None = None) -> ResumeGuarantee:
@@ -119,8 +121,12 @@ def save_npz(path: str | os.PathLike, settings: dict, arrays: dict[str, np.ndarr
     """Write ``arrays`` and the JSON ``settings`` to ``path`` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_npz_atomic(path, __format__=np.asarray(FORMAT),
-                     __settings__=np.asarray(json.dumps(settings, sort_keys=True)), **arrays)
+    write_npz_atomic(
+        path,
+        __format__=np.asarray(FORMAT),
+        __settings__=np.asarray(json.dumps(settings, sort_keys=True)),
+        **arrays,
+    )
 
 
 def write_npz_atomic(path: str | os.PathLike, **arrays) -> None:
@@ -235,8 +241,10 @@ def load_npz(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     found = str(data.pop("__format__", ""))
     if found != FORMAT:
         if found.startswith("bmczoo-checkpoint-"):
-            raise ValueError(f"checkpoint {str(path)!r} was written by another version of bmczoo (format {found}; "
-                             f"this version reads {FORMAT}): start the run again with another checkpoint path")
+            raise ValueError(
+                f"checkpoint {str(path)!r} was written by another version of bmczoo (format {found}; "
+                f"this version reads {FORMAT}): start the run again with another checkpoint path"
+            )
         raise ValueError(f"checkpoint {str(path)!r} is not a bmczoo checkpoint ({FORMAT})")
     settings = json.loads(str(data.pop("__settings__")))
     return settings, data
@@ -261,7 +269,9 @@ _DICTS = {"prior_state": "prior", "lik_state": "lik"}
 def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[str, np.ndarray]:
     m1, m2 = problem.dims
     skip = _ROWS + tuple(_DICTS) + ("key",)
-    out = {f"state/{f}": to_host(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in skip}
+    out = {
+        f"state/{f}": to_host(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in skip
+    }
     for f, m in zip(_ROWS, (m1, m2, m1, m2)):  # without the padding rows of a sharded run
         out[f"state/{f}"] = to_host(getattr(state, f)[:, :m])
     for field, prefix in _DICTS.items():
@@ -274,20 +284,30 @@ def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[
 
 def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsState:
     arrays = dict(arrays)
-    if "state/proba_sum" not in arrays and not problem.latent:  # written before the latent likelihoods
-        arrays["state/proba_sum"] = np.zeros(np.shape(arrays.get("state/pred_sum", np.zeros((0, 0)))) + (0,))
-    if "state/switches" not in arrays and "state/failure" in arrays:  # written before the annealed switch
+    if (
+        "state/proba_sum" not in arrays and not problem.latent
+    ):  # written before the latent likelihoods
+        arrays["state/proba_sum"] = np.zeros(
+            np.shape(arrays.get("state/pred_sum", np.zeros((0, 0)))) + (0,)
+        )
+    if (
+        "state/switches" not in arrays and "state/failure" in arrays
+    ):  # written before the annealed switch
         arrays["state/switches"] = np.zeros((np.shape(arrays["state/failure"])[0], 2), np.int32)
     plain = [f for f in gibbs.GibbsState._fields if f not in _DICTS and f != "key"]
     missing = [f for f in plain if f"state/{f}" not in arrays]
     if missing:
-        raise ValueError(f"the checkpoint was written by an earlier version of bmczoo (its Gibbs state has no "
-                         f"{', '.join(missing)}): start the run again with another checkpoint path")
+        raise ValueError(
+            f"the checkpoint was written by an earlier version of bmczoo (its Gibbs state has no "
+            f"{', '.join(missing)}): start the run again with another checkpoint path"
+        )
     fields = {f: jnp.asarray(arrays[f"state/{f}"]) for f in plain}
     for field, prefix in _DICTS.items():
         p = f"state/{prefix}/"
-        fields[field] = {k[len(p):]: jnp.asarray(v) for k, v in arrays.items() if k.startswith(p)}
-    fields["key"] = jax.random.wrap_key_data(jnp.asarray(arrays["state/key"]), impl=str(arrays["state/key_impl"]))
+        fields[field] = {k[len(p) :]: jnp.asarray(v) for k, v in arrays.items() if k.startswith(p)}
+    fields["key"] = jax.random.wrap_key_data(
+        jnp.asarray(arrays["state/key"]), impl=str(arrays["state/key_impl"])
+    )
     return gibbs.place(gibbs.GibbsState(**fields), problem)
 
 
@@ -295,8 +315,10 @@ def _resume(checkpoint, settings: dict, problem) -> tuple[gibbs.GibbsState, list
     stored, arrays = load_npz(checkpoint)
     check_settings(checkpoint, stored, settings)
     n = int(arrays["num_draws"])
-    names = [k[len("draws/"):] for k in arrays if k.startswith("draws/")]
-    return _restore_state(arrays, problem), [{k: arrays[f"draws/{k}"][i] for k in names} for i in range(n)]
+    names = [k[len("draws/") :] for k in arrays if k.startswith("draws/")]
+    return _restore_state(arrays, problem), [
+        {k: arrays[f"draws/{k}"][i] for k in names} for i in range(n)
+    ]
 
 
 def _save(checkpoint, settings: dict, state, problem, draws: list[dict]) -> None:
@@ -319,7 +341,9 @@ def _run_sweeps(state, buffer, problem, n, *, prior, store_factors):
 
         def write(buf):
             d = gibbs.draws(s, problem, store_factors)
-            return jax.tree.map(lambda b, x: jax.lax.dynamic_update_index_in_dim(b, x, s.num_kept - 1, 0), buf, d)
+            return jax.tree.map(
+                lambda b, x: jax.lax.dynamic_update_index_in_dim(b, x, s.num_kept - 1, 0), buf, d
+            )
 
         return s, jax.lax.cond(gibbs.is_kept(s.iteration, problem), write, lambda b: b, buf)
 
@@ -328,7 +352,9 @@ def _run_sweeps(state, buffer, problem, n, *, prior, store_factors):
 
 def _draw_buffer(state, problem, store_factors: bool, size: int, draws: list[dict]):
     """Device arrays (size, C, ...) for the kept draws, the first ``len(draws)`` filled."""
-    shapes = jax.eval_shape(functools.partial(gibbs.draws, store_factors=store_factors), state, problem)
+    shapes = jax.eval_shape(
+        functools.partial(gibbs.draws, store_factors=store_factors), state, problem
+    )
     buf = {k: np.zeros((size,) + v.shape, v.dtype) for k, v in shapes.items()}
     for i, d in enumerate(draws):
         for k, b in buf.items():
@@ -348,9 +374,17 @@ class _Progress:
 
     def __init__(self, total: int, initial: int, num_warmup: int, enabled: bool):
         self.num_warmup = num_warmup
-        self.bar = tqdm(total=total, initial=initial, disable=not enabled, unit="sweep",
-                        bar_format="{desc}: {elapsed}", desc="compiling")
-        self._fmt = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+        self.bar = tqdm(
+            total=total,
+            initial=initial,
+            disable=not enabled,
+            unit="sweep",
+            bar_format="{desc}: {elapsed}",
+            desc="compiling",
+        )
+        self._fmt = (
+            "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+        )
         self._done = threading.Event()
         self._ticker = None
         if enabled:
@@ -403,7 +437,9 @@ def _pooled_rmse(state, problem) -> float | None:
         pred = np.asarray(problem.likelihood.expected_value(proba), np.float64)
     else:
         theta = to_host(state.pred_sum)[:, :n_test].astype(np.float64).mean(0) / k
-        pred = shift_clip(theta, float(problem.offset), float(problem.clip_lo), float(problem.clip_hi))
+        pred = shift_clip(
+            theta, float(problem.offset), float(problem.clip_lo), float(problem.clip_hi)
+        )
     return float(np.sqrt(np.mean((pred - y) ** 2)))
 
 
@@ -459,8 +495,10 @@ def run_gibbs(
     # jitted per run with the problem as an argument: no array is baked into the compiled
     # program, and it is dropped with the run; without a checkpoint nothing is read back
     # after an interrupt, so the state and the draws are updated in place
-    run = jax.jit(functools.partial(_run_sweeps, prior=prior, store_factors=store_factors),
-                  donate_argnums=() if checkpoint is not None else (0, 1))
+    run = jax.jit(
+        functools.partial(_run_sweeps, prior=prior, store_factors=store_factors),
+        donate_argnums=() if checkpoint is not None else (0, 1),
+    )
     t_compile = time.perf_counter()
     run = _xla.compile(run.lower(state, buffer, problem, jnp.asarray(0, jnp.int32)))
     t_compile = time.perf_counter() - t_compile
@@ -487,7 +525,9 @@ def run_gibbs(
             if checkpoint is not None:  # compiled and dispatched: from now on there is work to save
                 STOP.arm()
             chunk = _next_chunk(n, seconds)
-            progress.update(it, n, seconds, _pooled_rmse(state, problem) if it > num_warmup else None)
+            progress.update(
+                it, n, seconds, _pooled_rmse(state, problem) if it > num_warmup else None
+            )
             if checkpoint is not None and (it % every == 0 or it == total):
                 gibbs.check_failure(state)
                 save(state, buffer)
@@ -508,7 +548,9 @@ def run_gibbs(
             STOP.disarm()
     draws = _buffer_draws(buffer, int(state.num_kept))
     if timings is not None:
-        timings.update(compile_seconds=t_compile, sweep_seconds=sweep_time / swept if swept else float("nan"))
+        timings.update(
+            compile_seconds=t_compile, sweep_seconds=sweep_time / swept if swept else float("nan")
+        )
     gibbs.check_failure(state)
     stacked = {}
     if draws:

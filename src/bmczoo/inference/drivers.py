@@ -35,15 +35,23 @@ def _init_gamma(s, K: int, num_chains: int, dtype):
         return None
     g = np.asarray(s.init_gamma, np.float64)
     if g.ndim == 1 and g.shape[0] != K:
-        raise ValueError(f"init_gamma must be a positive number or an array of K={K} of them, "
-                         f"got {len(g)} values")
+        raise ValueError(
+            f"init_gamma must be a positive number or an array of K={K} of them, "
+            f"got {len(g)} values"
+        )
     return jnp.broadcast_to(jnp.asarray(np.broadcast_to(g, (K,)), dtype), (num_chains, K))
 
 
 def _store_factors(s: st.Gibbs, shape, K: int, dtype) -> bool:
     if s.store_factors != "auto":
         return bool(s.store_factors)
-    size = s.num_chains * (s.num_samples // s.thinning) * (shape[0] + shape[1]) * K * jnp.dtype(dtype).itemsize
+    size = (
+        s.num_chains
+        * (s.num_samples // s.thinning)
+        * (shape[0] + shape[1])
+        * K
+        * jnp.dtype(dtype).itemsize
+    )
     return size < _STORE_FACTORS_BUDGET
 
 
@@ -52,11 +60,25 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
 
     sh = info.shift
     return gibbs.build_problem(
-        prep.fit_data, info.tau, dtype=info.dtype, predict=(prep.pred_rows, prep.pred_cols),
-        test_values=prep.test_values, offset=sh.offset, clip=sh.clip, track=track,
-        num_warmup=s.num_warmup, thinning=s.thinning, num_total=s.num_warmup + s.num_samples, mesh=s.devices,
-        overrelax=s.overrelax, likelihood=info.likelihood, biases=info.biases, column_moves=s.column_moves,
-        column_moves_every=s.column_moves_every, anneal_steps=s.anneal_steps, anneal_every=s.anneal_every,
+        prep.fit_data,
+        info.tau,
+        dtype=info.dtype,
+        predict=(prep.pred_rows, prep.pred_cols),
+        test_values=prep.test_values,
+        offset=sh.offset,
+        clip=sh.clip,
+        track=track,
+        num_warmup=s.num_warmup,
+        thinning=s.thinning,
+        num_total=s.num_warmup + s.num_samples,
+        mesh=s.devices,
+        overrelax=s.overrelax,
+        likelihood=info.likelihood,
+        biases=info.biases,
+        column_moves=s.column_moves,
+        column_moves_every=s.column_moves_every,
+        anneal_steps=s.anneal_steps,
+        anneal_every=s.anneal_every,
         prior=info.prior,
     )
 
@@ -82,18 +104,44 @@ def _gibbs_chains(prep, info, s: st.Gibbs, track, store, gamma0, progress_bar):
     else:
         core = gibbs.init(keys, problem, info.prior, info.K, **extra)
     settings = run_settings(
-        prep, info, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning,
-        num_chains=s.num_chains, track=fingerprint(*track), store_factors=store,
-        init_gamma=None if gamma0 is None else [float(x) for x in gamma0[0]], overrelax=s.overrelax,
-        **({"column_moves": True} if s.column_moves else {}),  # old checkpoints (without moves) stay valid
-        **({"column_moves_every": s.column_moves_every} if s.column_moves and s.column_moves_every > 1 else {}),
-        **({"anneal_steps": s.anneal_steps, "anneal_every": s.anneal_every} if s.anneal_steps else {}),
+        prep,
+        info,
+        num_warmup=s.num_warmup,
+        num_samples=s.num_samples,
+        thinning=s.thinning,
+        num_chains=s.num_chains,
+        track=fingerprint(*track),
+        store_factors=store,
+        init_gamma=None if gamma0 is None else [float(x) for x in gamma0[0]],
+        overrelax=s.overrelax,
+        **(
+            {"column_moves": True} if s.column_moves else {}
+        ),  # old checkpoints (without moves) stay valid
+        **(
+            {"column_moves_every": s.column_moves_every}
+            if s.column_moves and s.column_moves_every > 1
+            else {}
+        ),
+        **(
+            {"anneal_steps": s.anneal_steps, "anneal_every": s.anneal_every}
+            if s.anneal_steps
+            else {}
+        ),
     )
     timings: dict = {}
     core, samples = run_gibbs(
-        core, problem, info.prior, store, num_warmup=s.num_warmup, num_samples=s.num_samples,
-        thinning=s.thinning, checkpoint=s.checkpoint, checkpoint_every=s.checkpoint_every, settings=settings,
-        progress_bar=progress_bar, timings=timings,
+        core,
+        problem,
+        info.prior,
+        store,
+        num_warmup=s.num_warmup,
+        num_samples=s.num_samples,
+        thinning=s.thinning,
+        checkpoint=s.checkpoint,
+        checkpoint_every=s.checkpoint_every,
+        settings=settings,
+        progress_bar=progress_bar,
+        timings=timings,
     )
     return core, samples, timings
 
@@ -117,14 +165,26 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
     pred_var = np.maximum(pred_sq.mean(axis=0) / max(num_kept, 1) - pred_theta**2, 0.0)
     pred_proba, pred_mean = None, info.shift.apply(pred_theta)
     if info.likelihood.latent:  # level probabilities pooled over chains
-        pred_proba = np.asarray(core.proba_sum, np.float64).reshape((C,) + core.proba_sum.shape[-2:]).mean(0) / max(num_kept, 1)
+        pred_proba = np.asarray(core.proba_sum, np.float64).reshape(
+            (C,) + core.proba_sum.shape[-2:]
+        ).mean(0) / max(num_kept, 1)
         pred_mean = np.asarray(info.likelihood.expected_value(pred_proba))
     # (chain, iteration); chains of a sequential run come stacked, of a single run without axis
     return GibbsFit(
-        info=info, samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols,
-        pred_mean=pred_mean, pred_theta=pred_theta, pred_var=pred_var, pred_proba=pred_proba,
-        rmse_draw=np.asarray(core.rmse_draw).reshape(C, -1), rmse_mean=np.asarray(core.rmse_mean).reshape(C, -1),
-        track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=num_kept, timings=timings,
+        info=info,
+        samples=samples,
+        pred_rows=prep.pred_rows,
+        pred_cols=prep.pred_cols,
+        pred_mean=pred_mean,
+        pred_theta=pred_theta,
+        pred_var=pred_var,
+        pred_proba=pred_proba,
+        rmse_draw=np.asarray(core.rmse_draw).reshape(C, -1),
+        rmse_mean=np.asarray(core.rmse_mean).reshape(C, -1),
+        track_rows=np.asarray(track[0]),
+        track_cols=np.asarray(track[1]),
+        num_kept=num_kept,
+        timings=timings,
         switches=np.asarray(core.switches).reshape(C, 2) if s.anneal_steps else None,
     )
 
@@ -138,20 +198,41 @@ def fit_nuts(prep: Prepared, info: FitInfo, progress_bar: bool) -> NUTSFit:
     s: st.NUTS = info.settings
     track = _track_entries(prep.train, s.track, info.seed)
     samples, mcmc = run_nuts(
-        prep.fit_data, info.K, info.prior, info.likelihood, seed=info.seed, num_warmup=s.num_warmup,
-        num_samples=s.num_samples, thinning=s.thinning, num_chains=s.num_chains, progress_bar=progress_bar,
-        dtype=info.dtype, target_accept_prob=s.target_accept_prob, biases=info.biases,
+        prep.fit_data,
+        info.K,
+        info.prior,
+        info.likelihood,
+        seed=info.seed,
+        num_warmup=s.num_warmup,
+        num_samples=s.num_samples,
+        thinning=s.thinning,
+        num_chains=s.num_chains,
+        progress_bar=progress_bar,
+        dtype=info.dtype,
+        target_accept_prob=s.target_accept_prob,
+        biases=info.biases,
     )
     M, N = samples["M"], samples["N"]
     # theta = M_i . N_j (+ row_bias_i + col_bias_j with biases), per draw
-    samples["theta"] = np.sum(M[:, :, track[0]] * N[:, :, track[1]], axis=-1) + bias_draws(samples, *track)
+    samples["theta"] = np.sum(M[:, :, track[0]] * N[:, :, track[1]], axis=-1) + bias_draws(
+        samples, *track
+    )
     return NUTSFit(
-        info=info, samples=samples, pred_rows=prep.pred_rows, pred_cols=prep.pred_cols,
+        info=info,
+        samples=samples,
+        pred_rows=prep.pred_rows,
+        pred_cols=prep.pred_cols,
         pred_mean=info.shift.apply(draws_theta_mean(samples, prep.pred_rows, prep.pred_cols)),
         pred_theta=draws_theta_mean(samples, prep.pred_rows, prep.pred_cols),
-        pred_var=draws_theta_moments(flat_draws(samples, info.K), prep.pred_rows, prep.pred_cols)[1],
-        rmse_draw=np.zeros((s.num_chains, 0)), rmse_mean=np.zeros((s.num_chains, 0)),
-        track_rows=np.asarray(track[0]), track_cols=np.asarray(track[1]), num_kept=M.shape[1], mcmc=mcmc,
+        pred_var=draws_theta_moments(flat_draws(samples, info.K), prep.pred_rows, prep.pred_cols)[
+            1
+        ],
+        rmse_draw=np.zeros((s.num_chains, 0)),
+        rmse_mean=np.zeros((s.num_chains, 0)),
+        track_rows=np.asarray(track[0]),
+        track_cols=np.asarray(track[1]),
+        num_kept=M.shape[1],
+        mcmc=mcmc,
     )
 
 
@@ -162,9 +243,18 @@ def fit_svi(prep: Prepared, info: FitInfo, progress_bar: bool) -> SVIFit:
     s = info.settings
     is_map = isinstance(s, st.MAP)
     draws, point, losses, guide = run_svi(
-        prep.fit_data, info.K, info.prior, info.likelihood, seed=info.seed, guide="delta" if is_map else s.guide,
-        num_steps=s.num_steps, learning_rate=s.learning_rate, subsample_size=s.subsample_size,
-        num_draws=1 if is_map else s.num_draws, progress_bar=progress_bar, dtype=info.dtype,
+        prep.fit_data,
+        info.K,
+        info.prior,
+        info.likelihood,
+        seed=info.seed,
+        guide="delta" if is_map else s.guide,
+        num_steps=s.num_steps,
+        learning_rate=s.learning_rate,
+        subsample_size=s.subsample_size,
+        num_draws=1 if is_map else s.num_draws,
+        progress_bar=progress_bar,
+        dtype=info.dtype,
         biases=info.biases,
     )
     cls = MAPFit if is_map else SVIFit

@@ -25,7 +25,18 @@ from .problem import Prepared
 from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVIFit, VBFit
 from .settings import Settings, all_argument_names, check_known, settings_for
 
-__all__ = ["fit", "GibbsFit", "NUTSFit", "MCMCFit", "VBFit", "SVIFit", "MAPFit", "FitResult", "looks_like_ratings"]
+__all__ = [
+    "fit",
+    "GibbsFit",
+    "NUTSFit",
+    "MCMCFit",
+    "VBFit",
+    "SVIFit",
+    "MAPFit",
+    "FitResult",
+    "looks_like_ratings",
+]
+
 
 def _check_dtype(dtype):
     if dtype is None:
@@ -70,8 +81,10 @@ def _method_settings(method, positional: dict, kwargs: dict) -> Settings:
     if isinstance(method, Settings):
         extra = sorted({**given, **kwargs})
         if extra:
-            raise ValueError(f"method is a settings object ({type(method).__name__}); give "
-                             f"{', '.join(extra)} to it, not to fit")
+            raise ValueError(
+                f"method is a settings object ({type(method).__name__}); give "
+                f"{', '.join(extra)} to it, not to fit"
+            )
         return method
     return settings_for(method, **given, **kwargs)
 
@@ -155,8 +168,13 @@ def fit(
     """
     train = check_ratings(train, "train")
     dt = _check_dtype(dtype)
-    positional = dict(num_warmup=num_warmup, num_samples=num_samples, thinning=thinning, num_chains=num_chains,
-                      devices=devices)
+    positional = dict(
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        thinning=thinning,
+        num_chains=num_chains,
+        devices=devices,
+    )
     settings = _method_settings(method, positional, method_kwargs)
     likelihood = model_likelihood(likelihood, lam, noise_sd)
     offsets = GlobalMean(center=center, clip=clip)
@@ -164,12 +182,24 @@ def fit(
         # levels are fitted as they are (no centring, no clipping); the likelihood reads
         # its levels (and a probit's threshold, the analogue of centring) from the data
         check_bool("center", center)
-        likelihood = likelihood if likelihood.bound else likelihood.bind(train.values, center=center)
+        likelihood = (
+            likelihood if likelihood.bound else likelihood.bind(train.values, center=center)
+        )
         likelihood.level_index(train.values)
         offsets = GlobalMean(center=False, clip=False)
     prep, shift = _prepare(train, test, predict, offsets)
-    info = _compose(train, K, prior, settings, shift, center=center, seed=seed, dtype=dt,
-                    likelihood=likelihood, biases=get_biases(biases))
+    info = _compose(
+        train,
+        K,
+        prior,
+        settings,
+        shift,
+        center=center,
+        seed=seed,
+        dtype=dt,
+        likelihood=likelihood,
+        biases=get_biases(biases),
+    )
     check_bool("progress_bar", progress_bar)
     with _x64_context(dt):
         return _with_training(DRIVERS[type(settings)](prep, info, progress_bar), train)
@@ -183,10 +213,32 @@ def _with_training(result: FitResult, train: RatingData) -> FitResult:
     return result
 
 
-def _compose(train: RatingData, K, prior, settings: Settings, shift, *, center, seed, dtype, likelihood,
-             biases) -> FitInfo:
+def _compose(
+    train: RatingData,
+    K,
+    prior,
+    settings: Settings,
+    shift,
+    *,
+    center,
+    seed,
+    dtype,
+    likelihood,
+    biases,
+) -> FitInfo:
     """The model's components and the run's settings, checked, as the fit's typed info."""
     prior = Discrete() if prior is None else check_prior(prior)
-    return FitInfo(method=settings.method, prior=prior, likelihood=likelihood, K=check_K(K, train.shape),
-                   shape=train.shape, shift=shift, center=center, seed=check_int("seed", seed, minimum=0),
-                   dtype=jnp.dtype(dtype).name, settings=settings.for_prior(prior), tau=likelihood.precision(train.n), biases=biases)
+    return FitInfo(
+        method=settings.method,
+        prior=prior,
+        likelihood=likelihood,
+        K=check_K(K, train.shape),
+        shape=train.shape,
+        shift=shift,
+        center=center,
+        seed=check_int("seed", seed, minimum=0),
+        dtype=jnp.dtype(dtype).name,
+        settings=settings.for_prior(prior),
+        tau=likelihood.precision(train.n),
+        biases=biases,
+    )

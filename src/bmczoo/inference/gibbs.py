@@ -45,25 +45,75 @@ from .settings import check_anneal, check_column_moves_every, check_overrelax, c
 from jax import lax
 
 from .kernels import _row_ids
-from .kernels import (CSR, cholesky_rows, csr_from_view, outer, overrelaxed_rows, pack_upper, pattern_product,
-                      prior_precision_term, unpack_upper)
+from .kernels import (
+    CSR,
+    cholesky_rows,
+    csr_from_view,
+    outer,
+    overrelaxed_rows,
+    pack_upper,
+    pattern_product,
+    prior_precision_term,
+    unpack_upper,
+)
 
 __all__ = [
-    "GibbsProblem", "GibbsState", "build_problem", "init", "step", "sweep", "theta_at", "entries",
-    "check_failure", "factors", "draws", "check_overrelax", "column_moves", "column_log_marginal",
-    "annealed_switch", "annealed_path",
+    "GibbsProblem",
+    "GibbsState",
+    "build_problem",
+    "init",
+    "step",
+    "sweep",
+    "theta_at",
+    "entries",
+    "check_failure",
+    "factors",
+    "draws",
+    "check_overrelax",
+    "column_moves",
+    "column_log_marginal",
+    "annealed_switch",
+    "annealed_path",
 ]
 
 
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=[
-        "rows", "cols", "tau", "pred_rows", "pred_cols", "test_values", "offset",
-        "clip_lo", "clip_hi", "track_rows", "track_cols", "sum_sq", "levels", "col_perm", "cut_step", "links",
+        "rows",
+        "cols",
+        "tau",
+        "pred_rows",
+        "pred_cols",
+        "test_values",
+        "offset",
+        "clip_lo",
+        "clip_hi",
+        "track_rows",
+        "track_cols",
+        "sum_sq",
+        "levels",
+        "col_perm",
+        "cut_step",
+        "links",
     ],
-    meta_fields=["num_warmup", "thinning", "num_total", "has_test", "dims", "mesh", "overrelax",
-                 "likelihood", "biases", "num_ratings", "column_moves", "column_moves_every", "anneal_steps", "anneal_every",
-                 "link_sites"],
+    meta_fields=[
+        "num_warmup",
+        "thinning",
+        "num_total",
+        "has_test",
+        "dims",
+        "mesh",
+        "overrelax",
+        "likelihood",
+        "biases",
+        "num_ratings",
+        "column_moves",
+        "column_moves_every",
+        "anneal_steps",
+        "anneal_every",
+        "link_sites",
+    ],
 )
 @dataclasses.dataclass(frozen=True)
 class GibbsProblem:
@@ -247,13 +297,21 @@ def build_problem(
     likelihood = bind_likelihood(likelihood, ratings)
     latent = likelihood is not None and likelihood.latent
     if latent and mesh is not None:
-        raise ValueError(f"the {likelihood.name} likelihood runs on one device: its sharded latent block is not "
-                         "implemented (drop devices=)")
+        raise ValueError(
+            f"the {likelihood.name} likelihood runs on one device: its sharded latent block is not "
+            "implemented (drop devices=)"
+        )
     pr, pc, tr, tc, tv = _entries(ratings, predict, track, test_values)
-    links = prior.gibbs_links(ratings, dtype) if prior is not None and hasattr(prior, "gibbs_links") else {}
+    links = (
+        prior.gibbs_links(ratings, dtype)
+        if prior is not None and hasattr(prior, "gibbs_links")
+        else {}
+    )
     if links and mesh is not None:
-        raise ValueError(f"{prior.name} with feature links runs on one device: its sharded link block is not "
-                         "implemented (drop devices=)")
+        raise ValueError(
+            f"{prior.name} with feature links runs on one device: its sharded link block is not "
+            "implemented (drop devices=)"
+        )
     has_test = tv.shape[0] > 0
     lo, hi = clip if clip is not None else (-np.inf, np.inf)
     if mesh is not None:
@@ -289,18 +347,33 @@ def build_problem(
         column_moves_every=column_moves_every,
         anneal_steps=anneal_steps,
         anneal_every=anneal_every,
-        sum_sq=jnp.asarray(_sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype),
+        sum_sq=jnp.asarray(
+            _sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype
+        ),
         **_latent_data(likelihood, ratings, dtype),
         links=links,
         link_sites=tuple(getattr(prior, "link_sites", ())) if links else (),
     )
     if mesh is not None:  # everything but the rating blocks is replicated
         rep = sh.replicated(mesh)
-        problem = dataclasses.replace(problem, **{
-            f: sh.put(getattr(problem, f), rep)
-            for f in ("tau", "pred_rows", "pred_cols", "test_values", "offset", "clip_lo", "clip_hi",
-                      "track_rows", "track_cols", "sum_sq")
-        })
+        problem = dataclasses.replace(
+            problem,
+            **{
+                f: sh.put(getattr(problem, f), rep)
+                for f in (
+                    "tau",
+                    "pred_rows",
+                    "pred_cols",
+                    "test_values",
+                    "offset",
+                    "clip_lo",
+                    "clip_hi",
+                    "track_rows",
+                    "track_cols",
+                    "sum_sq",
+                )
+            },
+        )
     return problem
 
 
@@ -322,8 +395,11 @@ def _latent_data(likelihood, ratings: RatingData, dtype) -> dict:
     levels = likelihood.level_index(rv.values)
     row_pos = np.empty(ratings.n, np.int64)
     row_pos[np.asarray(rv.order)] = np.arange(ratings.n)
-    return {"levels": jnp.asarray(levels), "col_perm": jnp.asarray(row_pos[np.asarray(cv.order)].astype(np.int32)),
-            "cut_step": jnp.asarray(likelihood.cut_step(levels), dtype)}
+    return {
+        "levels": jnp.asarray(levels),
+        "col_perm": jnp.asarray(row_pos[np.asarray(cv.order)].astype(np.int32)),
+        "cut_step": jnp.asarray(likelihood.cut_step(levels), dtype),
+    }
 
 
 def _entries(ratings: RatingData, predict, track, test_values):
@@ -335,7 +411,9 @@ def _entries(ratings: RatingData, predict, track, test_values):
     tr, tc = ratings.check_entries(tr, tc, "track")
     tv = np.asarray(test_values if test_values is not None else np.zeros(0), dtype=np.float64)
     if tv.ndim != 1 or tv.shape[0] > pr.shape[0]:
-        raise ValueError(f"test_values has shape {tv.shape}; it must cover the first entries of predict ({pr.shape[0]})")
+        raise ValueError(
+            f"test_values has shape {tv.shape}; it must cover the first entries of predict ({pr.shape[0]})"
+        )
     if not np.all(np.isfinite(tv)):
         raise ValueError("test_values must be finite")
     return pr, pc, tr, tc, tv
@@ -369,7 +447,9 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
     ``store_factors``, ``M`` (C, m1, K) and ``N`` (C, m2, K) (and the biases ``row_bias``
     (C, m1), ``col_bias`` (C, m2))."""
     out = {k: v for k, v in state.prior_state.items() if k not in problem.link_sites}
-    if store_factors and problem.links:  # a feature link's B, from its coordinates in the sweep's state
+    if (
+        store_factors and problem.links
+    ):  # a feature link's B, from its coordinates in the sweep's state
         from ..priors import macau
 
         out.update(macau.stored_links(state.prior_state, problem.links))
@@ -387,7 +467,9 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
     return out
 
 
-def entries(state: GibbsState, problem: GibbsProblem, rows: jax.Array, cols: jax.Array) -> jax.Array:
+def entries(
+    state: GibbsState, problem: GibbsProblem, rows: jax.Array, cols: jax.Array
+) -> jax.Array:
     """``theta[rows, cols]`` of each chain (C, P), the biases included when the model has them."""
     t = theta_at(state.M, state.N, rows, cols)
     if problem.biases is not None:
@@ -427,13 +509,17 @@ def init(
     if problem.links:
         state0 = {**state0, **prior.link_state(K, problem.links, dtype)}
     elif getattr(prior, "gibbs_links", None) is not None and getattr(prior, "linked_sides", ()):
-        raise ValueError(f"{prior} has feature links: build the problem with build_problem(..., prior=prior)")
+        raise ValueError(
+            f"{prior} has feature links: build the problem with build_problem(..., prior=prior)"
+        )
     state0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (C,) + x.shape), state0)
     if gamma is not None:
         prior_state = {**(prior_state or {}), "gamma": gamma}
     for name, value in (prior_state or {}).items():
         if name not in state0:
-            raise ValueError(f"{prior.name} has no variable {name!r}; its variables are {', '.join(state0)}")
+            raise ValueError(
+                f"{prior.name} has no variable {name!r}; its variables are {', '.join(state0)}"
+            )
         state0[name] = jnp.broadcast_to(jnp.asarray(value, dtype), state0[name].shape)
     split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
     keys, kM, kN = split[:, 0], split[:, 1], split[:, 2]
@@ -444,7 +530,9 @@ def init(
         N = jax.vmap(lambda k: _rng.normal(k, (m2, K), dtype))(kN) * sd
     M, N = jnp.asarray(M, dtype), jnp.asarray(N, dtype)
     if M.shape != (C, m1, K) or N.shape != (C, m2, K):
-        raise ValueError(f"initial M, N must have shapes {(C, m1, K)}, {(C, m2, K)}, got {M.shape}, {N.shape}")
+        raise ValueError(
+            f"initial M, N must have shapes {(C, m1, K)}, {(C, m2, K)}, got {M.shape}, {N.shape}"
+        )
     P = problem.pred_rows.shape[0]
     T = problem.num_total if problem.has_test else 0
     var0 = problem.biases.init_variance() if problem.biases is not None else 1.0
@@ -495,7 +583,11 @@ def place(state: GibbsState, problem: GibbsProblem) -> GibbsState:
     for f in GibbsState._fields:
         x = getattr(state, f)
         if f in _ROW_FIELDS:
-            x = sh.pad_rows(x, padded[_ROW_FIELDS[f]]) if x.ndim == 3 else _pad_vec(x, padded[_ROW_FIELDS[f]])
+            x = (
+                sh.pad_rows(x, padded[_ROW_FIELDS[f]])
+                if x.ndim == 3
+                else _pad_vec(x, padded[_ROW_FIELDS[f]])
+            )
             spec = jax.sharding.PartitionSpec(None, sh.AXIS, *([None] * (x.ndim - 2)))
             out[f] = sh.put(x, jax.sharding.NamedSharding(problem.mesh, spec))
         else:
@@ -513,8 +605,24 @@ def _normals(keys, m: int, K: int, dtype) -> jax.Array:
     return jax.vmap(lambda k: _rng.normal(k, (m, K), dtype))(keys)
 
 
-def _side(csr: CSR, own, other, z, zb, bias_own, bias_other, prior, tb, inv_var, *, rho: float,
-          use_bias: bool, sse: bool, cross: bool, values=None):
+def _side(
+    csr: CSR,
+    own,
+    other,
+    z,
+    zb,
+    bias_own,
+    bias_other,
+    prior,
+    tb,
+    inv_var,
+    *,
+    rho: float,
+    use_bias: bool,
+    sse: bool,
+    cross: bool,
+    values=None,
+):
     """Half a sweep: the biases of the rows being updated (with biases), then their factor
     rows (exact Gaussian conditionals, docs/algorithms.md, "Rows of the factors" and
     "Normal-Wishart rows").
@@ -593,8 +701,14 @@ def _row_sums(csr: CSR, other, bias_other, use_bias: bool, values=None):
     G = Gall[..., :T]
     if not use_bias:
         return G, Rall, None, None, None, None
-    return (G, Rall[..., :K], Gall[..., T:T + K], Gall[..., T + K:T + 2 * K], Gall[..., T + 2 * K],
-            Rall[..., K])
+    return (
+        G,
+        Rall[..., :K],
+        Gall[..., T : T + K],
+        Gall[..., T + K : T + 2 * K],
+        Gall[..., T + 2 * K],
+        Rall[..., K],
+    )
 
 
 def _pattern_product(csr: CSR, data, dense):
@@ -605,41 +719,124 @@ def _pattern_product(csr: CSR, data, dense):
     return jnp.transpose(out.reshape(csr.shape[0], C, W), (1, 0, 2))
 
 
-def _sweep_body(rows: CSR, cols: CSR, M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var, comm: sh.Comm, *,
-                rho, use_bias, sse, factor_stats, values=(None, None)):
+def _sweep_body(
+    rows: CSR,
+    cols: CSR,
+    M,
+    N,
+    b,
+    c,
+    zM,
+    zN,
+    zb,
+    zc,
+    priors,
+    tb,
+    inv_var,
+    comm: sh.Comm,
+    *,
+    rho,
+    use_bias,
+    sse,
+    factor_stats,
+    values=(None, None),
+):
     """Rows of M (and their biases), then rows of N (and theirs), on this device's rows;
     returns the new local arrays, non-finite masks and the psum-ed statistics.
     ``values``: per-chain values (C, n) in row and in column order that replace the
     ratings (a latent likelihood's ``z``), or None."""
     (pM, pN) = priors
     N_all, c_all = comm.gather(N), comm.gather(c)
-    M, b, badM, part1 = _side(rows, M, N_all, zM, zb, b, c_all, pM, tb, inv_var[:, 0], rho=rho,
-                              use_bias=use_bias, sse=sse, cross=False, values=values[0])
+    M, b, badM, part1 = _side(
+        rows,
+        M,
+        N_all,
+        zM,
+        zb,
+        b,
+        c_all,
+        pM,
+        tb,
+        inv_var[:, 0],
+        rho=rho,
+        use_bias=use_bias,
+        sse=sse,
+        cross=False,
+        values=values[0],
+    )
     M, b = comm.mask(M, 0), comm.mask(b, 0)
     M_all, b_all = comm.gather(M), comm.gather(b)
-    N, c, badN, part2 = _side(cols, N, M_all, zN, zc, c, b_all, pN, tb, inv_var[:, 1], rho=rho,
-                              use_bias=use_bias, sse=sse, cross=True, values=values[1])
+    N, c, badN, part2 = _side(
+        cols,
+        N,
+        M_all,
+        zN,
+        zc,
+        c,
+        b_all,
+        pN,
+        tb,
+        inv_var[:, 1],
+        rho=rho,
+        use_bias=use_bias,
+        sse=sse,
+        cross=True,
+        values=values[1],
+    )
     N, c = comm.mask(N, 1), comm.mask(c, 1)
-    stats_M, stats_N = factor_stats if isinstance(factor_stats, tuple) else (factor_stats, factor_stats)
-    stats = comm.psum((stats_M(M), stats_N(N), part1 + part2,
-                       jnp.stack([jnp.sum(b * b, axis=-1), jnp.sum(c * c, axis=-1)], axis=-1)))
+    stats_M, stats_N = (
+        factor_stats if isinstance(factor_stats, tuple) else (factor_stats, factor_stats)
+    )
+    stats = comm.psum(
+        (
+            stats_M(M),
+            stats_N(N),
+            part1 + part2,
+            jnp.stack([jnp.sum(b * b, axis=-1), jnp.sum(c * c, axis=-1)], axis=-1),
+        )
+    )
     return M, N, b, c, badM, badN, stats
 
 
-def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, zN, zb, zc, tb, values=None):
+def _sweep_factors(
+    problem: GibbsProblem, state: GibbsState, prior: Prior, zM, zN, zb, zc, tb, values=None
+):
     use_bias = problem.biases is not None
-    kw = dict(rho=problem.overrelax, use_bias=use_bias, sse=problem.learned_tau, factor_stats=prior.factor_stats)
+    kw = dict(
+        rho=problem.overrelax,
+        use_bias=use_bias,
+        sse=problem.learned_tau,
+        factor_stats=prior.factor_stats,
+    )
     if problem.links:  # a feature link: per-row prior means, link statistics (one device)
-        kw["factor_stats"] = tuple(functools.partial(prior.link_factor_stats, links=problem.links, side=s)
-                                   for s in ("M", "N"))
+        kw["factor_stats"] = tuple(
+            functools.partial(prior.link_factor_stats, links=problem.links, side=s)
+            for s in ("M", "N")
+        )
         priors = prior.link_row_priors(state.prior_state, problem.links, *problem.dims)
     else:
         priors = prior.row_priors(state.prior_state)
     inv_var = 1.0 / state.bias_var
     if problem.mesh is None:
         vals = (None, None) if values is None else (values, values[:, problem.col_perm])
-        return _sweep_body(problem.rows, problem.cols, state.M, state.N, state.row_bias, state.col_bias,
-                           zM, zN, zb, zc, priors, tb, inv_var, sh.LOCAL, values=vals, **kw)
+        return _sweep_body(
+            problem.rows,
+            problem.cols,
+            state.M,
+            state.N,
+            state.row_bias,
+            state.col_bias,
+            zM,
+            zN,
+            zb,
+            zc,
+            priors,
+            tb,
+            inv_var,
+            sh.LOCAL,
+            values=vals,
+            **kw,
+        )
     p1, p2 = _padded_dims(problem)
     zM, zN = sh.pad_rows(zM, p1), sh.pad_rows(zN, p2)
     zb, zc = _pad_vec(zb, p1), _pad_vec(zc, p2)
@@ -648,8 +845,23 @@ def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, z
     comm = sh.sharded_comm(problem.dims)
 
     def body(rows, cols, M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var):
-        return _sweep_body(sh.local_csr(rows), sh.local_csr(cols), M, N, b, c, zM, zN, zb, zc, priors, tb, inv_var,
-                           comm, **kw)
+        return _sweep_body(
+            sh.local_csr(rows),
+            sh.local_csr(cols),
+            M,
+            N,
+            b,
+            c,
+            zM,
+            zN,
+            zb,
+            zc,
+            priors,
+            tb,
+            inv_var,
+            comm,
+            **kw,
+        )
 
     csr_spec = jax.sharding.PartitionSpec(sh.AXIS)
     return jax.shard_map(
@@ -658,8 +870,21 @@ def _sweep_factors(problem: GibbsProblem, state: GibbsState, prior: Prior, zM, z
         in_specs=(csr_spec, csr_spec, f, f, v, v, f, f, v, v, r, r, r),
         out_specs=(f, f, v, v, v, v, r),
         check_vma=False,
-    )(problem.rows, problem.cols, state.M, state.N, state.row_bias, state.col_bias, zM, zN, zb, zc, priors, tb,
-      inv_var)
+    )(
+        problem.rows,
+        problem.cols,
+        state.M,
+        state.N,
+        state.row_bias,
+        state.col_bias,
+        zM,
+        zN,
+        zb,
+        zc,
+        priors,
+        tb,
+        inv_var,
+    )
 
 
 def _first_failure(failure, iteration, masks):
@@ -667,7 +892,12 @@ def _first_failure(failure, iteration, masks):
     for block, bad in enumerate(masks):
         hit = jnp.any(bad, axis=1)
         new = jnp.stack(
-            [jnp.broadcast_to(iteration, hit.shape), jnp.full(hit.shape, block), jnp.argmax(bad, axis=1)], axis=1
+            [
+                jnp.broadcast_to(iteration, hit.shape),
+                jnp.full(hit.shape, block),
+                jnp.argmax(bad, axis=1),
+            ],
+            axis=1,
         ).astype(jnp.int32)
         failure = jnp.where(((failure[:, 0] < 0) & hit)[:, None], new, failure)
     return failure
@@ -712,27 +942,46 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     lik_state, values = state.lik_state, None
     if problem.latent:
         # its own key stream: the other blocks draw from the keys they use without it
-        lik_state = latent_block(state, problem, jax.vmap(lambda k: jax.random.fold_in(k, _LATENT_STREAM))(state.key))
+        lik_state = latent_block(
+            state, problem, jax.vmap(lambda k: jax.random.fold_in(k, _LATENT_STREAM))(state.key)
+        )
         values = lik_state["z"]
-    M, N, b, c, badM, badN, (sM, sN, part, sumsq) = _sweep_factors(problem, state, prior, zM, zN, zb, zc, tb,
-                                                                   values)
+    M, N, b, c, badM, badN, (sM, sN, part, sumsq) = _sweep_factors(
+        problem, state, prior, zM, zN, zb, zc, tb, values
+    )
     tau = state.tau
     if problem.learned_tau:
         sse = jnp.maximum(problem.sum_sq + part, 0.0)  # rounding can take a tiny SSE below zero
-        tau = jax.vmap(lambda k, e: problem.likelihood.sample_tau(k, e, problem.num_ratings))(kt, sse)
+        tau = jax.vmap(lambda k, e: problem.likelihood.sample_tau(k, e, problem.num_ratings))(
+            kt, sse
+        )
     bias_var = state.bias_var
     if use_bias:
         bias_var = jax.vmap(
-            lambda k, q: jnp.stack([problem.biases.sample_variance(kk, qq, m) for kk, qq, m in
-                                    zip(jax.random.split(k), (q[0], q[1]), (m1, m2))])
+            lambda k, q: jnp.stack(
+                [
+                    problem.biases.sample_variance(kk, qq, m)
+                    for kk, qq, m in zip(jax.random.split(k), (q[0], q[1]), (m1, m2))
+                ]
+            )
         )(kv, sumsq)
     if problem.links:
-        prior_state = jax.vmap(lambda k, s, a, b_: prior.link_update(k, s, a, b_, m1, m2, problem.links))(
-            kg, state.prior_state, sM, sN)
+        prior_state = jax.vmap(
+            lambda k, s, a, b_: prior.link_update(k, s, a, b_, m1, m2, problem.links)
+        )(kg, state.prior_state, sM, sN)
     else:
         prior_state = jax.vmap(lambda k, a, b_: prior.gibbs_update(k, a, b_, m1, m2))(kg, sM, sN)
-    new = state._replace(M=M, N=N, prior_state=prior_state, tau=tau, row_bias=b, col_bias=c, bias_var=bias_var,
-                         key=keys, lik_state=lik_state)
+    new = state._replace(
+        M=M,
+        N=N,
+        prior_state=prior_state,
+        tau=tau,
+        row_bias=b,
+        col_bias=c,
+        bias_var=bias_var,
+        key=keys,
+        lik_state=lik_state,
+    )
     if problem.column_moves:
         # its own key stream (folded from the sweep's key): the other blocks draw as without it
         kc = jax.vmap(lambda k: jax.random.fold_in(k, _COLUMN_STREAM))(state.key)
@@ -746,7 +995,9 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
         ka = jax.vmap(lambda k: jax.random.fold_in(k, _ANNEAL_STREAM))(state.key)
         due = (state.iteration + 1) % problem.anneal_every == 0
         new = lax.cond(due, lambda s: annealed_switch(s, problem, prior, ka), lambda s: s, new)
-    failure = _first_failure(state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(_variables(new)[1])))
+    failure = _first_failure(
+        state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(_variables(new)[1]))
+    )
     return new._replace(failure=failure)
 
 
@@ -779,7 +1030,9 @@ def latent_block(state: GibbsState, problem: GibbsProblem, keys: jax.Array) -> d
     update of ``(cuts, z)`` given the factors and biases."""
     lik = problem.likelihood
     theta = ratings_theta(state, problem)
-    cuts, z = lik.gibbs_latent(keys, theta, problem.levels, latent_cuts(state, problem), problem.cut_step)
+    cuts, z = lik.gibbs_latent(
+        keys, theta, problem.levels, latent_cuts(state, problem), problem.cut_step
+    )
     out = {"z": z}
     if "cuts" in state.lik_state:
         out["cuts"] = cuts
@@ -790,7 +1043,9 @@ def latent_block(state: GibbsState, problem: GibbsProblem, keys: jax.Array) -> d
 _COLUMN_STREAM = 0x636F6C  # "col"
 
 
-def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array) -> GibbsState:
+def column_moves(
+    state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array
+) -> GibbsState:
     """Moves that change ``gamma_h`` together with its column (docs/algorithms.md, "Column moves").
 
     For each column ``h`` in turn, with ``N`` and the other columns fixed, ``M_h`` is
@@ -828,8 +1083,10 @@ def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: j
         The state after the move.
     """
     if "gamma" not in state.prior_state or not prior.has_column_move:
-        raise ValueError(f"the {prior.name or type(prior).__name__} prior has no column move "
-                         "(column_moves=True needs a prior with column scales that defines column_proposal)")
+        raise ValueError(
+            f"the {prior.name or type(prior).__name__} prior has no column move "
+            "(column_moves=True needs a prior with column scales that defines column_proposal)"
+        )
     m1, m2 = problem.dims
     K, dt = state.M.shape[-1], state.M.dtype
     tb = problem.block_precision(state.tau)
@@ -840,25 +1097,61 @@ def column_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: j
     kw = dict(prior=prior, dims=(m1, m2), use_bias=problem.biases is not None)
     if problem.mesh is None:
         # a latent likelihood's z replace the ratings (per chain)
-        values = (state.lik_state["z"], state.lik_state["z"][:, problem.col_perm]) if problem.latent else (None, None)
-        M, N, gamma = _column_body(problem.rows, problem.cols, state.M, state.N, state.row_bias, state.col_bias,
-                                   state.gamma, tb, d1, d2, sh.LOCAL, values=values, **kw)
+        values = (
+            (state.lik_state["z"], state.lik_state["z"][:, problem.col_perm])
+            if problem.latent
+            else (None, None)
+        )
+        M, N, gamma = _column_body(
+            problem.rows,
+            problem.cols,
+            state.M,
+            state.N,
+            state.row_bias,
+            state.col_bias,
+            state.gamma,
+            tb,
+            d1,
+            d2,
+            sh.LOCAL,
+            values=values,
+            **kw,
+        )
     else:
         p1, p2 = _padded_dims(problem)
         d1, d2 = _pad_draws(d1, p1), _pad_draws(d2, p2)
         f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
         v = jax.sharding.PartitionSpec(None, sh.AXIS)
-        dspec = {name: jax.sharding.PartitionSpec(None, None, sh.AXIS) if name in ("z", "z2") else r for name in d1}
+        dspec = {
+            name: jax.sharding.PartitionSpec(None, None, sh.AXIS) if name in ("z", "z2") else r
+            for name in d1
+        }
         comm = sh.sharded_comm(problem.dims)
 
         def body(rows, cols, M, N, b, c, gamma, tb, d1, d2):
-            return _column_body(sh.local_csr(rows), sh.local_csr(cols), M, N, b, c, gamma, tb, d1, d2, comm, **kw)
+            return _column_body(
+                sh.local_csr(rows), sh.local_csr(cols), M, N, b, c, gamma, tb, d1, d2, comm, **kw
+            )
 
         csr_spec = jax.sharding.PartitionSpec(sh.AXIS)
         M, N, gamma = jax.shard_map(
-            body, mesh=problem.mesh, in_specs=(csr_spec, csr_spec, f, f, v, v, r, r, dspec, dspec),
-            out_specs=(f, f, r), check_vma=False,
-        )(problem.rows, problem.cols, state.M, state.N, state.row_bias, state.col_bias, state.gamma, tb, d1, d2)
+            body,
+            mesh=problem.mesh,
+            in_specs=(csr_spec, csr_spec, f, f, v, v, r, r, dspec, dspec),
+            out_specs=(f, f, r),
+            check_vma=False,
+        )(
+            problem.rows,
+            problem.cols,
+            state.M,
+            state.N,
+            state.row_bias,
+            state.col_bias,
+            state.gamma,
+            tb,
+            d1,
+            d2,
+        )
     return state._replace(M=M, N=N, prior_state={**state.prior_state, "gamma": gamma})
 
 
@@ -868,9 +1161,11 @@ def _move_draws(keys, K: int, m: int, dt, reflected: bool) -> dict:
     ``xi`` (C, K, K) (its direction, from a folded key: the other priors' moves draw as
     without it) and ``z2`` (C, K, m) (the redraw after a rejected switch-on)."""
     kk = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
-    out = dict(z=jax.vmap(lambda k: _rng.normal(k, (K, m), dt))(kk[:, 0]),
-               zq=jax.vmap(lambda k: jax.random.normal(k, (K,), dt))(kk[:, 1]),
-               log_u=jnp.log(jax.vmap(lambda k: jax.random.uniform(k, (K,), dt))(kk[:, 2])))
+    out = dict(
+        z=jax.vmap(lambda k: _rng.normal(k, (K, m), dt))(kk[:, 0]),
+        zq=jax.vmap(lambda k: jax.random.normal(k, (K,), dt))(kk[:, 1]),
+        log_u=jnp.log(jax.vmap(lambda k: jax.random.uniform(k, (K,), dt))(kk[:, 2])),
+    )
     if reflected:
         kr = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, 1), 2))(keys)
         out["xi"] = jax.vmap(lambda k: _rng.normal(k, (K, K), dt))(kr[:, 0])
@@ -880,21 +1175,67 @@ def _move_draws(keys, K: int, m: int, dt, reflected: bool) -> dict:
 
 def _pad_draws(draws: dict, m_pad: int) -> dict:
     """Zero draws for the padding rows (they have no ratings, so they stay exactly zero)."""
-    return {k: jnp.pad(x, ((0, 0), (0, 0), (0, m_pad - x.shape[2]))) if k in ("z", "z2") else x
-            for k, x in draws.items()}
+    return {
+        k: jnp.pad(x, ((0, 0), (0, 0), (0, m_pad - x.shape[2]))) if k in ("z", "z2") else x
+        for k, x in draws.items()
+    }
 
 
-def _column_body(rows: CSR, cols: CSR, M, N, b, c, gamma, tb, d1, d2, comm: sh.Comm, *, prior, dims, use_bias,
-                 values=(None, None)):
+def _column_body(
+    rows: CSR,
+    cols: CSR,
+    M,
+    N,
+    b,
+    c,
+    gamma,
+    tb,
+    d1,
+    d2,
+    comm: sh.Comm,
+    *,
+    prior,
+    dims,
+    use_bias,
+    values=(None, None),
+):
     """Both sides of the column moves on this device's rows (``comm``: see
     :class:`~bmczoo.inference.sharding.Comm`): ``M`` integrated and ``N`` rescaled, then
     the roles swapped.  Returns the new local ``M``, ``N`` and ``gamma``."""
     m1, m2 = dims
-    M, T, gamma = _column_side(rows, M, comm.gather(N), b, comm.gather(c), gamma, tb, d1, prior, m1 + m2, m2,
-                               use_bias, values[0], comm.psum)
+    M, T, gamma = _column_side(
+        rows,
+        M,
+        comm.gather(N),
+        b,
+        comm.gather(c),
+        gamma,
+        tb,
+        d1,
+        prior,
+        m1 + m2,
+        m2,
+        use_bias,
+        values[0],
+        comm.psum,
+    )
     N = jnp.einsum("cjk,ckl->cjl", N, T)
-    N, T, gamma = _column_side(cols, N, comm.gather(M), c, comm.gather(b), gamma, tb, d2, prior, m1 + m2, m1,
-                               use_bias, values[1], comm.psum)
+    N, T, gamma = _column_side(
+        cols,
+        N,
+        comm.gather(M),
+        c,
+        comm.gather(b),
+        gamma,
+        tb,
+        d2,
+        prior,
+        m1 + m2,
+        m1,
+        use_bias,
+        values[1],
+        comm.psum,
+    )
     return jnp.einsum("cjk,ckl->cjl", M, T), N, gamma
 
 
@@ -904,7 +1245,9 @@ def column_log_marginal(gamma, A, B, tb):
     tb^2 B_i^2 gamma / (2 (1 + gamma tb A_i))`` with ``A_i = sum_k f_k^2``, ``B_i = sum_k
     r_k f_k`` over row i's ratings.  gamma, tb (C,), A, B (C, m) -> (C,)."""
     gA = gamma[:, None] * tb[:, None] * A
-    return jnp.sum(-0.5 * jnp.log1p(gA) + 0.5 * (tb[:, None] * B) ** 2 * gamma[:, None] / (1.0 + gA), axis=-1)
+    return jnp.sum(
+        -0.5 * jnp.log1p(gA) + 0.5 * (tb[:, None] * B) ** 2 * gamma[:, None] / (1.0 + gA), axis=-1
+    )
 
 
 def _log_jacobian(m: int, log_s):
@@ -913,8 +1256,22 @@ def _log_jacobian(m: int, log_s):
     return m * log_s
 
 
-def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, draws: dict, prior, d: int, m_other: int,
-                 use_bias: bool, values, psum=lambda x: x):
+def _column_side(
+    csr: CSR,
+    own,
+    other,
+    bias_own,
+    bias_other,
+    gamma,
+    tb,
+    draws: dict,
+    prior,
+    d: int,
+    m_other: int,
+    use_bias: bool,
+    values,
+    psum=lambda x: x,
+):
     """The column moves with ``own`` (C, m, K) integrated out and ``other`` (C, m_other, K)
     rescaled, the ratings grouped by the rows of ``own`` (``csr``).  Returns the new
     ``own``, the (C, K, K) matrix ``T`` that ``other`` must be multiplied by, and the new
@@ -944,8 +1301,22 @@ def _column_side(csr: CSR, own, other, bias_own, bias_other, gamma, tb, draws: d
         sums = functools.partial(_column_sums, G0, Y, S0)
 
         def body(h, carry):
-            return _reflected_flip(h, carry, sums, S0, prior, tb, d, m_other, z[:, h], draws["z2"][:, h],
-                                   draws["xi"][:, h], zq[:, h], log_u[:, h], psum)
+            return _reflected_flip(
+                h,
+                carry,
+                sums,
+                S0,
+                prior,
+                tb,
+                d,
+                m_other,
+                z[:, h],
+                draws["z2"][:, h],
+                draws["xi"][:, h],
+                zq[:, h],
+                log_u[:, h],
+                psum,
+            )
 
         T0 = jnp.broadcast_to(jnp.eye(K, dtype=dt), (C, K, K))
         return lax.fori_loop(0, K, body, (own, T0, gamma))
@@ -990,7 +1361,9 @@ def _column_sums(G0, Y, S0, own, T, h):
     gt = jnp.einsum("cmkl,cl->cmk", G0, t)
     A = jnp.einsum("cmk,ck->cm", gt, t)
     fitted = jnp.einsum("ckl,cml->cmk", T, own)  # T x_i: row i's fit in F0's coordinates
-    B = jnp.einsum("cmk,ck->cm", Y, t) - jnp.einsum("cmk,cmk->cm", gt, fitted) + own[:, :, h] * A  # einsum: see _column_sums_diagonal
+    B = (
+        jnp.einsum("cmk,ck->cm", Y, t) - jnp.einsum("cmk,cmk->cm", gt, fitted) + own[:, :, h] * A
+    )  # einsum: see _column_sums_diagonal
     return A, B, jnp.einsum("ck,ckl,cl->c", t, S0, t)
 
 
@@ -1000,10 +1373,15 @@ def _flip_log_ratio(g, g2, log_s, A, B, ff, tb, m_other: int, psum=lambda x: x):
     ``s = sqrt(g2/g)``; kept general for proposals that rescale otherwise) and the marginal
     likelihoods (summed over this device's rows, then ``psum``)."""
     s = jnp.exp(log_s)
-    log_f = (-0.5 * m_other * (jnp.log(g2) - jnp.log(g)) - 0.5 * ff * (s * s / g2 - 1.0 / g)
-             + _log_jacobian(m_other, log_s))
-    return log_f + psum(column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb)
-                        - column_log_marginal(g, A, B, tb))
+    log_f = (
+        -0.5 * m_other * (jnp.log(g2) - jnp.log(g))
+        - 0.5 * ff * (s * s / g2 - 1.0 / g)
+        + _log_jacobian(m_other, log_s)
+    )
+    return log_f + psum(
+        column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb)
+        - column_log_marginal(g, A, B, tb)
+    )
 
 
 def _integrated_draw(g, s, A, B, tb, z):
@@ -1030,7 +1408,9 @@ def _block_direction(gram, block):
     big = jnp.trace(gram, axis1=-2, axis2=-1) + 1.0  # above every eigenvalue of the block
     inside = block[:, :, None] & block[:, None, :]
     G = jnp.where(inside, gram, 0.0) + jax.vmap(jnp.diag)(jnp.where(block, 0.0, big[:, None]))
-    v = jnp.where(block, jnp.linalg.eigh(G)[1][:, :, 0], 0.0)  # exactly zero outside (eigh leaves ~eps there)
+    v = jnp.where(
+        block, jnp.linalg.eigh(G)[1][:, :, 0], 0.0
+    )  # exactly zero outside (eigh leaves ~eps there)
     return v / jnp.linalg.norm(v, axis=-1, keepdims=True)
 
 
@@ -1055,8 +1435,9 @@ def _householder(h: int, w, K: int):
     return jnp.where(ok[:, None, None], H, jnp.eye(K, dtype=w.dtype)[None])
 
 
-def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u,
-                    psum=lambda x: x):
+def _reflected_flip(
+    h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u, psum=lambda x: x
+):
     """The spike/slab flip of column ``h`` aimed by a reflection of the slab (a move of
     :func:`column_moves` for priors with a :meth:`~bmczoo.priors.Prior.column_block`).
 
@@ -1084,7 +1465,9 @@ def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, 
     off = slab[:, h]
 
     def gram(own_x, T_x):  # own^T own + other^T other, other = F0 T
-        return psum(jnp.einsum("cmk,cml->ckl", own_x, own_x)) + jnp.einsum("cjk,cjl,clm->ckm", T_x, S0, T_x)
+        return psum(jnp.einsum("cmk,cml->ckl", own_x, own_x)) + jnp.einsum(
+            "cjk,cjl,clm->ckm", T_x, S0, T_x
+        )
 
     xi = jnp.where(block, xi, 0.0)
     v = _block_direction(gram(own, T), block)
@@ -1094,7 +1477,10 @@ def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, 
     w = jnp.where(block, w, 0.0)
     w = w / jnp.linalg.norm(w, axis=-1, keepdims=True)
     H = _householder(h, w, K)
-    own_r, T_r = jnp.einsum("cmk,ckl->cml", own, H), jnp.einsum("cjk,ckl->cjl", T, H)  # theta unchanged
+    own_r, T_r = (
+        jnp.einsum("cmk,ckl->cml", own, H),
+        jnp.einsum("cjk,ckl->cjl", T, H),
+    )  # theta unchanged
     own_b = jnp.where(off[:, None, None], own_r, own)
     T_b = jnp.where(off[:, None, None], T_r, T)
     g = gamma[:, h]
@@ -1104,25 +1490,41 @@ def _reflected_flip(h, carry, sums, S0, prior, tb, d: int, m_other: int, z, z2, 
     s = jnp.exp(log_s)
     own_p = own_b.at[:, :, h].set(_integrated_draw(g2, s, A, B, tb, z))
     T_p = T_b.at[:, :, h].multiply(s[:, None])
-    own_p = jnp.where(off[:, None, None], own_p, jnp.einsum("cmk,ckl->cml", own_p, H))  # switching on: reflect last
+    own_p = jnp.where(
+        off[:, None, None], own_p, jnp.einsum("cmk,ckl->cml", own_p, H)
+    )  # switching on: reflect last
     T_p = jnp.where(off[:, None, None], T_p, jnp.einsum("cjk,ckl->cjl", T_p, H))
-    log_q = jnp.where(off, -_acg_log_density(w, v, k), _acg_log_density(w, _block_direction(gram(own_p, T_p), block), k))
+    log_q = jnp.where(
+        off,
+        -_acg_log_density(w, v, k),
+        _acg_log_density(w, _block_direction(gram(own_p, T_p), block), k),
+    )
     accept = log_u < log_alpha + log_q
     # rejected: the current state.  Switching on, whose acceptance does not depend on the
     # current own column h, then redraws it from its conditional (a Gibbs step; its sums are
     # A, B: nothing was reflected); switching off must not: its acceptance depends on that
     # column through v(x), so a redraw only after a rejection would not keep the posterior
     # (the column moves' Geweke test rejects that variant on gamma_min)
-    own_keep = jnp.where(off[:, None, None], own, own.at[:, :, h].set(_integrated_draw(g, jnp.ones_like(g), A, B, tb, z2)))
+    own_keep = jnp.where(
+        off[:, None, None],
+        own,
+        own.at[:, :, h].set(_integrated_draw(g, jnp.ones_like(g), A, B, tb, z2)),
+    )
     acc = accept[:, None, None]
-    return (jnp.where(acc, own_p, own_keep), jnp.where(acc, T_p, T), gamma.at[:, h].set(jnp.where(accept, g2, g)))
+    return (
+        jnp.where(acc, own_p, own_keep),
+        jnp.where(acc, T_p, T),
+        gamma.at[:, h].set(jnp.where(accept, g2, g)),
+    )
 
 
 # --------------------------------------------------------------------------- annealed switch
 _ANNEAL_STREAM = 0x616E6E  # "ann"
 
 
-def annealed_switch(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array) -> GibbsState:
+def annealed_switch(
+    state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array
+) -> GibbsState:
     """Switch one column between the spike and the slab along an annealing path, accepted
     by Metropolis-Hastings on the work done (non-equilibrium candidate Monte Carlo).
 
@@ -1173,12 +1575,22 @@ def annealed_switch(state: GibbsState, problem: GibbsProblem, prior: Prior, keys
     accept = log_u < log_ratio  # a NaN work (a failed factorisation) rejects
     acc = accept[:, None, None]
     counts = jnp.stack([accept.astype(jnp.int32), jnp.ones_like(accept, jnp.int32)], axis=-1)
-    return state._replace(M=jnp.where(acc, M, state.M), N=jnp.where(acc, N, state.N),
-                          prior_state={**state.prior_state, "gamma": jnp.where(accept[:, None], gamma, state.gamma)},
-                          switches=state.switches + counts)
+    return state._replace(
+        M=jnp.where(acc, M, state.M),
+        N=jnp.where(acc, N, state.N),
+        prior_state={**state.prior_state, "gamma": jnp.where(accept[:, None], gamma, state.gamma)},
+        switches=state.switches + counts,
+    )
 
 
-def annealed_path(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array, h: jax.Array, steps: int):
+def annealed_path(
+    state: GibbsState,
+    problem: GibbsProblem,
+    prior: Prior,
+    keys: jax.Array,
+    h: jax.Array,
+    steps: int,
+):
     """The annealed path of :func:`annealed_switch` for column ``h`` (C,) int of each chain
     over ``steps`` steps (``keys`` (C,): the kernels' keys).  Returns the path's end ``(M,
     N, gamma)`` and its log acceptance ratio (C,): the prior odds of the two values of
@@ -1201,20 +1613,29 @@ def annealed_path(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: 
     def perturb(t, M, N, gamma, work):
         g_t = jnp.where(t == T, g1, g0 * jnp.exp((t / T) * (jnp.log(g1) - jnp.log(g0))))
         g_prev = jnp.sum(gamma * onehot, axis=-1)
-        work = (work + _log_column_prior(M, N, onehot, g_t, m1 + m2)
-                - _log_column_prior(M, N, onehot, g_prev, m1 + m2))
+        work = (
+            work
+            + _log_column_prior(M, N, onehot, g_t, m1 + m2)
+            - _log_column_prior(M, N, onehot, g_prev, m1 + m2)
+        )
         return with_scale(gamma, g_t), work
 
     def body(t, carry):  # step t + 1 of the path, then the kernel at g_(t+1)
         M, N, gamma, work = carry
         gamma, work = perturb(t + 1, M, N, gamma, work)
         kk = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t), 3))(keys)
-        z = (_normals(kk[:, 0], m1, K, dt), _normals(kk[:, 1], m2, K, dt), _normals(kk[:, 2], m1, K, dt))
+        z = (
+            _normals(kk[:, 0], m1, K, dt),
+            _normals(kk[:, 1], m2, K, dt),
+            _normals(kk[:, 2], m1, K, dt),
+        )
         priors = prior.row_priors({**state.prior_state, "gamma": gamma})
         M, N = _path_kernel(problem, priors, M, N, z, tb, values)
         return M, N, gamma, work
 
-    M, N, gamma, work = lax.fori_loop(0, T - 1, body, (state.M, state.N, state.gamma, jnp.zeros((C,), dt)))
+    M, N, gamma, work = lax.fori_loop(
+        0, T - 1, body, (state.M, state.N, state.gamma, jnp.zeros((C,), dt))
+    )
     gamma, work = perturb(T, M, N, gamma, work)
     return M, N, gamma, work + log_odds
 
@@ -1235,15 +1656,24 @@ def _path_values(state: GibbsState, problem: GibbsProblem):
         if use_bias:
             yr, yc = _bias_residual(problem.rows, yr, b, c), _bias_residual(problem.cols, yc, c, b)
         return yr, yc
-    comm = sh.sharded_comm(problem.dims)  # sharded: biases only (a latent likelihood runs on one device)
+    comm = sh.sharded_comm(
+        problem.dims
+    )  # sharded: biases only (a latent likelihood runs on one device)
 
     def body(rows, cols, b, c):
-        return (_bias_residual(sh.local_csr(rows), None, b, comm.gather(c)),
-                _bias_residual(sh.local_csr(cols), None, c, comm.gather(b)))
+        return (
+            _bias_residual(sh.local_csr(rows), None, b, comm.gather(c)),
+            _bias_residual(sh.local_csr(cols), None, c, comm.gather(b)),
+        )
 
     csr_spec, v = jax.sharding.PartitionSpec(sh.AXIS), jax.sharding.PartitionSpec(None, sh.AXIS)
-    return jax.shard_map(body, mesh=problem.mesh, in_specs=(csr_spec, csr_spec, v, v), out_specs=(v, v),
-                         check_vma=False)(problem.rows, problem.cols, b, c)
+    return jax.shard_map(
+        body,
+        mesh=problem.mesh,
+        in_specs=(csr_spec, csr_spec, v, v),
+        out_specs=(v, v),
+        check_vma=False,
+    )(problem.rows, problem.cols, b, c)
 
 
 def _path_kernel(problem: GibbsProblem, priors, M, N, z, tb, values):
@@ -1264,15 +1694,21 @@ def _path_kernel(problem: GibbsProblem, priors, M, N, z, tb, values):
     if values[0] is not None:  # the residual without the biases, per device
 
         def body(rows, cols, M, N, z1, z2, z3, priors, tb, vr, vc):
-            return _path_body(sh.local_csr(rows), sh.local_csr(cols), M, N, z1, z2, z3, priors, tb, comm, (vr, vc))
+            return _path_body(
+                sh.local_csr(rows), sh.local_csr(cols), M, N, z1, z2, z3, priors, tb, comm, (vr, vc)
+            )
 
         args, specs = args + tuple(values), specs + (v, v)
     else:
 
         def body(rows, cols, M, N, z1, z2, z3, priors, tb):
-            return _path_body(sh.local_csr(rows), sh.local_csr(cols), M, N, z1, z2, z3, priors, tb, comm, values)
+            return _path_body(
+                sh.local_csr(rows), sh.local_csr(cols), M, N, z1, z2, z3, priors, tb, comm, values
+            )
 
-    return jax.shard_map(body, mesh=problem.mesh, in_specs=specs, out_specs=(f, f), check_vma=False)(*args)
+    return jax.shard_map(
+        body, mesh=problem.mesh, in_specs=specs, out_specs=(f, f), check_vma=False
+    )(*args)
 
 
 def _path_body(rows: CSR, cols: CSR, M, N, z1, z2, z3, priors, tb, comm: sh.Comm, values):
@@ -1284,8 +1720,23 @@ def _path_body(rows: CSR, cols: CSR, M, N, z1, z2, z3, priors, tb, comm: sh.Comm
     def half(csr, own, other, z, prior_rows, vals, which):
         zb = jnp.zeros(own.shape[:2], own.dtype)
         zo = jnp.zeros(other.shape[:2], own.dtype)
-        new = _side(csr, own, other, z, zb, zb, zo, prior_rows, tb, ones, rho=0.0, use_bias=False, sse=False,
-                    cross=False, values=vals)[0]
+        new = _side(
+            csr,
+            own,
+            other,
+            z,
+            zb,
+            zb,
+            zo,
+            prior_rows,
+            tb,
+            ones,
+            rho=0.0,
+            use_bias=False,
+            sse=False,
+            cross=False,
+            values=vals,
+        )[0]
         return comm.mask(new, which)
 
     M = half(rows, M, comm.gather(N), z1, pM, values[0], 0)
@@ -1329,10 +1780,18 @@ def check_failure(state: GibbsState, *, dtype=None) -> None:
         names = _variables(state)[0]
         what = f"{names[row] if row < len(names) else 'a variable'} (its conditional draw was not finite)"
     else:
-        what = (f"row {row} of {'MN'[block]} (the Cholesky factorisation of its conditional precision "
-                "failed or the draw overflowed)")
-    hint = "rerun with dtype=jnp.float64" if dt != "float64" else "check the data scale and hyper-parameters"
-    raise FloatingPointError(f"Gibbs sweep {it}, chain {c}: non-finite draw of {what} in {dt}; {hint}")
+        what = (
+            f"row {row} of {'MN'[block]} (the Cholesky factorisation of its conditional precision "
+            "failed or the draw overflowed)"
+        )
+    hint = (
+        "rerun with dtype=jnp.float64"
+        if dt != "float64"
+        else "check the data scale and hyper-parameters"
+    )
+    raise FloatingPointError(
+        f"Gibbs sweep {it}, chain {c}: non-finite draw of {what} in {dt}; {hint}"
+    )
 
 
 def _rmse(pred, problem: GibbsProblem):
@@ -1375,7 +1834,12 @@ def step(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
         rmse_draw = rmse_draw.at[:, idx].set(r_draw)
         rmse_mean = rmse_mean.at[:, idx].set(jnp.where(num_kept > 0, r_mean, jnp.nan))
     return state._replace(
-        iteration=it, pred_sum=pred_sum, pred_sq=pred_sq, num_kept=num_kept, rmse_draw=rmse_draw, rmse_mean=rmse_mean,
+        iteration=it,
+        pred_sum=pred_sum,
+        pred_sq=pred_sq,
+        num_kept=num_kept,
+        rmse_draw=rmse_draw,
+        rmse_mean=rmse_mean,
         proba_sum=proba_sum,
     )
 

@@ -48,11 +48,21 @@ class FitInfo:
     def as_dict(self) -> dict[str, Any]:
         lik = self.likelihood.describe()
         return {
-            "method": self.method, "prior": self.prior, "prior_name": self.prior.name,
-            "hyperparameters": self.prior.hyperparameters(), "K": self.K, "lam": lik.get("lam"),
-            "noise_sd": lik.get("noise_sd"), "likelihood": lik, "tau": self.tau, "center": self.center,
+            "method": self.method,
+            "prior": self.prior,
+            "prior_name": self.prior.name,
+            "hyperparameters": self.prior.hyperparameters(),
+            "K": self.K,
+            "lam": lik.get("lam"),
+            "noise_sd": lik.get("noise_sd"),
+            "likelihood": lik,
+            "tau": self.tau,
+            "center": self.center,
             "biases": None if self.biases is None else self.biases.describe(),
-            "offset": self.shift.offset, "clip": self.shift.clip, "seed": self.seed, "dtype": self.dtype,
+            "offset": self.shift.offset,
+            "clip": self.shift.clip,
+            "seed": self.seed,
+            "dtype": self.dtype,
             **self.settings.as_dict(),
         }
 
@@ -66,8 +76,10 @@ class _NoGamma(dict):
         self.prior_name = prior_name
 
     def __missing__(self, key):
-        raise ValueError(f"the {self.prior_name} prior has no column scales gamma_h, so q(gamma) has no "
-                         f"{key!r}; its variational parameters are in VBFit.q_prior")
+        raise ValueError(
+            f"the {self.prior_name} prior has no column scales gamma_h, so q(gamma) has no "
+            f"{key!r}; its variational parameters are in VBFit.q_prior"
+        )
 
 
 def no_gamma(prior) -> dict:

@@ -246,7 +246,9 @@ def _row_ids(csr: CSR) -> jax.Array:
         return csr.row_ids
     # (a CSR built by hand) from indptr: row i owns entries indptr[i] .. indptr[i+1]-1
     n = csr.index.shape[0]
-    return jnp.searchsorted(csr.indptr[1:], jnp.arange(n, dtype=csr.indptr.dtype), side="right").astype(jnp.int32)
+    return jnp.searchsorted(
+        csr.indptr[1:], jnp.arange(n, dtype=csr.indptr.dtype), side="right"
+    ).astype(jnp.int32)
 
 
 def segment_matmul(row_ids, index, data, num_rows: int, dense, chunk_bytes: int | None = None):
@@ -267,8 +269,9 @@ def segment_matmul(row_ids, index, data, num_rows: int, dense, chunk_bytes: int 
     per = max(1, chunk_bytes // max(1, W * dense.dtype.itemsize))
     data = data.astype(dense.dtype)
     if n <= per:
-        out = jax.ops.segment_sum(data[:, None] * dense[index], row_ids, num_segments=num_rows,
-                                  indices_are_sorted=True)
+        out = jax.ops.segment_sum(
+            data[:, None] * dense[index], row_ids, num_segments=num_rows, indices_are_sorted=True
+        )
     else:
         chunks = -(-n // per)
         per = -(-n // chunks)  # equal chunks, the last one padded with dropped entries
@@ -285,7 +288,9 @@ def segment_matmul(row_ids, index, data, num_rows: int, dense, chunk_bytes: int 
     return out[:, 0] if squeeze else out
 
 
-def pattern_product(csr: CSR, data, dense, *, path: str | None = None, chunk_bytes: int | None = None):
+def pattern_product(
+    csr: CSR, data, dense, *, path: str | None = None, chunk_bytes: int | None = None
+):
     """``A @ dense`` for the rating pattern of ``csr`` with entries ``data`` (``csr.values``
     or ``csr.ones``): dense (m_other, W) -> (m, W) (or (m_other,) -> (m,)).
 
@@ -355,7 +360,9 @@ def prior_precision_term(prior_precision: jax.Array, K: int, dtype) -> jax.Array
         return w[:, None, :, None] * jnp.eye(K, dtype=dtype)
     if w.ndim == 3 and w.shape[-2:] == (K, K):
         return w[:, None]
-    raise ValueError(f"prior_precision must have shape (C, K) or (C, K, K) with K={K}, got {w.shape}")
+    raise ValueError(
+        f"prior_precision must have shape (C, K) or (C, K, K) with K={K}, got {w.shape}"
+    )
 
 
 def row_precision(csr: CSR, second_moment: jax.Array, prior_precision: jax.Array, tau) -> jax.Array:
@@ -416,7 +423,9 @@ def sample_rows(L: jax.Array, rhs: jax.Array, z: jax.Array) -> jax.Array:
     return _tri(L, _tri(L, rhs, False) + z, True)
 
 
-def overrelaxed_rows(L: jax.Array, rhs: jax.Array, z: jax.Array, x: jax.Array, rho: float) -> jax.Array:
+def overrelaxed_rows(
+    L: jax.Array, rhs: jax.Array, z: jax.Array, x: jax.Array, rho: float
+) -> jax.Array:
     """Adler's over-relaxed update of ``x`` for the Gaussian ``N(mu, P^{-1})``, with
     ``P = L L^T`` and ``mu = P^{-1} rhs``, given standard normals ``z``:
 

@@ -14,8 +14,15 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_ndtr
 
-__all__ = ["level_log_probs_np", "draws_level_proba", "gaussian_level_proba", "level_summary",
-           "level_interval", "level_lpd", "classification_metrics"]
+__all__ = [
+    "level_log_probs_np",
+    "draws_level_proba",
+    "gaussian_level_proba",
+    "level_summary",
+    "level_interval",
+    "level_lpd",
+    "classification_metrics",
+]
 
 _BUDGET = 2**22
 
@@ -59,7 +66,11 @@ def gaussian_level_proba(mean, var, cuts) -> np.ndarray:
     ``z = theta + eps ~ N(mean, 1 + var)``, so ``P(Y = l) = Phi((c_l - mean) / s) -
     Phi((c_{l-1} - mean) / s)``, ``s = sqrt(1 + var)``.  (P,), (P,), (L-1,) -> (P, L)."""
     s = np.sqrt(1.0 + np.maximum(np.asarray(var, np.float64), 0.0))
-    return np.exp(level_log_probs_np(np.asarray(mean, np.float64) / s, np.asarray(cuts, np.float64)[None] / s[:, None]))
+    return np.exp(
+        level_log_probs_np(
+            np.asarray(mean, np.float64) / s, np.asarray(cuts, np.float64)[None] / s[:, None]
+        )
+    )
 
 
 def level_summary(probs, levels) -> tuple[np.ndarray, np.ndarray]:

@@ -42,7 +42,12 @@ from .._checks import check_K, check_prior, check_ratings
 from ..models import matrix_completion
 from ..models.matrix_completion import model_likelihood
 from . import gibbs
-from .settings import check_anneal, check_column_moves, check_column_moves_every, resolve_column_moves
+from .settings import (
+    check_anneal,
+    check_column_moves,
+    check_column_moves_every,
+    resolve_column_moves,
+)
 
 __all__ = ["ConjugateGibbs", "ConjugateGibbsState"]
 
@@ -177,13 +182,17 @@ class ConjugateGibbs(MCMCKernel):
         try:
             bound = inspect.signature(self._model).bind(*model_args, **model_kwargs)
         except TypeError as err:
-            raise TypeError(f"ConjugateGibbs: the arguments do not fit the model {self._model!r}: {err}") from None
+            raise TypeError(
+                f"ConjugateGibbs: the arguments do not fit the model {self._model!r}: {err}"
+            ) from None
         bound.apply_defaults()
         a = bound.arguments
         missing = {"ratings", "K", "prior"} - set(a)
         if missing:
-            raise ValueError(f"ConjugateGibbs samples bmczoo.models.matrix_completion-like models; "
-                             f"{self._model!r} has no argument {', '.join(sorted(missing))}")
+            raise ValueError(
+                f"ConjugateGibbs samples bmczoo.models.matrix_completion-like models; "
+                f"{self._model!r} has no argument {', '.join(sorted(missing))}"
+            )
         return a
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
@@ -200,7 +209,9 @@ class ConjugateGibbs(MCMCKernel):
         if track is None or isinstance(track, (int, np.integer)) and not isinstance(track, bool):
             num = 0 if track is None else min(int(track), ratings.n)
             if num < 0:
-                raise ValueError(f"track must be (rows, cols) or a number of entries >= 0, got {track}")
+                raise ValueError(
+                    f"track must be (rows, cols) or a number of entries >= 0, got {track}"
+                )
             pos = np.sort(np.random.default_rng(0).choice(ratings.n, size=num, replace=False))
             track = (ratings.rows[pos], ratings.cols[pos])
         dtype = self._dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)

@@ -23,7 +23,14 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["PredictiveMixin", "FoldInFit", "flat_draws", "draws_theta_moments", "check_prob", "gaussian_logpdf"]
+__all__ = [
+    "PredictiveMixin",
+    "FoldInFit",
+    "flat_draws",
+    "draws_theta_moments",
+    "check_prob",
+    "gaussian_logpdf",
+]
 
 _BUDGET = 2**22  # numbers per temporary block (32 MB in float64)
 
@@ -57,7 +64,13 @@ def flat_draws(src: dict, K: int) -> dict:
     M = np.asarray(src["M"])
     N = np.asarray(src["N"])
     m1, m2 = M.shape[-2], N.shape[-2]
-    out = {"M": M.reshape(-1, m1, K), "N": N.reshape(-1, m2, K), "row_bias": None, "col_bias": None, "tau": None}
+    out = {
+        "M": M.reshape(-1, m1, K),
+        "N": N.reshape(-1, m2, K),
+        "row_bias": None,
+        "col_bias": None,
+        "tau": None,
+    }
     S = out["M"].shape[0]
     if "row_bias" in src:
         out["row_bias"] = np.asarray(src["row_bias"]).reshape(S, m1)
@@ -71,7 +84,11 @@ def _theta_block(d: dict, r, c) -> np.ndarray:
     """``theta`` (S, P) at the entries for each draw, float64."""
     t = np.einsum("spk,spk->sp", d["M"][:, r], d["N"][:, c], dtype=np.float64)
     if d["row_bias"] is not None:
-        t = t + np.asarray(d["row_bias"][:, r], np.float64) + np.asarray(d["col_bias"][:, c], np.float64)
+        t = (
+            t
+            + np.asarray(d["row_bias"][:, r], np.float64)
+            + np.asarray(d["col_bias"][:, c], np.float64)
+        )
     return t
 
 
@@ -81,7 +98,11 @@ def draw_blocks(d: dict, rows, cols):
     S, K = d["M"].shape[0], d["M"].shape[-1]
     chunk = max(256, _BUDGET // (S * max(K, 1)))
     for p0 in range(0, len(rows), chunk):
-        yield p0, min(len(rows), p0 + chunk), _theta_block(d, rows[p0 : p0 + chunk], cols[p0 : p0 + chunk])
+        yield (
+            p0,
+            min(len(rows), p0 + chunk),
+            _theta_block(d, rows[p0 : p0 + chunk], cols[p0 : p0 + chunk]),
+        )
 
 
 def draws_theta_moments(d: dict, rows, cols) -> tuple[np.ndarray, np.ndarray]:
@@ -97,7 +118,9 @@ def draws_lpd(d: dict, rows, cols, y, offset: float, tau: float) -> np.ndarray:
     """``log mean_s N(y | theta_s + offset, 1/tau_s)`` per entry (a mixture over draws)."""
     from scipy.special import logsumexp
 
-    var = (1.0 / d["tau"])[:, None] if d.get("tau") is not None else np.full((1, 1), 1.0 / float(tau))
+    var = (
+        (1.0 / d["tau"])[:, None] if d.get("tau") is not None else np.full((1, 1), 1.0 / float(tau))
+    )
     out = np.zeros(len(rows))
     for p0, p1, t in draw_blocks(d, rows, cols):
         lp = gaussian_logpdf(np.asarray(y[p0:p1], np.float64)[None], t + offset, var)
@@ -105,7 +128,9 @@ def draws_lpd(d: dict, rows, cols, y, offset: float, tau: float) -> np.ndarray:
     return out
 
 
-def draws_user_scores(d: dict, mean_src: dict | None, users, by: str, z: float, noise_var: float, rng) -> np.ndarray:
+def draws_user_scores(
+    d: dict, mean_src: dict | None, users, by: str, z: float, noise_var: float, rng
+) -> np.ndarray:
     """(B, m2) item scores (centred scale) of the users from factor draws; ``mean_src``
     (a one-draw dict, e.g. a guide's median) gives the mean when not None."""
     S = d["M"].shape[0]
@@ -135,7 +160,11 @@ def draws_user_scores(d: dict, mean_src: dict | None, users, by: str, z: float, 
 def _user_theta(d, s, users):
     t = np.asarray(d["M"][s, users], np.float64) @ np.asarray(d["N"][s], np.float64).T
     if d["row_bias"] is not None:
-        t = t + np.asarray(d["row_bias"][s, users], np.float64)[:, None] + np.asarray(d["col_bias"][s], np.float64)
+        t = (
+            t
+            + np.asarray(d["row_bias"][s, users], np.float64)[:, None]
+            + np.asarray(d["col_bias"][s], np.float64)
+        )
     return t
 
 
@@ -167,7 +196,9 @@ class PredictiveMixin:
         z = z_of(prob)
         _, _, mean, sd = self._predictive(rows, cols)
         lo, hi = mean - z * sd, mean + z * sd
-        return np.clip(lo, self._shift.lo, self._shift.hi), np.clip(hi, self._shift.lo, self._shift.hi)
+        return np.clip(lo, self._shift.lo, self._shift.hi), np.clip(
+            hi, self._shift.lo, self._shift.hi
+        )
 
     def _gaussian_lpd(self, test) -> float:
         _, _, mean, sd = self._predictive(test.rows, test.cols)
@@ -193,8 +224,18 @@ class PredictiveMixin:
             raise ValueError(f"test has shape {test.shape}, the fit has {tuple(self.shape)}")
         return test
 
-    def recommend(self, users, n: int = 10, exclude_seen: bool = True, by: str = "mean", *, prob: float = 0.9,
-                  seed: int | None = None, seen=None, batch_size: int | None = None):
+    def recommend(
+        self,
+        users,
+        n: int = 10,
+        exclude_seen: bool = True,
+        by: str = "mean",
+        *,
+        prob: float = 0.9,
+        seed: int | None = None,
+        seen=None,
+        batch_size: int | None = None,
+    ):
         """The top ``n`` items of each user: ``(items, scores)``, each (len(users), n), best first.
 
         Parameters
@@ -233,7 +274,9 @@ class PredictiveMixin:
         if users.ndim != 1 or (users.size and users.dtype.kind not in "iu"):
             raise ValueError("users must be a 1-D array of integer row indices")
         if users.size and (users.min() < 0 or users.max() >= m1):
-            raise ValueError(f"users must be in [0, {m1}), got values in [{users.min()}, {users.max()}]")
+            raise ValueError(
+                f"users must be in [0, {m1}), got values in [{users.min()}, {users.max()}]"
+            )
         if by == "thompson" and seed is None:
             raise ValueError('by="thompson" draws from the posterior: give seed=')
         z = z_of(prob) if by == "upper" else 0.0
@@ -251,7 +294,11 @@ class PredictiveMixin:
             if indptr is not None:
                 for k, user in enumerate(u):
                     sc[k, index[indptr[user] : indptr[user + 1]]] = -np.inf
-            top = np.argpartition(-sc, n - 1, axis=1)[:, :n] if n < m2 else np.tile(np.arange(m2), (len(u), 1))
+            top = (
+                np.argpartition(-sc, n - 1, axis=1)[:, :n]
+                if n < m2
+                else np.tile(np.arange(m2), (len(u), 1))
+            )
             ts = np.take_along_axis(sc, top, axis=1)
             order = np.argsort(-ts, axis=1, kind="stable")
             top, ts = np.take_along_axis(top, order, axis=1), np.take_along_axis(ts, order, axis=1)
@@ -271,8 +318,10 @@ class PredictiveMixin:
         else:
             pattern = self._seen_pattern()
             if pattern is None:
-                raise ValueError("exclude_seen needs the training pattern, which this result does not hold: "
-                                 "pass seen= (a RatingData) or exclude_seen=False")
+                raise ValueError(
+                    "exclude_seen needs the training pattern, which this result does not hold: "
+                    "pass seen= (a RatingData) or exclude_seen=False"
+                )
             rows, cols = pattern
         order = np.argsort(rows, kind="stable")
         indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m1))])
@@ -297,8 +346,19 @@ def dense_precision(prec, K: int) -> np.ndarray:
     return prec[..., :, None] * np.eye(K)
 
 
-def fold_in_components(new, *, N, prior_prec, prior_shift, tb, col_bias=None, col_bias_var=None, row_bias_prec=None,
-                       W=None, offset=0.0):
+def fold_in_components(
+    new,
+    *,
+    N,
+    prior_prec,
+    prior_shift,
+    tb,
+    col_bias=None,
+    col_bias_var=None,
+    row_bias_prec=None,
+    W=None,
+    offset=0.0,
+):
     """Gaussian conditionals of the new rows, per component s (a draw, or the one q).
 
     ``N`` (S, m2, K) item factors (means under q), ``W`` (m2, K, K) or None their
@@ -359,7 +419,9 @@ class FoldInFit(PredictiveMixin):
     the predictive moments), ``recommend`` (the new rows' ratings are the seen items).
     """
 
-    def __init__(self, parent, new, means, covs, N, W, col_bias, col_bias_var, noise_var, bias: bool):
+    def __init__(
+        self, parent, new, means, covs, N, W, col_bias, col_bias_var, noise_var, bias: bool
+    ):
         self.parent = parent
         self.new = new
         self.means, self.covs = means, covs
@@ -398,8 +460,11 @@ class FoldInFit(PredictiveMixin):
             v = np.einsum("pd,pde,pe->p", F, cov, F)
             if self.W is not None:
                 Wc = np.asarray(self.W[c], np.float64)
-                v = v + np.einsum("pk,pkl,pl->p", mu[:, :K], Wc, mu[:, :K]) + \
-                    np.einsum("pkl,plk->p", cov[:, :K, :K], Wc)
+                v = (
+                    v
+                    + np.einsum("pk,pkl,pl->p", mu[:, :K], Wc, mu[:, :K])
+                    + np.einsum("pkl,plk->p", cov[:, :K, :K], Wc)
+                )
             if self.col_bias is not None:
                 m = m + np.asarray(self.col_bias[s], np.float64)[c]
             if self.col_bias_var is not None:
@@ -444,12 +509,16 @@ class FoldInFit(PredictiveMixin):
                 if self.W is not None:  # N_j ~ q(N_j)
                     if getattr(self, "_Lw", None) is None:
                         self._Lw = np.linalg.cholesky(np.asarray(self.W, np.float64))
-                    F[:, :K] = F[:, :K] + np.einsum("jkl,jl->jk", self._Lw, rng.standard_normal((m2, K)))
+                    F[:, :K] = F[:, :K] + np.einsum(
+                        "jkl,jl->jk", self._Lw, rng.standard_normal((m2, K))
+                    )
                 t = F @ x
                 if self.col_bias is not None:
                     cb = np.asarray(self.col_bias[s], np.float64)
                     if self.col_bias_var is not None:
-                        cb = cb + np.sqrt(np.asarray(self.col_bias_var, np.float64)) * rng.standard_normal(m2)
+                        cb = cb + np.sqrt(
+                            np.asarray(self.col_bias_var, np.float64)
+                        ) * rng.standard_normal(m2)
                     t = t + cb
                 out[k] = t
             return out

@@ -41,7 +41,10 @@ def run_settings(prep: Prepared, info: FitInfo, **extra) -> dict:
         "hyperparameters": {k: float(v) for k, v in info.prior.hyperparameters().items()},
         "K": int(info.K),
         "tau": float(info.tau),
-        "likelihood": {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in info.likelihood.describe().items()},
+        "likelihood": {
+            k: (float(v) if isinstance(v, (int, float)) else v)
+            for k, v in info.likelihood.describe().items()
+        },
         "biases": None if info.biases is None else info.biases.describe(),
         "seed": int(info.seed),
         "dtype": info.dtype,

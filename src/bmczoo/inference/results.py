@@ -31,8 +31,19 @@ from . import outputs as out
 from . import saving
 from .info import FitInfo, _NoGamma, no_gamma  # noqa: F401 - FitInfo, no_gamma: importable from here
 
-__all__ = ["FitInfo", "FitResult", "MCMCFit", "GibbsFit", "NUTSFit", "VBFit", "SVIFit", "MAPFit", "theta_mean",
-           "bias_draws", "draws_theta_mean"]
+__all__ = [
+    "FitInfo",
+    "FitResult",
+    "MCMCFit",
+    "GibbsFit",
+    "NUTSFit",
+    "VBFit",
+    "SVIFit",
+    "MAPFit",
+    "theta_mean",
+    "bias_draws",
+    "draws_theta_mean",
+]
 
 
 def theta_mean(M, N, rows, cols, budget: int = 2**24) -> np.ndarray:
@@ -61,7 +72,10 @@ def bias_draws(src: dict, rows, cols):
     if "row_bias" not in src:
         return 0.0
     rows, cols = np.asarray(rows), np.asarray(cols)
-    return np.asarray(src["row_bias"], np.float64)[..., rows] + np.asarray(src["col_bias"], np.float64)[..., cols]
+    return (
+        np.asarray(src["row_bias"], np.float64)[..., rows]
+        + np.asarray(src["col_bias"], np.float64)[..., cols]
+    )
 
 
 def draws_theta_mean(src: dict, rows, cols) -> np.ndarray:
@@ -71,8 +85,11 @@ def draws_theta_mean(src: dict, rows, cols) -> np.ndarray:
     if "row_bias" in src:
         rb = np.asarray(src["row_bias"], np.float64)
         cb = np.asarray(src["col_bias"], np.float64)
-        out = out + rb.reshape(-1, rb.shape[-1]).mean(0)[np.asarray(rows)] \
+        out = (
+            out
+            + rb.reshape(-1, rb.shape[-1]).mean(0)[np.asarray(rows)]
             + cb.reshape(-1, cb.shape[-1]).mean(0)[np.asarray(cols)]
+        )
     return out
 
 
@@ -103,11 +120,13 @@ class FitResult(out.PredictiveMixin):
         m1, m2 = info.shape
         n = "" if self.seen_rows is None else f", {len(self.seen_rows)} training ratings"
         rmse = self._repr_rmse()
-        lines = [f"{type(self).__name__}(method={info.method!r}, K={info.K}, {self._repr_holds()}, dtype={info.dtype})",
-                 f"  prior: {info.prior!r}",
-                 f"  likelihood: {info.likelihood!r}",
-                 f"  biases: {info.biases!r}",
-                 f"  data: {m1} x {m2}{n}"]
+        lines = [
+            f"{type(self).__name__}(method={info.method!r}, K={info.K}, {self._repr_holds()}, dtype={info.dtype})",
+            f"  prior: {info.prior!r}",
+            f"  likelihood: {info.likelihood!r}",
+            f"  biases: {info.biases!r}",
+            f"  data: {m1} x {m2}{n}",
+        ]
         if rmse:
             lines.append(f"  test RMSE: {rmse}")
         return "\n".join(lines)
@@ -187,7 +206,9 @@ class FitResult(out.PredictiveMixin):
         """
         r, c = self._check_entries(rows, cols)
         if self._latent:
-            mean, sd = levels.level_summary(self._level_proba(r, c), self.info.likelihood.level_values)
+            mean, sd = levels.level_summary(
+                self._level_proba(r, c), self.info.likelihood.level_values
+            )
             return (mean, sd) if return_std else mean
         mean = self._predict_mean(r, c)
         if not return_std:
@@ -225,8 +246,10 @@ class FitResult(out.PredictiveMixin):
             Row and column indices of the entries.
         """
         if not self._latent:
-            raise ValueError(f"predict_proba needs a probit or ordered-probit likelihood; this fit's is "
-                             f"{self.info.likelihood.name!r} (use predict / predictive_interval)")
+            raise ValueError(
+                f"predict_proba needs a probit or ordered-probit likelihood; this fit's is "
+                f"{self.info.likelihood.name!r} (use predict / predictive_interval)"
+            )
         r, c = self._check_entries(rows, cols)
         probs = self._level_proba(r, c)
         return probs[:, 1] if self.info.likelihood.binary else probs
@@ -302,10 +325,14 @@ class FitResult(out.PredictiveMixin):
 
         new = check_ratings(new, "new")
         if self._latent:
-            raise ValueError(f"fold_in is not available for the {self.info.likelihood.name} likelihood yet (its new "
-                             "rows would need their own latent block): refit with the new rows included")
+            raise ValueError(
+                f"fold_in is not available for the {self.info.likelihood.name} likelihood yet (its new "
+                "rows would need their own latent block): refit with the new rows included"
+            )
         if new.shape[1] != self.shape[1]:
-            raise ValueError(f"new rows must be over the fit's {self.shape[1]} items, got shape {new.shape}")
+            raise ValueError(
+                f"new rows must be over the fit's {self.shape[1]} items, got shape {new.shape}"
+            )
         return self._fold_in(new)
 
     def _fold_in(self, new):
@@ -467,7 +494,9 @@ class MCMCFit(FitResult):
         if idx is not None and self.pred_proba is not None:
             return self.pred_proba[idx]
         d = self._draws()
-        return levels.draws_level_proba(out.draw_blocks(d, r, c), self._cut_draws(self._factor_src, d["M"].shape[0]))
+        return levels.draws_level_proba(
+            out.draw_blocks(d, r, c), self._cut_draws(self._factor_src, d["M"].shape[0])
+        )
 
     def run_stats(self):
         """Number of kept draws, the run's ``timings`` and, with the annealed switch,
@@ -477,7 +506,10 @@ class MCMCFit(FitResult):
             out.update(self.timings)
         if self.switches is not None:  # per chain
             sw = np.asarray(self.switches).reshape(-1, 2)
-            out["switches_accepted"], out["switches_attempted"] = sw[:, 0].tolist(), sw[:, 1].tolist()
+            out["switches_accepted"], out["switches_attempted"] = (
+                sw[:, 0].tolist(),
+                sw[:, 1].tolist(),
+            )
         return out
 
     def _lookup(self, r, c):
@@ -498,8 +530,11 @@ class MCMCFit(FitResult):
 
     def _draws(self, what: str = "these entries were not requested at fit time and"):
         if "M" not in self._factor_src:
-            hint = ("pass them as fit(..., predict=(rows, cols)) or use store_factors=True" if what.startswith("these")
-                    else "refit with store_factors=True")
+            hint = (
+                "pass them as fit(..., predict=(rows, cols)) or use store_factors=True"
+                if what.startswith("these")
+                else "refit with store_factors=True"
+            )
             raise ValueError(f"{what} no factor draws were stored: {hint}")
         return out.flat_draws(self._factor_src, self.info.K)
 
@@ -550,7 +585,9 @@ class MCMCFit(FitResult):
         if "M" not in self._factor_src:
             return self._gaussian_lpd(test)
         d = self._draws()
-        lp = out.draws_lpd(d, test.rows, test.cols, test.values, self.info.shift.offset, self.info.tau)
+        lp = out.draws_lpd(
+            d, test.rows, test.cols, test.values, self.info.shift.offset, self.info.tau
+        )
         return float(np.mean(lp))
 
     def _user_scores(self, users, by, z, rng):
@@ -573,10 +610,14 @@ def _fold_in_draws(fit, new, d, src):
     template = info.prior.gibbs_state(K, m1, m2)
     missing = [k for k in template if k not in src]
     if missing:
-        raise ValueError(f"fold_in needs the draws of the prior's variables ({', '.join(missing)}), which this "
-                         f"fit does not hold (MAP integrates the column scales out)")
-    state = {k: jnp.asarray(np.asarray(src[k], np.float64).reshape((S,) + tuple(t.shape)))
-             for k, t in template.items()}
+        raise ValueError(
+            f"fold_in needs the draws of the prior's variables ({', '.join(missing)}), which this "
+            f"fit does not hold (MAP integrates the column scales out)"
+        )
+    state = {
+        k: jnp.asarray(np.asarray(src[k], np.float64).reshape((S,) + tuple(t.shape)))
+        for k, t in template.items()
+    }
     if "M" in getattr(info.prior, "linked_sides", ()):
         prec, shift = _linked_row_prior(info.prior, new, src, S, K)
     else:
@@ -591,20 +632,44 @@ def _fold_in_draws(fit, new, d, src):
     col_bias = rb_prec = None
     if info.biases is not None:
         if d["col_bias"] is None or "row_bias_var" not in src:
-            raise ValueError("fold_in with biases needs the draws of the column biases and the row-bias variance")
+            raise ValueError(
+                "fold_in with biases needs the draws of the column biases and the row-bias variance"
+            )
         col_bias = d["col_bias"]
         rb_prec = 1.0 / np.asarray(src["row_bias_var"], np.float64).reshape(S)
-    means, covs = out.fold_in_components(new, N=d["N"], prior_prec=prec, prior_shift=shift, tb=tb,
-                                         col_bias=col_bias, row_bias_prec=rb_prec, offset=info.shift.offset)
-    return out.FoldInFit(fit, new, means, covs, d["N"], None, col_bias, None, fit.noise_var(),
-                         info.biases is not None)
+    means, covs = out.fold_in_components(
+        new,
+        N=d["N"],
+        prior_prec=prec,
+        prior_shift=shift,
+        tb=tb,
+        col_bias=col_bias,
+        row_bias_prec=rb_prec,
+        offset=info.shift.offset,
+    )
+    return out.FoldInFit(
+        fit,
+        new,
+        means,
+        covs,
+        d["N"],
+        None,
+        col_bias,
+        None,
+        fit.noise_var(),
+        info.biases is not None,
+    )
+
+
 def _linked_row_prior(prior, new, src, S: int, K: int):
     """Per draw, the prior precision ``Lambda_M`` (S, K, K) and the per-row shifts
     ``Lambda_M (mu_M + B_M^T x_u)`` (S, U, K) of new rows under the rows' feature link:
     ``x_u`` from ``new.row_features`` (the columns of the table the fit was given) and,
     with implicit feedback on the rows, from the new rows' own pairs."""
     if "B_M" not in src:
-        raise ValueError("fold_in with the rows' feature link needs the draws of B_M, which this fit does not hold")
+        raise ValueError(
+            "fold_in with the rows' feature link needs the draws of B_M, which this fit does not hold"
+        )
     B = np.asarray(src["B_M"], np.float64).reshape(S, -1, K)
     Xs = _new_row_features(prior, new, B.shape[1])
     Lam = np.asarray(src["Lambda_M"], np.float64).reshape(S, K, K)
@@ -620,13 +685,17 @@ def _new_row_features(prior, new, num_features: int):
 
     spec = prior.row_features
     if spec is not None and new.row_features is None:
-        raise ValueError("fold_in: the fit's prior links the rows to their features, so the new rows need theirs: "
-                         "pass RatingData(..., row_features=...) with the columns of the training table "
-                         "(bmczoo.data.Features.reindex aligns a table to another's columns)")
+        raise ValueError(
+            "fold_in: the fit's prior links the rows to their features, so the new rows need theirs: "
+            "pass RatingData(..., row_features=...) with the columns of the training table "
+            "(bmczoo.data.Features.reindex aligns a table to another's columns)"
+        )
     X = macau.side_features(None if spec is None else True, prior.implicit, new, "rows")
     if X.n_features != num_features:
-        raise ValueError(f"fold_in: the new rows have {X.n_features} features, the fit's row link has {num_features} "
-                         "(the new rows' feature table must have the training table's columns)")
+        raise ValueError(
+            f"fold_in: the new rows have {X.n_features} features, the fit's row link has {num_features} "
+            "(the new rows' feature table must have the training table's columns)"
+        )
     return X.to_scipy()
 
 
@@ -699,8 +768,10 @@ class VBFit(FitResult):
         return {"state": vb.state_from_arrays(arrays)} if arrays else {}
 
     def _repr_holds(self) -> str:
-        return (f"{self.num_iter} iterations, {'converged' if self.converged else 'not converged'}, "
-                f"best of {self.info.settings.restarts} start{'s' if self.info.settings.restarts != 1 else ''}")
+        return (
+            f"{self.num_iter} iterations, {'converged' if self.converged else 'not converged'}, "
+            f"best of {self.info.settings.restarts} start{'s' if self.info.settings.restarts != 1 else ''}"
+        )
 
     def _repr_rmse(self) -> str:
         r = np.asarray(self.rmse_trace)
@@ -708,9 +779,13 @@ class VBFit(FitResult):
 
     def run_stats(self):
         """Iterations, runs, the kept run, seconds per iteration and final ELBO per run."""
-        return {"num_iter": self.num_iter, "num_runs": self.info.settings.restarts, "best_run": self.best_run,
-                "iteration_seconds": list(self.iteration_seconds),
-                "final_elbo_per_run": list(self.final_elbo_per_run)}
+        return {
+            "num_iter": self.num_iter,
+            "num_runs": self.info.settings.restarts,
+            "best_run": self.best_run,
+            "iteration_seconds": list(self.iteration_seconds),
+            "final_elbo_per_run": list(self.final_elbo_per_run),
+        }
 
     def _predict_mean(self, r, c) -> np.ndarray:
         """``m_i . n_j`` (plus ``E[b_i] + E[c_j]`` with biases, plus the centring offset,
@@ -720,7 +795,11 @@ class VBFit(FitResult):
     def _theta_mean(self, r, c) -> np.ndarray:
         theta = theta_mean(self.m, self.n, r, c)
         if self.row_bias is not None:
-            theta = theta + np.asarray(self.row_bias, np.float64)[r] + np.asarray(self.col_bias, np.float64)[c]
+            theta = (
+                theta
+                + np.asarray(self.row_bias, np.float64)[r]
+                + np.asarray(self.col_bias, np.float64)[c]
+            )
         return theta
 
     def covariances(self) -> tuple[np.ndarray, np.ndarray]:
@@ -730,7 +809,9 @@ class VBFit(FitResult):
     def _bias_vars(self):
         if not self.q_biases:
             return None, None
-        return np.asarray(self.q_biases["b_var"], np.float64), np.asarray(self.q_biases["c_var"], np.float64)
+        return np.asarray(self.q_biases["b_var"], np.float64), np.asarray(
+            self.q_biases["c_var"], np.float64
+        )
 
     def _theta_moments(self, r, c):
         """``E_q[theta_ij]`` and, analytically (docs/algorithms.md, "Predictive moments"),
@@ -744,8 +825,11 @@ class VBFit(FitResult):
             rr, cc = r[p0 : p0 + chunk], c[p0 : p0 + chunk]
             a, b = np.asarray(self.m[rr], np.float64), np.asarray(self.n[cc], np.float64)
             A, B = np.asarray(V[rr], np.float64), np.asarray(W[cc], np.float64)
-            var[p0 : p0 + chunk] = (np.einsum("pk,pkl,pl->p", a, B, a) + np.einsum("pk,pkl,pl->p", b, A, b)
-                                    + np.einsum("pkl,plk->p", A, B))
+            var[p0 : p0 + chunk] = (
+                np.einsum("pk,pkl,pl->p", a, B, a)
+                + np.einsum("pk,pkl,pl->p", b, A, b)
+                + np.einsum("pkl,plk->p", A, B)
+            )
         bv, cv = self._bias_vars()
         if bv is not None:
             var = var + bv[r] + cv[c]
@@ -788,23 +872,40 @@ class VBFit(FitResult):
                 self._chol_W = np.linalg.cholesky(np.asarray(W, np.float64))
             LV = np.linalg.cholesky(np.asarray(V[users], np.float64))
             Mu = a + np.einsum("bkl,bl->bk", LV, rng.standard_normal(a.shape))
-            Nd = nn[None] + np.einsum("jkl,bjl->bjk", self._chol_W, rng.standard_normal((len(users),) + nn.shape))
+            Nd = nn[None] + np.einsum(
+                "jkl,bjl->bjk", self._chol_W, rng.standard_normal((len(users),) + nn.shape)
+            )
             t = np.einsum("bk,bjk->bj", Mu, Nd)
             if bv is not None:
-                t = t + (np.asarray(self.row_bias, np.float64)[users] + np.sqrt(bv[users]) *
-                         rng.standard_normal(len(users)))[:, None]
-                t = t + np.asarray(self.col_bias, np.float64)[None] + np.sqrt(cv)[None] * \
-                    rng.standard_normal((len(users), nn.shape[0]))
+                t = (
+                    t
+                    + (
+                        np.asarray(self.row_bias, np.float64)[users]
+                        + np.sqrt(bv[users]) * rng.standard_normal(len(users))
+                    )[:, None]
+                )
+                t = (
+                    t
+                    + np.asarray(self.col_bias, np.float64)[None]
+                    + np.sqrt(cv)[None] * rng.standard_normal((len(users), nn.shape[0]))
+                )
             return t
         mean = a @ nn.T
         if bv is not None:
-            mean = mean + np.asarray(self.row_bias, np.float64)[users][:, None] + np.asarray(self.col_bias, np.float64)
+            mean = (
+                mean
+                + np.asarray(self.row_bias, np.float64)[users][:, None]
+                + np.asarray(self.col_bias, np.float64)
+            )
         if by == "mean":
             return mean
         V, W = self.covariances()
         A, B = np.asarray(V[users], np.float64), np.asarray(W, np.float64)
-        var = (np.einsum("bk,jkl,bl->bj", a, B, a) + np.einsum("jk,bkl,jl->bj", nn, A, nn)
-               + np.einsum("bkl,jlk->bj", A, B))
+        var = (
+            np.einsum("bk,jkl,bl->bj", a, B, a)
+            + np.einsum("jk,bkl,jl->bj", nn, A, nn)
+            + np.einsum("bkl,jlk->bj", A, B)
+        )
         if bv is not None:
             var = var + bv[users][:, None] + cv[None]
         return mean + z * np.sqrt(var + self.noise_var())
@@ -823,18 +924,40 @@ class VBFit(FitResult):
             EB = np.asarray(self.q_prior["B_M"], np.float64).reshape(-1, K)
             xb = _new_row_features(info.prior, new, EB.shape[0]) @ EB
             shift = (shift + xb @ prec.reshape(K, K).T)[None]
-        tb = np.asarray(info.likelihood.vb_block_precision(self.state.noise, info.tau), np.float64).reshape(-1)[:1]
+        tb = np.asarray(
+            info.likelihood.vb_block_precision(self.state.noise, info.tau), np.float64
+        ).reshape(-1)[:1]
         col_bias = cv = rb_prec = None
         if self.q_biases:
             col_bias = np.asarray(self.col_bias, np.float64)[None]
             cv = self._bias_vars()[1]
-            rb_prec = np.asarray([float(self.q_biases["sb_shape"]) / float(self.q_biases["sb_rate"])])
+            rb_prec = np.asarray(
+                [float(self.q_biases["sb_shape"]) / float(self.q_biases["sb_rate"])]
+            )
         W = self.covariances()[1]
-        means, covs = out.fold_in_components(new, N=np.asarray(self.n)[None], W=W, prior_prec=prec.reshape(1, K, K),
-                                             prior_shift=shift, tb=tb, col_bias=col_bias, row_bias_prec=rb_prec,
-                                             offset=info.shift.offset)
-        return out.FoldInFit(self, new, means, covs, np.asarray(self.n)[None], W, col_bias, cv, self.noise_var(),
-                             self.q_biases != {})
+        means, covs = out.fold_in_components(
+            new,
+            N=np.asarray(self.n)[None],
+            W=W,
+            prior_prec=prec.reshape(1, K, K),
+            prior_shift=shift,
+            tb=tb,
+            col_bias=col_bias,
+            row_bias_prec=rb_prec,
+            offset=info.shift.offset,
+        )
+        return out.FoldInFit(
+            self,
+            new,
+            means,
+            covs,
+            np.asarray(self.n)[None],
+            W,
+            col_bias,
+            cv,
+            self.noise_var(),
+            self.q_biases != {},
+        )
 
 
 @saving.result_class
@@ -861,7 +984,9 @@ class SVIFit(FitResult):
         if isinstance(self, MAPFit):
             return f"a point, {np.size(self.losses)} steps"
         S = next((np.shape(v)[0] for v in self.draws.values() if np.ndim(v) >= 1), 0)
-        return f"{S} draws from the {self.info.settings.guide!r} guide, {np.size(self.losses)} steps"
+        return (
+            f"{S} draws from the {self.info.settings.guide!r} guide, {np.size(self.losses)} steps"
+        )
 
     def _predict_mean(self, r, c) -> np.ndarray:
         """``E_q[M_i . N_j]`` (plus ``E_q[row_bias_i + col_bias_j]`` with biases, plus the
@@ -901,15 +1026,22 @@ class SVIFit(FitResult):
             return self._level_lpd(test)
         src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
         d = out.flat_draws(src, self.info.K)
-        return float(np.mean(out.draws_lpd(d, test.rows, test.cols, test.values, self.info.shift.offset,
-                                           self.info.tau)))
+        return float(
+            np.mean(
+                out.draws_lpd(
+                    d, test.rows, test.cols, test.values, self.info.shift.offset, self.info.tau
+                )
+            )
+        )
 
     def _level_proba(self, r, c) -> np.ndarray:
         """Level probabilities averaged over the guide's draws (MAP: at the point)."""
         src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
         d = out.flat_draws(src, self.info.K)
         cuts_src = src if "cuts" in src else self.draws
-        return levels.draws_level_proba(out.draw_blocks(d, r, c), self._cut_draws(cuts_src, d["M"].shape[0]))
+        return levels.draws_level_proba(
+            out.draw_blocks(d, r, c), self._cut_draws(cuts_src, d["M"].shape[0])
+        )
 
     def _user_scores(self, users, by, z, rng):
         d = out.flat_draws(self.draws, self.info.K)

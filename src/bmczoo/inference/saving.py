@@ -93,7 +93,9 @@ def _check_factor_draws(factor_draws) -> int | None:
     """``factor_draws`` as a bound (None: keep all)."""
     if isinstance(factor_draws, str):
         if factor_draws != "all":
-            raise ValueError(f"factor_draws must be a positive integer or 'all', got {factor_draws!r}")
+            raise ValueError(
+                f"factor_draws must be a positive integer or 'all', got {factor_draws!r}"
+            )
         return None
     from .._checks import check_int
 
@@ -118,7 +120,11 @@ def thin_factor_draws(fit, limit: int | None) -> tuple[dict, dict | None]:
     if limit is None or C * D <= limit:
         return fit.samples, fit.factor_samples
     idx = kept_factor_draws(C, D, limit)
-    per_draw = {k: np.asarray(v)[:, idx] for k, v in src.items() if np.ndim(v) >= 2 and np.shape(v)[:2] == (C, D)}
+    per_draw = {
+        k: np.asarray(v)[:, idx]
+        for k, v in src.items()
+        if np.ndim(v) >= 2 and np.shape(v)[:2] == (C, D)
+    }
     samples = {k: v for k, v in fit.samples.items() if k not in FACTOR_SITES}
     if "theta_sv" not in samples:
         from ..diagnostics.convert import theta_singular_values
@@ -154,7 +160,11 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
             kinds[name] = "dict"
             for k, x in v.items():
                 arrays[f"f/{name}/{k}"] = np.asarray(x)
-        elif isinstance(v, np.ndarray) or hasattr(v, "__array__") and not isinstance(v, (int, float, bool)):
+        elif (
+            isinstance(v, np.ndarray)
+            or hasattr(v, "__array__")
+            and not isinstance(v, (int, float, bool))
+        ):
             kinds[name] = "array"
             arrays[f"f/{name}"] = np.asarray(v)
         elif isinstance(v, tuple):
@@ -165,26 +175,42 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
             fields[name] = v
     state = fit._state_arrays()
     if state:
-        arrays.update({"vb/" + k[len("state/"):]: v for k, v in state.items()})
+        arrays.update({"vb/" + k[len("state/") :]: v for k, v in state.items()})
         kinds["state"] = "vbstate"
     prior_meta = {"name": info.prior.name, "hyperparameters": info.prior.hyperparameters()}
     links = _prior_links(info.prior, arrays)
     if links is not None:  # absent without links: files of other priors are unchanged
         prior_meta["links"] = links
     meta = {
-        "format": FORMAT, "class": type(fit).__name__, "method": info.method,
+        "format": FORMAT,
+        "class": type(fit).__name__,
+        "method": info.method,
         "prior": prior_meta,
         "likelihood": info.likelihood.describe(),
         "biases": None if info.biases is None else info.biases.describe(),
-        "K": int(info.K), "shape": [int(x) for x in info.shape],
-        "shift": {"offset": float(info.shift.offset), "lo": float(info.shift.lo), "hi": float(info.shift.hi)},
-        "center": bool(info.center), "seed": int(info.seed), "dtype": info.dtype, "tau": float(info.tau),
-        "settings": info.settings.as_dict(), "fields": fields, "kinds": kinds,
+        "K": int(info.K),
+        "shape": [int(x) for x in info.shape],
+        "shift": {
+            "offset": float(info.shift.offset),
+            "lo": float(info.shift.lo),
+            "hi": float(info.shift.hi),
+        },
+        "center": bool(info.center),
+        "seed": int(info.seed),
+        "dtype": info.dtype,
+        "tau": float(info.tau),
+        "settings": info.settings.as_dict(),
+        "fields": fields,
+        "kinds": kinds,
     }
     for k, v in (extra or {}).items():
         arrays[f"x/{k}"] = np.asarray(v)
-    write_npz_atomic(path, __format__=np.asarray(FORMAT), __meta__=np.asarray(json.dumps(meta, default=_json_default)),
-               **arrays)
+    write_npz_atomic(
+        path,
+        __format__=np.asarray(FORMAT),
+        __meta__=np.asarray(json.dumps(meta, default=_json_default)),
+        **arrays,
+    )
 
 
 _FEATURE_ARRAYS = ("indptr", "indices", "values", "names", "groups")
@@ -206,7 +232,9 @@ def _prior_links(prior, arrays: dict) -> dict | None:
         out[name] = "table"
         for k in _FEATURE_ARRAYS:
             v = getattr(X, k)
-            arrays[f"p/{name}/{k}"] = np.asarray(v, dtype=str) if k in ("names", "groups") else np.asarray(v)
+            arrays[f"p/{name}/{k}"] = (
+                np.asarray(v, dtype=str) if k in ("names", "groups") else np.asarray(v)
+            )
     return out
 
 
@@ -223,10 +251,16 @@ def _link_kwargs(links: dict | None, data: dict, path) -> dict:
             try:
                 a = {k: data[f"p/{name}/{k}"] for k in _FEATURE_ARRAYS}
             except KeyError as err:
-                raise ValueError(f"{str(path)!r}: the saved prior's {name} table lacks its array {err.args[0]!r}") \
-                    from None
-            spec = Features(a["indptr"], a["indices"], a["values"], [str(x) for x in a["names"]],
-                            [str(x) for x in a["groups"]])
+                raise ValueError(
+                    f"{str(path)!r}: the saved prior's {name} table lacks its array {err.args[0]!r}"
+                ) from None
+            spec = Features(
+                a["indptr"],
+                a["indices"],
+                a["values"],
+                [str(x) for x in a["names"]],
+                [str(x) for x in a["groups"]],
+            )
         kw[name] = spec
     return kw
 
@@ -235,7 +269,11 @@ def _settings(method: str, d: dict):
     from .settings import SETTINGS
 
     cls = SETTINGS[method]
-    kw = {k: v for k, v in d.items() if k in cls.argument_names() and k not in ("devices", "checkpoint", "track")}
+    kw = {
+        k: v
+        for k, v in d.items()
+        if k in cls.argument_names() and k not in ("devices", "checkpoint", "track")
+    }
     for k, v in kw.items():
         if isinstance(v, list):
             kw[k] = tuple(v)
@@ -252,7 +290,9 @@ def _read_npz(path) -> dict[str, np.ndarray]:
     """The arrays of the ``.npz`` file ``path``: ``FileNotFoundError`` when there is no
     such file, ``ValueError`` naming the path when it is not an ``.npz`` archive (a text
     file, an ``.npy`` array, ...: never read with pickle)."""
-    not_fit = f"{str(path)!r} is not a saved bmczoo fit (a file written by fit.save or bmczoo fit --save)"
+    not_fit = (
+        f"{str(path)!r} is not a saved bmczoo fit (a file written by fit.save or bmczoo fit --save)"
+    )
     with open(path, "rb") as fh:  # FileNotFoundError, IsADirectoryError name the path
         if fh.read(len(_ZIP_MAGIC)) != _ZIP_MAGIC:
             raise ValueError(f"{not_fit}: it is not an .npz archive")
@@ -261,7 +301,9 @@ def _read_npz(path) -> dict[str, np.ndarray]:
             with np.load(fh, allow_pickle=False) as f:
                 return {k: f[k] for k in f.files}
         except Exception as err:  # noqa: BLE001 - a damaged or foreign zip file: reported as such
-            raise ValueError(f"{not_fit}: its .npz archive cannot be read ({type(err).__name__})") from None
+            raise ValueError(
+                f"{not_fit}: its .npz archive cannot be read ({type(err).__name__})"
+            ) from None
 
 
 def load(path):
@@ -281,18 +323,24 @@ def load(path):
     from ..likelihoods import get_likelihood
     from ..offsets import Biases, Shift
     from ..priors import get_prior
+
     data = _read_npz(path)
     found = str(data.pop("__format__", ""))
     m = re.fullmatch(r"bmczoo-fit-(\d+)", found)
     if m is None:
         raise ValueError(f"{str(path)!r} is not a saved bmczoo fit (no {FORMAT!r} format string)")
     if int(m.group(1)) > VERSION:
-        raise ValueError(f"{str(path)!r} was saved in format {found}, newer than this bmczoo reads ({FORMAT}): "
-                         "upgrade bmczoo")
+        raise ValueError(
+            f"{str(path)!r} was saved in format {found}, newer than this bmczoo reads ({FORMAT}): "
+            "upgrade bmczoo"
+        )
     meta = json.loads(str(data.pop("__meta__")))
     lik = dict(meta["likelihood"])
-    prior = get_prior(meta["prior"]["name"], **meta["prior"]["hyperparameters"],
-                      **_link_kwargs(meta["prior"].get("links"), data, path))
+    prior = get_prior(
+        meta["prior"]["name"],
+        **meta["prior"]["hyperparameters"],
+        **_link_kwargs(meta["prior"].get("links"), data, path),
+    )
     likelihood = get_likelihood(lik.pop("name"), **lik)
     biases = None
     if meta["biases"] is not None:
@@ -300,10 +348,20 @@ def load(path):
         b.pop("name", None)
         biases = Biases(**b)
     sh = meta["shift"]
-    info = FitInfo(method=meta["method"], prior=prior, likelihood=likelihood, K=int(meta["K"]),
-                   shape=tuple(meta["shape"]), shift=Shift(sh["offset"], sh["lo"], sh["hi"]), center=meta["center"],
-                   seed=meta["seed"], dtype=meta["dtype"], settings=_settings(meta["method"], meta["settings"]),
-                   tau=meta["tau"], biases=biases)
+    info = FitInfo(
+        method=meta["method"],
+        prior=prior,
+        likelihood=likelihood,
+        K=int(meta["K"]),
+        shape=tuple(meta["shape"]),
+        shift=Shift(sh["offset"], sh["lo"], sh["hi"]),
+        center=meta["center"],
+        seed=meta["seed"],
+        dtype=meta["dtype"],
+        settings=_settings(meta["method"], meta["settings"]),
+        tau=meta["tau"],
+        biases=biases,
+    )
     cls = _classes()[meta["class"]]
     kw = {}
     for name, kind in meta["kinds"].items():
@@ -313,7 +371,7 @@ def load(path):
             kw[name] = no_gamma(prior)
         elif kind == "dict":
             pre = f"f/{name}/"
-            kw[name] = {k[len(pre):]: v for k, v in data.items() if k.startswith(pre)}
+            kw[name] = {k[len(pre) :]: v for k, v in data.items() if k.startswith(pre)}
         elif kind == "array":
             kw[name] = data[f"f/{name}"]
         elif kind == "tuple":
@@ -321,7 +379,11 @@ def load(path):
         elif kind == "scalar":
             kw[name] = meta["fields"][name]
         elif kind == "vbstate":
-            kw.update(cls._state_from_arrays({"state/" + k[3:]: v for k, v in data.items() if k.startswith("vb/")}))
+            kw.update(
+                cls._state_from_arrays(
+                    {"state/" + k[3:]: v for k, v in data.items() if k.startswith("vb/")}
+                )
+            )
     return cls(info=info, **kw)
 
 

@@ -20,12 +20,24 @@ import numpy as np
 
 from .._checks import check_choice, check_int, check_path, check_real
 
-__all__ = ["Settings", "Gibbs", "VB", "NUTS", "SVI", "MAP", "SETTINGS", "settings_for", "check_overrelax"]
+__all__ = [
+    "Settings",
+    "Gibbs",
+    "VB",
+    "NUTS",
+    "SVI",
+    "MAP",
+    "SETTINGS",
+    "settings_for",
+    "check_overrelax",
+]
 
 
 def check_overrelax(rho) -> float:
     """``rho`` as a float in (-1, 1), else an error naming ``overrelax``."""
-    if isinstance(rho, (bool, np.bool_)) or not isinstance(rho, (numbers.Real, np.floating, np.integer)):
+    if isinstance(rho, (bool, np.bool_)) or not isinstance(
+        rho, (numbers.Real, np.floating, np.integer)
+    ):
         raise TypeError(f"overrelax must be a number in (-1, 1), got {rho!r}")
     rho = float(rho)
     if not -1.0 < rho < 1.0:
@@ -39,14 +51,18 @@ def _check_init_gamma(value):
     try:
         g = np.asarray(value, np.float64)
     except (ValueError, TypeError):
-        raise TypeError(f"init_gamma must be a positive number or an array of them, got {value!r}") from None
+        raise TypeError(
+            f"init_gamma must be a positive number or an array of them, got {value!r}"
+        ) from None
     if g.ndim > 1 or not np.all(np.isfinite(g) & (g > 0)):
         raise ValueError(f"init_gamma must be finite and > 0, got {value!r}")
     return float(g) if g.ndim == 0 else tuple(float(x) for x in g)
 
 
 def _check_track(track):
-    if isinstance(track, (numbers.Integral, np.integer)) and not isinstance(track, (bool, np.bool_)):
+    if isinstance(track, (numbers.Integral, np.integer)) and not isinstance(
+        track, (bool, np.bool_)
+    ):
         if track < 0:
             raise ValueError(f"track must be >= 0 or (rows, cols), got {track!r}")
         return int(track)
@@ -110,8 +126,10 @@ class Settings:
 def check_column_moves(value) -> bool | None:
     """``column_moves``: True, False or None (the moves where the prior has one)."""
     if value is not None and not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"column_moves must be True, False or None (on where the prior has a move), "
-                                f"got {value!r}")
+        raise TypeError(
+            f"column_moves must be True, False or None (on where the prior has a move), "
+            f"got {value!r}"
+        )
     return None if value is None else bool(value)
 
 
@@ -127,8 +145,10 @@ def check_spike_and_slab(prior) -> None:
     import jax.numpy as jnp
 
     if not (prior.has_column_move and prior.column_block(jnp.ones(1)) is not None):
-        raise ValueError(f"the {prior.name or type(prior).__name__} prior has no spike and slab to switch between "
-                         "(anneal_steps > 0 needs the discrete prior)")
+        raise ValueError(
+            f"the {prior.name or type(prior).__name__} prior has no spike and slab to switch between "
+            "(anneal_steps > 0 needs the discrete prior)"
+        )
 
 
 def check_column_moves_every(value) -> int:
@@ -217,9 +237,11 @@ class Gibbs(Settings):
         if self.anneal_steps:
             check_spike_and_slab(prior)
         if self.column_moves and not prior.has_column_move:
-            raise ValueError(f"the {prior.name or type(prior).__name__} prior has no column move (column_moves=True "
-                             "needs a prior with column scales that defines column_proposal; None: the moves "
-                             "where the prior has one)")
+            raise ValueError(
+                f"the {prior.name or type(prior).__name__} prior has no column move (column_moves=True "
+                "needs a prior with column scales that defines column_proposal; None: the moves "
+                "where the prior has one)"
+            )
         if self.column_moves is not None:
             return self
         return dataclasses.replace(self, column_moves=resolve_column_moves(None, prior))
@@ -229,21 +251,29 @@ class Gibbs(Settings):
         check_choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
         object.__setattr__(self, "overrelax", check_overrelax(self.overrelax))
         object.__setattr__(self, "column_moves", check_column_moves(self.column_moves))
-        object.__setattr__(self, "column_moves_every", check_column_moves_every(self.column_moves_every))
+        object.__setattr__(
+            self, "column_moves_every", check_column_moves_every(self.column_moves_every)
+        )
         steps, every = check_anneal(self.anneal_steps, self.anneal_every)
         object.__setattr__(self, "anneal_steps", steps)
         object.__setattr__(self, "anneal_every", every)
         object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
         object.__setattr__(self, "track", _check_track(self.track))
         if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):
-            raise ValueError(f"store_factors must be True, False or 'auto', got {self.store_factors!r}")
+            raise ValueError(
+                f"store_factors must be True, False or 'auto', got {self.store_factors!r}"
+            )
         _check_checkpoint(self)
         object.__setattr__(self, "devices", _mesh(self.devices))
         if self.devices is not None and self.chain_method == "parallel":
-            raise ValueError("chain_method='parallel' maps chains to devices; with devices= use 'vectorized'")
+            raise ValueError(
+                "chain_method='parallel' maps chains to devices; with devices= use 'vectorized'"
+            )
         if self.checkpoint is not None and self.chain_method != "vectorized":
-            raise ValueError(f"checkpoint= runs the chains vectorized; chain_method={self.chain_method!r} "
-                             "is not available with it")
+            raise ValueError(
+                f"checkpoint= runs the chains vectorized; chain_method={self.chain_method!r} "
+                "is not available with it"
+            )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -314,7 +344,14 @@ class NUTS(Settings):
     def __post_init__(self):
         _check_mcmc(self)
         object.__setattr__(self, "track", _check_track(self.track))
-        check_real("target_accept_prob", self.target_accept_prob, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_real(
+            "target_accept_prob",
+            self.target_accept_prob,
+            low=0.0,
+            high=1.0,
+            low_open=True,
+            high_open=True,
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -389,7 +426,11 @@ _ALIASES = {"vb": {"num_chains": "restarts"}}
 
 
 def methods_taking(name: str) -> list[str]:
-    return [m for m, cls in SETTINGS.items() if name in cls.argument_names() or name in _ALIASES.get(m, {})]
+    return [
+        m
+        for m, cls in SETTINGS.items()
+        if name in cls.argument_names() or name in _ALIASES.get(m, {})
+    ]
 
 
 def all_argument_names() -> set[str]:
@@ -423,6 +464,8 @@ def settings_for(method: str, **kwargs) -> Settings:
         if name not in own:
             where = " or ".join(repr(m) for m in methods_taking(name))
             takes = ", ".join(sorted(own))
-            raise ValueError(f"{name}= applies to method={where}, not to method={method!r} "
-                             f"(whose arguments are {takes})")
+            raise ValueError(
+                f"{name}= applies to method={where}, not to method={method!r} "
+                f"(whose arguments are {takes})"
+            )
     return cls(**{aliases.get(k, k): v for k, v in kwargs.items()})

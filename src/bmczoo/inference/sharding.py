@@ -28,8 +28,19 @@ from jax.sharding import PartitionSpec as P
 
 from .kernels import CSR, resolve_hot_path, row_ids_from_indptr
 
-__all__ = ["AXIS", "make_mesh", "padded_size", "shard_csr", "replicated", "row_sharded", "put", "to_host", "Comm",
-           "LOCAL", "sharded_comm"]
+__all__ = [
+    "AXIS",
+    "make_mesh",
+    "padded_size",
+    "shard_csr",
+    "replicated",
+    "row_sharded",
+    "put",
+    "to_host",
+    "Comm",
+    "LOCAL",
+    "sharded_comm",
+]
 
 #: name of the mesh axis over which rows are sharded
 AXIS = "rows"
@@ -39,7 +50,9 @@ def make_mesh(devices) -> Mesh:
     """A one-axis mesh over ``devices`` (a non-empty sequence of distinct JAX devices)."""
     if isinstance(devices, Mesh):
         if devices.axis_names != (AXIS,):
-            raise ValueError(f"devices: a Mesh must have the single axis {AXIS!r}, got {devices.axis_names}")
+            raise ValueError(
+                f"devices: a Mesh must have the single axis {AXIS!r}, got {devices.axis_names}"
+            )
         return devices
     try:
         devs = list(devices)
@@ -78,7 +91,9 @@ def put(x, sharding: NamedSharding) -> jax.Array:
     if sharding.is_fully_addressable:
         return jax.device_put(x, sharding)
     if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-        return jax.random.wrap_key_data(put(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x))
+        return jax.random.wrap_key_data(
+            put(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x)
+        )
     x = np.asarray(x)
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
@@ -140,14 +155,26 @@ def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh, hot_path: str | N
         rid[d, :k] = row_ids_from_indptr(local)
     sharding = NamedSharding(mesh, P(AXIS))
     path = resolve_hot_path(hot_path, mesh.devices.flat[0].platform)
-    return CSR(*(put(x, sharding) for x in (ip, ix, vals, ones)), (b, padded_size(m_other, D)), put(rid, sharding),
-               path)
+    return CSR(
+        *(put(x, sharding) for x in (ip, ix, vals, ones)),
+        (b, padded_size(m_other, D)),
+        put(rid, sharding),
+        path,
+    )
 
 
 def local_csr(block: CSR) -> CSR:
     """Inside ``shard_map``: the device's own block (drop the leading axis of size 1)."""
     rid = None if block.row_ids is None else block.row_ids[0]
-    return CSR(block.indptr[0], block.index[0], block.values[0], block.ones[0], block.shape, rid, block.hot_path)
+    return CSR(
+        block.indptr[0],
+        block.index[0],
+        block.values[0],
+        block.ones[0],
+        block.shape,
+        rid,
+        block.hot_path,
+    )
 
 
 def pad_rows(x: jax.Array, m_pad: int) -> jax.Array:
@@ -172,11 +199,15 @@ LOCAL = Comm(gather=lambda x: x, psum=lambda x: x, mask=lambda x, which: x)
 def sharded_comm(dims: tuple[int, int]) -> Comm:
     """Inside ``shard_map``: all-gather the rows of a factor, psum over the devices, and
     zero the padding rows of this device's block of factor ``which`` (true sizes ``dims``)."""
+
     def mask(x, which):
         b = x.shape[1]
         start = jax.lax.axis_index(AXIS) * b
         valid = ((start + jnp.arange(b)) < dims[which]).astype(x.dtype)
         return x * valid.reshape((1, b) + (1,) * (x.ndim - 2))
 
-    return Comm(gather=lambda x: jax.lax.all_gather(x, AXIS, axis=1, tiled=True),
-                psum=lambda x: jax.lax.psum(x, AXIS), mask=mask)
+    return Comm(
+        gather=lambda x: jax.lax.all_gather(x, AXIS, axis=1, tiled=True),
+        psum=lambda x: jax.lax.psum(x, AXIS),
+        mask=mask,
+    )

@@ -33,8 +33,17 @@ from . import sharding as sh
 from .kernels import _row_ids
 from .kernels import CSR, cholesky_rows, outer, pattern_product, row_precision, row_rhs, solve_rows
 
-__all__ = ["VBState", "init", "update", "elbo", "expected_sq_error", "prior_q", "shard_state", "unshard_state",
-           "vb_prior"]
+__all__ = [
+    "VBState",
+    "init",
+    "update",
+    "elbo",
+    "expected_sq_error",
+    "prior_q",
+    "shard_state",
+    "unshard_state",
+    "vb_prior",
+]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -123,8 +132,19 @@ def _inverse_from_cholesky(L: jax.Array) -> jax.Array:
     return jnp.swapaxes(Linv, -1, -2) @ Linv
 
 
-def init(keys: jax.Array, shape: tuple[int, int], prior: Prior, K: int, dtype=jnp.float32, scale: float = 1.0,
-         gamma: float | None = 1.0, *, likelihood=None, biases=None, links: dict | None = None) -> VBState:
+def init(
+    keys: jax.Array,
+    shape: tuple[int, int],
+    prior: Prior,
+    K: int,
+    dtype=jnp.float32,
+    scale: float = 1.0,
+    gamma: float | None = 1.0,
+    *,
+    likelihood=None,
+    biases=None,
+    links: dict | None = None,
+) -> VBState:
     """Random means ``N(0, scale^2)`` (one key per run), zero covariances and the prior's
     starting q-state (:meth:`~bmczoo.priors.Prior.vb_state`; column scales:
     ``E[1/gamma_h] = 1/gamma``, ``gamma=None``: the prior's ``init_gamma``); the first
@@ -176,7 +196,9 @@ def _resid_rhs(csr: CSR, mean_other, self_bias, other_bias):
     residuals: ``A_Y n - E[b_i] A_1 n - A_1 (E[c] * n)``."""
     K = mean_other.shape[-1]
     yn = row_rhs(csr, mean_other, 1.0)
-    P = _product(csr, csr.ones, jnp.concatenate([mean_other, other_bias[..., None] * mean_other], axis=-1))
+    P = _product(
+        csr, csr.ones, jnp.concatenate([mean_other, other_bias[..., None] * mean_other], axis=-1)
+    )
     return yn - self_bias[..., None] * P[..., :K] - P[..., K:]
 
 
@@ -193,8 +215,16 @@ def _bias_resid_sum(csr: CSR, mean_other, mean_self, other_bias):
     return sumY[None] - P[..., K] - jnp.sum(mean_self * P[..., :K], axis=-1)
 
 
-def _update_factor(csr: CSR, mean_other, cov_other, prior_precision, tau, prior_shift=None, self_bias=None,
-                   other_bias=None):
+def _update_factor(
+    csr: CSR,
+    mean_other,
+    cov_other,
+    prior_precision,
+    tau,
+    prior_shift=None,
+    self_bias=None,
+    other_bias=None,
+):
     """The optimal ``q`` of every row; ``prior_shift`` is ``E[Lambda mu]`` (C, K) or, for
     rows with their own prior means (a feature link), ``E[Lambda mu_i]`` (C, m, K)."""
     P = row_precision(csr, cov_other + outer(mean_other), prior_precision, _bcast(tau, 4))
@@ -210,8 +240,10 @@ def _update_factor(csr: CSR, mean_other, cov_other, prior_precision, tau, prior_
 
 def _expected_S(m, V, n, W):
     return (
-        jnp.sum(m**2, axis=1) + jnp.sum(jnp.diagonal(V, axis1=-2, axis2=-1), axis=1)
-        + jnp.sum(n**2, axis=1) + jnp.sum(jnp.diagonal(W, axis1=-2, axis2=-1), axis=1)
+        jnp.sum(m**2, axis=1)
+        + jnp.sum(jnp.diagonal(V, axis1=-2, axis2=-1), axis=1)
+        + jnp.sum(n**2, axis=1)
+        + jnp.sum(jnp.diagonal(W, axis1=-2, axis2=-1), axis=1)
     )
 
 
@@ -219,8 +251,10 @@ def _factor_stats(prior: Prior, m, V, n, W, comm: sh.Comm):
     """The prior's statistics of ``q(M)`` and ``q(N)``, padding rows zeroed, psummed."""
     if _is_linked(prior):  # one device (update refuses a mesh)
         return prior.vb_side_stats(m, V, "M"), prior.vb_side_stats(n, W, "N")
-    return (comm.psum(prior.vb_factor_stats(comm.mask(m, 0), comm.mask(V, 0))),
-            comm.psum(prior.vb_factor_stats(comm.mask(n, 1), comm.mask(W, 1))))
+    return (
+        comm.psum(prior.vb_factor_stats(comm.mask(m, 0), comm.mask(V, 0))),
+        comm.psum(prior.vb_factor_stats(comm.mask(n, 1), comm.mask(W, 1))),
+    )
 
 
 def _bias_sums(bias: dict, comm: sh.Comm) -> dict:
@@ -233,8 +267,20 @@ def _bias_sums(bias: dict, comm: sh.Comm) -> dict:
     return comm.psum(out)
 
 
-def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: sh.Comm, *, prior: Prior, biases,
-          dims):
+def _body(
+    rows: CSR,
+    cols: CSR,
+    n,
+    W,
+    qp: dict,
+    tau,
+    bias: dict,
+    comm: sh.Comm,
+    *,
+    prior: Prior,
+    biases,
+    dims,
+):
     """The CAVI updates of q(M), q(N), the biases' q (when ``bias``) and the prior's
     statistics; ``comm`` says how rows are spread (identity on one device; all-gathers
     and a psum inside ``shard_map``).  ``tau`` is the block precision (scalar or (C,))."""
@@ -246,13 +292,25 @@ def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: sh.Comm, 
         Ec = comm.gather(bias["c_mean"])
         m, V = _update_factor(rows, comm.gather(n), comm.gather(W), PM, tau, sM, bias["b_mean"], Ec)
         m_all = comm.gather(m)
-        n, W = _update_factor(cols, m_all, comm.gather(V), PN, tau, sN, bias["c_mean"], comm.gather(bias["b_mean"]))
+        n, W = _update_factor(
+            cols, m_all, comm.gather(V), PN, tau, sN, bias["c_mean"], comm.gather(bias["b_mean"])
+        )
         # q(b_i) given q(M), q(N), q(c), then q(c_j) given the new q(b); then q(s_b^2), q(s_c^2)
         dt = m.dtype
-        b_mean, b_var = biases.vb_bias_update(_bias_resid_sum(rows, comm.gather(n), m, Ec), _counts(rows, dt)[None],
-                                              tau, bias["sb_shape"], bias["sb_rate"])
-        c_mean, c_var = biases.vb_bias_update(_bias_resid_sum(cols, m_all, n, comm.gather(b_mean)),
-                                              _counts(cols, dt)[None], tau, bias["sc_shape"], bias["sc_rate"])
+        b_mean, b_var = biases.vb_bias_update(
+            _bias_resid_sum(rows, comm.gather(n), m, Ec),
+            _counts(rows, dt)[None],
+            tau,
+            bias["sb_shape"],
+            bias["sb_rate"],
+        )
+        c_mean, c_var = biases.vb_bias_update(
+            _bias_resid_sum(cols, m_all, n, comm.gather(b_mean)),
+            _counts(cols, dt)[None],
+            tau,
+            bias["sc_shape"],
+            bias["sc_rate"],
+        )
         bias = {**bias, "b_mean": b_mean, "b_var": b_var, "c_mean": c_mean, "c_var": c_var}
         sums = _bias_sums(bias, comm)
         bias["sb_shape"], bias["sb_rate"] = biases.vb_variance_update(sums["b_sq"], dims[0])
@@ -280,7 +338,11 @@ def _parts_body(rows: CSR, m, V, n, W, bias: dict, comm: sh.Comm, *, prior: Prio
     G = row_precision(rows, W_all + outer(n_all), jnp.zeros((C, K), m.dtype), 1.0)
     if not bias:
         yn = row_rhs(rows, n_all, 1.0)
-        sq = jnp.sum(rows.values**2) - 2.0 * jnp.sum(m * yn, axis=(1, 2)) + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3))
+        sq = (
+            jnp.sum(rows.values**2)
+            - 2.0 * jnp.sum(m * yn, axis=(1, 2))
+            + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3))
+        )
     else:
         Ec, Vc = comm.gather(bias["c_mean"]), comm.gather(bias["c_var"])
         nnz = rows.index.shape[0]
@@ -289,10 +351,14 @@ def _parts_body(rows: CSR, m, V, n, W, bias: dict, comm: sh.Comm, *, prior: Prio
         R = rows.values[None] - bias["b_mean"][:, row_id] - Ec[:, rows.index]
         var = bias["b_var"][:, row_id] + Vc[:, rows.index]
         rn = _resid_rhs(rows, n_all, bias["b_mean"], Ec)
-        sq = (jnp.sum(rows.ones[None] * (R**2 + var), axis=1) - 2.0 * jnp.sum(m * rn, axis=(1, 2))
-              + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3)))
-    logdet = (jnp.sum(comm.mask(jnp.linalg.slogdet(V)[1], 0), axis=1)
-              + jnp.sum(comm.mask(jnp.linalg.slogdet(W)[1], 1), axis=1))
+        sq = (
+            jnp.sum(rows.ones[None] * (R**2 + var), axis=1)
+            - 2.0 * jnp.sum(m * rn, axis=(1, 2))
+            + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3))
+        )
+    logdet = jnp.sum(comm.mask(jnp.linalg.slogdet(V)[1], 0), axis=1) + jnp.sum(
+        comm.mask(jnp.linalg.slogdet(W)[1], 1), axis=1
+    )
     out = {"sq": comm.psum(sq), "logdet": comm.psum(logdet)}
     if bias:
         out["bias"] = _bias_sums(bias, comm)
@@ -304,14 +370,21 @@ def _parts_body(rows: CSR, m, V, n, W, bias: dict, comm: sh.Comm, *, prior: Prio
 def _parts(state: VBState, rows: CSR, prior, mesh, dims):
     """:func:`_parts_body` on one device or on the mesh, and ``n_obs``."""
     if mesh is None:
-        return _parts_body(rows, state.m, state.V, state.n, state.W, state.bias, sh.LOCAL, prior=prior), \
-            rows.values.shape[0]
+        return _parts_body(
+            rows, state.m, state.V, state.n, state.W, state.bias, sh.LOCAL, prior=prior
+        ), rows.values.shape[0]
 
     def body(rows, m_l, V_l, n_l, W_l, bias):
-        return _parts_body(sh.local_csr(rows), m_l, V_l, n_l, W_l, bias, sh.sharded_comm(dims), prior=prior)
+        return _parts_body(
+            sh.local_csr(rows), m_l, V_l, n_l, W_l, bias, sh.sharded_comm(dims), prior=prior
+        )
 
     parts = jax.shard_map(
-        body, mesh=mesh, in_specs=(_CSR, _F, _F4, _F, _F4, _bias_specs(state.bias)), out_specs=_R, check_vma=False,
+        body,
+        mesh=mesh,
+        in_specs=(_CSR, _F, _F4, _F, _F4, _bias_specs(state.bias)),
+        out_specs=_R,
+        check_vma=False,
     )(rows, state.m, state.V, state.n, state.W, state.bias)
     return parts, jnp.sum(rows.ones)  # the padding entries of the blocks are zeros
 
@@ -319,13 +392,27 @@ def _parts(state: VBState, rows: CSR, prior, mesh, dims):
 def _check_links(prior, links, mesh):
     prior = vb_prior(prior, links)
     if _is_linked(prior) and mesh is not None:
-        raise ValueError(f"{prior.name} with feature links runs on one device: its sharded VB update is not "
-                         "implemented (drop devices=)")
+        raise ValueError(
+            f"{prior.name} with feature links runs on one device: its sharded VB update is not "
+            "implemented (drop devices=)"
+        )
     return prior
 
 
-def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihood=None, biases=None, mesh=None,
-           dims=None, latent=None, links: dict | None = None) -> VBState:
+def update(
+    state: VBState,
+    rows: CSR,
+    cols: CSR,
+    prior: Prior,
+    tau,
+    *,
+    likelihood=None,
+    biases=None,
+    mesh=None,
+    dims=None,
+    latent=None,
+    links: dict | None = None,
+) -> VBState:
     """One CAVI iteration: ``q(M)``, then ``q(N)``, then (with biases) ``q(b)``, ``q(c)``,
     ``q(s_b^2)``, ``q(s_c^2)``, then the prior's q (:meth:`~bmczoo.priors.Prior.vb_step`),
     then (learned likelihood) ``q(tau)``.  Each step is the exact optimum of its factor
@@ -342,7 +429,9 @@ def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihoo
     prior = _check_links(prior, links, mesh)
     lik = Tempered() if likelihood is None else likelihood
     if bool(state.bias) != (biases is not None):
-        raise ValueError("the VB state and the biases argument disagree (biases on in one, off in the other)")
+        raise ValueError(
+            "the VB state and the biases argument disagree (biases on in one, off in the other)"
+        )
     if lik is not None and lik.latent:
         return _latent_update(state, rows, cols, prior, lik, biases, latent)
     qp = prior_q(state)
@@ -350,23 +439,41 @@ def update(state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, *, likelihoo
     kw = dict(prior=prior, biases=biases)
     if mesh is None:
         dims = rows.shape
-        m, V, n, W, ES, bias, stats = _body(rows, cols, state.n, state.W, qp, t, state.bias, sh.LOCAL, dims=dims, **kw)
+        m, V, n, W, ES, bias, stats = _body(
+            rows, cols, state.n, state.W, qp, t, state.bias, sh.LOCAL, dims=dims, **kw
+        )
     else:
+
         def body(rows, cols, n_l, W_l, qp, t, bias):
-            return _body(sh.local_csr(rows), sh.local_csr(cols), n_l, W_l, qp, t, bias, sh.sharded_comm(dims),
-                         dims=dims, **kw)
+            return _body(
+                sh.local_csr(rows),
+                sh.local_csr(cols),
+                n_l,
+                W_l,
+                qp,
+                t,
+                bias,
+                sh.sharded_comm(dims),
+                dims=dims,
+                **kw,
+            )
 
         bspec = _bias_specs(state.bias)
         m, V, n, W, ES, bias, stats = jax.shard_map(
-            body, mesh=mesh, in_specs=(_CSR, _CSR, _F, _F4, _R, _R, bspec),
-            out_specs=(_F, _F4, _F, _F4, _R, bspec, _R), check_vma=False,
+            body,
+            mesh=mesh,
+            in_specs=(_CSR, _CSR, _F, _F4, _R, _R, bspec),
+            out_specs=(_F, _F4, _F, _F4, _R, bspec, _R),
+            check_vma=False,
         )(rows, cols, state.n, state.W, qp, t, state.bias)
     if _is_linked(prior):  # q(B), q(lam_B) and q(mu, Lambda) need the current q
         step = prior.vb_step(stats[0], stats[1], dims[0], dims[1], m.dtype, q=qp)
     else:
         step = prior.vb_step(stats[0], stats[1], dims[0], dims[1], m.dtype)
     inv_gamma, rest = _split_prior_q(step)
-    new = VBState(m=m, V=V, n=n, W=W, inv_gamma=inv_gamma, ES=ES, prior=rest, noise=state.noise, bias=bias)
+    new = VBState(
+        m=m, V=V, n=n, W=W, inv_gamma=inv_gamma, ES=ES, prior=rest, noise=state.noise, bias=bias
+    )
     if lik.learned:
         parts, n_obs = _parts(new, rows, None, mesh, dims)
         new = new._replace(noise=lik.vb_step(state.noise, parts["sq"], n_obs))
@@ -378,8 +485,19 @@ def expected_sq_error(state: VBState, rows: CSR) -> jax.Array:
     return _parts_body(rows, state.m, state.V, state.n, state.W, state.bias, sh.LOCAL)["sq"]
 
 
-def elbo(state: VBState, rows: CSR, prior: Prior, tau, *, likelihood=None, biases=None, mesh=None,
-         dims=None, latent=None, links: dict | None = None) -> jax.Array:
+def elbo(
+    state: VBState,
+    rows: CSR,
+    prior: Prior,
+    tau,
+    *,
+    likelihood=None,
+    biases=None,
+    mesh=None,
+    dims=None,
+    latent=None,
+    links: dict | None = None,
+) -> jax.Array:
     """The evidence lower bound of each run (C,).
 
     Exact for any q-state of the parts that store all their parameters (factors,
@@ -425,6 +543,7 @@ def _elbo_rest(state: VBState, parts: dict, loglik, prior: Prior, biases, dims):
 # The likelihood's ELBO term: E[log p(z | theta)] + H[q(z)] = sum_k log Z_k - Var_q[theta_k] / 2,
 # with Z_k = P(level interval) under N(E_q[theta_k], 1), plus log p(c).
 
+
 def ratings_mean(state: VBState, rows: CSR) -> jax.Array:
     """``E_q[theta_k]`` (C, n) at every rating in row order (biases included)."""
     rid = _row_ids(rows)
@@ -445,13 +564,17 @@ def _log_Z(mu, cuts, levels):
     from ..likelihoods.probit import level_log_probs
 
     logp = level_log_probs(mu, cuts[:, None, :])  # (C, n, L)
-    return jnp.sum(jnp.take_along_axis(logp, jnp.broadcast_to(levels, mu.shape)[..., None], axis=-1)[..., 0], axis=-1)
+    return jnp.sum(
+        jnp.take_along_axis(logp, jnp.broadcast_to(levels, mu.shape)[..., None], axis=-1)[..., 0],
+        axis=-1,
+    )
 
 
 def _cut_step(lik, mu, cuts, levels, steps: int = 8):
     """VB-EM ascent of the cut points of each run: gradient steps on ``f(c) = sum_k log
     Z_k(c) + log p(c)`` with step halving, a step kept only when ``f`` increases (so the
     ELBO never decreases); ``steps`` trials per iteration."""
+
     def f(c, m):
         return _log_Z(m[None], c[None], levels)[0] + lik.cut_log_prior(c)
 
@@ -475,8 +598,10 @@ def _cut_step(lik, mu, cuts, levels, steps: int = 8):
 def _per_run(rows: CSR, cols: CSR, values, col_perm, fn):
     """``fn(c, rows_c, cols_c)`` for each run ``c`` with its own values (C, n) (row order)
     in the CSRs; results stacked on the run axis."""
-    outs = [fn(c, rows._replace(values=values[c]), cols._replace(values=values[c][col_perm]))
-            for c in range(values.shape[0])]
+    outs = [
+        fn(c, rows._replace(values=values[c]), cols._replace(values=values[c][col_perm]))
+        for c in range(values.shape[0])
+    ]
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *outs)
 
 
@@ -484,7 +609,9 @@ def _run(state: VBState, c: int) -> VBState:
     return jax.tree.map(lambda x: x[c : c + 1], state)
 
 
-def _latent_update(state: VBState, rows: CSR, cols: CSR, prior: Prior, lik, biases, latent) -> VBState:
+def _latent_update(
+    state: VBState, rows: CSR, cols: CSR, prior: Prior, lik, biases, latent
+) -> VBState:
     """One CAVI iteration of a latent likelihood: the cut points (learned), ``q(z)``, then
     the Gaussian updates with ``E_q[z]`` as the ratings and ``tau = 1``."""
     from ..likelihoods import truncnorm
@@ -502,8 +629,15 @@ def _latent_update(state: VBState, rows: CSR, cols: CSR, prior: Prior, lik, bias
     lo, hi = jax.vmap(lambda c: lik.latent_interval(c, levels, c.dtype))(cuts)  # (C, n) each
     Ez = truncnorm.moments(mu, lo, hi)[0]
     gauss = state._replace(noise={})
-    new = _per_run(rows, cols, Ez, col_perm,
-                   lambda c, r, k: update(_run(gauss, c), r, k, prior, jnp.asarray(1.0, mu.dtype), biases=biases))
+    new = _per_run(
+        rows,
+        cols,
+        Ez,
+        col_perm,
+        lambda c, r, k: update(
+            _run(gauss, c), r, k, prior, jnp.asarray(1.0, mu.dtype), biases=biases
+        ),
+    )
     return new._replace(noise=noise)
 
 
@@ -518,7 +652,9 @@ def _latent_elbo(state: VBState, rows: CSR, prior: Prior, lik, biases, latent) -
     for c in range(C):
         run = _run(state, c)
         # with the ratings replaced by E_q[theta], sum_k E[(Y_k - theta_k)^2] = sum_k Var_q[theta_k]
-        parts = _parts_body(rows._replace(values=mu[c]), run.m, run.V, run.n, run.W, run.bias, sh.LOCAL, prior=prior)
+        parts = _parts_body(
+            rows._replace(values=mu[c]), run.m, run.V, run.n, run.W, run.bias, sh.LOCAL, prior=prior
+        )
         loglik = _log_Z(mu[c : c + 1], cuts[c : c + 1], levels) - 0.5 * parts["sq"]
         if "cuts" in state.noise:
             loglik = loglik + lik.cut_log_prior(cuts[c])
@@ -561,17 +697,28 @@ def shard_state(state: VBState, mesh) -> VBState:
         return sh.put(x, jax.sharding.NamedSharding(mesh, spec))
 
     rep = lambda d: {k: put(v, False) for k, v in d.items()}  # noqa: E731
-    return VBState(m=put(state.m), V=put(state.V), n=put(state.n), W=put(state.W),
-                   inv_gamma=None if state.inv_gamma is None else put(state.inv_gamma, False),
-                   ES=put(state.ES, False), prior=rep(state.prior), noise=rep(state.noise),
-                   bias={k: put(v, k in _BIAS_ROWS) for k, v in state.bias.items()})
+    return VBState(
+        m=put(state.m),
+        V=put(state.V),
+        n=put(state.n),
+        W=put(state.W),
+        inv_gamma=None if state.inv_gamma is None else put(state.inv_gamma, False),
+        ES=put(state.ES, False),
+        prior=rep(state.prior),
+        noise=rep(state.noise),
+        bias={k: put(v, k in _BIAS_ROWS) for k, v in state.bias.items()},
+    )
 
 
 def unshard_state(state: VBState, dims: tuple[int, int]) -> VBState:
     """Drop the padding rows of a sharded state."""
     m1, m2 = dims
-    bias = {k: (v[:, : dims[_BIAS_ROWS[k]]] if k in _BIAS_ROWS else v) for k, v in state.bias.items()}
-    return state._replace(m=state.m[:, :m1], V=state.V[:, :m1], n=state.n[:, :m2], W=state.W[:, :m2], bias=bias)
+    bias = {
+        k: (v[:, : dims[_BIAS_ROWS[k]]] if k in _BIAS_ROWS else v) for k, v in state.bias.items()
+    }
+    return state._replace(
+        m=state.m[:, :m1], V=state.V[:, :m1], n=state.n[:, :m2], W=state.W[:, :m2], bias=bias
+    )
 
 
 #: the parts of a :class:`VBState` that are dicts of arrays (the components' own parameters)
@@ -607,10 +754,12 @@ def state_from_arrays(arrays: dict, template: VBState | None = None) -> VBState:
                 else:
                     fields[f] = None if t is None else jnp.asarray(arrays[f"state/{f}"])
             except KeyError as err:
-                raise ValueError(f"the checkpoint has no VB state array {err.args[0]!r} for this model") from None
+                raise ValueError(
+                    f"the checkpoint has no VB state array {err.args[0]!r} for this model"
+                ) from None
         elif f"state/{f}" in arrays:
             fields[f] = arrays[f"state/{f}"]
         else:
-            sub = {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}
+            sub = {k[len(pre) :]: v for k, v in arrays.items() if k.startswith(pre)}
             fields[f] = sub if f in _DICT_PARTS else None
     return VBState(**fields)

@@ -27,12 +27,33 @@ from .sharding import put, to_host
 __all__ = ["fit_vb"]
 
 
-def _iterate(state, rows, cols, tau, test_rows, test_cols, latent, links, *, prior, likelihood, biases, mesh, dims):
+def _iterate(
+    state,
+    rows,
+    cols,
+    tau,
+    test_rows,
+    test_cols,
+    latent,
+    links,
+    *,
+    prior,
+    likelihood,
+    biases,
+    mesh,
+    dims,
+):
     # jitted once per fit (_Run.iterate) with the problem as arguments: no array is baked
     # into the compiled program, and the program is dropped with the fit (a module-level
     # jit would keep one compiled program per prior and shape for the life of the process)
-    kw = dict(likelihood=likelihood, biases=biases, mesh=mesh, dims=dims,
-              latent=latent if (likelihood is not None and likelihood.latent) else None, links=links)
+    kw = dict(
+        likelihood=likelihood,
+        biases=biases,
+        mesh=mesh,
+        dims=dims,
+        latent=latent if (likelihood is not None and likelihood.latent) else None,
+        links=links,
+    )
     state = vb.update(state, rows, cols, prior, tau, **kw)
     pred = jnp.sum(state.m[:, test_rows] * state.n[:, test_cols], axis=-1)
     if state.bias:  # E[theta_ij] = m_i . n_j + E[b_i] + E[c_j]
@@ -50,7 +71,9 @@ def _vb_failure(state, iteration: int, dtype) -> str:
             where = f" (first at row {row} of {name}, run {c}: its Cholesky factorisation failed or overflowed)"
             break
     dt = jnp.dtype(dtype).name
-    hint = "try dtype=jnp.float64" if dt != "float64" else "check the data scale and hyper-parameters"
+    hint = (
+        "try dtype=jnp.float64" if dt != "float64" else "check the data scale and hyper-parameters"
+    )
     return f"VB produced a non-finite ELBO at iteration {iteration}{where} in {dt}; {hint}"
 
 
@@ -64,34 +87,64 @@ class _Run:
         self.prep, self.info, self.s = prep, info, s
         self.mesh, self.dims = s.devices, tuple(info.shape)
         latent = info.likelihood.latent
-        self.problem = build_problem(prep.fit_data, info.tau, dtype=info.dtype, mesh=s.devices,
-                                     likelihood=info.likelihood if latent else None)
+        self.problem = build_problem(
+            prep.fit_data,
+            info.tau,
+            dtype=info.dtype,
+            mesh=s.devices,
+            likelihood=info.likelihood if latent else None,
+        )
         # a prior's feature links (docs/algorithms.md, "Feature links (side information)"):
         # their arrays are arguments of the jitted iteration, built from the fitted ratings
         # as for Gibbs
         self.links = {}
         if getattr(info.prior, "linked_sides", ()):
             if s.devices is not None:
-                raise ValueError(f"{info.prior.name} with feature links runs on one device: its sharded VB update "
-                                 "is not implemented (drop devices=)")
+                raise ValueError(
+                    f"{info.prior.name} with feature links runs on one device: its sharded VB update "
+                    "is not implemented (drop devices=)"
+                )
             self.links = info.prior.gibbs_links(prep.fit_data, info.dtype)
         # run r starts from key split(key(seed), C)[r]; with C = 1 the key itself
         key = jax.random.key(info.seed)
         keys = key[None] if s.restarts == 1 else jax.random.split(key, s.restarts)
-        state = vb.init(keys, info.shape, info.prior, info.K, info.dtype, likelihood=info.likelihood,
-                        biases=info.biases, links=self.links)
-        if latent and info.likelihood.fixed_cuts() is None:  # learned cut points start at the data's quantiles
+        state = vb.init(
+            keys,
+            info.shape,
+            info.prior,
+            info.K,
+            info.dtype,
+            likelihood=info.likelihood,
+            biases=info.biases,
+            links=self.links,
+        )
+        if (
+            latent and info.likelihood.fixed_cuts() is None
+        ):  # learned cut points start at the data's quantiles
             cuts0 = info.likelihood.init_cuts(np.asarray(self.problem.levels))
-            state = state._replace(noise={"cuts": jnp.broadcast_to(jnp.asarray(cuts0, info.dtype),
-                                                                   (s.restarts, cuts0.size))})
+            state = state._replace(
+                noise={
+                    "cuts": jnp.broadcast_to(
+                        jnp.asarray(cuts0, info.dtype), (s.restarts, cuts0.size)
+                    )
+                }
+            )
         self.state = self.shard(state)
         n_test = prep.test_values.shape[0]
         self.test_rc = [jnp.asarray(x[:n_test]) for x in (prep.pred_rows, prep.pred_cols)]
         if self.mesh is not None:
             rep = NamedSharding(self.mesh, PartitionSpec())
             self.test_rc = [put(x, rep) for x in self.test_rc]
-        self.iterate = jax.jit(functools.partial(_iterate, prior=info.prior, likelihood=info.likelihood,
-                                                 biases=info.biases, mesh=self.mesh, dims=self.dims))
+        self.iterate = jax.jit(
+            functools.partial(
+                _iterate,
+                prior=info.prior,
+                likelihood=info.likelihood,
+                biases=info.biases,
+                mesh=self.mesh,
+                dims=self.dims,
+            )
+        )
         self.elbos, self.rmses, self.seconds, self.converged = [], [], [], False
         # VB is deterministic after its start: a checkpoint can be continued with another
         # max_iter or tol, so those are not part of the settings
@@ -99,11 +152,15 @@ class _Run:
         # model keep their settings
         extra = {}
         if info.likelihood.learned or latent:
-            extra["likelihood"] = {k: (float(v) if isinstance(v, (int, float)) else v)
-                                   for k, v in info.likelihood.describe().items()}
+            extra["likelihood"] = {
+                k: (float(v) if isinstance(v, (int, float)) else v)
+                for k, v in info.likelihood.describe().items()
+            }
         if info.biases is not None:
-            extra["biases"] = {k: (float(v) if isinstance(v, (int, float)) else v)
-                               for k, v in info.biases.describe().items()}
+            extra["biases"] = {
+                k: (float(v) if isinstance(v, (int, float)) else v)
+                for k, v in info.biases.describe().items()
+            }
         self.settings = run_settings(prep, info, num_runs=s.restarts, **extra)
 
     def shard(self, state):
@@ -140,8 +197,9 @@ class _Run:
     def one_iteration(self):
         t0 = time.perf_counter()
         p = self.problem
-        new_state, e, pred = self.iterate(self.state, p.rows, p.cols, p.tau, *self.test_rc, (p.levels, p.col_perm),
-                                          self.links)
+        new_state, e, pred = self.iterate(
+            self.state, p.rows, p.cols, p.tau, *self.test_rc, (p.levels, p.col_perm), self.links
+        )
         e = np.asarray(e, np.float64)
         self.seconds.append(time.perf_counter() - t0)
         if not np.all(np.isfinite(e)):
@@ -163,8 +221,14 @@ class _Run:
             return self.info.shift.apply(theta_mean)
         from .levels import level_log_probs_np
 
-        cuts = np.asarray(state.noise["cuts"], np.float64) if "cuts" in state.noise else \
-            np.broadcast_to(np.asarray(lik.fixed_cuts(), np.float64), (theta_mean.shape[0], len(lik.fixed_cuts())))
+        cuts = (
+            np.asarray(state.noise["cuts"], np.float64)
+            if "cuts" in state.noise
+            else np.broadcast_to(
+                np.asarray(lik.fixed_cuts(), np.float64),
+                (theta_mean.shape[0], len(lik.fixed_cuts())),
+            )
+        )
         probs = np.exp(level_log_probs_np(theta_mean, cuts[:, None, :]))
         return probs @ np.asarray(lik.level_values, np.float64)
 
@@ -172,19 +236,26 @@ class _Run:
         from .checkpoint import STOP
 
         s = self.s
-        with tqdm(total=s.max_iter, initial=len(self.elbos), disable=not progress_bar, desc="vb") as bar:
+        with tqdm(
+            total=s.max_iter, initial=len(self.elbos), disable=not progress_bar, desc="vb"
+        ) as bar:
             try:
                 while len(self.elbos) < s.max_iter and not self.converged:
                     self.one_iteration()
-                    if s.checkpoint is not None:  # a Ctrl-C of the command line now saves (checkpoint.STOP)
+                    if (
+                        s.checkpoint is not None
+                    ):  # a Ctrl-C of the command line now saves (checkpoint.STOP)
                         STOP.arm()
                     bar.update(1)
                     post = f"elbo {self.elbos[-1].max():.6g}"
-                    bar.set_postfix_str(post + (f" rmse {self.rmses[-1].min():.4f}" if self.rmses else ""),
-                                        refresh=False)
+                    bar.set_postfix_str(
+                        post + (f" rmse {self.rmses[-1].min():.4f}" if self.rmses else ""),
+                        refresh=False,
+                    )
                     n = len(self.elbos)
-                    if s.checkpoint is not None and (n % s.checkpoint_every == 0 or self.converged
-                                                     or n == s.max_iter):
+                    if s.checkpoint is not None and (
+                        n % s.checkpoint_every == 0 or self.converged or n == s.max_iter
+                    ):
                         self.save()
                     STOP.check()
                 if s.checkpoint is not None:
@@ -195,7 +266,8 @@ class _Run:
                 self.save()
                 raise KeyboardInterrupt(
                     f"interrupted after {len(self.elbos)} VB iterations; the work done is saved in "
-                    f"{str(s.checkpoint)!r}: call fit again with the same arguments to resume") from None
+                    f"{str(s.checkpoint)!r}: call fit again with the same arguments to resume"
+                ) from None
             finally:
                 if s.checkpoint is not None:
                     STOP.disarm()
@@ -208,25 +280,40 @@ def fit_vb(prep, info, progress_bar: bool) -> VBFit:
     run.loop(progress_bar)
     best = int(np.argmax(run.elbos[-1]))  # the run with the highest final ELBO
     state = run.state
-    if run.mesh is not None:  # gathered to one device (from every process), without the padding rows
+    if (
+        run.mesh is not None
+    ):  # gathered to one device (from every process), without the padding rows
         state = jax.tree.map(lambda x: jnp.asarray(to_host(x)), run.unshard(state))
     state = jax.tree.map(lambda x: x[best : best + 1], state)
     prior, (m1, m2) = vb.vb_prior(info.prior, run.links), info.shape
     qp = vb.prior_q(state)
-    stats_M, stats_N = prior.vb_factor_stats(state.m, state.V), prior.vb_factor_stats(state.n, state.W)
+    stats_M, stats_N = (
+        prior.vb_factor_stats(state.m, state.V),
+        prior.vb_factor_stats(state.n, state.W),
+    )
     one = lambda d: {k: np.asarray(v)[0] for k, v in d.items()}  # noqa: E731
     q_prior = one(prior.vb_params(qp, stats_M, stats_N, m1, m2))
     q_noise = one(info.likelihood.vb_params(state.noise)) if state.noise else {}
     bias = one(state.bias) if state.bias else {}
     return VBFit(
-        info=info, m=np.asarray(state.m[0]), n=np.asarray(state.n[0]),
+        info=info,
+        m=np.asarray(state.m[0]),
+        n=np.asarray(state.n[0]),
         V_diag=np.asarray(jnp.diagonal(state.V[0], axis1=-2, axis2=-1)),
         W_diag=np.asarray(jnp.diagonal(state.W[0], axis1=-2, axis2=-1)),
         q_gamma=q_prior if prior.has_column_scales else no_gamma(prior),
-        q_prior=q_prior, q_noise=q_noise, q_biases=bias,
-        row_bias=bias.get("b_mean"), col_bias=bias.get("c_mean"),
-        elbo=np.asarray([e[best] for e in run.elbos]), rmse_trace=np.asarray([r[best] for r in run.rmses]),
-        converged=run.converged, state=state, num_iter=len(run.elbos), best_run=best,
+        q_prior=q_prior,
+        q_noise=q_noise,
+        q_biases=bias,
+        row_bias=bias.get("b_mean"),
+        col_bias=bias.get("c_mean"),
+        elbo=np.asarray([e[best] for e in run.elbos]),
+        rmse_trace=np.asarray([r[best] for r in run.rmses]),
+        converged=run.converged,
+        state=state,
+        num_iter=len(run.elbos),
+        best_run=best,
         # wall seconds of each iteration run by this call (the first includes compilation)
-        iteration_seconds=tuple(run.seconds), final_elbo_per_run=tuple(float(x) for x in run.elbos[-1]),
+        iteration_seconds=tuple(run.seconds),
+        final_elbo_per_run=tuple(float(x) for x in run.elbos[-1]),
     )

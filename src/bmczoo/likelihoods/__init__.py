@@ -13,8 +13,16 @@ from .learned_noise import LearnedNoise
 from .probit import LatentLikelihood, OrderedProbit, Probit
 from .tempered import Tempered
 
-__all__ = ["Likelihood", "Tempered", "LearnedNoise", "Probit", "OrderedProbit", "LatentLikelihood",
-           "get_likelihood", "registry"]
+__all__ = [
+    "Likelihood",
+    "Tempered",
+    "LearnedNoise",
+    "Probit",
+    "OrderedProbit",
+    "LatentLikelihood",
+    "get_likelihood",
+    "registry",
+]
 
 
 def _all_subclasses(cls):
@@ -46,5 +54,7 @@ def get_likelihood(name: str, **settings) -> Likelihood:
     fields = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(settings) - set(fields))
     if unknown:
-        raise ValueError(f"{cls.__name__} has no setting {', '.join(unknown)}; it has {', '.join(fields)}")
+        raise ValueError(
+            f"{cls.__name__} has no setting {', '.join(unknown)}; it has {', '.join(fields)}"
+        )
     return cls(**settings)

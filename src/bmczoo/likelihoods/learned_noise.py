@@ -42,7 +42,9 @@ class LearnedNoise(Likelihood):
     def __post_init__(self):
         object.__setattr__(self, "a", check_real("a", self.a, low=0.0, low_open=True))
         object.__setattr__(self, "b", check_real("b", self.b, low=0.0, low_open=True))
-        object.__setattr__(self, "temper", check_real("temper", self.temper, low=0.0, high=1.0, low_open=True))
+        object.__setattr__(
+            self, "temper", check_real("temper", self.temper, low=0.0, high=1.0, low_open=True)
+        )
 
     def precision(self, n: int) -> float:
         """The prior mean ``a / b`` (the Gibbs chains' starting value)."""
@@ -54,7 +56,10 @@ class LearnedNoise(Likelihood):
     def sample_tau(self, key, sse, n):
         shape = self.a + 0.5 * self.temper * n
         rate = self.b + 0.5 * self.temper * sse
-        tau = jax.random.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype) / rate
+        tau = (
+            jax.random.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype)
+            / rate
+        )
         # a draw below the smallest normal float (a gamma variate at its extreme over a
         # large SSE) would flush to 0, an infinite noise variance: represented by tiny
         fi = jnp.finfo(sse.dtype)
@@ -74,7 +79,9 @@ class LearnedNoise(Likelihood):
     def vb_step(self, q, expected_sse, n):
         """``q(tau) = Gamma(a + temper n / 2, b + temper E[SSE] / 2)``."""
         dt = expected_sse.dtype
-        shape = jnp.broadcast_to(jnp.asarray(self.a + 0.5 * self.temper * n, dt), expected_sse.shape)
+        shape = jnp.broadcast_to(
+            jnp.asarray(self.a + 0.5 * self.temper * n, dt), expected_sse.shape
+        )
         return {"shape": shape, "rate": self.b + 0.5 * self.temper * expected_sse}
 
     def vb_elbo_term(self, q, n, expected_sse, tau):
@@ -110,8 +117,10 @@ class LearnedNoise(Likelihood):
         conditional of ``tau`` is ``Gamma(a + temper n / 2, b + temper SSE / 2)``, the Gibbs
         block's."""
         if tau is None:
-            raise ValueError("LearnedNoise.sample_obs needs tau: sample it with sample_params() "
-                             "outside the ratings plate and pass it as tau=")
+            raise ValueError(
+                "LearnedNoise.sample_obs needs tau: sample it with sample_params() "
+                "outside the ratings plate and pass it as tau="
+            )
         fn = dist.Normal(mean, 1.0 / jnp.sqrt(tau))
         if self.temper == 1.0:
             return numpyro.sample("obs", fn, obs=obs)

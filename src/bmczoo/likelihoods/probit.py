@@ -85,8 +85,10 @@ class LatentLikelihood(Likelihood):
 
     def _require_bound(self) -> tuple[float, ...]:
         if self.level_values is None:
-            raise ValueError(f"{type(self).__name__} is not bound to data yet: bmc.fit binds it "
-                             "(or call likelihood.bind(train))")
+            raise ValueError(
+                f"{type(self).__name__} is not bound to data yet: bmc.fit binds it "
+                "(or call likelihood.bind(train))"
+            )
         return self.level_values
 
     def level_index(self, values) -> np.ndarray:
@@ -97,8 +99,10 @@ class LatentLikelihood(Likelihood):
         idx = np.clip(np.searchsorted(levels, v), 0, len(levels) - 1)
         bad = np.flatnonzero(levels[idx] != v)
         if bad.size:
-            raise ValueError(f"{type(self).__name__}: value {float(v[bad[0]])!r} at position {int(bad[0])} is not one of "
-                             f"the levels {tuple(float(x) for x in levels)}")
+            raise ValueError(
+                f"{type(self).__name__}: value {float(v[bad[0]])!r} at position {int(bad[0])} is not one of "
+                f"the levels {tuple(float(x) for x in levels)}"
+            )
         return idx.astype(np.int32)
 
     def level_index_traced(self, values):
@@ -109,8 +113,11 @@ class LatentLikelihood(Likelihood):
 
     def expected_value(self, probs):
         """``sum_l level_l P(Y = l)``: probs (..., L) -> (...)."""
-        levels = jnp.asarray(self._require_bound(), probs.dtype) if isinstance(probs, jax.Array) \
+        levels = (
+            jnp.asarray(self._require_bound(), probs.dtype)
+            if isinstance(probs, jax.Array)
             else np.asarray(self._require_bound(), np.float64)
+        )
         return probs @ levels
 
     # -------------------------------------------------------------- cut points
@@ -159,7 +166,9 @@ class LatentLikelihood(Likelihood):
         dt = theta.dtype
         split = jax.vmap(jax.random.split)(keys)
         if self.fixed_cuts() is None:
-            cuts = jax.vmap(lambda k, t, c: self.cut_move(k, t, level, c, cut_step))(split[:, 0], theta, cuts)
+            cuts = jax.vmap(lambda k, t, c: self.cut_move(k, t, level, c, cut_step))(
+                split[:, 0], theta, cuts
+            )
         lo, hi = jax.vmap(lambda c: self.latent_interval(c, level, dt))(cuts)
         u = jax.vmap(lambda k: truncnorm.uniform(k, (n,), dt))(split[:, 1])
         return cuts, truncnorm.sample_uniform(u, theta, lo, hi)
@@ -187,7 +196,9 @@ class LatentLikelihood(Likelihood):
             return jnp.sum(truncnorm.log_mass(edges[level] - theta, edges[level + 1] - theta))
 
         safe = jnp.where(ordered, prop, cuts)
-        log_alpha = self.cut_log_prior(safe) - self.cut_log_prior(cuts) + loglik(safe) - loglik(cuts)
+        log_alpha = (
+            self.cut_log_prior(safe) - self.cut_log_prior(cuts) + loglik(safe) - loglik(cuts)
+        )
         accept = ordered & (jnp.log(jax.random.uniform(k2, (), dt)) < log_alpha)
         return jnp.where(accept, prop, cuts)
 
@@ -243,13 +254,17 @@ class Probit(LatentLikelihood):
         v = np.asarray(values, np.float64)
         bad = np.flatnonzero((v != 0.0) & (v != 1.0))
         if bad.size:
-            raise ValueError(f"Probit needs binary values 0 or 1; value {float(v[bad[0]])!r} at position {int(bad[0])} "
-                             "is neither (binarise first, e.g. values >= 4)")
+            raise ValueError(
+                f"Probit needs binary values 0 or 1; value {float(v[bad[0]])!r} at position {int(bad[0])} "
+                "is neither (binarise first, e.g. values >= 4)"
+            )
         if self.threshold is not None:
             return self
         frac = float(np.mean(v))
         if not 0.0 < frac < 1.0:
-            raise ValueError(f"Probit: every value is {int(v[0])}: a binary model needs both 0s and 1s")
+            raise ValueError(
+                f"Probit: every value is {int(v[0])}: a binary model needs both 0s and 1s"
+            )
         thr = -NormalInv(frac) if center else 0.0
         return dataclasses.replace(self, threshold=float(thr))
 
@@ -284,14 +299,20 @@ class OrderedProbit(LatentLikelihood):
     name = "ordered-probit"
 
     def __post_init__(self):
-        object.__setattr__(self, "cut_scale", check_real("cut_scale", self.cut_scale, low=0.0, low_open=True))
+        object.__setattr__(
+            self, "cut_scale", check_real("cut_scale", self.cut_scale, low=0.0, low_open=True)
+        )
         if self.levels is not None:
             try:
                 lv = tuple(float(x) for x in self.levels)
             except (TypeError, ValueError):
-                raise ValueError(f"levels must be a sequence of numbers, got {self.levels!r}") from None
+                raise ValueError(
+                    f"levels must be a sequence of numbers, got {self.levels!r}"
+                ) from None
             if len(lv) < 2 or not all(np.isfinite(lv)) or any(b <= a for a, b in zip(lv, lv[1:])):
-                raise ValueError(f"levels must be at least two finite, strictly increasing numbers, got {self.levels!r}")
+                raise ValueError(
+                    f"levels must be at least two finite, strictly increasing numbers, got {self.levels!r}"
+                )
             object.__setattr__(self, "levels", lv)
 
     @property
@@ -305,11 +326,15 @@ class OrderedProbit(LatentLikelihood):
         if self.levels is None:
             lv = np.unique(np.asarray(values, np.float64))
             if lv.size < 2:
-                raise ValueError("OrderedProbit: the data have a single distinct value; an ordinal model needs two "
-                                 "or more levels")
+                raise ValueError(
+                    "OrderedProbit: the data have a single distinct value; an ordinal model needs two "
+                    "or more levels"
+                )
             if lv.size > 100:
-                raise ValueError(f"OrderedProbit: the data have {lv.size} distinct values; give levels= explicitly "
-                                 "if they really are ordinal levels")
+                raise ValueError(
+                    f"OrderedProbit: the data have {lv.size} distinct values; give levels= explicitly "
+                    "if they really are ordinal levels"
+                )
             out = dataclasses.replace(self, levels=tuple(float(x) for x in lv))
         out.level_index(values)
         return out
@@ -326,9 +351,14 @@ class OrderedProbit(LatentLikelihood):
         """NumPyro site ``cuts`` (L-1,): ``OrderedTransform`` of ``N(0, cut_scale^2)``."""
         L = self.num_levels
         base = dist.Normal(0.0, self.cut_scale).expand([L - 1]).to_event(1)
-        cuts = numpyro.sample("cuts", dist.TransformedDistribution(base, dist.transforms.OrderedTransform()))
+        cuts = numpyro.sample(
+            "cuts", dist.TransformedDistribution(base, dist.transforms.OrderedTransform())
+        )
         return {"cuts": cuts}
 
     def describe(self) -> dict:
-        return {"name": self.name, "levels": None if self.levels is None else list(self.levels),
-                "cut_scale": self.cut_scale}
+        return {
+            "name": self.name,
+            "levels": None if self.levels is None else list(self.levels),
+            "cut_scale": self.cut_scale,
+        }

@@ -38,7 +38,9 @@ class Tempered(Likelihood):
     name = "tempered"
 
     def __post_init__(self):
-        object.__setattr__(self, "noise_sd", check_real("noise_sd", self.noise_sd, low=0.0, low_open=True))
+        object.__setattr__(
+            self, "noise_sd", check_real("noise_sd", self.noise_sd, low=0.0, low_open=True)
+        )
         if self.lam is not None:
             object.__setattr__(self, "lam", check_real("lam", self.lam, low=0.0, low_open=True))
 

@@ -30,8 +30,17 @@ from jax.scipy.special import erf, erfc, erfcx, ndtri
 
 from .. import _rng
 
-__all__ = ["log_ndtri", "log_mass", "sample_std", "sample", "sample_uniform", "uniform", "unit_interval",
-           "moments", "entropy"]
+__all__ = [
+    "log_ndtri",
+    "log_mass",
+    "sample_std",
+    "sample",
+    "sample_uniform",
+    "uniform",
+    "unit_interval",
+    "moments",
+    "entropy",
+]
 
 _LOG_HALF = math.log(0.5)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -216,7 +225,9 @@ def log_mass(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
 
 
 @jax.jit
-def sample_std(u: jax.typing.ArrayLike, a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
+def sample_std(
+    u: jax.typing.ArrayLike, a: jax.typing.ArrayLike, b: jax.typing.ArrayLike
+) -> jax.Array:
     """Inverse CDF of the standard normal truncated to ``[a, b]``, evaluated at ``u``.
 
     ``u ~ Uniform(0, 1)`` gives a draw of N(0, 1) truncated to ``[a, b]``; the map is
@@ -381,8 +392,12 @@ def unit_interval(dtype: jax.typing.DTypeLike) -> tuple[float, float]:
 
 
 @jax.jit
-def sample_uniform(u: jax.typing.ArrayLike, mean: jax.typing.ArrayLike, lo: jax.typing.ArrayLike,
-                   hi: jax.typing.ArrayLike) -> jax.Array:
+def sample_uniform(
+    u: jax.typing.ArrayLike,
+    mean: jax.typing.ArrayLike,
+    lo: jax.typing.ArrayLike,
+    hi: jax.typing.ArrayLike,
+) -> jax.Array:
     """The draw of :func:`sample` from given uniforms ``u`` in (0, 1): ``mean`` plus the
     inverse CDF of the standard normal truncated to ``[lo - mean, hi - mean]`` at ``u``
     (in probability space for most entries, in log space for the far tails, narrow
@@ -469,7 +484,9 @@ def moments(
 
 
 @jax.jit
-def entropy(mean: jax.typing.ArrayLike, lo: jax.typing.ArrayLike, hi: jax.typing.ArrayLike) -> jax.Array:
+def entropy(
+    mean: jax.typing.ArrayLike, lo: jax.typing.ArrayLike, hi: jax.typing.ArrayLike
+) -> jax.Array:
     """Differential entropy of ``N(mean, 1)`` truncated to ``[lo, hi]``.
 
     ``H = log(sqrt(2 pi e) Z) + (a phi(a) - b phi(b)) / (2 Z)`` with ``a = lo - mean``,

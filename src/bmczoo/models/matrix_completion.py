@@ -80,14 +80,18 @@ def matrix_completion(
         ``mu``) stay sites: their joint density is bounded, so ``AutoDelta`` is their MAP.
     """
     ratings, prior, K, likelihood, biases, subsample_size = _check_arguments(
-        ratings, K, prior, lam, noise_sd, likelihood, biases, observed, subsample_size, marginal)
+        ratings, K, prior, lam, noise_sd, likelihood, biases, observed, subsample_size, marginal
+    )
     m1, m2 = ratings.shape
     if marginal and prior.has_column_scales:
         M, N = _marginal_factors(prior, m1, m2, K)
     else:
         # the data, not only its shape: a prior with a feature link reads the features
-        _, M, N = (prior.sample_latents_for(ratings, K) if hasattr(prior, "sample_latents_for")
-                   else prior.sample_latents(m1, m2, K))
+        _, M, N = (
+            prior.sample_latents_for(ratings, K)
+            if hasattr(prior, "sample_latents_for")
+            else prior.sample_latents(m1, m2, K)
+        )
     bias = None if biases is None else sample_biases(biases, m1, m2)
     rows = jnp.asarray(ratings.rows)
     cols = jnp.asarray(ratings.cols)
@@ -103,7 +107,9 @@ def matrix_completion(
         likelihood.sample_obs(mean, ratings.n, None if y is None else y[idx], **lik_params)
 
 
-def _check_arguments(ratings, K, prior, lam, noise_sd, likelihood, biases, observed, subsample_size, marginal):
+def _check_arguments(
+    ratings, K, prior, lam, noise_sd, likelihood, biases, observed, subsample_size, marginal
+):
     ratings = check_ratings(ratings)
     prior = check_prior(prior)
     K = check_K(K, ratings.shape)
@@ -116,7 +122,9 @@ def _check_arguments(ratings, K, prior, lam, noise_sd, likelihood, biases, obser
     if subsample_size is not None:
         subsample_size = check_positive_int("subsample_size", subsample_size)
         if subsample_size > ratings.n:
-            raise ValueError(f"subsample_size={subsample_size} exceeds the number of ratings {ratings.n}")
+            raise ValueError(
+                f"subsample_size={subsample_size} exceeds the number of ratings {ratings.n}"
+            )
     return ratings, prior, K, likelihood, biases, subsample_size
 
 
@@ -139,7 +147,9 @@ def sample_biases(biases: Biases, m1: int, m2: int):
     out = []
     for side, m in (("row", m1), ("col", m2)):
         var = numpyro.sample(f"{side}_bias_var", dist.InverseGamma(biases.a, biases.b))
-        out.append(numpyro.sample(f"{side}_bias", dist.Normal(0.0, jnp.sqrt(var)).expand([m]).to_event(1)))
+        out.append(
+            numpyro.sample(f"{side}_bias", dist.Normal(0.0, jnp.sqrt(var)).expand([m]).to_event(1))
+        )
     return tuple(out)
 
 
@@ -151,6 +161,8 @@ def model_likelihood(likelihood, lam, noise_sd):
     if not isinstance(likelihood, Likelihood):
         raise TypeError(f"likelihood must be one of bmczoo.likelihoods, got {likelihood!r}")
     if lam is not None or noise_sd != 1.0:
-        raise ValueError("give lam/noise_sd to the likelihood (e.g. bmc.likelihoods.Tempered(lam=...)), "
-                         "not besides it")
+        raise ValueError(
+            "give lam/noise_sd to the likelihood (e.g. bmc.likelihoods.Tempered(lam=...)), "
+            "not besides it"
+        )
     return likelihood

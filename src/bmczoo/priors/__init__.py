@@ -17,14 +17,29 @@ from .fixed import Fixed
 from .gamma import Gamma
 from .inverse_gamma import InverseGamma
 
-__all__ = ["Prior", "VBGamma", "Fixed", "InverseGamma", "Gamma", "Discrete", "ColumnSpikeSlabNormal", "get_prior", "registry"]
+__all__ = [
+    "Prior",
+    "VBGamma",
+    "Fixed",
+    "InverseGamma",
+    "Gamma",
+    "Discrete",
+    "ColumnSpikeSlabNormal",
+    "get_prior",
+    "registry",
+]
 
 for _info in pkgutil.iter_modules(__path__):
     if _info.name.startswith("_") or _info.name == "base":
         continue
     _module = importlib.import_module(f"{__name__}.{_info.name}")
     for _name, _obj in vars(_module).items():
-        if inspect.isclass(_obj) and issubclass(_obj, Prior) and _obj is not Prior and _obj.__module__ == _module.__name__:
+        if (
+            inspect.isclass(_obj)
+            and issubclass(_obj, Prior)
+            and _obj is not Prior
+            and _obj.__module__ == _module.__name__
+        ):
             globals()[_name] = _obj
             if _name not in __all__:
                 __all__.append(_name)
@@ -39,7 +54,9 @@ def _all_subclasses(cls):
 def registry() -> dict[str, type[Prior]]:
     """Every prior class of the zoo by its ``name`` (in the order the modules are found):
     what the command line offers and the experiments can run."""
-    return {sub.name: sub for sub in _all_subclasses(Prior) if sub.name and not inspect.isabstract(sub)}
+    return {
+        sub.name: sub for sub in _all_subclasses(Prior) if sub.name and not inspect.isabstract(sub)
+    }
 
 
 def get_prior(name: str, **hyper) -> Prior:
@@ -61,7 +78,9 @@ def get_prior(name: str, **hyper) -> Prior:
             fields = [f.name for f in dataclasses.fields(sub)]
             unknown = sorted(set(hyper) - set(fields))
             if unknown:
-                raise ValueError(f"{sub.__name__} has no hyper-parameter {', '.join(unknown)}; it has {', '.join(fields)}")
+                raise ValueError(
+                    f"{sub.__name__} has no hyper-parameter {', '.join(unknown)}; it has {', '.join(fields)}"
+                )
             return sub(**hyper)
     known = sorted(s.name for s in _all_subclasses(Prior) if s.name)
     raise ValueError(f"unknown prior {name!r}; known: {', '.join(known)}")

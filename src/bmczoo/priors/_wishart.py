@@ -54,7 +54,9 @@ def wishart_draw(key: jax.Array, Winv: jax.Array, nu, beta=None, mu=None):
     if beta is None:
         return Lam
     z = jax.random.normal(kz, (K,), dtype)
-    v = lax.linalg.triangular_solve(A, z[:, None], left_side=True, lower=True, transpose_a=True)[:, 0]
+    v = lax.linalg.triangular_solve(A, z[:, None], left_side=True, lower=True, transpose_a=True)[
+        :, 0
+    ]
     return mu + (U @ v) / jnp.sqrt(beta), Lam
 
 
@@ -78,7 +80,9 @@ def _expected_lambda(Winv, nu):
 def _multigammaln(a, K: int):
     """``log Gamma_K(a)`` (multivariate gamma function)."""
     j = jnp.arange(K, dtype=jnp.result_type(a))
-    return 0.25 * K * (K - 1) * jnp.log(jnp.pi) + jnp.sum(jax.scipy.special.gammaln(a[..., None] - 0.5 * j), -1)
+    return 0.25 * K * (K - 1) * jnp.log(jnp.pi) + jnp.sum(
+        jax.scipy.special.gammaln(a[..., None] - 0.5 * j), -1
+    )
 
 
 def _multidigamma(a, K: int):
@@ -110,7 +114,12 @@ def nw_vb_term(mu, beta, nu, Winv, s1, s2, m: int, beta0: float, nu0: float, W0_
     dt = mu.dtype
     W, logdet_W = _chol_inverse(Winv)
     ElogL = _multidigamma(0.5 * nu, K) + K * jnp.log(2.0) + logdet_W
-    Q = s2 - s1[..., :, None] * mu[..., None, :] - mu[..., :, None] * s1[..., None, :] + m * mu[..., :, None] * mu[..., None, :]
+    Q = (
+        s2
+        - s1[..., :, None] * mu[..., None, :]
+        - mu[..., :, None] * s1[..., None, :]
+        + m * mu[..., :, None] * mu[..., None, :]
+    )
     trWQ = jnp.sum(W * Q, axis=(-2, -1))
     log2pi = jnp.log(2.0 * jnp.pi).astype(dt)
     rows = 0.5 * m * ElogL - 0.5 * m * K * log2pi - 0.5 * (m * K / beta + nu * trWQ)
@@ -121,8 +130,20 @@ def nw_vb_term(mu, beta, nu, Winv, s1, s2, m: int, beta0: float, nu0: float, W0_
     muWmu = jnp.einsum("...k,...kl,...l->...", mu, W, mu)
     trW = jnp.trace(W, axis1=-2, axis2=-1)
     nu0_ = jnp.asarray(nu0, dt)
-    prior = (0.5 * K * jnp.log(beta0 / (2.0 * jnp.pi)) + 0.5 * ElogL - 0.5 * beta0 * (K / beta + nu * muWmu)
-             + log_B(K * jnp.log(W0_scale), nu0_) + 0.5 * (nu0 - K - 1) * ElogL - 0.5 * nu * trW / W0_scale)
-    neg_entropy = (0.5 * K * (jnp.log(beta) - log2pi) + 0.5 * ElogL - 0.5 * K + log_B(logdet_W, nu)
-                   + 0.5 * (nu - K - 1) * ElogL - 0.5 * nu * K)
+    prior = (
+        0.5 * K * jnp.log(beta0 / (2.0 * jnp.pi))
+        + 0.5 * ElogL
+        - 0.5 * beta0 * (K / beta + nu * muWmu)
+        + log_B(K * jnp.log(W0_scale), nu0_)
+        + 0.5 * (nu0 - K - 1) * ElogL
+        - 0.5 * nu * trW / W0_scale
+    )
+    neg_entropy = (
+        0.5 * K * (jnp.log(beta) - log2pi)
+        + 0.5 * ElogL
+        - 0.5 * K
+        + log_B(logdet_W, nu)
+        + 0.5 * (nu - K - 1) * ElogL
+        - 0.5 * nu * K
+    )
     return rows + prior - neg_entropy

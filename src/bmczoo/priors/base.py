@@ -161,7 +161,9 @@ class Prior(abc.ABC):
         (a pytree of sums, so a sharded run adds the devices' parts): ``sum_i F_ih^2``."""
         return jnp.sum(F * F, axis=-2)
 
-    def gibbs_update(self, key: jax.Array, stats_M, stats_N, m1: int, m2: int) -> dict[str, jax.Array]:
+    def gibbs_update(
+        self, key: jax.Array, stats_M, stats_N, m1: int, m2: int
+    ) -> dict[str, jax.Array]:
         """Draw the prior's state (one chain) from its conditional given the factor
         statistics of :meth:`factor_stats` (one chain's)."""
         return {"gamma": self.sample_conditional(key, stats_M + stats_N, m1 + m2)}
@@ -241,7 +243,9 @@ class Prior(abc.ABC):
         """
         return self.factor_stats(F)
 
-    def link_update(self, key: jax.Array, state: dict, stats_M, stats_N, m1: int, m2: int, links: dict) -> dict:
+    def link_update(
+        self, key: jax.Array, state: dict, stats_M, stats_N, m1: int, m2: int, links: dict
+    ) -> dict:
         """:meth:`gibbs_update` with the links; also given the prior's current ``state``
         (one chain), as a link's blocks are drawn in turn (Gibbs within the prior).
 
@@ -301,7 +305,10 @@ class Prior(abc.ABC):
     def has_column_move(self) -> bool:
         """Whether the Gibbs column moves apply to this prior: column scales and a
         :meth:`column_proposal`."""
-        return self.has_column_scales and self.column_proposal(jnp.ones(1), jnp.zeros(1), 2) is not None
+        return (
+            self.has_column_scales
+            and self.column_proposal(jnp.ones(1), jnp.zeros(1), 2) is not None
+        )
 
     #: step of the log-scale random walk of :meth:`log_walk_proposal`
     column_step: ClassVar[float] = 0.5
@@ -337,7 +344,9 @@ class Prior(abc.ABC):
     # family (e.g. :class:`~bmczoo.priors.NormalWishart`) overrides them.  Every array
     # carries the leading run axis ``C``.
 
-    def vb_state(self, K: int, m1: int, m2: int, C: int, dtype=jnp.float32, gamma: float | None = 1.0) -> dict:
+    def vb_state(
+        self, K: int, m1: int, m2: int, C: int, dtype=jnp.float32, gamma: float | None = 1.0
+    ) -> dict:
         """The starting q-state (a dict of (C, ...) arrays, replicated over devices):
         ``{"inv_gamma": 1/gamma}`` here (``gamma=None``: the prior's :meth:`init_gamma`)."""
         g = self.init_gamma(K, m1 + m2, dtype) if gamma is None else jnp.full((K,), gamma, dtype)
@@ -359,7 +368,11 @@ class Prior(abc.ABC):
         """The optimal q-state given the factor statistics of :meth:`vb_factor_stats`:
         ``{"inv_gamma": E_q[1/gamma_h]}`` from :meth:`vb_update` at ``E[S] = stats_M + stats_N``."""
         ES = stats_M + stats_N
-        return {"inv_gamma": self.vb_update(ES, m1 + m2).inv_mean.astype(ES.dtype if dtype is None else dtype)}
+        return {
+            "inv_gamma": self.vb_update(ES, m1 + m2).inv_mean.astype(
+                ES.dtype if dtype is None else dtype
+            )
+        }
 
     def vb_elbo_term(self, q: dict, stats_M, stats_N, m1: int, m2: int) -> jax.Array:
         """``E_q[log p(M, N | prior variables)] + E_q[log p(prior variables)] - E_q[log q]``

@@ -22,9 +22,7 @@ def _slab_logit(S, m: int, p: float, C: float, eps: float):
     difference so that nothing overflows even for m ~ 10^5.
     """
     return (
-        math.log(p) - math.log1p(-p)
-        - 0.5 * m * math.log(C / eps)
-        + 0.5 * S * (1.0 / eps - 1.0 / C)
+        math.log(p) - math.log1p(-p) - 0.5 * m * math.log(C / eps) + 0.5 * S * (1.0 / eps - 1.0 / C)
     )
 
 
@@ -43,8 +41,16 @@ class ColumnSpikeSlabNormal(dist.Distribution):
     pytree_data_fields = ("slab_logit",)
     pytree_aux_fields = ("m", "C", "eps")
 
-    def __init__(self, m: int, slab_prob=None, C: float = 1.0, eps: float = 0.05, *, slab_logit=None,
-                 validate_args=None):
+    def __init__(
+        self,
+        m: int,
+        slab_prob=None,
+        C: float = 1.0,
+        eps: float = 0.05,
+        *,
+        slab_logit=None,
+        validate_args=None,
+    ):
         if (slab_prob is None) == (slab_logit is None):
             raise ValueError("give exactly one of slab_prob and slab_logit")
         self.m, self.C, self.eps = int(m), float(C), float(eps)
@@ -54,7 +60,9 @@ class ColumnSpikeSlabNormal(dist.Distribution):
         self.slab_logit = jnp.asarray(slab_logit)
         K = self.slab_logit.shape[-1]
         super().__init__(
-            batch_shape=self.slab_logit.shape[:-1], event_shape=(self.m, K), validate_args=validate_args
+            batch_shape=self.slab_logit.shape[:-1],
+            event_shape=(self.m, K),
+            validate_args=validate_args,
         )
 
     @property
@@ -71,8 +79,16 @@ class ColumnSpikeSlabNormal(dist.Distribution):
     def log_prob(self, value):
         S = jnp.sum(value**2, axis=-2)
         log_norm = -0.5 * self.m * math.log(2.0 * math.pi)
-        l1 = jax.nn.log_sigmoid(self.slab_logit) - 0.5 * self.m * math.log(self.C) - S / (2.0 * self.C)
-        l0 = jax.nn.log_sigmoid(-self.slab_logit) - 0.5 * self.m * math.log(self.eps) - S / (2.0 * self.eps)
+        l1 = (
+            jax.nn.log_sigmoid(self.slab_logit)
+            - 0.5 * self.m * math.log(self.C)
+            - S / (2.0 * self.C)
+        )
+        l0 = (
+            jax.nn.log_sigmoid(-self.slab_logit)
+            - 0.5 * self.m * math.log(self.eps)
+            - S / (2.0 * self.eps)
+        )
         return jnp.sum(jnp.logaddexp(l1, l0) + log_norm, axis=-1)
 
 
@@ -125,7 +141,9 @@ class Discrete(Prior):
         prior = jnp.full((K,), self.p)
         M = numpyro.sample("M", ColumnSpikeSlabNormal(m1, prior, self.C, self.eps))
         logit_M = _slab_logit(jnp.sum(M**2, axis=0), m1, self.p, self.C, self.eps)
-        N = numpyro.sample("N", ColumnSpikeSlabNormal(m2, C=self.C, eps=self.eps, slab_logit=logit_M))
+        N = numpyro.sample(
+            "N", ColumnSpikeSlabNormal(m2, C=self.C, eps=self.eps, slab_logit=logit_M)
+        )
         S = jnp.sum(M**2, axis=0) + jnp.sum(N**2, axis=0)
         q = numpyro.deterministic("gamma_slab_prob", jax.nn.sigmoid(self.slab_logit(S, m1 + m2)))
         gamma = numpyro.deterministic("gamma", q * self.C + (1.0 - q) * self.eps)

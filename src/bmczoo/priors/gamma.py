@@ -91,7 +91,10 @@ class Gamma(Prior):
         # large terms separately: the constant is summed once, in double precision.
         a = self.concentration(d)
         const = (
-            a * math.log(self.rate) - math.lgamma(a) + math.log(2.0) + 0.5 * math.log(math.pi / 2.0)
+            a * math.log(self.rate)
+            - math.lgamma(a)
+            + math.log(2.0)
+            + 0.5 * math.log(math.pi / 2.0)
             - math.log(self.beta)
         )
         z = self.beta * jnp.sqrt(ES)
@@ -99,7 +102,10 @@ class Gamma(Prior):
         return VBGamma(
             inv_mean=self.beta / jnp.sqrt(ES),
             log_normalizer=logz,
-            params={"ig_mean": self.beta / jnp.sqrt(ES), "ig_shape": jnp.full_like(ES, self.beta**2)},
+            params={
+                "ig_mean": self.beta / jnp.sqrt(ES),
+                "ig_shape": jnp.full_like(ES, self.beta**2),
+            },
         )
 
     def log_prob(self, gamma, d):

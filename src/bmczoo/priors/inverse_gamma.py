@@ -108,4 +108,6 @@ def scipy_gammainc(a, x):
     from jax.scipy.special import gammainc
 
     with jax.enable_x64(True):
-        return np.asarray(gammainc(np.asarray(a, np.float64), np.asarray(x, np.float64)), np.float64)
+        return np.asarray(
+            gammainc(np.asarray(a, np.float64), np.asarray(x, np.float64)), np.float64
+        )

@@ -24,10 +24,29 @@ import numpy as np
 from jax import lax
 
 from .. import _rng
-from ._wishart import _chol_inverse, _expected_lambda, _multidigamma, nw_posterior, nw_vb_term, wishart_draw
+from ._wishart import (
+    _chol_inverse,
+    _expected_lambda,
+    _multidigamma,
+    nw_posterior,
+    nw_vb_term,
+    wishart_draw,
+)
 
-__all__ = ["FeatureTable", "side_features", "link_arrays", "coords_mean", "coords_stats", "stored_links", "x_times", "xt_times", "b_draw",
-           "lam_conditional", "nw_link_conditional", "link_block"]
+__all__ = [
+    "FeatureTable",
+    "side_features",
+    "link_arrays",
+    "coords_mean",
+    "coords_stats",
+    "stored_links",
+    "x_times",
+    "xt_times",
+    "b_draw",
+    "lam_conditional",
+    "nw_link_conditional",
+    "link_block",
+]
 
 
 class FeatureTable:
@@ -61,8 +80,10 @@ def check_spec(owner: str, name: str, value):
         return value
     if isinstance(value, Features):
         return FeatureTable(value)
-    raise ValueError(f"{owner}: {name} must be None, True (the data's {name}) or a bmczoo.data.Features, "
-                     f"got {type(value).__name__}")
+    raise ValueError(
+        f"{owner}: {name} must be None, True (the data's {name}) or a bmczoo.data.Features, "
+        f"got {type(value).__name__}"
+    )
 
 
 def check_implicit(owner: str, value):
@@ -87,8 +108,10 @@ def side_features(spec, implicit, ratings, axis: str):
     if spec is True:
         X = getattr(ratings, name, None)
         if X is None:
-            raise ValueError(f"NormalWishart({name}=True): the data has no {name} (the MovieLens loaders attach "
-                             f"the side files found beside the ratings; or pass a bmczoo.data.Features)")
+            raise ValueError(
+                f"NormalWishart({name}=True): the data has no {name} (the MovieLens loaders attach "
+                f"the side files found beside the ratings; or pass a bmczoo.data.Features)"
+            )
         parts.append(X)
     elif isinstance(spec, FeatureTable):
         parts.append(spec.features)
@@ -138,10 +161,14 @@ def link_arrays(X, dtype) -> dict:
     order = np.argsort(X.indices, kind="stable")  # the entries grouped by feature: X^T by rows
     t_indptr = np.zeros(F + 1, np.int64)
     np.cumsum(np.bincount(X.indices, minlength=F), out=t_indptr[1:])
-    out = {"X": _csr(X.indptr, X.indices, X.values, (m, F), dtype),
-           "Xt": _csr(t_indptr, X.row_ids()[order], X.values[order], (F, m), dtype),
-           "V": jnp.asarray(V, dtype), "d": jnp.asarray(d, dtype), "u": jnp.asarray(u, dtype),
-           "Vr": jnp.asarray(V[:, null:], dtype)}
+    out = {
+        "X": _csr(X.indptr, X.indices, X.values, (m, F), dtype),
+        "Xt": _csr(t_indptr, X.row_ids()[order], X.values[order], (F, m), dtype),
+        "V": jnp.asarray(V, dtype),
+        "d": jnp.asarray(d, dtype),
+        "u": jnp.asarray(u, dtype),
+        "Vr": jnp.asarray(V[:, null:], dtype),
+    }
     if m < F:
         out["XV"] = jnp.asarray(X.to_scipy() @ V[:, null:], dtype)
     return out
@@ -151,7 +178,7 @@ def coords_mean(link: dict, Bt: jax.Array) -> jax.Array:
     """``X B`` (C, m, K) for ``B = V Bt`` given its coordinates ``Bt`` (C, F, K) in the
     eigenbasis: ``(X Vr) Bt_r`` (only the range of ``X^T`` counts)."""
     F, r = link["Vr"].shape
-    Btr = Bt[:, F - r:]
+    Btr = Bt[:, F - r :]
     if "XV" in link:
         return jnp.einsum("mr,crk->cmk", link["XV"], Btr)
     return x_times(link, jnp.einsum("fr,crk->cfk", link["Vr"], Btr))
@@ -170,8 +197,11 @@ def coords_stats(link: dict, E: jax.Array) -> jax.Array:
 def stored_links(prior_state: dict, links: dict) -> dict:
     """The links' ``B_F = V Bt_F`` (C, F, K) of a Gibbs state's coordinates ``Bt_F``
     (for the draws kept with the factors)."""
-    return {f"B_{key[3:]}": jnp.einsum("fg,cgk->cfk", links[f"{key[3:]}/V"], value)
-            for key, value in prior_state.items() if key.startswith("Bt_")}
+    return {
+        f"B_{key[3:]}": jnp.einsum("fg,cgk->cfk", links[f"{key[3:]}/V"], value)
+        for key, value in prior_state.items()
+        if key.startswith("Bt_")
+    }
 
 
 def _product(csr, dense: jax.Array) -> jax.Array:
@@ -227,7 +257,9 @@ def b_draw(link: dict, mu, Lam, lam_B, Gt, Z):
     Lc = lax.linalg.cholesky(Lam, symmetrize_input=False)
     # Z Lc^{-1} as a product with the K x K inverse: XLA's CPU triangular solve from the
     # right with F rows costs about 300 times the product at F = 1,700, K = 10
-    Lc_inv = lax.linalg.triangular_solve(Lc, jnp.eye(Lam.shape[-1], dtype=Lam.dtype), left_side=True, lower=True)
+    Lc_inv = lax.linalg.triangular_solve(
+        Lc, jnp.eye(Lam.shape[-1], dtype=Lam.dtype), left_side=True, lower=True
+    )
     return mean + (Z @ Lc_inv) * lax.rsqrt(a)[:, None]
 
 
@@ -238,7 +270,9 @@ def lam_conditional(Bt, Lam, a_B: float, b_B: float):
     return a_B + 0.5 * F * K, b_B + 0.5 * jnp.sum((Bt @ Lam) * Bt)
 
 
-def nw_link_conditional(link: dict, Bt, lam_B, s1, s2, Gt, m: int, beta0: float, nu0: float, W0_inv):
+def nw_link_conditional(
+    link: dict, Bt, lam_B, s1, s2, Gt, m: int, beta0: float, nu0: float, W0_inv
+):
     """``(mu*, beta*, nu*, W*^{-1})`` of ``(mu, Lambda) | M, B, lam_B``: the Normal-Wishart
     update of :func:`~bmczoo.priors.normal_wishart.nw_posterior` with the residuals
     ``e_i = M_i - B^T x_i`` as data (``sum_i e_i = s1 - Bt^T u``, ``sum_i e_i e_i^T = s2 -
@@ -249,8 +283,23 @@ def nw_link_conditional(link: dict, Bt, lam_B, s1, s2, Gt, m: int, beta0: float,
     return _nw_with_link(s1e, s2e, Bt.T @ Bt, lam_B, d.shape[0], m, beta0, nu0, W0_inv)
 
 
-def link_block(key, link: dict, mu, Lam, lam_B, s1, s2, Gt, m: int, *, beta0: float, nu0: float, W0_inv,
-               a_B: float, b_B: float):
+def link_block(
+    key,
+    link: dict,
+    mu,
+    Lam,
+    lam_B,
+    s1,
+    s2,
+    Gt,
+    m: int,
+    *,
+    beta0: float,
+    nu0: float,
+    W0_inv,
+    a_B: float,
+    b_B: float,
+):
     """The link's blocks for one chain and one side, each an exact conditional draw:
 
     1. ``B | mu, Lambda, lam_B, M``: ``MN(A^{-1} X^T E, A^{-1}, Lambda^{-1})`` with ``A =
@@ -274,7 +323,9 @@ def link_block(key, link: dict, mu, Lam, lam_B, s1, s2, Gt, m: int, *, beta0: fl
     Bt = b_draw(link, mu, Lam, lam_B, Gt, _rng.normal(kB, (F, K), dt))
     shape, rate = lam_conditional(Bt, Lam, a_B, b_B)
     lam_B = jax.random.gamma(kl, jnp.asarray(shape, dt), dtype=dt) / rate
-    mu_star, beta_star, nu_star, Winv = nw_link_conditional(link, Bt, lam_B, s1, s2, Gt, m, beta0, nu0, W0_inv)
+    mu_star, beta_star, nu_star, Winv = nw_link_conditional(
+        link, Bt, lam_B, s1, s2, Gt, m, beta0, nu0, W0_inv
+    )
     mu_new, Lam_new = wishart_draw(kw, Winv, nu_star, beta_star, mu_star)
     return mu_new, Lam_new, Bt, lam_B
 
@@ -296,6 +347,7 @@ def link_block(key, link: dict, mu, Lam, lam_B, s1, s2, Gt, m: int, *, beta0: fl
 #   E[B^T B]           = Bt_bar^T Bt_bar + (sum_f 1/a_f) U
 #   E[B^T X^T X B]     = Bt_bar^T diag(d) Bt_bar + (sum_f d_f/a_f) U
 #   E[tr(Lambda B^T B)] = tr(E[Lambda] E[B^T B])
+
 
 def _vb_b_moments(link: dict, Bt, a, U):
     """``(E[B^T B], E[B^T X^T X B])`` (K, K) each of ``q(B)`` (one run)."""
@@ -389,7 +441,9 @@ def vb_residual_stats(link: dict, Bt, a, U, s1, s2, Gt):
     return s1e, 0.5 * (s2e + s2e.T)
 
 
-def vb_nw_link_update(link: dict, Bt, a, U, lam_mean, s1, s2, Gt, m: int, beta0: float, nu0: float, W0_inv):
+def vb_nw_link_update(
+    link: dict, Bt, a, U, lam_mean, s1, s2, Gt, m: int, beta0: float, nu0: float, W0_inv
+):
     """The optimal ``q(mu, Lambda)`` given ``q(M)``, ``q(B)``, ``q(lam_B)`` (one run, one side):
     :func:`~bmczoo.priors.normal_wishart.nw_posterior` of the expected residual sums
     (:func:`vb_residual_stats`), then ``B``'s prior ``sum_f log N(B_f | 0, (lam_B
@@ -423,8 +477,28 @@ def vb_nw_link_update(link: dict, Bt, a, U, lam_mean, s1, s2, Gt, m: int, beta0:
     return _nw_with_link(s1e, s2e, EBB, lam_mean, Bt.shape[0], m, beta0, nu0, W0_inv)
 
 
-def vb_link_elbo_term(link: dict, mu, beta, nu, Winv, Bt, a, U, shape, rate, s1, s2, Gt, m: int, *, beta0: float,
-                      nu0: float, W0_scale: float, a_B: float, b_B: float):
+def vb_link_elbo_term(
+    link: dict,
+    mu,
+    beta,
+    nu,
+    Winv,
+    Bt,
+    a,
+    U,
+    shape,
+    rate,
+    s1,
+    s2,
+    Gt,
+    m: int,
+    *,
+    beta0: float,
+    nu0: float,
+    W0_scale: float,
+    a_B: float,
+    b_B: float,
+):
     """The ELBO part of one linked factor (one run): ``E[log p(M | mu, Lambda, B)] +
     E[log NW(mu, Lambda)] - E[log q(mu, Lambda)] + E[log p(B | Lambda, lam_B)] + E[log
     p(lam_B)] - E[log q(B)] - E[log q(lam_B)]``, at any stored q.
@@ -463,6 +537,7 @@ def vb_link_elbo_term(link: dict, mu, beta, nu, Winv, Bt, a, U, shape, rate, s1,
         The scalar ELBO part.
     """
     from jax.scipy.special import digamma, gammaln
+
     F, K = Bt.shape
     dt = Bt.dtype
     log2pi = jnp.log(2.0 * jnp.pi).astype(dt)
@@ -514,8 +589,13 @@ class VBLink:
         self.sides = {side: prior._side_link(links, side) for side in ("M", "N")}
 
     def _hyper(self, K: int):
-        return dict(beta0=self.prior.beta0, nu0=self.prior.degrees(K), W0_scale=self.prior.W0_scale,
-                    a_B=self.prior.a_B, b_B=self.prior.b_B)
+        return dict(
+            beta0=self.prior.beta0,
+            nu0=self.prior.degrees(K),
+            W0_scale=self.prior.W0_scale,
+            a_B=self.prior.a_B,
+            b_B=self.prior.b_B,
+        )
 
     def vb_state(self, K, m1, m2, C, dtype=jnp.float32, gamma=1.0):
         """The plain Normal-Wishart start, and for each linked factor ``q(B)`` at zero mean
@@ -621,13 +701,32 @@ class VBLink:
             EL = _expected_lambda(Winv, nu)
             Bt, a, U = vb_b_update(link, mu, EL, shape / rate, Gt)
             shape, rate = vb_lam_update(link, Bt, a, U, EL, h["a_B"], h["b_B"])
-            mu, beta, nu, Winv = vb_nw_link_update(link, Bt, a, U, shape / rate, s1, s2, Gt, m, h["beta0"], h["nu0"],
-                                                   W0_inv)
-            return mu, jnp.asarray(beta, mu.dtype), jnp.asarray(nu, mu.dtype), Winv, Bt, a, U, shape, rate
+            mu, beta, nu, Winv = vb_nw_link_update(
+                link, Bt, a, U, shape / rate, s1, s2, Gt, m, h["beta0"], h["nu0"], W0_inv
+            )
+            return (
+                mu,
+                jnp.asarray(beta, mu.dtype),
+                jnp.asarray(nu, mu.dtype),
+                Winv,
+                Bt,
+                a,
+                U,
+                shape,
+                rate,
+            )
 
         s1, s2, Gt = stats
-        res = jax.vmap(one)(q[f"mu_{side}"], q[f"nu_{side}"], q[f"Winv_{side}"], q[f"lam_shape_{side}"],
-                            q[f"lam_rate_{side}"], s1, s2, Gt)
+        res = jax.vmap(one)(
+            q[f"mu_{side}"],
+            q[f"nu_{side}"],
+            q[f"Winv_{side}"],
+            q[f"lam_shape_{side}"],
+            q[f"lam_rate_{side}"],
+            s1,
+            s2,
+            Gt,
+        )
         names = ("mu", "beta", "nu", "Winv", "Bt", "Ba", "BU", "lam_shape", "lam_rate")
         return {f"{n}_{side}": v.astype(dtype) for n, v in zip(names, res)}
 
@@ -690,7 +789,9 @@ class VBLink:
             link = self.sides[side]
             args = [q[f"{n}_{side}"] for n in ("mu", "beta", "nu", "Winv")]
             if link is None:
-                total = total + nw_vb_term(*args, stats[0], stats[1], m, h["beta0"], h["nu0"], h["W0_scale"])
+                total = total + nw_vb_term(
+                    *args, stats[0], stats[1], m, h["beta0"], h["nu0"], h["W0_scale"]
+                )
                 continue
             args += [q[f"{n}_{side}"] for n in ("Bt", "Ba", "BU", "lam_shape", "lam_rate")]
             total = total + jax.vmap(lambda *a: vb_link_elbo_term(link, *a, m, **h))(*args, *stats)

@@ -19,7 +19,13 @@ import numpyro.distributions as dist
 
 from . import macau
 from ._wishart import (  # noqa: F401 - importable from here
-    _chol_inverse, _expected_lambda, _multidigamma, _multigammaln, nw_posterior, nw_vb_term, wishart_draw,
+    _chol_inverse,
+    _expected_lambda,
+    _multidigamma,
+    _multigammaln,
+    nw_posterior,
+    nw_vb_term,
+    wishart_draw,
 )
 from .base import Prior, as_real_scalar, check_positive, set_fields
 
@@ -29,8 +35,10 @@ SIDES = ("M", "N")
 
 
 def _no_gamma(name: str):
-    raise ValueError(f"NormalWishart has no column scales gamma_h: {name} does not apply "
-                     "(its state is mu_M, Lambda_M, mu_N, Lambda_N)")
+    raise ValueError(
+        f"NormalWishart has no column scales gamma_h: {name} does not apply "
+        "(its state is mu_M, Lambda_M, mu_N, Lambda_N)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,15 +96,33 @@ class NormalWishart(Prior):
     link_sites = ("Bt_M", "Bt_N")
 
     def __post_init__(self):
-        set_fields(self, check_positive("NormalWishart", beta0=self.beta0, W0_scale=self.W0_scale,
-                                        a_B=self.a_B, b_B=self.b_B))
-        object.__setattr__(self, "row_features", macau.check_spec("NormalWishart", "row_features", self.row_features))
-        object.__setattr__(self, "col_features", macau.check_spec("NormalWishart", "col_features", self.col_features))
+        set_fields(
+            self,
+            check_positive(
+                "NormalWishart",
+                beta0=self.beta0,
+                W0_scale=self.W0_scale,
+                a_B=self.a_B,
+                b_B=self.b_B,
+            ),
+        )
+        object.__setattr__(
+            self,
+            "row_features",
+            macau.check_spec("NormalWishart", "row_features", self.row_features),
+        )
+        object.__setattr__(
+            self,
+            "col_features",
+            macau.check_spec("NormalWishart", "col_features", self.col_features),
+        )
         object.__setattr__(self, "implicit", macau.check_implicit("NormalWishart", self.implicit))
         if self.nu0 is not None:
             object.__setattr__(self, "nu0", as_real_scalar("NormalWishart", "nu0", self.nu0))
             if not self.nu0 > 0 or self.nu0 != self.nu0 or self.nu0 == float("inf"):
-                raise ValueError(f"NormalWishart: nu0 must be finite and > K - 1 (None: K), got {self.nu0!r}")
+                raise ValueError(
+                    f"NormalWishart: nu0 must be finite and > K - 1 (None: K), got {self.nu0!r}"
+                )
 
     def degrees(self, K: int) -> float:
         """``nu0`` (``K`` when None); ``ValueError`` unless ``nu0 > K - 1``."""
@@ -117,18 +143,31 @@ class NormalWishart(Prior):
     def linked_sides(self) -> tuple[str, ...]:
         """The factors (``"M"``, ``"N"``) whose rows have a feature link."""
         imp = self.implicit
-        return tuple(side for side, spec, axis in (("M", self.row_features, "rows"), ("N", self.col_features, "cols"))
-                     if spec is not None or imp is True or imp == axis)
+        return tuple(
+            side
+            for side, spec, axis in (
+                ("M", self.row_features, "rows"),
+                ("N", self.col_features, "cols"),
+            )
+            if spec is not None or imp is True or imp == axis
+        )
 
     def links(self) -> dict:
         """A description of the feature links: per linked factor, the explicit features
         (``"data"`` for the data's, or the table's shape) and whether implicit feedback is
         added."""
         out = {}
-        for side, spec, axis in (("M", self.row_features, "rows"), ("N", self.col_features, "cols")):
+        for side, spec, axis in (
+            ("M", self.row_features, "rows"),
+            ("N", self.col_features, "cols"),
+        ):
             if side in self.linked_sides:
-                out[side] = {"features": "data" if spec is True else (None if spec is None else list(spec.features.shape)),
-                             "implicit": self.implicit is True or self.implicit == axis}
+                out[side] = {
+                    "features": "data"
+                    if spec is True
+                    else (None if spec is None else list(spec.features.shape)),
+                    "implicit": self.implicit is True or self.implicit == axis,
+                }
         return out
 
     def __str__(self) -> str:
@@ -150,9 +189,16 @@ class NormalWishart(Prior):
         eye = jnp.eye(K)
         out = []
         for side, m in zip(SIDES, (m1, m2)):
-            Lam = numpyro.sample(f"Lambda_{side}", dist.Wishart(nu0, scale_matrix=self.W0_scale * eye))
-            mu = numpyro.sample(f"mu_{side}", dist.MultivariateNormal(jnp.zeros(K), precision_matrix=self.beta0 * Lam))
-            F = numpyro.sample(side, dist.MultivariateNormal(mu, precision_matrix=Lam).expand([m]).to_event(1))
+            Lam = numpyro.sample(
+                f"Lambda_{side}", dist.Wishart(nu0, scale_matrix=self.W0_scale * eye)
+            )
+            mu = numpyro.sample(
+                f"mu_{side}",
+                dist.MultivariateNormal(jnp.zeros(K), precision_matrix=self.beta0 * Lam),
+            )
+            F = numpyro.sample(
+                side, dist.MultivariateNormal(mu, precision_matrix=Lam).expand([m]).to_event(1)
+            )
             out.append(F)
         return None, out[0], out[1]
 
@@ -166,18 +212,30 @@ class NormalWishart(Prior):
         nu0 = self.degrees(K)
         eye = jnp.eye(K)
         out = []
-        for side, m, spec, axis in zip(SIDES, (m1, m2), (self.row_features, self.col_features), ("rows", "cols")):
-            Lam = numpyro.sample(f"Lambda_{side}", dist.Wishart(nu0, scale_matrix=self.W0_scale * eye))
-            mu = numpyro.sample(f"mu_{side}", dist.MultivariateNormal(jnp.zeros(K), precision_matrix=self.beta0 * Lam))
+        for side, m, spec, axis in zip(
+            SIDES, (m1, m2), (self.row_features, self.col_features), ("rows", "cols")
+        ):
+            Lam = numpyro.sample(
+                f"Lambda_{side}", dist.Wishart(nu0, scale_matrix=self.W0_scale * eye)
+            )
+            mu = numpyro.sample(
+                f"mu_{side}",
+                dist.MultivariateNormal(jnp.zeros(K), precision_matrix=self.beta0 * Lam),
+            )
             loc = mu
             X = macau.side_features(spec, self.implicit, ratings, axis)
             if X is not None:
                 lam = numpyro.sample(f"lam_B_{side}", dist.Gamma(self.a_B, self.b_B))
-                B = numpyro.sample(f"B_{side}", dist.MultivariateNormal(jnp.zeros(K), precision_matrix=lam * Lam)
-                                   .expand([X.n_features]).to_event(1))
+                B = numpyro.sample(
+                    f"B_{side}",
+                    dist.MultivariateNormal(jnp.zeros(K), precision_matrix=lam * Lam)
+                    .expand([X.n_features])
+                    .to_event(1),
+                )
                 loc = mu + jnp.asarray(X.to_dense()) @ B
-            F = numpyro.sample(side, dist.MultivariateNormal(loc, precision_matrix=Lam)
-                               .expand([m]).to_event(1))
+            F = numpyro.sample(
+                side, dist.MultivariateNormal(loc, precision_matrix=Lam).expand([m]).to_event(1)
+            )
             out.append(F)
         return None, out[0], out[1]
 
@@ -194,7 +252,8 @@ class NormalWishart(Prior):
         if self.linked_sides:
             raise NotImplementedError(
                 f"{what} of NormalWishart with feature links ({', '.join(self.linked_sides)}) is not implemented: "
-                "the rows' prior means depend on their features; use method='gibbs' or 'nuts'")
+                "the rows' prior means depend on their features; use method='gibbs' or 'nuts'"
+            )
 
     def row_priors(self, state):
         # a linked prior's rows have per-row means (link_row_priors); without the links a
@@ -217,7 +276,9 @@ class NormalWishart(Prior):
         out = {}
         for side, (s1, s2), m, k in zip(SIDES, (stats_M, stats_N), (m1, m2), jax.random.split(key)):
             mu_star, beta_star, nu_star, Winv = nw_posterior(s1, s2, m, self.beta0, nu0, W0_inv)
-            out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(k, Winv, nu_star, beta_star, mu_star)
+            out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(
+                k, Winv, nu_star, beta_star, mu_star
+            )
         return out
 
     # ------------------------------------------------------------------ Gibbs (feature links)
@@ -225,7 +286,9 @@ class NormalWishart(Prior):
 
     def gibbs_links(self, ratings, dtype=jnp.float32):
         out = {}
-        for side, spec, axis in zip(SIDES, (self.row_features, self.col_features), ("rows", "cols")):
+        for side, spec, axis in zip(
+            SIDES, (self.row_features, self.col_features), ("rows", "cols")
+        ):
             X = macau.side_features(spec, self.implicit, ratings, axis)
             if X is not None:
                 out.update({f"{side}/{k}": v for k, v in macau.link_arrays(X, dtype).items()})
@@ -234,7 +297,7 @@ class NormalWishart(Prior):
     @staticmethod
     def _side_link(links: dict, side: str) -> dict | None:
         prefix = f"{side}/"
-        link = {k[len(prefix):]: v for k, v in links.items() if k.startswith(prefix)}
+        link = {k[len(prefix) :]: v for k, v in links.items() if k.startswith(prefix)}
         return link or None
 
     def link_state(self, K, links, dtype=jnp.float32):
@@ -254,7 +317,11 @@ class NormalWishart(Prior):
         for side, m in zip(SIDES, (m1, m2)):
             Lam, mu = state[f"Lambda_{side}"], state[f"mu_{side}"]
             link = self._side_link(links, side)
-            mean = mu if link is None else mu[:, None, :] + macau.coords_mean(link, state[f"Bt_{side}"])
+            mean = (
+                mu
+                if link is None
+                else mu[:, None, :] + macau.coords_mean(link, state[f"Bt_{side}"])
+            )
             out.append((Lam, jnp.einsum("ckl,c...l->c...k", Lam, mean)))
         return tuple(out)
 
@@ -275,14 +342,33 @@ class NormalWishart(Prior):
         for side, stats, m, k in zip(SIDES, (stats_M, stats_N), (m1, m2), jax.random.split(key)):
             link = self._side_link(links, side)
             if link is None:
-                mu_star, beta_star, nu_star, Winv = nw_posterior(stats[0], stats[1], m, self.beta0, nu0, W0_inv)
-                out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(k, Winv, nu_star, beta_star, mu_star)
+                mu_star, beta_star, nu_star, Winv = nw_posterior(
+                    stats[0], stats[1], m, self.beta0, nu0, W0_inv
+                )
+                out[f"mu_{side}"], out[f"Lambda_{side}"] = wishart_draw(
+                    k, Winv, nu_star, beta_star, mu_star
+                )
                 continue
             s1, s2, Gt = stats
             mu, Lam, Bt, lam = macau.link_block(
-                k, link, state[f"mu_{side}"], state[f"Lambda_{side}"], state[f"lam_B_{side}"], s1, s2, Gt, m,
-                beta0=self.beta0, nu0=nu0, W0_inv=W0_inv, a_B=self.a_B, b_B=self.b_B)
-            out.update({f"mu_{side}": mu, f"Lambda_{side}": Lam, f"Bt_{side}": Bt, f"lam_B_{side}": lam})
+                k,
+                link,
+                state[f"mu_{side}"],
+                state[f"Lambda_{side}"],
+                state[f"lam_B_{side}"],
+                s1,
+                s2,
+                Gt,
+                m,
+                beta0=self.beta0,
+                nu0=nu0,
+                W0_inv=W0_inv,
+                a_B=self.a_B,
+                b_B=self.b_B,
+            )
+            out.update(
+                {f"mu_{side}": mu, f"Lambda_{side}": Lam, f"Bt_{side}": Bt, f"lam_B_{side}": lam}
+            )
         return out
 
     def sample_conditional(self, key, S, d):
@@ -346,8 +432,18 @@ class NormalWishart(Prior):
         nu0 = self.degrees(K)
         total = 0.0
         for side, (s1, s2), m in zip(SIDES, (stats_M, stats_N), (m1, m2)):
-            total = total + nw_vb_term(q[f"mu_{side}"], q[f"beta_{side}"], q[f"nu_{side}"], q[f"Winv_{side}"],
-                                       s1, s2, m, self.beta0, nu0, self.W0_scale)
+            total = total + nw_vb_term(
+                q[f"mu_{side}"],
+                q[f"beta_{side}"],
+                q[f"nu_{side}"],
+                q[f"Winv_{side}"],
+                s1,
+                s2,
+                m,
+                self.beta0,
+                nu0,
+                self.W0_scale,
+            )
         return total
 
     def vb_params(self, q, stats_M, stats_N, m1, m2):
@@ -357,7 +453,11 @@ class NormalWishart(Prior):
         for side in SIDES:
             Winv = q[f"Winv_{side}"]
             W = jnp.linalg.inv(Winv)
-            out[f"mu_{side}"], out[f"beta_{side}"], out[f"nu_{side}"] = q[f"mu_{side}"], q[f"beta_{side}"], q[f"nu_{side}"]
+            out[f"mu_{side}"], out[f"beta_{side}"], out[f"nu_{side}"] = (
+                q[f"mu_{side}"],
+                q[f"beta_{side}"],
+                q[f"nu_{side}"],
+            )
             out[f"W_{side}"] = 0.5 * (W + jnp.swapaxes(W, -1, -2))
             out[f"E_Lambda_{side}"] = q[f"nu_{side}"][..., None, None] * out[f"W_{side}"]
         return out

@@ -41,11 +41,23 @@ def data():
 # float64 runs part after ~30 sweeps).  VB runs with the first part only.
 PARTS = {
     "": (("discrete", bmc.priors.Discrete(1.0, 0.5, 0.3), dict(column_moves=True)),),
-    "more": (("gamma", bmc.priors.Gamma(beta=10.0), dict(overrelax=-0.7)),
-             ("ig_moves_biases", bmc.priors.InverseGamma(), dict(column_moves=True, biases=True))),
-    "anneal": (("discrete_anneal", bmc.priors.Discrete(1.0, 0.5, 0.9),
-                dict(column_moves=False, anneal_steps=3, anneal_every=4, biases=True,
-                     likelihood=bmc.likelihoods.LearnedNoise())),),
+    "more": (
+        ("gamma", bmc.priors.Gamma(beta=10.0), dict(overrelax=-0.7)),
+        ("ig_moves_biases", bmc.priors.InverseGamma(), dict(column_moves=True, biases=True)),
+    ),
+    "anneal": (
+        (
+            "discrete_anneal",
+            bmc.priors.Discrete(1.0, 0.5, 0.9),
+            dict(
+                column_moves=False,
+                anneal_steps=3,
+                anneal_every=4,
+                biases=True,
+                likelihood=bmc.likelihoods.LearnedNoise(),
+            ),
+        ),
+    ),
 }
 
 
@@ -54,8 +66,18 @@ def main():
     train = data()
     test = train.subset(np.arange(25))
     out = {"devices": len(jax.devices())}
-    kw = dict(K=4, num_warmup=10, num_samples=30, thinning=3, num_chains=2, progress_bar=False, seed=7,
-              store_factors=True, test=test, dtype=jnp.float64)
+    kw = dict(
+        K=4,
+        num_warmup=10,
+        num_samples=30,
+        thinning=3,
+        num_chains=2,
+        progress_bar=False,
+        seed=7,
+        store_factors=True,
+        test=test,
+        dtype=jnp.float64,
+    )
     part = sys.argv[1] if len(sys.argv) > 1 else ""
     if part not in PARTS:
         raise SystemExit(f"unknown argument {part!r}: none, 'more' or 'anneal'")
@@ -64,21 +86,41 @@ def main():
         one = bmc.fit(train, prior=prior, **extra, **kw)
         four = bmc.fit(train, prior=prior, devices=jax.devices(), **extra, **kw)
         with tempfile.TemporaryDirectory() as tmp:
-            four_ck = bmc.fit(train, prior=prior, devices=jax.devices()[:3], checkpoint=os.path.join(tmp, "c.npz"),
-                              checkpoint_every=9, **extra, **kw)
+            four_ck = bmc.fit(
+                train,
+                prior=prior,
+                devices=jax.devices()[:3],
+                checkpoint=os.path.join(tmp, "c.npz"),
+                checkpoint_every=9,
+                **extra,
+                **kw,
+            )
         for tag, other in (("four", four), ("three_checkpointed", four_ck)):
             for k in one.samples:
                 scale = max(float(np.max(np.abs(one.samples[k]))), 1.0)
-                out[f"{name}/{tag}/{k}"] = float(np.max(np.abs(one.samples[k] - other.samples[k]))) / scale
+                out[f"{name}/{tag}/{k}"] = (
+                    float(np.max(np.abs(one.samples[k] - other.samples[k]))) / scale
+                )
             out[f"{name}/{tag}/pred_mean"] = float(np.max(np.abs(one.pred_mean - other.pred_mean)))
-            out[f"{name}/{tag}/shape_M"] = list(other.samples["M"].shape) == list(one.samples["M"].shape)
+            out[f"{name}/{tag}/shape_M"] = list(other.samples["M"].shape) == list(
+                one.samples["M"].shape
+            )
             if one.switches is not None:  # the same switches accepted (the counts are equal)
                 out[f"{name}/{tag}/switches"] = float(np.max(np.abs(one.switches - other.switches)))
         if one.switches is not None:
             out[f"{name}/accepted"] = int(np.min(one.switches[:, 0]))
     for name, prior in (("vb_ig", bmc.priors.InverseGamma()),) if part == "" else ():
-        vkw = dict(K=4, method="vb", max_iter=15, tol=0.0, num_chains=2, progress_bar=False, seed=7, test=test,
-                   dtype=jnp.float64)
+        vkw = dict(
+            K=4,
+            method="vb",
+            max_iter=15,
+            tol=0.0,
+            num_chains=2,
+            progress_bar=False,
+            seed=7,
+            test=test,
+            dtype=jnp.float64,
+        )
         one = bmc.fit(train, prior=prior, **vkw)
         four = bmc.fit(train, prior=prior, devices=jax.devices(), **vkw)
         for f in ("m", "n", "V_diag", "W_diag", "elbo"):

@@ -28,14 +28,31 @@ def main():
     train = data()
     test = train.subset(np.arange(25))
     out = {"devices": len(jax.devices())}
-    kw = dict(K=3, prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(),
-              biases=True, num_warmup=10, num_samples=30, thinning=3, num_chains=2, progress_bar=False,
-              seed=7, store_factors=True, test=test, dtype=jnp.float64)
+    kw = dict(
+        K=3,
+        prior=bmc.priors.NormalWishart(),
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        biases=True,
+        num_warmup=10,
+        num_samples=30,
+        thinning=3,
+        num_chains=2,
+        progress_bar=False,
+        seed=7,
+        store_factors=True,
+        test=test,
+        dtype=jnp.float64,
+    )
     one = bmc.fit(train, **kw)
     four = bmc.fit(train, devices=jax.devices(), **kw)
     with tempfile.TemporaryDirectory() as tmp:
-        three_ck = bmc.fit(train, devices=jax.devices()[:3], checkpoint=os.path.join(tmp, "c.npz"),
-                           checkpoint_every=9, **kw)
+        three_ck = bmc.fit(
+            train,
+            devices=jax.devices()[:3],
+            checkpoint=os.path.join(tmp, "c.npz"),
+            checkpoint_every=9,
+            **kw,
+        )
     out["keys"] = sorted(one.samples)
     for tag, other in (("four", four), ("three_checkpointed", three_ck)):
         out[f"{tag}/same_keys"] = sorted(other.samples) == sorted(one.samples)
@@ -45,7 +62,9 @@ def main():
             scale = max(float(np.max(np.abs(a))), 1.0)
             out[f"{tag}/{k}"] = float(np.max(np.abs(a - b))) / scale
         out[f"{tag}/pred_mean"] = float(np.max(np.abs(one.pred_mean - other.pred_mean)))
-        out[f"{tag}/rmse_draw"] = float(np.max(np.abs(np.asarray(one.rmse_draw) - np.asarray(other.rmse_draw))))
+        out[f"{tag}/rmse_draw"] = float(
+            np.max(np.abs(np.asarray(one.rmse_draw) - np.asarray(other.rmse_draw)))
+        )
     json.dump(out, sys.stdout)
 
 

@@ -24,11 +24,17 @@ def main():
     tr = sim.train
     train = tr.subset(np.flatnonzero((tr.rows != 5) & (tr.cols != 7)))  # an empty row and column
     out = {}
-    runs = {"gibbs": (dict(K=3, num_warmup=4, num_samples=8, thinning=2, num_chains=2, store_factors=True),
-                      ("M", "N", "gamma")),
-            "vb": (dict(K=3, method="vb", max_iter=6, tol=0.0, num_chains=2), ("m", "n", "elbo"))}
+    runs = {
+        "gibbs": (
+            dict(K=3, num_warmup=4, num_samples=8, thinning=2, num_chains=2, store_factors=True),
+            ("M", "N", "gamma"),
+        ),
+        "vb": (dict(K=3, method="vb", max_iter=6, tol=0.0, num_chains=2), ("m", "n", "elbo")),
+    }
     for name, (kw, fields) in runs.items():
-        kw = dict(kw, progress_bar=False, seed=3, dtype=jnp.float64, prior=bmc.priors.InverseGamma())
+        kw = dict(
+            kw, progress_bar=False, seed=3, dtype=jnp.float64, prior=bmc.priors.InverseGamma()
+        )
         with kr.use_hot_path("bcsr"):
             one = bmc.fit(train, **kw)
         with kr.use_hot_path("segment"):
@@ -36,7 +42,11 @@ def main():
         for f in fields:
             a = one.samples[f] if name == "gibbs" else getattr(one, f)
             b = four.samples[f] if name == "gibbs" else getattr(four, f)
-            out[f"{name}/{f}"] = float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) if np.shape(a) == np.shape(b) else 1e9
+            out[f"{name}/{f}"] = (
+                float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                if np.shape(a) == np.shape(b)
+                else 1e9
+            )
     print(json.dumps(out))
 
 

@@ -20,11 +20,28 @@ def arguments(method: str):
     sim = bmc.datasets.simulate_paper(40, seed=1)
     train = sim.train
     if method == "gibbs":
-        kw = dict(K=3, prior=bmc.priors.Gamma(beta=10.0), num_warmup=50, num_samples=800, thinning=2,
-                  num_chains=2, seed=5, test=train.subset(np.arange(30)), checkpoint_every=40)
+        kw = dict(
+            K=3,
+            prior=bmc.priors.Gamma(beta=10.0),
+            num_warmup=50,
+            num_samples=800,
+            thinning=2,
+            num_chains=2,
+            seed=5,
+            test=train.subset(np.arange(30)),
+            checkpoint_every=40,
+        )
     else:
-        kw = dict(K=3, prior=bmc.priors.InverseGamma(), method="vb", max_iter=600, tol=0.0, seed=5,
-                  num_chains=2, checkpoint_every=20)
+        kw = dict(
+            K=3,
+            prior=bmc.priors.InverseGamma(),
+            method="vb",
+            max_iter=600,
+            tol=0.0,
+            seed=5,
+            num_chains=2,
+            checkpoint_every=20,
+        )
     return train, kw
 
 

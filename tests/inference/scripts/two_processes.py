@@ -23,7 +23,9 @@ import jax
 NO_GLOO = 77
 
 
-def setup(mode: str, local_devices: int, port: int = 0, num_processes: int = 1, process_id: int = 0) -> None:
+def setup(
+    mode: str, local_devices: int, port: int = 0, num_processes: int = 1, process_id: int = 0
+) -> None:
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_num_cpu_devices", local_devices)
     if mode != "multi":
@@ -41,8 +43,12 @@ def setup(mode: str, local_devices: int, port: int = 0, num_processes: int = 1, 
     except (AttributeError, ValueError) as err:
         print(f"no gloo CPU collectives in this jax/jaxlib: {err}", file=sys.stderr)
         sys.exit(NO_GLOO)
-    jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=num_processes,
-                               process_id=process_id, initialization_timeout=60)
+    jax.distributed.initialize(
+        coordinator_address=f"localhost:{port}",
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=60,
+    )
 
 
 def problem():
@@ -71,8 +77,19 @@ def fits(devices, checkpoint_dir=None) -> dict:
     train, test = problem()
     rows, cols = np.array([0, 5, 61, 12, 30]), np.array([0, 7, 40, 3, 20])
     out = {}
-    kw = dict(K=3, num_warmup=3, num_samples=6, thinning=2, num_chains=2, progress_bar=False, seed=7,
-              store_factors=True, test=test, dtype=jnp.float64, devices=devices)
+    kw = dict(
+        K=3,
+        num_warmup=3,
+        num_samples=6,
+        thinning=2,
+        num_chains=2,
+        progress_bar=False,
+        seed=7,
+        store_factors=True,
+        test=test,
+        dtype=jnp.float64,
+        devices=devices,
+    )
     g = bmc.fit(train, method="gibbs", overrelax=-0.5, **kw)
     for k, v in g.samples.items():
         out[f"gibbs/{k}"] = np.asarray(v)
@@ -81,14 +98,35 @@ def fits(devices, checkpoint_dir=None) -> dict:
     out["gibbs/rmse"] = np.asarray(g.rmse(test))
     ck = {}
     if checkpoint_dir is not None:
-        ck = dict(checkpoint=os.path.join(checkpoint_dir, f"vb{jax.process_index()}.npz"), checkpoint_every=3)
-        g2 = bmc.fit(train, method="gibbs", overrelax=-0.5, checkpoint_every=4,
-                     checkpoint=os.path.join(checkpoint_dir, f"gibbs{jax.process_index()}.npz"), **kw)
+        ck = dict(
+            checkpoint=os.path.join(checkpoint_dir, f"vb{jax.process_index()}.npz"),
+            checkpoint_every=3,
+        )
+        g2 = bmc.fit(
+            train,
+            method="gibbs",
+            overrelax=-0.5,
+            checkpoint_every=4,
+            checkpoint=os.path.join(checkpoint_dir, f"gibbs{jax.process_index()}.npz"),
+            **kw,
+        )
         for k, x in g2.samples.items():
             out[f"gibbs_checkpointed/{k}"] = np.asarray(x)
         out["gibbs_checkpointed/pred_mean"] = g2.pred_mean
-    v = bmc.fit(train, method="vb", K=3, max_iter=8, tol=0.0, num_chains=2, progress_bar=False, seed=7, test=test,
-                dtype=jnp.float64, devices=devices, **ck)
+    v = bmc.fit(
+        train,
+        method="vb",
+        K=3,
+        max_iter=8,
+        tol=0.0,
+        num_chains=2,
+        progress_bar=False,
+        seed=7,
+        test=test,
+        dtype=jnp.float64,
+        devices=devices,
+        **ck,
+    )
     for f in ("m", "n", "V_diag", "W_diag", "elbo"):
         out[f"vb/{f}"] = np.asarray(getattr(v, f))
     out["vb/predict"] = np.asarray(v.predict(rows, cols))
