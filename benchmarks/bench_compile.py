@@ -3,6 +3,7 @@
     python benchmarks/bench_compile.py                        # every member, 1 and 4 chains
     python benchmarks/bench_compile.py --members recommended --chains 4
     python benchmarks/bench_compile.py --cached               # plus a second process on a warm cache
+    python benchmarks/bench_compile.py --xla-defaults         # plus XLA's default compilation
 
 Each cell runs in a fresh Python process (nothing compiled before it, JAX's persistent
 compilation cache off unless ``--cached``): it loads ML-100K (``--ml-path``), splits it
@@ -10,10 +11,12 @@ compilation cache off unless ``--cached``): it loads ML-100K (``--ml-path``), sp
 num_warmup=100, num_samples=400, num_chains=C, seed=0, progress_bar=False)``.  The fit
 reports the seconds per sweep its loop measured (``fit.timings``); *outside* is the whole
 fit minus the sweeps (``num_warmup + num_samples`` times the seconds per sweep): compiling,
-the start, building the problem and the result.  ``--cached`` runs each cell a second time
-in a new process that reads the programs the first one wrote to a temporary cache folder
-(``bmc.enable_compilation_cache``): its compile column is what a second run of the same
-fit spends compiling.
+the start, building the problem and the result.  ``--cached`` runs each cell a second
+time in a new process that reads the programs the first one wrote to a temporary cache
+folder (``bmc.enable_compilation_cache``): its compile column is what a second run of the
+same fit spends compiling.  ``--xla-defaults`` runs each cell once more, compiled with
+XLA's default options instead of bmczoo's (LLVM's first optimisation level on the CPU,
+:mod:`bmczoo._xla`), and adds its compile seconds, seconds per sweep and test RMSE.
 
 Members:
 
@@ -43,6 +46,10 @@ CHILD = r"""
 import json, sys, time
 import bmczoo as bmc
 member, chains, path, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+if sys.argv[5:] == ["xla-defaults"]:
+    from bmczoo import _xla
+
+    _xla.CPU_COMPILER_OPTIONS.clear()
 if cache:
     bmc.enable_compilation_cache(cache)
 P, L = bmc.priors, bmc.likelihoods
@@ -64,10 +71,13 @@ print(json.dumps({"whole": whole, "compile": t["compile_seconds"], "sweep": t["s
 """
 
 
-def run_child(member: str, chains: int, ml_path: str, cache: str) -> dict:
+def run_child(
+    member: str, chains: int, ml_path: str, cache: str, xla_defaults: bool = False
+) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    extra = ["xla-defaults"] if xla_defaults else []
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, member, str(chains), ml_path, cache],
+        [sys.executable, "-c", CHILD, member, str(chains), ml_path, cache, *extra],
         env=env,
         capture_output=True,
         text=True,
@@ -92,6 +102,11 @@ def main(argv=None) -> int:
         action="store_true",
         help="also time a second process on a warm compilation cache",
     )
+    ap.add_argument(
+        "--xla-defaults",
+        action="store_true",
+        help="also time each cell compiled with XLA's default options instead of bmczoo's",
+    )
     a = ap.parse_args(argv)
     print(
         f"bench_compile: ML-100K 80/20, K=10, 100 + 400 sweeps; {platform.processor() or platform.machine()}, "
@@ -101,6 +116,8 @@ def main(argv=None) -> int:
     head = "| member | chains | whole fit (s) | ms/sweep | sweeps (s) | outside (s) | compile (s) | test RMSE |"
     if a.cached:
         head += " cached: compile (s) | cached: outside (s) |"
+    if a.xla_defaults:
+        head += " XLA defaults: compile (s) | XLA defaults: ms/sweep | XLA defaults: test RMSE |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for member in a.members:
@@ -115,6 +132,9 @@ def main(argv=None) -> int:
                 if a.cached:
                     w = run_child(member, chains, a.ml_path, cache)
                     row += f" {w['compile']:.2f} | {w['whole'] - w['sweep'] * w['sweeps']:.1f} |"
+            if a.xla_defaults:
+                d = run_child(member, chains, a.ml_path, "", xla_defaults=True)
+                row += f" {d['compile']:.1f} | {1000 * d['sweep']:.2f} | {d['rmse']:.4f} |"
             print(row, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
