@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
+from .. import _xla
 from . import vb
 from .problem import run_settings
 from .results import VBFit, no_gamma
@@ -135,6 +136,7 @@ class _Run:
         if self.mesh is not None:
             rep = NamedSharding(self.mesh, PartitionSpec())
             self.test_rc = [put(x, rep) for x in self.test_rc]
+        self.compiled = None
         self.iterate = jax.jit(
             functools.partial(
                 _iterate,
@@ -197,9 +199,18 @@ class _Run:
     def one_iteration(self):
         t0 = time.perf_counter()
         p = self.problem
-        new_state, e, pred = self.iterate(
-            self.state, p.rows, p.cols, p.tau, *self.test_rc, (p.levels, p.col_perm), self.links
+        args = (
+            self.state,
+            p.rows,
+            p.cols,
+            p.tau,
+            *self.test_rc,
+            (p.levels, p.col_perm),
+            self.links,
         )
+        if self.compiled is None:  # compiled once, with bmczoo's options, for every iteration
+            self.compiled = _xla.compile(self.iterate.lower(*args))
+        new_state, e, pred = self.compiled(*args)
         e = np.asarray(e, np.float64)
         self.seconds.append(time.perf_counter() - t0)
         if not np.all(np.isfinite(e)):
