@@ -31,10 +31,10 @@ machine.
 :func:`compile` compiles bmczoo's own programs (the Gibbs sweeps and their start, the VB
 iteration) on the CPU at LLVM's first optimisation level instead of XLA's default third:
 most of their compilation is the code generation of a few hundred small fused kernels,
-which takes a fifth to a third less time at that level, while the time of a sweep goes to the
-sparse products and LAPACK's factorisations, which are library code and run at the
-same speed within a few percent (``benchmarks/bench_compile.py`` measures the first, ``benchmarks/bench_gibbs.py``
-the second). The draws are the same up to rounding.
+which takes a fifth to a third less time at that level, while the time of a sweep goes
+to the sparse products and LAPACK's factorisations, which are library code and run at
+the same speed within a few percent (``benchmarks/bench_compile.py`` measures the first,
+``benchmarks/bench_gibbs.py`` the second). The draws are the same up to rounding.
 """
 
 from __future__ import annotations
