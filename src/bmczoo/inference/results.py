@@ -980,9 +980,11 @@ class SVIFit(FitResult):
     guide: Any = None
     family: ClassVar[str] = "svi"
 
+    def _draw_source(self) -> dict:
+        """What the predictive quantities average over: the guide's draws (MAP: its point)."""
+        return self.draws
+
     def _repr_holds(self) -> str:
-        if isinstance(self, MAPFit):
-            return f"a point, {np.size(self.losses)} steps"
         S = next((np.shape(v)[0] for v in self.draws.values() if np.ndim(v) >= 1), 0)
         return (
             f"{S} draws from the {self.info.settings.guide!r} guide, {np.size(self.losses)} steps"
@@ -998,15 +1000,16 @@ class SVIFit(FitResult):
         """Mean as :meth:`predict` (the guide's median, else the draws' mean); variance
         over the guide's draws (Monte Carlo; MAP: 0, a point has no spread)."""
         src = self.point if self.point is not None else self.draws
-        mean = draws_theta_mean(src, r, c)
-        if isinstance(self, MAPFit):
-            return mean, np.zeros(len(r))
-        return mean, out.draws_theta_moments(out.flat_draws(self.draws, self.info.K), r, c)[1]
+        return draws_theta_mean(src, r, c), self._theta_var(r, c)
+
+    def _theta_var(self, r, c) -> np.ndarray:
+        """The variance of ``theta`` at the entries over the guide's draws."""
+        return out.draws_theta_moments(out.flat_draws(self.draws, self.info.K), r, c)[1]
 
     def noise_var(self) -> float:
         """``E_q[1/tau]`` over the guide's draws of a learned tau (MAP: ``1/tau`` at the
         point), else the fixed ``1/tau``."""
-        src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
+        src = self._draw_source()
         if self.info.likelihood.learned and "tau" in src:
             return float(np.mean(1.0 / np.asarray(src["tau"], np.float64)))
         return 1.0 / float(self.info.tau)
@@ -1024,7 +1027,7 @@ class SVIFit(FitResult):
         test = self._check_test(test)
         if self._latent:
             return self._level_lpd(test)
-        src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
+        src = self._draw_source()
         d = out.flat_draws(src, self.info.K)
         return float(
             np.mean(
@@ -1036,7 +1039,7 @@ class SVIFit(FitResult):
 
     def _level_proba(self, r, c) -> np.ndarray:
         """Level probabilities averaged over the guide's draws (MAP: at the point)."""
-        src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
+        src = self._draw_source()
         d = out.flat_draws(src, self.info.K)
         cuts_src = src if "cuts" in src else self.draws
         return levels.draws_level_proba(
@@ -1044,14 +1047,12 @@ class SVIFit(FitResult):
         )
 
     def _user_scores(self, users, by, z, rng):
-        d = out.flat_draws(self.draws, self.info.K)
+        d = out.flat_draws(self._draw_source(), self.info.K)
         mean_src = None if self.point is None else out.flat_draws(self.point, self.info.K)
-        if isinstance(self, MAPFit):
-            d = mean_src or d
         return out.draws_user_scores(d, mean_src, users, by, z, self.noise_var(), rng)
 
     def _fold_in(self, new):
-        src = self.point if isinstance(self, MAPFit) and self.point is not None else self.draws
+        src = self._draw_source()
         return _fold_in_draws(self, new, out.flat_draws(src, self.info.K), src)
 
 
@@ -1061,3 +1062,12 @@ class MAPFit(SVIFit):
     """Result of ``bmc.fit(..., method="map")``: ``AutoDelta`` (one point, gamma integrated out).
 
     Its predictive variance is the noise's alone: ``Var[theta_ij] = 0`` at a point."""
+
+    def _draw_source(self) -> dict:
+        return self.draws if self.point is None else self.point
+
+    def _repr_holds(self) -> str:
+        return f"a point, {np.size(self.losses)} steps"
+
+    def _theta_var(self, r, c) -> np.ndarray:
+        return np.zeros(len(r))
