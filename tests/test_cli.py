@@ -283,16 +283,19 @@ def test_compilation_cache_on_by_default_and_off_with_the_flag(monkeypatch, tmp_
 
 
 def test_fit_help_states_the_settings_defaults():
-    """Every method option whose help names a default states the default of the settings
-    class of each method it names ("gibbs/nuts: ... (default 100)")."""
+    """``--method`` offers the methods that have settings, and every method option whose
+    help names a default states the default of the settings class of each method it names
+    ("gibbs/nuts: ... (default 100)")."""
     import re
 
     from bmczoo.cli import _METHOD_OPTIONS, build_parser
     from bmczoo.inference import settings as st
 
-    classes = {"gibbs": st.Gibbs, "nuts": st.NUTS, "vb": st.VB, "svi": st.SVI, "map": st.MAP}
+    classes = st.SETTINGS
     fit_parser = build_parser()._subparsers._group_actions[0].choices["fit"]
     by_dest = {a.dest: a for a in fit_parser._actions}
+    # the command line offers exactly the methods bmc.fit has settings for
+    assert sorted(by_dest["method"].choices) == sorted(st.SETTINGS)
     checked = 0
     for name, dest in _METHOD_OPTIONS.items():
         text = by_dest[dest].help or ""
