@@ -395,8 +395,9 @@ def rank_posterior(
     probabilities :meth:`~bmczoo.priors.Prior.prob_above`; where these are 0 or 1 (gamma
     drawn) that is exactly the frequency of each count over the draws.
 
-    ``num_draws`` and ``seed`` are accepted for compatibility and not used (the result is
-    exact given the fit).  With several MCMC chains, a :class:`RankMixingWarning` is
+    ``num_draws`` and ``seed`` serve only a prior without column scales fitted by VB (the
+    draws of ``q`` that give its singular values, below); with column scales the result is
+    exact given the fit.  With several MCMC chains, a :class:`RankMixingWarning` is
     issued when they disagree on the number of active columns (:func:`rank_mixing`:
     R-hat above 1.05, or chains each stuck at a different count): the pooled law then
     reflects the starting points rather than the posterior.
