@@ -289,6 +289,7 @@ class TauShapeN:
 
     base: bmc.likelihoods.LearnedNoise
     learned = True
+    latent = False
 
     def block_precision(self, tau):
         return tau

@@ -350,6 +350,11 @@ def _run_sweeps(state, buffer, problem, n, *, prior, store_factors):
     return jax.lax.fori_loop(0, n, body, (state, buffer))
 
 
+def _donated(*trees) -> bool:
+    """Whether an array of ``trees`` was given up to a compiled call (donated)."""
+    return any(x.is_deleted() for x in jax.tree.leaves(trees) if isinstance(x, jax.Array))
+
+
 def _draw_buffer(state, problem, store_factors: bool, size: int, draws: list[dict]):
     """Device arrays (size, C, ...) for the kept draws, the first ``len(draws)`` filled."""
     shapes = jax.eval_shape(
@@ -493,11 +498,13 @@ def run_gibbs(
 
     progress = _Progress(total, int(state.iteration), num_warmup, progress_bar)
     # jitted per run with the problem as an argument: no array is baked into the compiled
-    # program, and it is dropped with the run; without a checkpoint nothing is read back
-    # after an interrupt, so the state and the draws are updated in place
+    # program, and it is dropped with the run.  The state and the draws are updated in
+    # place (donated), with and without a checkpoint: the two runs are one program, so
+    # they give the same draws bit for bit (the code generated for a donated and a copied
+    # argument can round differently)
     run = jax.jit(
         functools.partial(_run_sweeps, prior=prior, store_factors=store_factors),
-        donate_argnums=() if checkpoint is not None else (0, 1),
+        donate_argnums=(0, 1),
     )
     t_compile = time.perf_counter()
     run = _xla.compile(run.lower(state, buffer, problem, jnp.asarray(0, jnp.int32)))
@@ -537,6 +544,11 @@ def run_gibbs(
     except KeyboardInterrupt:
         if checkpoint is None:
             raise
+        if _donated(state, buffer):  # Ctrl-C inside the call that took them
+            raise KeyboardInterrupt(
+                f"interrupted; {str(checkpoint)!r} holds the run up to its last checkpoint: "
+                "call fit again with the same arguments to resume"
+            ) from None
         save(state, buffer)
         raise KeyboardInterrupt(
             f"interrupted after {int(state.iteration)} of {total} sweeps; the work done is saved in "
