@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -350,3 +351,14 @@ def test_checkpoint_of_other_feature_links_is_refused(tmp_path):
     bmc.fit(train, prior=bmc.priors.NormalWishart(implicit="rows"), **kw)
     with pytest.raises(ValueError, match="links"):
         bmc.fit(train, prior=bmc.priors.NormalWishart(implicit="cols"), **kw)
+
+
+def test_donated_tells_arrays_given_up_to_a_call():
+    """The loop's Ctrl-C branch saves only arrays that were not donated to the call in
+    flight (keys included)."""
+    keys = jax.random.split(jax.random.key(0), 2)
+    x = jnp.ones(3)
+    step = jax.jit(lambda a, k: (a + 1, k), donate_argnums=(0, 1))
+    y, keys2 = step(x, keys)
+    assert ck._donated({"x": x}) and ck._donated(keys)
+    assert not ck._donated({"y": y, "k": keys2})
