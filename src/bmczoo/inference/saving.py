@@ -85,10 +85,6 @@ def result_class(cls: type) -> type:
     return cls
 
 
-def _classes() -> dict[str, type]:
-    return _CLASSES
-
-
 def _check_factor_draws(factor_draws) -> int | None:
     """``factor_draws`` as a bound (None: keep all)."""
     if isinstance(factor_draws, str):
@@ -362,7 +358,7 @@ def load(path):
         tau=meta["tau"],
         biases=biases,
     )
-    cls = _classes()[meta["class"]]
+    cls = _CLASSES[meta["class"]]
     kw = {}
     for name, kind in meta["kinds"].items():
         if kind == "none":
