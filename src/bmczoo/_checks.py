@@ -11,6 +11,8 @@ import math
 import numbers
 import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .data import RatingData
@@ -26,6 +28,7 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_path",
+    "check_dtype",
 ]
 
 
@@ -122,3 +125,17 @@ def check_prior(prior) -> Prior:
         names = ", ".join(cls.__name__ for cls in registry().values())
         raise TypeError(f"prior must be one of bmczoo.priors ({names}), got {prior!r}")
     return prior
+
+
+def check_dtype(dtype=None) -> np.dtype:
+    """The floating dtype of a fit: float32 or float64; ``None`` is float64 when
+    ``jax_enable_x64`` is on and float32 otherwise."""
+    if dtype is None:
+        return jnp.dtype(jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
+    try:
+        dt = jnp.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
+    if dt not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+    return dt

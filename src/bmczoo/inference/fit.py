@@ -9,11 +9,10 @@ hands over to the driver of that settings type (:data:`bmczoo.inference.drivers.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_bool, check_int, check_K, check_prior, check_ratings
+from .._checks import check_bool, check_dtype, check_int, check_K, check_prior, check_ratings
 from ..data import RatingData
 from ..likelihoods import Likelihood
 from ..models.matrix_completion import model_likelihood
@@ -36,18 +35,6 @@ __all__ = [
     "FitResult",
     "looks_like_ratings",
 ]
-
-
-def _check_dtype(dtype):
-    if dtype is None:
-        return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    try:
-        dt = jnp.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
-    if dt not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
-    return dt
 
 
 def _prepare(train: RatingData, test, predict, offsets: GlobalMean):
@@ -167,7 +154,7 @@ def fit(
     GibbsFit, NUTSFit, VBFit, SVIFit or MAPFit (:mod:`bmczoo.inference.results`)
     """
     train = check_ratings(train, "train")
-    dt = _check_dtype(dtype)
+    dt = check_dtype(dtype)
     positional = dict(
         num_warmup=num_warmup,
         num_samples=num_samples,
@@ -176,33 +163,29 @@ def fit(
         devices=devices,
     )
     settings = _method_settings(method, positional, method_kwargs)
-    likelihood = model_likelihood(likelihood, lam, noise_sd)
-    offsets = GlobalMean(center=center, clip=clip)
-    if likelihood is not None and likelihood.latent:
-        # levels are fitted as they are (no centring, no clipping); the likelihood reads
-        # its levels (and a probit's threshold, the analogue of centring) from the data
-        check_bool("center", center)
-        likelihood = (
-            likelihood if likelihood.bound else likelihood.bind(train.values, center=center)
-        )
-        likelihood.level_index(train.values)
-        offsets = GlobalMean(center=False, clip=False)
+    likelihood, offsets = _observation_model(train, likelihood, lam, noise_sd, center, clip)
     prep, shift = _prepare(train, test, predict, offsets)
+    components = dict(likelihood=likelihood, biases=get_biases(biases))
     info = _compose(
-        train,
-        K,
-        prior,
-        settings,
-        shift,
-        center=center,
-        seed=seed,
-        dtype=dt,
-        likelihood=likelihood,
-        biases=get_biases(biases),
+        train, K, prior, settings, shift, center=center, seed=seed, dtype=dt, **components
     )
     check_bool("progress_bar", progress_bar)
     with _x64_context(dt):
         return _with_training(DRIVERS[type(settings)](prep, info, progress_bar), train)
+
+
+def _observation_model(train: RatingData, likelihood, lam, noise_sd, center, clip):
+    """The likelihood and the offsets a fit uses.  A latent likelihood fits the levels as
+    they are (no centring, no clipping) and reads its levels (and a probit's threshold, the
+    analogue of centring) from the data."""
+    likelihood = model_likelihood(likelihood, lam, noise_sd)
+    offsets = GlobalMean(center=center, clip=clip)  # checks center and clip in every case
+    if likelihood is None or not likelihood.latent:
+        return likelihood, offsets
+    check_bool("center", center)
+    likelihood = likelihood if likelihood.bound else likelihood.bind(train.values, center=center)
+    likelihood.level_index(train.values)
+    return likelihood, GlobalMean(center=False, clip=False)
 
 
 def _with_training(result: FitResult, train: RatingData) -> FitResult:
