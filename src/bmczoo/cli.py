@@ -299,7 +299,7 @@ def _read_ratings_table(data: bytes, source: str):
     import numpy as np
 
     from .datasets._parse import parse_numeric_table
-    from .datasets.movielens import _to_ratingdata
+    from .datasets._ratings import to_ratingdata
 
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
@@ -352,7 +352,7 @@ def _read_ratings_table(data: bytes, source: str):
             "beyond the float64 range)"
         )
     try:
-        return _to_ratingdata(table, source, first_line)
+        return to_ratingdata(table, source, first_line)
     except ValueError as e:  # a duplicate rating
         raise CLIError(f"--data {e}") from None
 
