@@ -5,26 +5,25 @@ NumPy arrays (no SciPy needed; :meth:`Features.to_scipy` converts when SciPy is
 installed).  It is what the MovieLens loaders attach as ``RatingData.row_features`` /
 ``RatingData.col_features`` and what a feature link in a prior consumes.
 
-:func:`features_from_table` builds one from any user or item table (a mapping from column
-names to equal-length columns, e.g. a dict of lists or a pandas DataFrame): one-hot
-categories, string prefixes (zip codes), bucketed numbers (ages, years), multi-label sets
-(genres) and raw numbers.  :func:`implicit_features` builds the SVD++-style implicit
+:func:`~bmczoo.data.features_from_table` builds one from any user or item table (a mapping
+from column names to equal-length columns, e.g. a dict of lists or a pandas DataFrame):
+one-hot categories, string prefixes (zip codes), bucketed numbers (ages, years), multi-label
+sets (genres) and raw numbers.  :func:`implicit_features` builds the SVD++-style implicit
 feedback matrix (which columns each row rated, scaled by ``|R(i)|^-1/2``) from the pairs of
 a :class:`~bmczoo.data.RatingData`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     from .ratings import RatingData
 
-__all__ = ["Features", "features_from_table", "hstack_features", "implicit_features"]
+__all__ = ["Features", "hstack_features", "implicit_features"]
 
 
 #: Entries of the dense row blocks that :meth:`Features.gram` multiplies (32 MiB).
@@ -401,280 +400,6 @@ def hstack_features(*parts: Features) -> Features:
         sum((p.names for p in parts), ()),
         sum((p.groups for p in parts), ()),
     )
-
-
-# --------------------------------------------------------------------------- from tables
-def _is_missing(v: Any) -> bool:
-    if v is None:
-        return True
-    if isinstance(v, (float, np.floating)):
-        return bool(np.isnan(v))
-    if isinstance(v, (str, np.str_)):
-        return v.strip() == ""
-    return False
-
-
-def _plain(v: Any) -> Any:
-    """NumPy scalars to Python scalars; strings stripped."""
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, str):
-        v = v.strip()
-    return v
-
-
-def _sort_key(v: Any) -> tuple:
-    if isinstance(v, bool):
-        return (1, str(v))
-    if isinstance(v, (int, float)):
-        return (0, v)
-    return (1, str(v))
-
-
-def _label(v: Any) -> str:
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v)
-
-
-def _column(table, name: str, n: int | None) -> list:
-    try:
-        col = table[name]
-    except (KeyError, IndexError, TypeError):
-        raise ValueError(f"the table has no column {name!r}") from None
-    values = list(col.tolist() if hasattr(col, "tolist") else col)
-    if n is not None and len(values) != n:
-        raise ValueError(f"column {name!r} has {len(values)} values, expected {n} (one per row)")
-    return values
-
-
-def _one_hot(
-    name: str, labels: list, *, categories: list | None = None
-) -> tuple[list[list[int]], list[str]]:
-    """Per-row feature index lists and the feature names of a one-hot group (``None`` =
-    missing: no feature)."""
-    if categories is None:
-        categories = sorted({v for v in labels if v is not None}, key=_sort_key)
-    where = {c: k for k, c in enumerate(categories)}
-    rows = [[] if v is None else [where[v]] for v in labels]
-    return rows, [f"{name}={_label(c)}" for c in categories]
-
-
-def _bucket_labels(name: str, values: list, spec) -> tuple[list, list]:
-    """The bucket of each value as ``(order, label)`` (``None`` when missing) and the
-    buckets that get a feature, in order: those present for a width, all of them for
-    explicit edges."""
-    nums: list[float | None] = []
-    for k, v in enumerate(values):
-        if _is_missing(v):
-            nums.append(None)
-            continue
-        try:
-            x = float(_plain(v))
-        except (TypeError, ValueError):
-            raise ValueError(f"column {name!r}, row {k}: {v!r} is not a number") from None
-        if not math.isfinite(x):
-            raise ValueError(f"column {name!r}, row {k}: {v!r} is not finite")
-        nums.append(x)
-    if isinstance(spec, (int, float, np.integer, np.floating)) and not isinstance(
-        spec, (bool, np.bool_)
-    ):
-        width = float(spec)
-        if not width > 0:
-            raise ValueError(
-                f"numeric_buckets[{name!r}]: a bucket width must be positive, got {spec!r}"
-            )
-        labels = []
-        for x in nums:
-            if x is None:
-                labels.append(None)
-                continue
-            b = math.floor(x / width)
-            # width 1 buckets of whole numbers (years) are named by the number
-            label = f"{b:g}" if width == 1 else f"[{b * width:g},{(b + 1) * width:g})"
-            labels.append((b, label))
-        return labels, sorted({t for t in labels if t is not None})
-    try:
-        edges = [float(e) for e in spec]
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"numeric_buckets[{name!r}] must be a width or a sequence of edges, got {spec!r}"
-        ) from None
-    if (
-        not edges
-        or any(not math.isfinite(e) for e in edges)
-        or any(b <= a for a, b in zip(edges, edges[1:]))
-    ):
-        raise ValueError(
-            f"numeric_buckets[{name!r}]: edges must be finite and strictly increasing, got {spec!r}"
-        )
-    buckets = list(
-        enumerate(
-            [f"<{edges[0]:g}"]
-            + [f"[{a:g},{b:g})" for a, b in zip(edges, edges[1:])]
-            + [f">={edges[-1]:g}"]
-        )
-    )
-    labels = [
-        None if x is None else buckets[int(np.searchsorted(edges, x, side="right"))] for x in nums
-    ]
-    return labels, buckets
-
-
-def features_from_table(
-    table,
-    *,
-    categorical: Sequence[str] = (),
-    prefix: Mapping[str, int] | None = None,
-    numeric_buckets: Mapping[str, float | Sequence[float]] | None = None,
-    multilabel: Mapping[str, str | None] | None = None,
-    numeric: Sequence[str] = (),
-    n_rows: int | None = None,
-) -> Features:
-    """Encode columns of a user or item table as sparse features.
-
-    Parameters
-    ----------
-    table : mapping of column name to column
-        Anything indexable by column name giving equal-length sequences: a dict of lists
-        or arrays, a pandas DataFrame.  Row ``i`` of the table becomes row ``i`` of the
-        result (align it with the matrix first, e.g. ``features.take(...)``).
-    categorical : sequence of str
-        Columns one-hot encoded, one feature per distinct value (sorted), named
-        ``"column=value"``.
-    prefix : mapping of column name to int, optional
-        One-hot of the first ``k`` characters of a string column (``{"zip": 1}``: the
-        zip-code region), named ``"column=prefix"``.
-    numeric_buckets : mapping of column name to a width or to bucket edges, optional
-        A number ``w`` one-hot encodes ``floor(x / w) * w`` (``{"age": 5}``: five-year
-        buckets, one feature per bucket present, named ``"age=[20,25)"``; width 1 names
-        the bucket by its number: ``"year=1995"``); a sequence of
-        strictly increasing edges ``e`` gives the ``len(e) + 1`` buckets ``x < e[0]``,
-        ``e[k] <= x < e[k+1]``, ``x >= e[-1]`` (named ``"age=<18"``, ``"age=[18,25)"``,
-        ``"age=>=56"``), all of them present even when empty.
-    multilabel : mapping of column name to separator, optional
-        Columns holding sets of labels, either as strings split on the separator
-        (``{"genres": "|"}``) or as sequences of labels (separator ``None``): one feature
-        per distinct label, 1 for each label of the row.
-    numeric : sequence of str
-        Columns kept as real-valued features (named by the column; must be finite).
-    n_rows : int, optional
-        Number of rows; inferred from the columns if omitted (needed when no column is
-        encoded).
-
-    Returns
-    -------
-    Features
-        The groups in the order categorical, prefix, numeric_buckets, multilabel, numeric
-        (each in the order given); every feature's group is its column name.  A missing
-        value (``None``, NaN or an empty string) gives the row no feature of that group.
-
-    Raises
-    ------
-    ValueError
-        A missing column, columns of different lengths, a non-numeric value in a
-        numeric column, bad bucket edges, or a column used twice.
-
-    Examples
-    --------
-    >>> users = {"age": [24, 53, 23], "gender": ["M", "F", "M"], "zip": ["85711", "94043", "32067"]}
-    >>> x = features_from_table(users, categorical=["gender"], prefix={"zip": 1}, numeric_buckets={"age": 10})
-    >>> x.names
-    ('gender=F', 'gender=M', 'zip=3', 'zip=8', 'zip=9', 'age=[20,30)', 'age=[50,60)')
-    """
-    prefix = dict(prefix or {})
-    numeric_buckets = dict(numeric_buckets or {})
-    multilabel = dict(multilabel or {})
-    categorical, numeric = list(categorical), list(numeric)
-    for arg, name in ((categorical, "categorical"), (numeric, "numeric")):
-        if any(not isinstance(c, str) for c in arg):
-            raise ValueError(f"{name} must be a sequence of column names")
-    used = categorical + list(prefix) + list(numeric_buckets) + list(multilabel) + numeric
-    dup = {c for c in used if used.count(c) > 1}
-    if dup:
-        raise ValueError(f"column(s) {sorted(dup)} used more than once")
-    n = n_rows
-    if n is None and not used:
-        raise ValueError("no columns to encode: pass n_rows for an empty feature table")
-    blocks: list[tuple[list, list[str]]] = []  # (per-row [(feature, value)] lists, names)
-
-    def add_one_hot(name: str, labels: list, categories: list | None = None) -> None:
-        rows, names = _one_hot(name, labels, categories=categories)
-        blocks.append(([[(j, 1.0) for j in r] for r in rows], names))
-
-    for name in categorical:
-        col = _column(table, name, n)
-        n = len(col)
-        add_one_hot(name, [None if _is_missing(v) else _plain(v) for v in col])
-    for name, k in prefix.items():
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"prefix[{name!r}] must be a positive integer, got {k!r}")
-        col = _column(table, name, n)
-        n = len(col)
-        add_one_hot(name, [None if _is_missing(v) else str(_plain(v))[: int(k)] for v in col])
-    for name, spec in numeric_buckets.items():
-        col = _column(table, name, n)
-        n = len(col)
-        labels, buckets = _bucket_labels(name, col, spec)
-        rows, _ = _one_hot(name, labels, categories=buckets)
-        blocks.append(([[(j, 1.0) for j in r] for r in rows], [f"{name}={b[1]}" for b in buckets]))
-    for name, sep in multilabel.items():
-        col = _column(table, name, n)
-        n = len(col)
-        sets: list[list] = []
-        for k, v in enumerate(col):
-            if _is_missing(v):
-                sets.append([])
-            elif isinstance(v, (str, np.str_)):
-                if sep is None:
-                    raise ValueError(f"multilabel[{name!r}]: row {k} is a string; give a separator")
-                sets.append([s.strip() for s in str(v).split(sep) if s.strip()])
-            elif isinstance(v, Iterable):
-                sets.append([_plain(s) for s in v if not _is_missing(s)])
-            else:
-                raise ValueError(
-                    f"column {name!r}, row {k}: {v!r} is neither a string nor a sequence of labels"
-                )
-        labels = sorted({s for row in sets for s in row}, key=_sort_key)
-        where = {s: j for j, s in enumerate(labels)}
-        blocks.append(
-            (
-                [sorted({(where[s], 1.0) for s in row}) for row in sets],
-                [f"{name}={_label(s)}" for s in labels],
-            )
-        )
-    for name in numeric:
-        col = _column(table, name, n)
-        n = len(col)
-        x = np.empty(n, dtype=np.float64)
-        for k, v in enumerate(col):
-            try:
-                x[k] = float(v)
-            except (TypeError, ValueError):
-                raise ValueError(f"column {name!r}, row {k}: {v!r} is not a number") from None
-            if not math.isfinite(x[k]):
-                raise ValueError(
-                    f"column {name!r}, row {k}: {v!r} is not finite (numeric features cannot be missing)"
-                )
-        blocks.append(([[(0, float(v))] if v != 0 else [] for v in x], [name]))
-
-    assert n is not None
-    names: list[str] = []
-    groups: list[str] = []
-    per_row: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    for (rows, bnames), gname in zip(
-        blocks, categorical + list(prefix) + list(numeric_buckets) + list(multilabel) + numeric
-    ):
-        off = len(names)
-        for i, r in enumerate(rows):
-            per_row[i].extend((off + j, v) for j, v in r)
-        names.extend(bnames)
-        groups.extend([gname] * len(bnames))
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum([len(r) for r in per_row], out=indptr[1:])
-    idx = np.fromiter((j for r in per_row for j, _ in r), dtype=np.int64, count=int(indptr[-1]))
-    val = np.fromiter((v for r in per_row for _, v in r), dtype=np.float64, count=int(indptr[-1]))
-    return Features(indptr, idx, val, names, groups)
 
 
 # --------------------------------------------------------------------------- implicit feedback
