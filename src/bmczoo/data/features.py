@@ -8,22 +8,18 @@ installed).  It is what the MovieLens loaders attach as ``RatingData.row_feature
 :func:`~bmczoo.data.features_from_table` builds one from any user or item table (a mapping
 from column names to equal-length columns, e.g. a dict of lists or a pandas DataFrame):
 one-hot categories, string prefixes (zip codes), bucketed numbers (ages, years), multi-label
-sets (genres) and raw numbers.  :func:`implicit_features` builds the SVD++-style implicit
-feedback matrix (which columns each row rated, scaled by ``|R(i)|^-1/2``) from the pairs of
-a :class:`~bmczoo.data.RatingData`.
+sets (genres) and raw numbers.  :func:`~bmczoo.data.implicit_features` builds the
+SVD++-style implicit feedback matrix (which columns each row rated, scaled by
+``|R(i)|^-1/2``) from the pairs of a :class:`~bmczoo.data.RatingData`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .ratings import RatingData
-
-__all__ = ["Features", "hstack_features", "implicit_features"]
+__all__ = ["Features", "hstack_features"]
 
 
 #: Entries of the dense row blocks that :meth:`Features.gram` multiplies (32 MiB).
@@ -400,63 +396,3 @@ def hstack_features(*parts: Features) -> Features:
         sum((p.names for p in parts), ()),
         sum((p.groups for p in parts), ()),
     )
-
-
-# --------------------------------------------------------------------------- implicit feedback
-def implicit_features(
-    data: "RatingData",
-    axis: Literal["rows", "cols"] = "rows",
-    *,
-    extra: "RatingData | Sequence[RatingData] | None" = None,
-) -> Features:
-    """SVD++-style implicit feedback: which columns each row rated, ``|R(i)|^-1/2`` scaled.
-
-    For ``axis="rows"`` row ``i`` of the result is ``|R(i)|^-1/2 1_{R(i)}`` over the
-    ``m2`` columns, ``R(i)`` the set of columns rated by row ``i``; ``axis="cols"`` gives
-    the ``m2 x m1`` transpose construction (for column ``j``, the rows that rated it).
-    Only which pairs are observed matters, not the values.  A row without ratings is a
-    zero row.
-
-    Parameters
-    ----------
-    data : RatingData
-        The pairs (usually the training set).
-    axis : {"rows", "cols"}
-        Which side the features describe.
-    extra : RatingData or sequence of RatingData, optional
-        Further known pairs of the same shape (e.g. the test set's pairs, in settings
-        where which entries will be asked about is known in advance); a pair present in
-        several sources counts once.
-
-    Returns
-    -------
-    Features
-        ``m1 x m2`` (``axis="rows"``; features named ``"implicit=<j>"``) or ``m2 x m1``
-        (``axis="cols"``), group ``"implicit"``.
-    """
-    if axis not in ("rows", "cols"):
-        raise ValueError(f"axis must be 'rows' or 'cols', got {axis!r}")
-    sources = [data] + (
-        [] if extra is None else ([extra] if not isinstance(extra, (list, tuple)) else list(extra))
-    )
-    shape = tuple(data.shape)
-    for k, s in enumerate(sources):
-        if not hasattr(s, "rows") or not hasattr(s, "shape"):
-            raise ValueError(f"implicit_features takes RatingData, got {type(s).__name__}")
-        if tuple(s.shape) != shape:
-            raise ValueError(f"extra[{k - 1}] has shape {s.shape}, data has {shape}")
-    major = np.concatenate(
-        [np.asarray(s.rows if axis == "rows" else s.cols, dtype=np.int64) for s in sources]
-    )
-    minor = np.concatenate(
-        [np.asarray(s.cols if axis == "rows" else s.rows, dtype=np.int64) for s in sources]
-    )
-    m_major, m_minor = (shape[0], shape[1]) if axis == "rows" else (shape[1], shape[0])
-    key = np.unique(major * m_minor + minor)  # sorted: grouped by major, minor ascending
-    major, minor = np.divmod(key, m_minor)
-    counts = np.bincount(major, minlength=m_major)
-    indptr = np.zeros(m_major + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    values = 1.0 / np.sqrt(counts[major].astype(np.float64))
-    names = [f"implicit={j}" for j in range(m_minor)]
-    return Features(indptr, minor, values, names, ["implicit"] * m_minor)
