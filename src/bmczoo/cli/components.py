@@ -77,6 +77,8 @@ def make_likelihood(name: str, settings: dict[str, float]):
 
 
 def parse_hyper(items: list[str], option: str = "--hyper") -> dict[str, float]:
+    """``NAME=VALUE`` items of a repeatable option (``--hyper``, ``--likelihood-opt``) as
+    numbers by name."""
     out = {}
     for item in items:
         name, sep, value = item.partition("=")

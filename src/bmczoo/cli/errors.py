@@ -9,6 +9,7 @@ class CLIError(Exception):
 
 # the exceptions of a failed download (urllib's URLError and HTTPError are OSErrors)
 def is_network_error(e: BaseException) -> bool:
+    """Whether ``e`` is the failure of a download (no network, a refused connection...)."""
     import http.client
     import socket
     import urllib.error

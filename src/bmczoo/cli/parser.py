@@ -41,6 +41,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of the command line: ``fit``, ``predict``, ``recommend``, ``reproduce``."""
     p = _Parser(
         prog="bmczoo",
         description="Bayesian low-rank matrix completion (Alquier, Cottet, Chopin, Rousseau priors) "

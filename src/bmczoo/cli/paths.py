@@ -84,6 +84,7 @@ def check_save(path: Path, overwrite: bool) -> None:
 
 
 def is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint that bmczoo wrote (a readable .npz of its format)."""
     import numpy as np
 
     from ..inference.checkpoint import FORMAT

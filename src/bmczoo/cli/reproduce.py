@@ -10,6 +10,7 @@ from .paths import probe_writable
 
 
 def cmd_reproduce(args) -> int:
+    """Run ``bmczoo reproduce``: the experiment's fits (cached) and its table."""
     from ..experiments import format_table, run_experiment
 
     if args.jobs < 1:

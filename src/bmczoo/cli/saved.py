@@ -103,6 +103,7 @@ def _check_prob(prob: float) -> float:
 
 
 def cmd_predict(args) -> int:
+    """Run ``bmczoo predict``: mean, sd and interval at the pairs of ``--entries``."""
     import numpy as np
 
     prob = _check_prob(args.prob)
@@ -135,6 +136,7 @@ def cmd_predict(args) -> int:
 
 
 def cmd_recommend(args) -> int:
+    """Run ``bmczoo recommend``: the top ``-n`` items of each ``--user``."""
     import numpy as np
 
     prob = _check_prob(args.prob)

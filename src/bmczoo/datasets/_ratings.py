@@ -70,6 +70,8 @@ def _reindex(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def to_ratingdata(
     table: np.ndarray, source: str, first_line: int
 ) -> tuple[RatingData, np.ndarray, np.ndarray]:
+    """``(RatingData, user_ids, item_ids)`` of a ``(user, item, rating)`` table whose first
+    row is line ``first_line`` of ``source``; a duplicate rating names both lines."""
     user_ids, rows = _reindex(table[:, 0].astype(np.int64))
     item_ids, cols = _reindex(table[:, 1].astype(np.int64))
     shape = (len(user_ids), len(item_ids))
@@ -94,5 +96,6 @@ def to_ratingdata(
 def load_bytes(
     data: bytes, info: MovieLensInfo, source: str
 ) -> tuple[RatingData, np.ndarray, np.ndarray]:
+    """``(RatingData, user_ids, item_ids)`` of the bytes of a ratings file of ``info``'s format."""
     table, first_line = _read_ratings(data, info, source)
     return to_ratingdata(table, source, first_line)

@@ -244,6 +244,8 @@ def _genre_names(side: SideFiles) -> tuple[str, ...]:
 
 
 def read_side_tables(info: MovieLensInfo, side: SideFiles) -> tuple[dict | None, dict | None]:
+    """The raw users and movies tables of ``info``'s side files found in ``side`` (None: no
+    such file), each with its ``"_source"`` for messages."""
     users_file, items_file = _SIDE_FILES[info.name]
     users = items = None
     if users_file is not None and (got := side.read(users_file)) is not None:
