@@ -47,8 +47,8 @@ def prior_help() -> str:
         hyper = ", ".join(f"{k}={_fmt_default(v)}" for k, v in prior_defaults(cls).items())
         parts.append(f"{name} ({hyper})" if hyper else name)
     text = (
-        f"prior on the column scales gamma_h (default {DEFAULT_PRIOR}), with its default hyper-parameters: "
-        + "; ".join(parts)
+        f"prior on the column scales gamma_h (default {DEFAULT_PRIOR}), with its default "
+        "hyper-parameters: " + "; ".join(parts)
     )
     return text.replace("%", "%%")  # argparse formats help strings with %
 

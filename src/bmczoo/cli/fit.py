@@ -49,9 +49,9 @@ def _link_prior(args, prior, train):
             sides = tuple(n for n in names if getattr(train, n) is not None)
             if not sides:
                 raise CLIError(
-                    "--features: the data has no feature tables (the MovieLens loaders read the side "
-                    "files beside the ratings: u.user/u.item, users.dat/movies.dat, movies.csv); "
-                    "for implicit feedback only, use --implicit"
+                    "--features: the data has no feature tables (the MovieLens loaders read the "
+                    "side files beside the ratings: u.user/u.item, users.dat/movies.dat, "
+                    "movies.csv); for implicit feedback only, use --implicit"
                 )
         else:
             sides = _FEATURE_SIDES[args.features]
@@ -248,7 +248,8 @@ def _method_settings(args) -> dict:
 
 
 def _option_flag(name: str) -> str:
-    """The command-line option of ``bmc.fit``'s argument ``name`` (``num_chains`` -> ``--chains``)."""
+    """The command-line option of ``bmc.fit``'s argument ``name`` (``num_chains`` ->
+    ``--chains``)."""
     return "--" + METHOD_OPTIONS[name].replace("_", "-")
 
 

@@ -91,11 +91,14 @@ class Interrupts:
                 return (
                     f"{lead}; {path} keeps the work saved so far: rerun the same command to resume"
                 )
-            return f"interrupted before any work was saved in {path}; rerun the same command to start again"
+            return (
+                f"interrupted before any work was saved in {path}; rerun the same command to "
+                "start again"
+            )
         if a.method in ("gibbs", "vb"):
             return (
-                "interrupted; nothing was saved (run with --checkpoint FILE.npz to make a fit resumable: "
-                "Ctrl-C then saves the work done, and the same command resumes it)"
+                "interrupted; nothing was saved (run with --checkpoint FILE.npz to make a fit "
+                "resumable: Ctrl-C then saves the work done, and the same command resumes it)"
             )
         return "interrupted; nothing was saved"
 

@@ -79,13 +79,13 @@ def _download(name: str):
             raise
         reason = " ".join(str(getattr(e, "reason", None) or e or type(e).__name__).split())
         local = (
-            f"pass --data PATH to {info.archive}, to the folder it unpacks to, or to its {info.filename} "
-            "(any ratings file is accepted)"
+            f"pass --data PATH to {info.archive}, to the folder it unpacks to, or to its "
+            f"{info.filename} (any ratings file is accepted)"
         )
         if not is_network_error(e):  # the download worked, the cache could not be written
             raise CLIError(
-                f"MovieLens {name} could not be stored in the cache {datasets.cache_root()} ({reason}); "
-                f"set BMCZOO_CACHE to a writable folder, or {local}"
+                f"MovieLens {name} could not be stored in the cache {datasets.cache_root()} "
+                f"({reason}); set BMCZOO_CACHE to a writable folder, or {local}"
             ) from e
         raise CLIError(
             f"MovieLens {name} could not be downloaded from {info.url} ({reason}); without network "
@@ -154,7 +154,8 @@ _NUMBER_START = b"0123456789+-."
 def _read_ratings_table(data: bytes, source: str):
     """Parse ``user item rating [timestamp]`` lines (TAB, ',' or '::' between fields, an
     optional header line) into ``(RatingData, user_ids, item_ids)``, users as rows and items
-    as columns, both in increasing order of their ids (as :func:`bmczoo.datasets.load_movielens`)."""
+    as columns, both in increasing order of their ids (as
+    :func:`bmczoo.datasets.load_movielens`)."""
     import numpy as np
 
     from ..datasets._parse import parse_numeric_table
@@ -207,8 +208,8 @@ def _read_ratings_table(data: bytes, source: str):
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
         raise CLIError(
-            f"--data {source}, line {first_line + k}: rating must be finite, got {table[k, 2]} (a number "
-            "beyond the float64 range)"
+            f"--data {source}, line {first_line + k}: rating must be finite, got {table[k, 2]} (a "
+            "number beyond the float64 range)"
         )
     try:
         return to_ratingdata(table, source, first_line)

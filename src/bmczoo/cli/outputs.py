@@ -24,7 +24,8 @@ def save_model(fit, path: Path, loaded: Loaded, metric: str) -> None:
         save(fit, path, extra={"user_ids": users, "item_ids": items})
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
         raise CLIError(
-            f"could not write {path}: {' '.join(str(e).split())}; the fit itself finished ({metric})"
+            f"could not write {path}: {' '.join(str(e).split())}; the fit itself finished "
+            f"({metric})"
         ) from e
 
 
@@ -53,7 +54,8 @@ def write_outputs(fit, out: Path, test, loaded: Loaded, metric: str) -> None:
 
     def failed(what, e):
         return CLIError(
-            f"could not write {what}: {' '.join(str(e).split())}; the fit itself finished ({metric})"
+            f"could not write {what}: {' '.join(str(e).split())}; the fit itself finished "
+            f"({metric})"
         )
 
     try:

@@ -44,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of the command line: ``fit``, ``predict``, ``recommend``, ``reproduce``."""
     p = _Parser(
         prog="bmczoo",
-        description="Bayesian low-rank matrix completion (Alquier, Cottet, Chopin, Rousseau priors) "
-        "with conjugate Gibbs sampling on JAX.",
+        description="Bayesian low-rank matrix completion (Alquier, Cottet, Chopin, Rousseau "
+        "priors) with conjugate Gibbs sampling on JAX.",
     )
     sub = p.add_subparsers(dest="command", required=True)
     for add in (_add_fit, _add_predict, _add_recommend, _add_reproduce):
@@ -74,10 +74,11 @@ def _add_fit(sub) -> None:
     f = sub.add_parser(
         "fit",
         help="fit a model and print the RMSE",
-        description="Fit the low-rank model. With MovieLens data or a ratings file the ratings are split "
-        "into train and test (--test-fraction, numpy default_rng(0)) and the last line is test_rmse=<float>; "
-        "with the simulator (sim:M) the last line is theta_rmse=<float> over all M^2 entries. Every output "
-        "path is checked before the fit starts; an error is one line on stderr and exit code 2.",
+        description="Fit the low-rank model. With MovieLens data or a ratings file the ratings "
+        "are split into train and test (--test-fraction, numpy default_rng(0)) and the last line "
+        "is test_rmse=<float>; with the simulator (sim:M) the last line is theta_rmse=<float> "
+        "over all M^2 entries. Every output path is checked before the fit starts; an error is "
+        "one line on stderr and exit code 2.",
         formatter_class=_HelpFormatter,
     )
     for add in (
@@ -99,11 +100,11 @@ def _fit_data_options(f) -> None:
     f.add_argument(
         "--data",
         default="sim:100",
-        help="ml-100k | ml-1m | ... (downloaded once into the cache) | PATH to a ratings file of any "
-        "name whose lines are user item rating [timestamp] separated by TAB, ',' or '::' (u.data, "
-        "u1.base, ratings.dat, ratings.csv, ...; an optional header line), a folder holding u.data / "
-        "ratings.dat / ratings.csv, or an official MovieLens .zip | sim:M (the paper's simulation "
-        "with an M x M matrix) (default: sim:100)",
+        help="ml-100k | ml-1m | ... (downloaded once into the cache) | PATH to a ratings file of "
+        "any name whose lines are user item rating [timestamp] separated by TAB, ',' or '::' "
+        "(u.data, u1.base, ratings.dat, ratings.csv, ...; an optional header line), a folder "
+        "holding u.data / ratings.dat / ratings.csv, or an official MovieLens .zip | sim:M (the "
+        "paper's simulation with an M x M matrix) (default: sim:100)",
     )
 
 
@@ -124,11 +125,11 @@ def _fit_prior_options(f) -> None:
         const="auto",
         default=None,
         choices=["rows", "cols", "both", "auto"],
-        help="normal-wishart prior: link the rows' (users') and/or columns' (items') prior means to "
-        "the data's side tables (Macau); auto (also the flag alone): every side the data has a table "
-        "for. MovieLens data "
-        "gets them from the side files beside the ratings (ML-100K u.user/u.item, ML-1M "
-        "users.dat/movies.dat, movies.csv/movies.dat of the other releases); default: no features",
+        help="normal-wishart prior: link the rows' (users') and/or columns' (items') prior means "
+        "to the data's side tables (Macau); auto (also the flag alone): every side the data has "
+        "a table for. MovieLens data gets them from the side files beside the ratings (ML-100K "
+        "u.user/u.item, ML-1M users.dat/movies.dat, movies.csv/movies.dat of the other "
+        "releases); default: no features",
     )
     f.add_argument(
         "--implicit",
@@ -146,21 +147,22 @@ def _fit_likelihood_options(f) -> None:
         "--likelihood",
         default="tempered",
         choices=sorted(likelihoods()),
-        help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd via "
-        "--likelihood-opt), learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper), probit "
-        "(binary 0/1 ratings, e.g. with --binarize 4; P(1) = Phi(theta - threshold), threshold read "
-        "from the data unless given) or ordered-probit (ordinal levels read from the data, e.g. 1-5 "
-        "stars, with learned cut points of prior scale cut_scale=2); probit prints test log-loss, AUC "
-        "and accuracy, ordered-probit the test log-loss of the levels, before test_rmse (of P(1), or "
-        "of the expected level)",
+        help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd "
+        "via --likelihood-opt), learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper), "
+        "probit (binary 0/1 ratings, e.g. with --binarize 4; P(1) = Phi(theta - threshold), "
+        "threshold read from the data unless given) or ordered-probit (ordinal levels read from "
+        "the data, e.g. 1-5 stars, with learned cut points of prior scale cut_scale=2); probit "
+        "prints test log-loss, AUC and accuracy, ordered-probit the test log-loss of the levels, "
+        "before test_rmse (of P(1), or of the expected level)",
     )
     f.add_argument(
         "--likelihood-opt",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, a=2 for learned, threshold=0 "
-        "for probit, cut_scale=1 for ordered-probit); default: the likelihood's own defaults",
+        help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, a=2 for learned, "
+        "threshold=0 for probit, cut_scale=1 for ordered-probit); default: the likelihood's own "
+        "defaults",
     )
     f.add_argument(
         "--binarize",
@@ -237,9 +239,10 @@ def _fit_gibbs_options(f) -> None:
         "--column-moves",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="gibbs: end each sweep with the moves that change gamma_h together with its column (the "
-        "discrete prior's aimed spike/slab flip, the continuous priors' scale walk); "
-        "--no-column-moves: the paper's plain sweep (default: the moves wherever the prior has one)",
+        help="gibbs: end each sweep with the moves that change gamma_h together with its column "
+        "(the discrete prior's aimed spike/slab flip, the continuous priors' scale walk); "
+        "--no-column-moves: the paper's plain sweep (default: the moves wherever the prior has "
+        "one)",
     )
     f.add_argument(
         "--column-moves-every",
@@ -253,8 +256,9 @@ def _fit_gibbs_options(f) -> None:
         type=int,
         default=None,
         metavar="T",
-        help="gibbs, discrete prior: every --anneal-every sweeps, switch one column between spike and "
-        "slab along a path of T steps (Metropolis-Hastings on the work; default 0: none)",
+        help="gibbs, discrete prior: every --anneal-every sweeps, switch one column between "
+        "spike and slab along a path of T steps (Metropolis-Hastings on the work; default 0: "
+        "none)",
     )
     f.add_argument(
         "--anneal-every",
@@ -286,24 +290,24 @@ def _fit_output_options(f) -> None:
         "--out",
         default=None,
         metavar="DIR",
-        help="folder for posterior.nc (ArviZ), predictions.csv (ratings data: the test ratings as "
-        "user_id,item_id,rating,prediction with the dataset's own ids; probit adds p1, ordered-probit p_LEVEL "
-        "per level) and report/ (diagnostics "
-        "figures and summary tables); checked before the fit (default: none, nothing written)",
+        help="folder for posterior.nc (ArviZ), predictions.csv (ratings data: the test ratings "
+        "as user_id,item_id,rating,prediction with the dataset's own ids; probit adds p1, "
+        "ordered-probit p_LEVEL per level) and report/ (diagnostics figures and summary tables); "
+        "checked before the fit (default: none, nothing written)",
     )
     f.add_argument(
         "--save",
         default=None,
         metavar="FILE.npz",
-        help="save the fitted model there (fit.save: .npz + JSON, no pickle, with the dataset's ids) for "
-        "bmczoo predict / recommend; checked before the fit (default: none)",
+        help="save the fitted model there (fit.save: .npz + JSON, no pickle, with the dataset's "
+        "ids) for bmczoo predict / recommend; checked before the fit (default: none)",
     )
     f.add_argument(
         "--store-factors",
         choices=["auto", "yes", "no"],
         default=None,
-        help="gibbs/nuts: keep the factor draws M, N (needed by recommend, fold-in and predictions at "
-        "new entries from a saved model; default auto: when they take < 256 MiB)",
+        help="gibbs/nuts: keep the factor draws M, N (needed by recommend, fold-in and "
+        "predictions at new entries from a saved model; default auto: when they take < 256 MiB)",
     )
     f.add_argument(
         "--overwrite",
@@ -326,8 +330,9 @@ def _fit_run_options(f) -> None:
         "--dtype",
         choices=["float32", "float64"],
         default=None,
-        help="floating-point precision of the fit (default: float32, or float64 when JAX_ENABLE_X64 "
-        "is set); float64 is slower but avoids the failed Cholesky factorisations float32 can hit",
+        help="floating-point precision of the fit (default: float32, or float64 when "
+        "JAX_ENABLE_X64 is set); float64 is slower but avoids the failed Cholesky factorisations "
+        "float32 can hit",
     )
     f.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -337,11 +342,11 @@ def _add_predict(sub) -> None:
     pr = sub.add_parser(
         "predict",
         help="predict entries with a saved model: mean, sd and interval",
-        description="Posterior predictive mean, sd and central --prob interval at the (user, item) pairs of "
-        "--entries, with a model written by 'bmczoo fit --save', in the dataset's own ids. Output: CSV "
-        "user_id,item_id,mean,sd,loP,hiP on stdout (or --out); a probit model adds p1 = P(1), an ordered-probit "
-        "model one column p_LEVEL per level (its predictive level probabilities). An error is one line on "
-        "stderr and exit code 2.",
+        description="Posterior predictive mean, sd and central --prob interval at the (user, "
+        "item) pairs of --entries, with a model written by 'bmczoo fit --save', in the dataset's "
+        "own ids. Output: CSV user_id,item_id,mean,sd,loP,hiP on stdout (or --out); a probit "
+        "model adds p1 = P(1), an ordered-probit model one column p_LEVEL per level (its "
+        "predictive level probabilities). An error is one line on stderr and exit code 2.",
         formatter_class=_HelpFormatter,
     )
     pr.add_argument(
@@ -351,8 +356,8 @@ def _add_predict(sub) -> None:
         "--entries",
         required=True,
         metavar="PAIRS.csv",
-        help="lines 'user_id item_id' (TAB, ',' or spaces between; an optional header line; further "
-        "fields ignored)",
+        help="lines 'user_id item_id' (TAB, ',' or spaces between; an optional header line; "
+        "further fields ignored)",
     )
     pr.add_argument(
         "--prob", type=float, default=0.9, help="probability of the central predictive interval"
@@ -370,10 +375,11 @@ def _add_recommend(sub) -> None:
     rc = sub.add_parser(
         "recommend",
         help="top-N items of users with a saved model",
-        description="The top -n items of each --user (dataset ids in and out), by posterior mean, upper "
-        "credible bound (--by upper) or one posterior draw (--by thompson), leaving out the items the user rated "
-        "in training. Output: CSV user_id,rank,item_id,score (score on the data scale, unclipped). Needs the factor "
-        "draws for Gibbs/NUTS models (fit with --store-factors yes on large data).",
+        description="The top -n items of each --user (dataset ids in and out), by posterior "
+        "mean, upper credible bound (--by upper) or one posterior draw (--by thompson), leaving "
+        "out the items the user rated in training. Output: CSV user_id,rank,item_id,score (score "
+        "on the data scale, unclipped). Needs the factor draws for Gibbs/NUTS models (fit with "
+        "--store-factors yes on large data).",
         formatter_class=_HelpFormatter,
     )
     rc.add_argument(
@@ -407,12 +413,13 @@ def _add_reproduce(sub) -> None:
     r = sub.add_parser(
         "reproduce",
         help="rerun one of the paper's experiments and print its table beside ours",
-        description="Rerun an experiment of the paper: simulation-m (Tables 2-3), simulation-K (Tables 4-5) "
-        "or movielens (Table 6, plus rows the paper does not have: the Normal-Wishart prior alone and with learned "
-        "noise and biases, '—' in the paper column). Hyper-parameters are chosen on a validation split of the "
-        "training data "
-        "(grid x1/2, x1, x2 around the paper's value; for the discrete prior also the Gibbs start, slab or "
-        "spike); the paper's own values are run too. Results are cached per fit, so an interrupted run resumes.",
+        description="Rerun an experiment of the paper: simulation-m (Tables 2-3), simulation-K "
+        "(Tables 4-5) or movielens (Table 6, plus rows the paper does not have: the "
+        "Normal-Wishart prior alone and with learned noise and biases, '—' in the paper column). "
+        "Hyper-parameters are chosen on a validation split of the training data (grid x1/2, x1, "
+        "x2 around the paper's value; for the discrete prior also the Gibbs start, slab or "
+        "spike); the paper's own values are run too. Results are cached per fit, so an "
+        "interrupted run resumes.",
         formatter_class=_HelpFormatter,
     )
     r.add_argument("experiment", choices=["simulation-m", "simulation-K", "movielens"])
@@ -423,8 +430,8 @@ def _add_reproduce(sub) -> None:
     r.add_argument(
         "--data-dir",
         default=None,
-        help="movielens: folder with the extracted archives (ml-100k/u.data, ml-1m/ratings.dat, ...) "
-        "(default: none, the archives are downloaded once into the cache)",
+        help="movielens: folder with the extracted archives (ml-100k/u.data, ml-1m/ratings.dat, "
+        "...) (default: none, the archives are downloaded once into the cache)",
     )
     r.add_argument(
         "--jobs",
@@ -445,9 +452,9 @@ def _add_reproduce(sub) -> None:
         "--column-moves",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="the Gibbs fits of the discrete, inverse-gamma and gamma priors end each sweep with the "
-        "column moves (bmc.fit's default); --no-column-moves: the paper's plain sweep for every prior, "
-        "cached apart from the runs with the moves",
+        help="the Gibbs fits of the discrete, inverse-gamma and gamma priors end each sweep with "
+        "the column moves (bmc.fit's default); --no-column-moves: the paper's plain sweep for "
+        "every prior, cached apart from the runs with the moves",
     )
     _add_debug_option(r)
     r.set_defaults(func=cmd_reproduce)

@@ -237,7 +237,8 @@ def _numeric_block(name: str, col: list, n: int) -> tuple[list, list[str]]:
             raise ValueError(f"column {name!r}, row {k}: {v!r} is not a number") from None
         if not math.isfinite(x[k]):
             raise ValueError(
-                f"column {name!r}, row {k}: {v!r} is not finite (numeric features cannot be missing)"
+                f"column {name!r}, row {k}: {v!r} is not finite (numeric features cannot be "
+                "missing)"
             )
     return [[(0, float(v))] if v != 0 else [] for v in x], [name]
 
@@ -299,7 +300,9 @@ def features_from_table(
     Examples
     --------
     >>> users = {"age": [24, 53, 23], "gender": ["M", "F", "M"], "zip": ["85711", "94043", "32067"]}
-    >>> x = features_from_table(users, categorical=["gender"], prefix={"zip": 1}, numeric_buckets={"age": 10})
+    >>> x = features_from_table(
+    ...     users, categorical=["gender"], prefix={"zip": 1}, numeric_buckets={"age": 10}
+    ... )
     >>> x.names
     ('gender=F', 'gender=M', 'zip=3', 'zip=8', 'zip=9', 'age=[20,30)', 'age=[50,60)')
     """

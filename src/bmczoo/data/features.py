@@ -91,7 +91,8 @@ class Features:
             raise ValueError("indices must be a 1-D integer array")
         if values.shape != indices.shape:
             raise ValueError(
-                f"values and indices must have the same length, got {values.size} and {indices.size}"
+                f"values and indices must have the same length, got {values.size} and "
+                f"{indices.size}"
             )
         if indptr[0] != 0 or indptr[-1] != indices.size or (np.diff(indptr) < 0).any():
             raise ValueError("indptr must start at 0, be non-decreasing and end at len(indices)")

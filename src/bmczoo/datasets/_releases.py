@@ -160,6 +160,7 @@ def resolve_name(name: str) -> str:
     key = {"10m100k": "10m", "latestsmall": "latest-small"}.get(key, key)
     if key not in DATASETS:
         raise ValueError(
-            f"unknown MovieLens dataset {name!r}; known: {', '.join(DATASETS)} (also as 'ml-100k' etc.)"
+            f"unknown MovieLens dataset {name!r}; known: {', '.join(DATASETS)} (also as 'ml-100k' "
+            "etc.)"
         )
     return key

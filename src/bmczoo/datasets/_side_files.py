@@ -103,8 +103,8 @@ def _fields(line: str, sep: str, n: int, source: str, lineno: int) -> list[str]:
     parts = line.split(sep)
     if len(parts) != n:
         raise ValueError(
-            f"{source}, line {lineno}: expected {n} fields separated by {sep!r}, found {len(parts)} "
-            f"(file corrupt or truncated?): {line[:80]!r}"
+            f"{source}, line {lineno}: expected {n} fields separated by {sep!r}, found "
+            f"{len(parts)} (file corrupt or truncated?): {line[:80]!r}"
         )
     return parts
 
@@ -192,7 +192,8 @@ def _parse_items(
                 title, sep2, genres = rest.rpartition("::")
                 if not sep or not sep2:
                     raise ValueError(
-                        f"{source}, line {lineno}: expected 3 fields separated by '::': {line[:80]!r}"
+                        f"{source}, line {lineno}: expected 3 fields separated by '::': "
+                        f"{line[:80]!r}"
                     )
                 rows.append((lineno, uid, title, genres))
         else:  # movies.csv: movieId,title,genres with a header, titles quoted
@@ -205,7 +206,8 @@ def _parse_items(
                     continue
                 if len(rec) != 3:
                     raise ValueError(
-                        f"{source}, line {lineno}: expected 3 comma-separated fields, found {len(rec)}"
+                        f"{source}, line {lineno}: expected 3 comma-separated fields, found "
+                        f"{len(rec)}"
                     )
                 rows.append((lineno, *rec))
         for lineno, uid, title, genres in rows:

@@ -90,8 +90,9 @@ def _aligned(table: dict, ids: np.ndarray, what: str) -> dict[str, np.ndarray]:
     if missing.any():
         bad = ids[missing]
         raise ValueError(
-            f"{source}: no line for {what} id {int(bad[0])} ({int(missing.sum())} rated {what}s missing); "
-            "the side file does not match the ratings (side_info=False loads the ratings alone)"
+            f"{source}: no line for {what} id {int(bad[0])} ({int(missing.sum())} rated {what}s "
+            "missing); the side file does not match the ratings (side_info=False loads the "
+            "ratings alone)"
         )
     rows = order[pos]
     return {k: v[rows] for k, v in table.items() if k != "_source"}

@@ -9,9 +9,9 @@ The pieces here are used by :class:`~bmczoo.priors.NormalWishart` when it is giv
 * :func:`side_features` turns the prior's specification into a
   :class:`~bmczoo.data.Features` table for one side of the data;
 * :func:`link_arrays` prepares its device arrays once: ``X`` and ``X^T`` as sparse
-  matrices of the Gibbs hot path (``X B`` and ``X^T M`` in O(nnz K)) and the eigendecomposition ``X^T X = V diag(d) V^T``
-  (float64 on the host), so that ``A = X^T X + lam_B I`` is diagonal in the basis ``V``
-  whatever ``lam_B`` is: no factorisation per sweep;
+  matrices of the Gibbs hot path (``X B`` and ``X^T M`` in O(nnz K)) and the
+  eigendecomposition ``X^T X = V diag(d) V^T`` (float64 on the host), so that ``A = X^T X +
+  lam_B I`` is diagonal in the basis ``V`` whatever ``lam_B`` is: no factorisation per sweep;
 * :func:`link_block` draws ``B``, then ``lam_B``, then ``(mu, Lambda)`` given the rows
   (one chain), each from its exact conditional.
 
