@@ -132,9 +132,15 @@ def _bucket_labels(name: str, values: list, spec) -> tuple[list, list]:
 
 
 def _check_columns(
-    categorical: list, prefix: dict, numeric_buckets: dict, multilabel: dict, numeric: list
+    categorical: list,
+    prefix: dict,
+    numeric_buckets: dict,
+    multilabel: dict,
+    numeric: list,
+    n_rows: int | None,
 ) -> list:
-    """The columns encoded, in the order of their groups; each may be used once."""
+    """The columns encoded, in the order of their groups; each may be used once, and with
+    none ``n_rows`` must be given."""
     for arg, name in ((categorical, "categorical"), (numeric, "numeric")):
         if any(not isinstance(c, str) for c in arg):
             raise ValueError(f"{name} must be a sequence of column names")
@@ -142,6 +148,8 @@ def _check_columns(
     dup = {c for c in used if used.count(c) > 1}
     if dup:
         raise ValueError(f"column(s) {sorted(dup)} used more than once")
+    if n_rows is None and not used:
+        raise ValueError("no columns to encode: pass n_rows for an empty feature table")
     return used
 
 
@@ -300,9 +308,8 @@ def features_from_table(
     Examples
     --------
     >>> users = {"age": [24, 53, 23], "gender": ["M", "F", "M"], "zip": ["85711", "94043", "32067"]}
-    >>> x = features_from_table(
-    ...     users, categorical=["gender"], prefix={"zip": 1}, numeric_buckets={"age": 10}
-    ... )
+    >>> kinds = dict(categorical=["gender"], prefix={"zip": 1}, numeric_buckets={"age": 10})
+    >>> x = features_from_table(users, **kinds)
     >>> x.names
     ('gender=F', 'gender=M', 'zip=3', 'zip=8', 'zip=9', 'age=[20,30)', 'age=[50,60)')
     """
@@ -310,9 +317,7 @@ def features_from_table(
     numeric_buckets = dict(numeric_buckets or {})
     multilabel = dict(multilabel or {})
     categorical, numeric = list(categorical), list(numeric)
-    used = _check_columns(categorical, prefix, numeric_buckets, multilabel, numeric)
-    if n_rows is None and not used:
-        raise ValueError("no columns to encode: pass n_rows for an empty feature table")
+    used = _check_columns(categorical, prefix, numeric_buckets, multilabel, numeric, n_rows)
     enc = _Encoder(table, n_rows)
     for name in categorical:
         enc.one_hot(name, [None if _is_missing(v) else _plain(v) for v in enc.column(name)])
