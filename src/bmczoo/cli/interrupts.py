@@ -9,7 +9,6 @@ import threading
 from pathlib import Path
 
 
-# --------------------------------------------------------------------------- Ctrl-C
 class Interrupts:
     """Ctrl-C of the console command: one line on stderr and exit code 130, whatever the
     process is doing.
@@ -18,17 +17,18 @@ class Interrupts:
     thread, which may be inside JAX's tracing, a garbage-collector callback of XLA (where
     the exception is printed as "ignored" and the run goes on) or code that XLA's threads
     depend on; and after it the interpreter's teardown can race XLA's compilation and
-    execution threads into a segmentation fault.  So the console command (:func:`main`
-    with ``argv=None``) takes SIGINT off the main thread: Python's C-level handler only
-    writes the signal to a pipe (``signal.set_wakeup_fd``; the Python-level handler does
-    nothing), which a watcher thread reads at once, even while the main thread is inside
-    XLA.  The watcher then either asks a checkpointed run loop holding unsaved work to
-    save and stop at its next boundary between compiled calls
+    execution threads into a segmentation fault.  So the console command
+    (:func:`bmczoo.cli.main` with ``argv=None``) takes SIGINT off the main thread: Python's
+    C-level handler only writes the signal to a pipe (``signal.set_wakeup_fd``; the
+    Python-level handler does nothing), which a watcher thread reads at once, even while the
+    main thread is inside XLA.  The watcher then either asks a checkpointed run loop holding
+    unsaved work to save and stop at its next boundary between compiled calls
     (:func:`bmczoo.inference.checkpoint.request_stop`; it raises ``KeyboardInterrupt``,
-    which :func:`main` reports) or, with nothing to save (or on a second Ctrl-C), prints
-    the line and ends the process with ``os._exit(130)``, after any checkpoint or model
-    file being written is complete (``checkpoint.WRITE_LOCK``).  No teardown runs after
-    an interrupt.  ``main(argv)`` called from Python keeps Python's ``KeyboardInterrupt``.
+    which :func:`bmczoo.cli.main` reports) or, with nothing to save (or on a second Ctrl-C),
+    prints the line and ends the process with ``os._exit(130)``, after any checkpoint or
+    model file being written is complete (``checkpoint.WRITE_LOCK``).  No teardown runs
+    after an interrupt.  ``main(argv)`` called from Python keeps Python's
+    ``KeyboardInterrupt``.
     """
 
     def __init__(self):

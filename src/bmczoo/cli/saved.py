@@ -11,7 +11,6 @@ from .outputs import proba_columns
 from .paths import probe_writable
 
 
-# --------------------------------------------------------------------------- saved models
 class _Model(NamedTuple):
     fit: object
     user_ids: object  # user_ids[i]: the dataset's id of row i

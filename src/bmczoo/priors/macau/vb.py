@@ -13,7 +13,6 @@ from .algebra import LinkHyper, LinkRows, b_mean, nw_with_link, residual_sums
 from .arrays import coords_mean, coords_stats
 
 
-# ---------------------------------------------------------------------------- VB
 # Mean-field VB of the link (one linked factor; the other factor's rows are the same with
 # their own features).  q = prod_i q(M_i) q(mu, Lambda) q(B) q(lam_B) with
 #
