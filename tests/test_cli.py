@@ -90,7 +90,8 @@ def test_priors_come_from_the_registry(capsys):
     """--prior offers every prior of the registry, its help lists each one's defaults
     (the class's cli_defaults), and a fit starts from them."""
     import bmczoo as bmc
-    from bmczoo.cli import _make_prior, build_parser
+    from bmczoo.cli import build_parser
+    from bmczoo.cli.components import make_prior
 
     reg = bmc.priors.registry()
     fit_parser = build_parser()._subparsers._group_actions[0].choices["fit"]
@@ -105,8 +106,8 @@ def test_priors_come_from_the_registry(capsys):
             assert f"{k}={v:g}" in text
     assert "discrete (C=1, p=0.05, eps=0.07)" in text and "inverse-gamma (a=1, b=0.1)" in text
     for name, cls in reg.items():
-        assert _make_prior(name, {}) == cls.from_cli()
-    assert _make_prior("discrete", {"eps": 0.1}) == bmc.priors.Discrete(C=1.0, p=0.05, eps=0.1)
+        assert make_prior(name, {}) == cls.from_cli()
+    assert make_prior("discrete", {"eps": 0.1}) == bmc.priors.Discrete(C=1.0, p=0.05, eps=0.1)
 
 
 def test_fit_prints_the_prior_with_its_defaults(capsys):
@@ -288,7 +289,8 @@ def test_fit_help_states_the_settings_defaults():
     ("gibbs/nuts: ... (default 100)")."""
     import re
 
-    from bmczoo.cli import _METHOD_OPTIONS, build_parser
+    from bmczoo.cli import build_parser
+    from bmczoo.cli.fit import METHOD_OPTIONS
     from bmczoo.inference import settings as st
 
     classes = st.SETTINGS
@@ -297,7 +299,7 @@ def test_fit_help_states_the_settings_defaults():
     # the command line offers exactly the methods bmc.fit has settings for
     assert sorted(by_dest["method"].choices) == sorted(st.SETTINGS)
     checked = 0
-    for name, dest in _METHOD_OPTIONS.items():
+    for name, dest in METHOD_OPTIONS.items():
         text = by_dest[dest].help or ""
         # "gibbs/nuts: ... (default 4); vb: ... (default 1)": each clause names its methods
         for methods, value in re.findall(r"([a-z/]+): [^;]*?\(default ([-+.e0-9]+)", text):

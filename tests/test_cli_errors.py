@@ -159,9 +159,9 @@ def test_overwrite_replaces_a_file_that_is_not_a_checkpoint(tmp_path, capsys):
     ck = tmp_path / "run.npz"
     ck.write_text("some other file")
     assert main(["fit", "--data", "sim:20", *FAST, "--checkpoint", str(ck), "--overwrite"]) == 0
-    from bmczoo.cli import _is_checkpoint
+    from bmczoo.cli.paths import is_checkpoint
 
-    assert _is_checkpoint(ck)
+    assert is_checkpoint(ck)
 
 
 # --------------------------------------------------------------------------- data files by content
@@ -334,10 +334,10 @@ def test_movielens_zip_accepted_whatever_its_name(tmp_path, capsys):
 @pytest.fixture
 def no_load(monkeypatch):
     """Records reads of ``--data``: a cheap argument's error must come before the data is read."""
-    import bmczoo.cli as cli
+    from bmczoo.cli import loading
 
     calls = []
-    monkeypatch.setattr(cli, "_load", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(loading, "load", lambda *a, **k: calls.append(a))
     return calls
 
 
@@ -450,12 +450,12 @@ def test_interrupted_before_the_first_checkpoint(tmp_path, monkeypatch, capsys):
 
 
 def test_interrupted_while_writing_outputs_keeps_the_result(tmp_path, monkeypatch, capsys):
-    import bmczoo.cli as cli
+    from bmczoo.cli import outputs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_write_outputs", interrupted)
+    monkeypatch.setattr(outputs, "write_outputs", interrupted)
     assert main(["fit", "--data", "sim:20", *FAST, "--out", str(tmp_path / "out")]) == 130
     err = capsys.readouterr().err.strip()
     assert err.startswith(

@@ -15,7 +15,7 @@ import pytest
 
 import bmczoo as bmc
 from bmczoo.datasets import DATASETS, load_movielens
-from bmczoo.datasets import _parse, movielens
+from bmczoo.datasets import _download, _parse, movielens
 from bmczoo.datasets.movielens import resolve_name
 
 REAL_100K = Path(__file__).resolve().parents[2].parent / "shared/data/ml-100k/u.data"
@@ -381,7 +381,7 @@ def test_download_verify_extract_then_cache(tmp_path, monkeypatch):
     blob = fake_archive(tmp_path, "1m")
     info = use_md5(monkeypatch, "1m", hashlib.md5(blob).hexdigest())
     server = FakeServer({info.url: blob})
-    monkeypatch.setattr(movielens, "_fetch", server)
+    monkeypatch.setattr(_download, "_fetch", server)
     cache = tmp_path / "cache"
     check_small(*load_movielens("ml-1m", cache_dir=cache, return_ids=True), RECORDS_INT)
     assert server.calls == [info.url]
@@ -390,7 +390,7 @@ def test_download_verify_extract_then_cache(tmp_path, monkeypatch):
         p for p in (cache / "movielens").iterdir() if p.name.startswith(".")
     ]  # no staging left
     # second call: served from the cache, no network
-    monkeypatch.setattr(movielens, "_fetch", FakeServer({}))
+    monkeypatch.setattr(_download, "_fetch", FakeServer({}))
     check_small(
         *load_movielens("1m", cache_dir=cache, return_ids=True, download=False), RECORDS_INT
     )
@@ -399,7 +399,7 @@ def test_download_verify_extract_then_cache(tmp_path, monkeypatch):
 def test_checksum_mismatch_leaves_no_cache_entry(tmp_path, monkeypatch):
     info = DATASETS["100k"]  # the real pinned MD5: the fake archive cannot match it
     server = FakeServer({info.url: fake_archive(tmp_path, "100k")})
-    monkeypatch.setattr(movielens, "_fetch", server)
+    monkeypatch.setattr(_download, "_fetch", server)
     cache = tmp_path / "cache"
     with pytest.raises(ValueError, match=f"checksum mismatch.*expected MD5 {info.md5}"):
         load_movielens("100k", cache_dir=cache)
@@ -412,7 +412,7 @@ def test_companion_md5_file_for_unpinned_archive(tmp_path, monkeypatch):
     blob = fake_archive(tmp_path, "latest-small")
     good = hashlib.md5(blob).hexdigest()
     monkeypatch.setattr(
-        movielens,
+        _download,
         "_fetch",
         FakeServer(
             {info.url: blob, info.url + ".md5": f"MD5 (ml-latest-small.zip) = {good}\n".encode()}
@@ -422,7 +422,7 @@ def test_companion_md5_file_for_unpinned_archive(tmp_path, monkeypatch):
     assert data.n == len(RECORDS_HALF)
     # GNU-style companion file, upper case
     monkeypatch.setattr(
-        movielens,
+        _download,
         "_fetch",
         FakeServer(
             {info.url: blob, info.url + ".md5": f"{good.upper()}  ml-latest-small.zip\n".encode()}
@@ -431,7 +431,7 @@ def test_companion_md5_file_for_unpinned_archive(tmp_path, monkeypatch):
     assert load_movielens("latest-small", cache_dir=tmp_path / "b") == data
     # a companion that disagrees with the archive
     monkeypatch.setattr(
-        movielens,
+        _download,
         "_fetch",
         FakeServer(
             {info.url: blob, info.url + ".md5": b"MD5 (ml-latest-small.zip) = " + b"0" * 32}
@@ -442,7 +442,7 @@ def test_companion_md5_file_for_unpinned_archive(tmp_path, monkeypatch):
     assert cache_listing(tmp_path / "c") == ["movielens"]
     # an unreadable companion
     monkeypatch.setattr(
-        movielens, "_fetch", FakeServer({info.url: blob, info.url + ".md5": b"<html>"})
+        _download, "_fetch", FakeServer({info.url: blob, info.url + ".md5": b"<html>"})
     )
     with pytest.raises(ValueError, match="could not read an MD5"):
         load_movielens("latest-small", cache_dir=tmp_path / "d")
@@ -465,7 +465,7 @@ def test_companion_md5_file_for_unpinned_archive(tmp_path, monkeypatch):
 def test_unsafe_archives_are_rejected(tmp_path, monkeypatch, members, symlinks, reason):
     blob = make_zip(tmp_path / "evil.zip", members, symlinks)
     info = use_md5(monkeypatch, "100k", hashlib.md5(blob).hexdigest())
-    monkeypatch.setattr(movielens, "_fetch", FakeServer({info.url: blob}))
+    monkeypatch.setattr(_download, "_fetch", FakeServer({info.url: blob}))
     cache = tmp_path / "deep" / "cache"
     with pytest.raises(ValueError, match=f"refusing to extract.*{reason}"):
         load_movielens("100k", cache_dir=cache)
@@ -476,20 +476,20 @@ def test_unsafe_archives_are_rejected(tmp_path, monkeypatch, members, symlinks, 
 def test_archive_without_ratings_or_corrupt(tmp_path, monkeypatch):
     blob = make_zip(tmp_path / "x.zip", {"ml-100k/README": "no ratings here"})
     info = use_md5(monkeypatch, "100k", hashlib.md5(blob).hexdigest())
-    monkeypatch.setattr(movielens, "_fetch", FakeServer({info.url: blob}))
+    monkeypatch.setattr(_download, "_fetch", FakeServer({info.url: blob}))
     with pytest.raises(ValueError, match="does not contain ml-100k/u.data"):
         load_movielens("100k", cache_dir=tmp_path / "c1")
     assert cache_listing(tmp_path / "c1") == ["movielens"]
     junk = b"this is not a zip archive" * 10
     info = use_md5(monkeypatch, "100k", hashlib.md5(junk).hexdigest())
-    monkeypatch.setattr(movielens, "_fetch", FakeServer({info.url: junk}))
+    monkeypatch.setattr(_download, "_fetch", FakeServer({info.url: junk}))
     with pytest.raises(ValueError, match="corrupt zip"):
         load_movielens("100k", cache_dir=tmp_path / "c2")
     assert cache_listing(tmp_path / "c2") == ["movielens"]
 
 
 def test_failed_fetch_leaves_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(movielens, "_fetch", FakeServer({}))
+    monkeypatch.setattr(_download, "_fetch", FakeServer({}))
     with pytest.raises(OSError, match="404"):
         load_movielens("10m", cache_dir=tmp_path)
     assert cache_listing(tmp_path) == ["movielens"]
@@ -497,7 +497,7 @@ def test_failed_fetch_leaves_nothing(tmp_path, monkeypatch):
 
 def test_no_download_without_permission(tmp_path, monkeypatch):
     server = FakeServer({})
-    monkeypatch.setattr(movielens, "_fetch", server)
+    monkeypatch.setattr(_download, "_fetch", server)
     with pytest.raises(FileNotFoundError, match="download=True"):
         load_movielens("1m", cache_dir=tmp_path, download=False)
     assert server.calls == []
@@ -508,7 +508,7 @@ def test_cache_location_from_environment(tmp_path, monkeypatch):
     assert movielens.cache_root() == tmp_path / "envcache"
     assert movielens.cache_root(tmp_path / "explicit") == tmp_path / "explicit"
     write_ratings(tmp_path / "envcache" / "movielens" / "ml-10M100K", "10m")
-    monkeypatch.setattr(movielens, "_fetch", FakeServer({}))
+    monkeypatch.setattr(_download, "_fetch", FakeServer({}))
     check_small(*load_movielens("10m", download=False, return_ids=True), RECORDS_HALF)
     monkeypatch.delenv("BMCZOO_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

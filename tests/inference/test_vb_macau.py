@@ -111,13 +111,9 @@ def test_q_mu_lambda_is_the_dense_normal_wishart_of_the_residuals():
     beta0, nu0 = 2.0, K + 1.0
     mu, beta, nu, Winv = macau.vb_nw_link_update(
         t["link"],
-        Bt,
-        a,
-        U,
+        macau.LinkQ(Bt, a, U),
         lam_new,
-        jnp.asarray(s1),
-        jnp.asarray(s2),
-        jnp.asarray(Gt),
+        macau.LinkRows(jnp.asarray(s1), jnp.asarray(s2), jnp.asarray(Gt)),
         M,
         beta0,
         nu0,
@@ -160,24 +156,12 @@ def _elbo_at(t, s1, s2, Gt, **over):
     args.update(over)
     return macau.vb_link_elbo_term(
         t["link"],
-        args["mu"],
-        args["beta"],
-        args["nu"],
-        args["Winv"],
-        args["Bt"],
-        args["a"],
-        args["U"],
-        args["shape"],
-        args["rate"],
-        jnp.asarray(s1),
-        jnp.asarray(s2),
-        jnp.asarray(Gt),
+        macau.NormalWishartQ(args["mu"], args["beta"], args["nu"], args["Winv"]),
+        macau.LinkQ(args["Bt"], args["a"], args["U"]),
+        macau.GammaQ(args["shape"], args["rate"]),
+        macau.LinkRows(jnp.asarray(s1), jnp.asarray(s2), jnp.asarray(Gt)),
         M,
-        beta0=2.0,
-        nu0=K + 1.0,
-        W0_scale=0.8,
-        a_B=1.5,
-        b_B=0.5,
+        macau.LinkHyper(beta0=2.0, nu0=K + 1.0, W0_scale=0.8, a_B=1.5, b_B=0.5),
     )
 
 
@@ -209,13 +193,9 @@ def test_each_update_is_the_optimum_of_the_elbo():
     # q(mu, Lambda) given q(B), q(lam_B)
     mu, beta, nu, Winv = macau.vb_nw_link_update(
         t["link"],
-        Bt,
-        a,
-        U,
+        macau.LinkQ(Bt, a, U),
         t["lam"],
-        jnp.asarray(s1),
-        jnp.asarray(s2),
-        jnp.asarray(Gt),
+        macau.LinkRows(jnp.asarray(s1), jnp.asarray(s2), jnp.asarray(Gt)),
         M,
         2.0,
         K + 1.0,

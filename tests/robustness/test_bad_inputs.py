@@ -46,7 +46,7 @@ import numpyro
 import pytest
 
 import bmczoo as bmc
-from bmczoo.datasets import load_movielens, movielens
+from bmczoo.datasets import _download, load_movielens, movielens
 from bmczoo.models import matrix_completion
 from bmczoo.priors import Discrete, get_prior
 
@@ -383,10 +383,10 @@ def test_corrupt_zip_given_as_path(tmp_path, name):
 @pytest.mark.parametrize("value", ["no", 0, None, "False"])
 def test_loader_flags_must_be_bools(tmp_path, monkeypatch, flag, value):
     """``download="no"`` is truthy: it must not mean "go to the network"."""
-    monkeypatch.setattr(movielens, "_fetch", _Server({}))
+    monkeypatch.setattr(_download, "_fetch", _Server({}))
     with pytest.raises(ValueError, match=f"{flag} must be True or False"):
         load_movielens("100k", cache_dir=tmp_path, **{flag: value})
-    assert movielens._fetch.calls == []
+    assert _download._fetch.calls == []
 
 
 # --------------------------------------------------------------------------- cache and downloads
@@ -443,13 +443,13 @@ def _connection_reset():
 def test_interrupted_download_leaves_no_cache_entry(tmp_path, monkeypatch, fail, exc):
     blob = _archive(tmp_path)
     info = _pin(monkeypatch, "100k", blob)
-    monkeypatch.setattr(movielens, "_fetch", _Server({info.url: blob}, fail=fail))
+    monkeypatch.setattr(_download, "_fetch", _Server({info.url: blob}, fail=fail))
     cache = tmp_path / "cache"
     with pytest.raises(exc):
         load_movielens("100k", cache_dir=cache)
     assert _listing(cache) == ["movielens"]  # no entry, no staging folder, no partial archive
     # the next call downloads afresh and succeeds
-    monkeypatch.setattr(movielens, "_fetch", _Server({info.url: blob}))
+    monkeypatch.setattr(_download, "_fetch", _Server({info.url: blob}))
     assert load_movielens("100k", cache_dir=cache).n == 2
     assert _listing(cache) == [
         "movielens",
@@ -464,7 +464,7 @@ def test_short_download_fails_the_checksum_and_leaves_nothing(tmp_path, monkeypa
     caught by the checksum."""
     blob = _archive(tmp_path)
     info = _pin(monkeypatch, "100k", blob)
-    monkeypatch.setattr(movielens, "_fetch", _Server({info.url: blob[:-100]}))
+    monkeypatch.setattr(_download, "_fetch", _Server({info.url: blob[:-100]}))
     cache = tmp_path / "cache"
     with pytest.raises(
         ValueError, match=f"checksum mismatch for {info.url}: expected MD5 {info.md5}"
@@ -484,7 +484,7 @@ def test_short_download_fails_the_checksum_and_leaves_nothing(tmp_path, monkeypa
 def test_interrupted_extraction_leaves_no_cache_entry(tmp_path, monkeypatch, fail, exc):
     blob = _archive(tmp_path)
     info = _pin(monkeypatch, "100k", blob)
-    monkeypatch.setattr(movielens, "_fetch", _Server({info.url: blob}))
+    monkeypatch.setattr(_download, "_fetch", _Server({info.url: blob}))
     copied = []
 
     def copy_then_fail(src, dst, length=0):
@@ -494,7 +494,7 @@ def test_interrupted_extraction_leaves_no_cache_entry(tmp_path, monkeypatch, fai
         copied.append(1)
         shutil.copyfileobj(src, dst)
 
-    monkeypatch.setattr(movielens.shutil, "copyfileobj", copy_then_fail)
+    monkeypatch.setattr(_download.shutil, "copyfileobj", copy_then_fail)
     cache = tmp_path / "cache"
     with pytest.raises(exc):
         load_movielens("100k", cache_dir=cache)
@@ -516,7 +516,7 @@ def test_stale_staging_folder_is_not_a_cache_entry(tmp_path, monkeypatch):
         load_movielens("100k", cache_dir=cache, download=False)
     blob = _archive(tmp_path)
     info = _pin(monkeypatch, "100k", blob)
-    monkeypatch.setattr(movielens, "_fetch", _Server({info.url: blob}))
+    monkeypatch.setattr(_download, "_fetch", _Server({info.url: blob}))
     assert load_movielens("100k", cache_dir=cache).n == 2
 
 
@@ -531,7 +531,7 @@ def test_cache_folder_without_its_ratings_file(tmp_path, monkeypatch):
         load_movielens("100k", cache_dir=cache, download=False)
     blob = _archive(tmp_path)
     info = _pin(monkeypatch, "100k", blob)
-    monkeypatch.setattr(movielens, "_fetch", _Server({info.url: blob}))
+    monkeypatch.setattr(_download, "_fetch", _Server({info.url: blob}))
     with pytest.raises(
         FileExistsError, match=f"cannot create the cache entry {entry}.*remove that folder"
     ):

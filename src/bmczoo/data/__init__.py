@@ -1,6 +1,8 @@
 """Rating data: the validated container, its index views, and side-information features."""
 
-from .features import Features, features_from_table, hstack_features, implicit_features
+from ._implicit import implicit_features
+from ._table import features_from_table
+from .features import Features, hstack_features
 from .ratings import OFFICIAL_FOLDS, RatingData, SortedView
 
 __all__ = [

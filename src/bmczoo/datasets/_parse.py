@@ -239,7 +239,8 @@ def _parse_chunk(
     source: str,
     first_line: int,
 ) -> np.ndarray:
-    """Parse the ``nlines`` lines ``data[offset : offset + chunk.size]`` (``chunk``: their bytes)."""
+    """Parse the ``nlines`` lines ``data[offset : offset + chunk.size]`` (``chunk``: their
+    bytes)."""
     width = _SEPARATORS[sep]
 
     def text() -> bytes:
@@ -356,8 +357,8 @@ def _check_bytes(data: bytes, sep: bytes, source: str, first_line: int) -> bool:
         if _is_nonfinite_word(field):  # float() reads these, a rating cannot be one
             text = field.decode("latin-1")
             what = (
-                f"field {number} is {text!r}, and NaN or infinity is not a valid rating; ratings, ids and "
-                "timestamps must be finite numbers"
+                f"field {number} is {text!r}, and NaN or infinity is not a valid rating; ratings, "
+                "ids and timestamps must be finite numbers"
             )
         raise ValueError(
             f"{source}, line {_line_of(data, pos, first_line)}: unexpected character {ch!r} "

@@ -161,7 +161,8 @@ class Simulation:
         m1, m2 = self.shape
         return (
             f"Simulation(shape=({m1}, {m2}), rank={self.rank}, n={self.train.n}, "
-            f"noise_sd={self.noise_sd}, factor_scale={self.factor_scale!r}, factor_sd={self.factor_sd:.4g})"
+            f"noise_sd={self.noise_sd}, factor_scale={self.factor_scale!r}, "
+            f"factor_sd={self.factor_sd:.4g})"
         )
 
 

@@ -82,17 +82,30 @@ def matrix_completion(
     ratings, prior, K, likelihood, biases, subsample_size = _check_arguments(
         ratings, K, prior, lam, noise_sd, likelihood, biases, observed, subsample_size, marginal
     )
+    M, N = _factors(prior, ratings, K, marginal)
+    m1, m2 = ratings.shape
+    bias = None if biases is None else sample_biases(biases, m1, m2)
+    _observe(likelihood, ratings, M, N, bias, observed, subsample_size)
+
+
+def _factors(prior, ratings, K: int, marginal: bool):
+    """The prior's sites and the factors ``M``, ``N`` (flat sites with the marginal column
+    prior as a factor when ``marginal`` and the prior has column scales)."""
     m1, m2 = ratings.shape
     if marginal and prior.has_column_scales:
-        M, N = _marginal_factors(prior, m1, m2, K)
-    else:
-        # the data, not only its shape: a prior with a feature link reads the features
-        _, M, N = (
-            prior.sample_latents_for(ratings, K)
-            if hasattr(prior, "sample_latents_for")
-            else prior.sample_latents(m1, m2, K)
-        )
-    bias = None if biases is None else sample_biases(biases, m1, m2)
+        return _marginal_factors(prior, m1, m2, K)
+    # the data, not only its shape: a prior with a feature link reads the features
+    _, M, N = (
+        prior.sample_latents_for(ratings, K)
+        if hasattr(prior, "sample_latents_for")
+        else prior.sample_latents(m1, m2, K)
+    )
+    return M, N
+
+
+def _observe(likelihood, ratings, M, N, bias, observed: bool, subsample_size):
+    """The likelihood's global sites, then ``"obs"`` in the ``ratings`` plate (subsampled
+    for SVI when ``subsample_size`` is given)."""
     rows = jnp.asarray(ratings.rows)
     cols = jnp.asarray(ratings.cols)
     y = jnp.asarray(ratings.values) if observed else None

@@ -338,6 +338,7 @@ class NormalWishart(Prior):
         dtype = stats_M[0].dtype
         nu0 = self.degrees(K)
         W0_inv = jnp.eye(K, dtype=dtype) / self.W0_scale
+        hyper = macau.LinkHyper(self.beta0, nu0, self.W0_scale, self.a_B, self.b_B)
         out = {}
         for side, stats, m, k in zip(SIDES, (stats_M, stats_N), (m1, m2), jax.random.split(key)):
             link = self._side_link(links, side)
@@ -349,22 +350,9 @@ class NormalWishart(Prior):
                     k, Winv, nu_star, beta_star, mu_star
                 )
                 continue
-            s1, s2, Gt = stats
+            chain = macau.LinkChain(*(state[f"{n}_{side}"] for n in ("mu", "Lambda", "lam_B")))
             mu, Lam, Bt, lam = macau.link_block(
-                k,
-                link,
-                state[f"mu_{side}"],
-                state[f"Lambda_{side}"],
-                state[f"lam_B_{side}"],
-                s1,
-                s2,
-                Gt,
-                m,
-                beta0=self.beta0,
-                nu0=nu0,
-                W0_inv=W0_inv,
-                a_B=self.a_B,
-                b_B=self.b_B,
+                k, link, chain, macau.LinkRows(*stats), m, hyper, W0_inv
             )
             out.update(
                 {f"mu_{side}": mu, f"Lambda_{side}": Lam, f"Bt_{side}": Bt, f"lam_B_{side}": lam}

@@ -1,0 +1,273 @@
+"""``bmczoo fit``."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+from . import loading, outputs
+from .components import make_likelihood, make_prior, parse_hyper, priors
+from .errors import CLIError
+from .interrupts import INTERRUPTS
+from .paths import check_checkpoint, check_out_dir, check_save
+
+_FEATURE_SIDES = {
+    "rows": ("row_features",),
+    "cols": ("col_features",),
+    "both": ("row_features", "col_features"),
+}
+
+
+def _check_link_options(args, prior) -> None:
+    """``--features`` / ``--implicit`` need a prior with feature links (the Normal-Wishart
+    prior: the link is one of its components); checked before the data is read."""
+    if args.features is None and args.implicit is None:
+        return
+    if not prior.link_sites:
+        given = " and ".join(
+            f"--{o}" for o in ("features", "implicit") if getattr(args, o) is not None
+        )
+        linked = " or ".join(name for name, cls in sorted(priors().items()) if cls.link_sites)
+        raise CLIError(
+            f"{given} need --prior {linked} (the feature link of its rows' prior mean, "
+            f"see the documentation's Priors page, 'Side information, implicit "
+            f"feedback and cold start'), got --prior {args.prior}"
+        )
+
+
+def _link_prior(args, prior, train):
+    """``prior`` with the feature links of ``--features`` (the data's side tables) and
+    ``--implicit``; ``CLIError`` when a requested side has no table."""
+    if args.features is None and args.implicit is None:
+        return prior
+    kw = {}
+    if args.features is not None:
+        names = {"row_features": "rows (users)", "col_features": "columns (items)"}
+        if args.features == "auto":
+            sides = tuple(n for n in names if getattr(train, n) is not None)
+            if not sides:
+                raise CLIError(
+                    "--features: the data has no feature tables (the MovieLens loaders read the "
+                    "side files beside the ratings: u.user/u.item, users.dat/movies.dat, "
+                    "movies.csv); for implicit feedback only, use --implicit"
+                )
+        else:
+            sides = _FEATURE_SIDES[args.features]
+            missing = [names[n] for n in sides if getattr(train, n) is None]
+            if missing:
+                have = [
+                    a
+                    for a, n in (("rows", "row_features"), ("cols", "col_features"))
+                    if getattr(train, n) is not None
+                ]
+                raise CLIError(
+                    f"--features {args.features}: the data has no feature table for its "
+                    f"{' and '.join(missing)}"
+                    + (
+                        f"; it has one for its {', '.join(have)}: --features {' '.join(have)}"
+                        if have
+                        else ""
+                    )
+                )
+        kw.update({n: True for n in sides})
+    if args.implicit is not None:
+        kw["implicit"] = True if args.implicit == "both" else args.implicit
+    return dataclasses.replace(prior, **kw)
+
+
+class _Paths(NamedTuple):
+    """The output paths of ``fit`` (None: not asked for), checked before the data is read."""
+
+    out: Path | None
+    save: Path | None
+
+
+def _check_arguments(args):
+    """``(prior, likelihood, method options)`` of the command line; every cheap argument is
+    checked before the data is read."""
+    import numpy as np
+
+    prior = make_prior(args.prior, parse_hyper(args.hyper))
+    _check_link_options(args, prior)
+    likelihood = make_likelihood(
+        args.likelihood, parse_hyper(args.likelihood_opt, option="--likelihood-opt")
+    )
+    if not 0.0 < args.test_fraction < 1.0:
+        raise CLIError(f"--test-fraction must be in (0, 1), got {args.test_fraction:g}")
+    if args.K < 1:
+        raise CLIError(f"-K (the latent dimension) must be at least 1, got {args.K}")
+    if args.seed < 0:
+        raise CLIError(f"--seed must be >= 0, got {args.seed}")
+    if args.binarize is not None and not np.isfinite(args.binarize):
+        raise CLIError(f"--binarize THRESHOLD must be a finite number, got {args.binarize:g}")
+    return prior, likelihood, _method_settings(args)
+
+
+def _check_paths(args) -> _Paths:
+    """Every output path, checked before the data is read and the fit runs."""
+    out = Path(args.out).expanduser() if args.out else None
+    if out is not None:
+        check_out_dir(out, args.overwrite)
+    if args.checkpoint:
+        check_checkpoint(Path(args.checkpoint).expanduser(), args.overwrite)
+    save_path = Path(args.save).expanduser() if args.save else None
+    if save_path is not None:
+        check_save(save_path, args.overwrite)
+    return _Paths(out, save_path)
+
+
+def _read_data(args) -> loading.Loaded:
+    """The data of ``--data``, binarized when ``--binarize`` is given."""
+    loaded = loading.load(
+        args.data, args.seed, args.test_fraction, side_info=args.features is not None
+    )
+    if args.binarize is not None:
+        loaded = loaded._replace(
+            train=loading.binarize(loaded.train, args.binarize),
+            test=loading.binarize(loaded.test, args.binarize),
+        )
+    return loaded
+
+
+def _check_binary(likelihood, train) -> None:
+    """A binary likelihood needs ratings 0/1."""
+    import numpy as np
+
+    if likelihood.binary:
+        vals = np.asarray(train.values)
+        if not np.all((vals == 0) | (vals == 1)):
+            raise CLIError(
+                "--likelihood probit needs binary ratings 0/1; add --binarize THRESHOLD (e.g. "
+                "--binarize 4: ratings >= 4 become 1, the others 0)"
+            )
+
+
+def _announce(args, prior, likelihood, loaded: loading.Loaded) -> None:
+    """The ``data:`` and ``prior:`` lines printed before the fit."""
+    train, test = loaded.train, loaded.test
+    print(f"data: {train!r} train" + (f", {test!r} test" if test is not None else ""))
+    model = "".join(
+        [
+            f", likelihood: {likelihood.name}" if args.likelihood != "tempered" else "",
+            ", biases" if args.biases else "",
+        ]
+    )
+    print(
+        f"prior: {prior}, K={args.K}, method={args.method}{model}"
+        + (f", binarized at >= {args.binarize:g}" if args.binarize is not None else "")
+    )
+
+
+def _run_fit(args, prior, likelihood, loaded: loading.Loaded, given: dict):
+    """``bmc.fit`` with the command line's model and method options; the simulator's fit
+    predicts every entry (its metric is over the whole matrix)."""
+    import numpy as np
+
+    import bmczoo as bmc
+
+    predict = None
+    if loaded.sim is not None:
+        m = loaded.sim.theta.shape[0]
+        predict = np.divmod(np.arange(m * m), m)
+    return bmc.fit(
+        loaded.train,
+        K=args.K,
+        prior=prior,
+        method=args.method,
+        seed=args.seed,
+        test=loaded.test,
+        predict=predict,
+        progress_bar=not args.quiet,
+        dtype=args.dtype,
+        likelihood=likelihood,
+        biases=args.biases,
+        **given,
+    )
+
+
+def cmd_fit(args) -> int:
+    """Run ``bmczoo fit``: check the arguments and paths, read the data, fit, print the
+    metric and write the outputs."""
+    prior, likelihood, given = _check_arguments(args)
+    paths = _check_paths(args)
+    loaded = _read_data(args)
+    prior = _link_prior(args, prior, loaded.train)
+    _check_binary(likelihood, loaded.train)
+    _announce(args, prior, likelihood, loaded)
+    fit = _run_fit(args, prior, likelihood, loaded, given)
+    if loaded.sim is not None:
+        metric = f"theta_rmse={fit.rmse_theta(loaded.sim.theta):.4f}"
+    else:
+        outputs.print_level_metrics(fit, loaded.test)
+        metric = f"test_rmse={fit.rmse(loaded.test):.4f}"
+    INTERRUPTS.phase, INTERRUPTS.metric = "outputs", metric
+    if paths.save is not None:  # first: the fit itself is what a later failure must not lose
+        outputs.save_model(fit, paths.save, loaded, metric)
+        print(f"wrote {paths.save}")
+    if paths.out is not None:
+        outputs.write_outputs(fit, paths.out, loaded.test, loaded, metric)
+        print(f"wrote {paths.out}/")
+    print(metric)
+    return 0
+
+
+def _method_settings(args) -> dict:
+    """``bmc.fit``'s method options given on the command line (those left out keep the
+    method's defaults), checked before the data is read: an option of another method or
+    a bad value is one ``CLIError`` naming the option as the command line spells it."""
+    from ..inference.settings import settings_for
+
+    given = {
+        name: getattr(args, dest)
+        for name, dest in METHOD_OPTIONS.items()
+        if getattr(args, dest) is not None
+    }
+    if "store_factors" in given:
+        given["store_factors"] = {"auto": "auto", "yes": True, "no": False}[given["store_factors"]]
+    try:
+        settings_for(args.method, **given)
+    except (TypeError, ValueError) as e:
+        # the names of bmc.fit's arguments (num_warmup=) as the options that set them (--num-warmup)
+        names = sorted(METHOD_OPTIONS, key=len, reverse=True)
+        text = re.sub(
+            r"\s*\(whose arguments are [^)]*\)", "", str(e)
+        )  # bmc.fit's names, not options
+        pattern = r"\b(" + "|".join(names) + r")\b(=?)"
+        text = re.sub(
+            pattern, lambda m: _option_flag(m.group(1)) + (" " if m.group(2) else ""), text
+        )
+        text = re.sub(
+            r"\bmethod=('\w+'(?: or '\w+')*)",
+            lambda m: "--method " + m.group(1).replace("'", ""),
+            text,
+        )
+        raise CLIError(" ".join(text.split())) from None
+    return given
+
+
+def _option_flag(name: str) -> str:
+    """The command-line option of ``bmc.fit``'s argument ``name`` (``num_chains`` ->
+    ``--chains``)."""
+    return "--" + METHOD_OPTIONS[name].replace("_", "-")
+
+
+# bmc.fit's name of each method-specific option -> argparse dest
+METHOD_OPTIONS = {
+    "num_warmup": "num_warmup",
+    "num_samples": "num_samples",
+    "thinning": "thinning",
+    "num_chains": "chains",
+    "max_iter": "max_iter",
+    "tol": "tol",
+    "num_steps": "num_steps",
+    "overrelax": "overrelax",
+    "checkpoint": "checkpoint",
+    "checkpoint_every": "checkpoint_every",
+    "store_factors": "store_factors",
+    "column_moves": "column_moves",
+    "column_moves_every": "column_moves_every",
+    "anneal_steps": "anneal_steps",
+    "anneal_every": "anneal_every",
+}

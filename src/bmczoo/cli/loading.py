@@ -1,0 +1,236 @@
+"""``fit --data SPEC``: the simulator, a MovieLens name, a ratings file, a folder or an
+official archive, read into training and test data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from .errors import CLIError, is_network_error
+
+MOVIELENS = {
+    "ml-100k": "100k",
+    "ml-1m": "1m",
+    "ml-10m": "10m",
+    "ml-20m": "20m",
+    "ml-25m": "25m",
+    "ml-32m": "32m",
+    "ml-latest-small": "latest-small",
+}
+
+
+class Loaded(NamedTuple):
+    """What ``bmczoo fit --data SPEC`` fits: the training data, the test data (None for the
+    simulator), the simulation (None for rating files) and the dataset's own ids of the rows
+    and columns (None for the simulator): ``user_ids[i]`` is the id of row ``i``."""
+
+    train: object
+    test: object
+    sim: object
+    user_ids: object = None
+    item_ids: object = None
+
+
+def load(spec: str, seed: int, test_fraction: float = 0.2, side_info: bool = False) -> Loaded:
+    """The data of ``--data SPEC``: ``sim:M``, a MovieLens name, or a path to a ratings file
+    (judged by its content, whatever its name), a folder holding one, or an official .zip.
+    ``side_info`` (``--features``): a MovieLens ratings file given by path (``u.data``,
+    ``ratings.dat``, ``ratings.csv``, or a folder holding one) is read by
+    :func:`bmczoo.datasets.load_movielens` with the side files beside it (names and official
+    archives get them anyway)."""
+    from .. import datasets
+
+    if spec.startswith("sim:"):
+        try:
+            m = int(spec[4:])
+        except ValueError:
+            raise CLIError(f"--data sim:M needs an integer M, got {spec!r}") from None
+        sim = datasets.simulate_paper(m, seed=seed)
+        return Loaded(sim.train, None, sim)
+    name = MOVIELENS.get(spec, spec if spec in datasets.DATASETS else None)
+    if name is not None:
+        data, user_ids, item_ids = _download(name)
+    else:
+        path = Path(spec).expanduser()
+        if not path.exists():
+            raise CLIError(
+                f"--data {spec}: no such file or folder (or MovieLens name: {', '.join(MOVIELENS)})"
+            )
+        if path.is_dir():
+            data, user_ids, item_ids = _load_folder(path, side_info)
+        else:
+            data, user_ids, item_ids = _load_file(path, side_info)
+    train, test = data.split(test_fraction, seed=0)
+    return Loaded(train, test, None, user_ids, item_ids)
+
+
+def _download(name: str):
+    """``load_movielens(name)`` from the cache or a download; a failed download is one
+    ``CLIError`` saying how to give a local copy instead."""
+    from .. import datasets
+
+    info = datasets.DATASETS[name]
+    try:
+        return datasets.load_movielens(name, return_ids=True)
+    except Exception as e:  # noqa: BLE001 - any failure of the download is reported the same way
+        if not (
+            is_network_error(e) or (isinstance(e, OSError) and not isinstance(e, FileNotFoundError))
+        ):
+            raise
+        reason = " ".join(str(getattr(e, "reason", None) or e or type(e).__name__).split())
+        local = (
+            f"pass --data PATH to {info.archive}, to the folder it unpacks to, or to its "
+            f"{info.filename} (any ratings file is accepted)"
+        )
+        if not is_network_error(e):  # the download worked, the cache could not be written
+            raise CLIError(
+                f"MovieLens {name} could not be stored in the cache {datasets.cache_root()} "
+                f"({reason}); set BMCZOO_CACHE to a writable folder, or {local}"
+            ) from e
+        raise CLIError(
+            f"MovieLens {name} could not be downloaded from {info.url} ({reason}); without network "
+            f"access, download {info.archive} elsewhere and {local}, or unpack it into "
+            f"{datasets.cache_root() / 'movielens'}"
+        ) from e
+
+
+def _load_folder(path: Path, side_info: bool = False):
+    from .. import datasets
+
+    for fname, name in (("u.data", "100k"), ("ratings.dat", "1m"), ("ratings.csv", "latest-small")):
+        for cand in (path / fname, path / datasets.DATASETS[name].folder / fname):
+            if cand.is_file():
+                return _load_file(cand, side_info)
+    raise CLIError(
+        f"--data {path}: no u.data, ratings.dat or ratings.csv in this folder; "
+        "give the ratings file itself (any name)"
+    )
+
+
+def _movielens_release(path: Path) -> str | None:
+    """The MovieLens release whose ratings file ``path`` is, by its name and the side files
+    beside it (None: not a MovieLens file name)."""
+    if path.name == "u.data":
+        return "100k"
+    if path.name == "ratings.dat":
+        return "1m" if (path.parent / "users.dat").is_file() else "10m"
+    if path.name == "ratings.csv":
+        return "latest-small"
+    return None
+
+
+def _load_file(path: Path, side_info: bool = False):
+    """``(RatingData, user_ids, item_ids)`` of a ratings file, judged by its content: an
+    official MovieLens .zip archive, or a table of ``user item rating [timestamp]`` lines
+    separated by TAB, ',' or '::' (an optional header line), whatever the file's name.
+    ``side_info``: a MovieLens ratings file (by name) is read with its side files."""
+    import zipfile
+
+    from .. import datasets
+
+    release = _movielens_release(path) if side_info else None
+    if release is not None:
+        try:
+            return datasets.load_movielens(release, path=path, return_ids=True)
+        except ValueError as e:
+            raise CLIError(f"--data {path}: {' '.join(str(e).split())}") from None
+
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+        for info in datasets.DATASETS.values():
+            if f"{info.folder}/{info.filename}" in names or info.filename in names:
+                return datasets.load_movielens(info.name, path=path, return_ids=True)
+        raise CLIError(
+            f"--data {path}: a zip archive without a MovieLens ratings file "
+            "(u.data, ratings.dat or ratings.csv)"
+        )
+    return _read_ratings_table(path.read_bytes(), str(path))
+
+
+_NUMBER_START = b"0123456789+-."
+
+
+def _read_ratings_table(data: bytes, source: str):
+    """Parse ``user item rating [timestamp]`` lines (TAB, ',' or '::' between fields, an
+    optional header line) into ``(RatingData, user_ids, item_ids)``, users as rows and items
+    as columns, both in increasing order of their ids (as
+    :func:`bmczoo.datasets.load_movielens`)."""
+    import numpy as np
+
+    from ..datasets._parse import parse_numeric_table
+    from ..datasets._ratings import to_ratingdata
+
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+
+    def fields(line: bytes):
+        """The separator and number of fields of a line (None, 1 without a separator)."""
+        sep = next((s for s in (b"::", b"\t", b",") if s in line), None)
+        return sep, len(line.split(sep)) if sep else 1
+
+    def not_a_table(lineno: int, line: bytes) -> CLIError:
+        shown = line.decode("utf-8", "replace")[:80]
+        return CLIError(
+            f"--data {source}: not a ratings table: line {lineno} is {shown!r}; expected lines of "
+            "user item rating [timestamp] separated by TAB, ',' or '::'"
+        )
+
+    first_line = 1
+    head = data.partition(b"\n")[0].strip()
+    if head and head[:1] not in _NUMBER_START:  # a header line (userId,movieId,rating,...)?
+        if fields(head)[1] not in (3, 4):
+            raise not_a_table(1, head)
+        data, first_line = data.partition(b"\n")[2], 2
+        head = data.partition(b"\n")[0].strip()
+    if not head:
+        raise CLIError(
+            f"--data {source}: no ratings on line {first_line}: expected lines of "
+            "user item rating [timestamp] separated by TAB, ',' or '::'"
+        )
+    sep, ncols = fields(head)
+    if ncols not in (3, 4):
+        raise not_a_table(first_line, head)
+    try:
+        table = parse_numeric_table(data, sep, ncols, source, first_line, usecols=(0, 1, 2))
+    except ValueError as e:
+        raise CLIError(f"--data {e}") from None
+    for col, label in ((0, "user id"), (1, "item id")):
+        c = table[:, col]
+        bad = ~np.isfinite(c) | (c != np.round(c)) | (np.abs(c) > 2.0**53)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise CLIError(
+                f"--data {source}, line {first_line + k}: {label} must be an integer, "
+                f"got {table[k].tolist()}"
+            )
+    bad = ~np.isfinite(table[:, 2])  # a number too large for a float64 (1e999) is read as infinity
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise CLIError(
+            f"--data {source}, line {first_line + k}: rating must be finite, got {table[k, 2]} (a "
+            "number beyond the float64 range)"
+        )
+    try:
+        return to_ratingdata(table, source, first_line)
+    except ValueError as e:  # a duplicate rating
+        raise CLIError(f"--data {e}") from None
+
+
+def binarize(data, threshold: float):
+    """``data`` with values ``>= threshold`` set to 1 and the others to 0."""
+    import numpy as np
+
+    from ..data import RatingData
+
+    if data is None:
+        return None
+    values = (np.asarray(data.values) >= threshold).astype(np.float64)
+    return RatingData(
+        data.rows,
+        data.cols,
+        values,
+        data.shape,
+        row_features=data.row_features,
+        col_features=data.col_features,
+    )

@@ -1,0 +1,460 @@
+"""The argument parser: one function per subcommand, and per group of ``fit``'s options."""
+
+from __future__ import annotations
+
+import argparse
+
+from .components import DEFAULT_PRIOR, likelihoods, prior_help, priors
+from .errors import CLIError
+from .fit import cmd_fit
+from .reproduce import cmd_reproduce
+from .saved import cmd_predict, cmd_recommend
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (``bmczoo: error: ...``, exit code 2)
+    like every other error of the command line, instead of argparse's usage block."""
+
+    def error(self, message):
+        raise CLIError(f"{message} (see '{self.prog} --help')")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to every option's help unless the help already states its
+    default, or the default is None / False / empty (nothing to show)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        # identity checks: a default of 0 is shown, False (a flag) is not
+        if (
+            "default" in text.lower()
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or (isinstance(default, list) and not default)
+        ):
+            return text
+        if not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the command line: ``fit``, ``predict``, ``recommend``, ``reproduce``."""
+    p = _Parser(
+        prog="bmczoo",
+        description="Bayesian low-rank matrix completion (Alquier, Cottet, Chopin, Rousseau "
+        "priors) with conjugate Gibbs sampling on JAX.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in (_add_fit, _add_predict, _add_recommend, _add_reproduce):
+        add(sub)
+    return p
+
+
+def _add_debug_option(parser) -> None:
+    """``--debug`` and ``--no-compilation-cache``, which every subcommand takes."""
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the Python traceback of an error (also BMCZOO_DEBUG=1)",
+    )
+    parser.add_argument(
+        "--no-compilation-cache",
+        dest="compilation_cache",
+        action="store_false",
+        help="do not use JAX's persistent compilation cache (default: on, in ~/.cache/bmczoo/jax "
+        "or $BMCZOO_CACHE/jax, unless JAX_COMPILATION_CACHE_DIR names another folder)",
+    )
+
+
+def _add_fit(sub) -> None:
+    """The ``fit`` subcommand."""
+    f = sub.add_parser(
+        "fit",
+        help="fit a model and print the RMSE",
+        description="Fit the low-rank model. With MovieLens data or a ratings file the ratings "
+        "are split into train and test (--test-fraction, numpy default_rng(0)) and the last line "
+        "is test_rmse=<float>; with the simulator (sim:M) the last line is theta_rmse=<float> "
+        "over all M^2 entries. Every output path is checked before the fit starts; an error is "
+        "one line on stderr and exit code 2.",
+        formatter_class=_HelpFormatter,
+    )
+    for add in (
+        _fit_data_options,
+        _fit_prior_options,
+        _fit_likelihood_options,
+        _fit_method_options,
+        _fit_gibbs_options,
+        _fit_output_options,
+        _fit_run_options,
+    ):
+        add(f)
+    _add_debug_option(f)
+    f.set_defaults(func=cmd_fit)
+
+
+def _fit_data_options(f) -> None:
+    """``--data``: what is fitted."""
+    f.add_argument(
+        "--data",
+        default="sim:100",
+        help="ml-100k | ml-1m | ... (downloaded once into the cache) | PATH to a ratings file of "
+        "any name whose lines are user item rating [timestamp] separated by TAB, ',' or '::' "
+        "(u.data, u1.base, ratings.dat, ratings.csv, ...; an optional header line), a folder "
+        "holding u.data / ratings.dat / ratings.csv, or an official MovieLens .zip | sim:M (the "
+        "paper's simulation with an M x M matrix) (default: sim:100)",
+    )
+
+
+def _fit_prior_options(f) -> None:
+    """The prior and its feature links."""
+    f.add_argument("--prior", default=DEFAULT_PRIOR, choices=sorted(priors()), help=prior_help())
+    f.add_argument(
+        "--hyper",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a hyper-parameter of the prior, repeatable; the others keep the prior's defaults "
+        "(listed under --prior: the paper's values)",
+    )
+    f.add_argument(
+        "--features",
+        nargs="?",
+        const="auto",
+        default=None,
+        choices=["rows", "cols", "both", "auto"],
+        help="normal-wishart prior: link the rows' (users') and/or columns' (items') prior means "
+        "to the data's side tables (Macau); auto (also the flag alone): every side the data has "
+        "a table for. MovieLens data gets them from the side files beside the ratings (ML-100K "
+        "u.user/u.item, ML-1M users.dat/movies.dat, movies.csv/movies.dat of the other "
+        "releases); default: no features",
+    )
+    f.add_argument(
+        "--implicit",
+        default=None,
+        choices=["rows", "cols", "both"],
+        help="normal-wishart prior: implicit-feedback features of the same link (SVD++): for a row "
+        "the items it rated in the training data, for a column the users who rated it, "
+        "normalised by |R|^-1/2; default: none",
+    )
+
+
+def _fit_likelihood_options(f) -> None:
+    """The observation model and the offsets."""
+    f.add_argument(
+        "--likelihood",
+        default="tempered",
+        choices=sorted(likelihoods()),
+        help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd "
+        "via --likelihood-opt), learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper), "
+        "probit (binary 0/1 ratings, e.g. with --binarize 4; P(1) = Phi(theta - threshold), "
+        "threshold read from the data unless given) or ordered-probit (ordinal levels read from "
+        "the data, e.g. 1-5 stars, with learned cut points of prior scale cut_scale=2); probit "
+        "prints test log-loss, AUC and accuracy, ordered-probit the test log-loss of the levels, "
+        "before test_rmse (of P(1), or of the expected level)",
+    )
+    f.add_argument(
+        "--likelihood-opt",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, a=2 for learned, "
+        "threshold=0 for probit, cut_scale=1 for ordered-probit); default: the likelihood's own "
+        "defaults",
+    )
+    f.add_argument(
+        "--binarize",
+        type=float,
+        default=None,
+        metavar="THRESHOLD",
+        help="replace every rating by 1 if >= THRESHOLD, else 0 (train and test), for --likelihood "
+        "probit (default: none, ratings as given)",
+    )
+    f.add_argument(
+        "--biases",
+        action="store_true",
+        help="add row and column biases b_i + c_j with inverse-gamma variances",
+    )
+
+
+def _fit_method_options(f) -> None:
+    """The method, the latent dimension, the method's options and the seed."""
+    f.add_argument(
+        "--method",
+        default="gibbs",
+        choices=["gibbs", "vb", "svi", "map", "nuts"],
+        help="gibbs (default), vb (closed-form variational Bayes), svi (NumPyro AutoNormal), "
+        "map (AutoDelta), nuts (NumPyro NUTS: small problems only)",
+    )
+    f.add_argument("-K", type=int, default=5, help="latent dimension (default 5)")
+    # method-specific options default to the method's own settings (bmc.inference.settings)
+    f.add_argument(
+        "--num-warmup", type=int, default=None, help="gibbs/nuts: warm-up sweeps (default 100)"
+    )
+    f.add_argument(
+        "--num-samples",
+        type=int,
+        default=None,
+        help="gibbs/nuts: sweeps after warm-up (default 900)",
+    )
+    f.add_argument(
+        "--thinning", type=int, default=None, help="gibbs/nuts: keep every N-th draw (default 10)"
+    )
+    f.add_argument(
+        "--chains",
+        type=int,
+        default=None,
+        help="gibbs/nuts: chains advanced side by side (default 4); vb: random starts, the best "
+        "ELBO kept (default 1)",
+    )
+    f.add_argument(
+        "--max-iter", type=int, default=None, help="vb: maximum iterations (default 200)"
+    )
+    f.add_argument(
+        "--tol",
+        type=float,
+        default=None,
+        help="vb: stop when the relative change of the ELBO is below TOL (default 1e-4; 0: run "
+        "--max-iter iterations)",
+    )
+    f.add_argument(
+        "--num-steps", type=int, default=None, help="svi/map: optimisation steps (default 2000)"
+    )
+    f.add_argument("--seed", type=int, default=0, help="seed of the simulation and of the fit")
+
+
+def _fit_gibbs_options(f) -> None:
+    """Gibbs: over-relaxation, column moves and annealed switches."""
+    f.add_argument(
+        "--overrelax",
+        type=float,
+        default=None,
+        metavar="RHO",
+        help="gibbs: over-relaxed row updates, RHO in (-1, 1) (default 0: plain Gibbs; -0.7 mixes "
+        "faster)",
+    )
+    f.add_argument(
+        "--column-moves",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="gibbs: end each sweep with the moves that change gamma_h together with its column "
+        "(the discrete prior's aimed spike/slab flip, the continuous priors' scale walk); "
+        "--no-column-moves: the paper's plain sweep (default: the moves wherever the prior has "
+        "one)",
+    )
+    f.add_argument(
+        "--column-moves-every",
+        type=int,
+        default=None,
+        metavar="S",
+        help="gibbs: run the column moves every S sweeps (default 1: every sweep)",
+    )
+    f.add_argument(
+        "--anneal-steps",
+        type=int,
+        default=None,
+        metavar="T",
+        help="gibbs, discrete prior: every --anneal-every sweeps, switch one column between "
+        "spike and slab along a path of T steps (Metropolis-Hastings on the work; default 0: "
+        "none)",
+    )
+    f.add_argument(
+        "--anneal-every",
+        type=int,
+        default=None,
+        metavar="S",
+        help="gibbs: sweeps between two annealed switches (default 50)",
+    )
+
+
+def _fit_output_options(f) -> None:
+    """Checkpoints, ``--out``, ``--save`` and what is kept for them."""
+    f.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="FILE.npz",
+        help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
+        "rerun the same command to resume (an existing file that is not a bmczoo checkpoint is an "
+        "error unless --overwrite) (default: none)",
+    )
+    f.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="N",
+        help="gibbs/vb: iterations between checkpoints (default 100)",
+    )
+    f.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="folder for posterior.nc (ArviZ), predictions.csv (ratings data: the test ratings "
+        "as user_id,item_id,rating,prediction with the dataset's own ids; probit adds p1, "
+        "ordered-probit p_LEVEL per level) and report/ (diagnostics figures and summary tables); "
+        "checked before the fit (default: none, nothing written)",
+    )
+    f.add_argument(
+        "--save",
+        default=None,
+        metavar="FILE.npz",
+        help="save the fitted model there (fit.save: .npz + JSON, no pickle, with the dataset's "
+        "ids) for bmczoo predict / recommend; checked before the fit (default: none)",
+    )
+    f.add_argument(
+        "--store-factors",
+        choices=["auto", "yes", "no"],
+        default=None,
+        help="gibbs/nuts: keep the factor draws M, N (needed by recommend, fold-in and "
+        "predictions at new entries from a saved model; default auto: when they take < 256 MiB)",
+    )
+    f.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the outputs of an earlier fit in --out, an existing --save file, and a "
+        "--checkpoint file that is not a bmczoo checkpoint (a checkpoint is always resumed)",
+    )
+
+
+def _fit_run_options(f) -> None:
+    """The test split, the precision and the progress bar."""
+    f.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.2,
+        metavar="F",
+        help="ratings data: fraction of the ratings held out as the test set, in (0, 1)",
+    )
+    f.add_argument(
+        "--dtype",
+        choices=["float32", "float64"],
+        default=None,
+        help="floating-point precision of the fit (default: float32, or float64 when "
+        "JAX_ENABLE_X64 is set); float64 is slower but avoids the failed Cholesky factorisations "
+        "float32 can hit",
+    )
+    f.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_predict(sub) -> None:
+    """The ``predict`` subcommand."""
+    pr = sub.add_parser(
+        "predict",
+        help="predict entries with a saved model: mean, sd and interval",
+        description="Posterior predictive mean, sd and central --prob interval at the (user, "
+        "item) pairs of --entries, with a model written by 'bmczoo fit --save', in the dataset's "
+        "own ids. Output: CSV user_id,item_id,mean,sd,loP,hiP on stdout (or --out); a probit "
+        "model adds p1 = P(1), an ordered-probit model one column p_LEVEL per level (its "
+        "predictive level probabilities). An error is one line on stderr and exit code 2.",
+        formatter_class=_HelpFormatter,
+    )
+    pr.add_argument(
+        "--model", required=True, metavar="FILE.npz", help="a model saved by bmczoo fit --save"
+    )
+    pr.add_argument(
+        "--entries",
+        required=True,
+        metavar="PAIRS.csv",
+        help="lines 'user_id item_id' (TAB, ',' or spaces between; an optional header line; "
+        "further fields ignored)",
+    )
+    pr.add_argument(
+        "--prob", type=float, default=0.9, help="probability of the central predictive interval"
+    )
+    pr.add_argument(
+        "--out", default=None, metavar="FILE.csv", help="write the CSV there (default: stdout)"
+    )
+    pr.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    _add_debug_option(pr)
+    pr.set_defaults(func=cmd_predict)
+
+
+def _add_recommend(sub) -> None:
+    """The ``recommend`` subcommand."""
+    rc = sub.add_parser(
+        "recommend",
+        help="top-N items of users with a saved model",
+        description="The top -n items of each --user (dataset ids in and out), by posterior "
+        "mean, upper credible bound (--by upper) or one posterior draw (--by thompson), leaving "
+        "out the items the user rated in training. Output: CSV user_id,rank,item_id,score (score "
+        "on the data scale, unclipped). Needs the factor draws for Gibbs/NUTS models (fit with "
+        "--store-factors yes on large data).",
+        formatter_class=_HelpFormatter,
+    )
+    rc.add_argument(
+        "--model", required=True, metavar="FILE.npz", help="a model saved by bmczoo fit --save"
+    )
+    rc.add_argument(
+        "--user",
+        required=True,
+        type=int,
+        action="append",
+        metavar="ID",
+        help="a user id of the dataset, repeatable",
+    )
+    rc.add_argument("-n", type=int, default=10, help="number of items per user")
+    rc.add_argument(
+        "--by", choices=["mean", "upper", "thompson"], default="mean", help="ranking score"
+    )
+    rc.add_argument(
+        "--prob", type=float, default=0.9, help="--by upper: probability of the central interval"
+    )
+    rc.add_argument("--seed", type=int, default=0, help="--by thompson: seed of the posterior draw")
+    rc.add_argument(
+        "--include-seen", action="store_true", help="also rank the items the user rated in training"
+    )
+    _add_debug_option(rc)
+    rc.set_defaults(func=cmd_recommend)
+
+
+def _add_reproduce(sub) -> None:
+    """The ``reproduce`` subcommand."""
+    r = sub.add_parser(
+        "reproduce",
+        help="rerun one of the paper's experiments and print its table beside ours",
+        description="Rerun an experiment of the paper: simulation-m (Tables 2-3), simulation-K "
+        "(Tables 4-5) or movielens (Table 6, plus rows the paper does not have: the "
+        "Normal-Wishart prior alone and with learned noise and biases, '—' in the paper column). "
+        "Hyper-parameters are chosen on a validation split of the training data (grid x1/2, x1, "
+        "x2 around the paper's value; for the discrete prior also the Gibbs start, slab or "
+        "spike); the paper's own values are run too. Results are cached per fit, so an "
+        "interrupted run resumes.",
+        formatter_class=_HelpFormatter,
+    )
+    r.add_argument("experiment", choices=["simulation-m", "simulation-K", "movielens"])
+    r.add_argument(
+        "--quick", action="store_true", help="small version: one dataset, short chains (minutes)"
+    )
+    r.add_argument("--out", default=None, help="cache folder (default ~/.cache/bmczoo/experiments)")
+    r.add_argument(
+        "--data-dir",
+        default=None,
+        help="movielens: folder with the extracted archives (ml-100k/u.data, ml-1m/ratings.dat, "
+        "...) (default: none, the archives are downloaded once into the cache)",
+    )
+    r.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N fits at a time in separate processes (default 1; same results for any N)",
+    )
+    r.add_argument("--quiet", action="store_true", help="print only the final table")
+    r.add_argument(
+        "--priors",
+        default=None,
+        metavar="NAMES",
+        help="simulation-m / simulation-K: only these priors' rows, comma-separated, e.g. discrete "
+        "(default: all rows)",
+    )
+    r.add_argument(
+        "--column-moves",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the Gibbs fits of the discrete, inverse-gamma and gamma priors end each sweep with "
+        "the column moves (bmc.fit's default); --no-column-moves: the paper's plain sweep for "
+        "every prior, cached apart from the runs with the moves",
+    )
+    _add_debug_option(r)
+    r.set_defaults(func=cmd_reproduce)
