@@ -123,7 +123,7 @@ def thin_factor_draws(fit, limit: int | None) -> tuple[dict, dict | None]:
     }
     samples = {k: v for k, v in fit.samples.items() if k not in FACTOR_SITES}
     if "theta_sv" not in samples:
-        from ..diagnostics.convert import theta_singular_values
+        from .._arviz import theta_singular_values
 
         samples["theta_sv"] = theta_singular_values(src["M"], src["N"])
     return samples, per_draw

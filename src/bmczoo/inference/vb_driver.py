@@ -22,7 +22,8 @@ from tqdm.auto import tqdm
 from .. import _xla
 from . import vb
 from .problem import run_settings
-from .results import VBFit, no_gamma
+from .info import no_gamma
+from .results import VBFit
 from .sharding import put, to_host
 
 __all__ = ["fit_vb"]
