@@ -106,7 +106,6 @@ class FitResult(out.PredictiveMixin):
     seen_rows: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
     seen_cols: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
     seen_values: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
-    family: ClassVar[str] = ""
 
     # ------------------------------------------------------------------ info
     def __repr__(self) -> str:
@@ -296,6 +295,11 @@ class FitResult(out.PredictiveMixin):
             How many factor draws an MCMC fit keeps.
         """
         saving.save(self, path, factor_draws=factor_draws)
+
+    def _saved_fields(self, factor_limit: int | None) -> dict:
+        """The dataclass fields :meth:`save` writes, by name (``factor_limit``: at most
+        that many factor draws, None: all; used by the families that hold them)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def _state_arrays(self) -> dict:
         """Arrays of the fit's algorithm state that :meth:`save` writes beside its fields

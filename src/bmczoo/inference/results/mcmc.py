@@ -68,8 +68,14 @@ class MCMCFit(FitResult):
     switches: np.ndarray | None = None
     factor_samples: dict | None = dataclasses.field(default=None, repr=False)
     timings: dict | None = None
-    family: ClassVar[str] = "mcmc"
     has_chains: ClassVar[bool] = True
+
+    def _saved_fields(self, factor_limit: int | None) -> dict:
+        """The fields, with at most ``factor_limit`` factor draws evenly spaced over each
+        chain (:func:`~bmczoo.inference.saving.thin_factor_draws`)."""
+        values = super()._saved_fields(factor_limit)
+        values["samples"], values["factor_samples"] = saving.thin_factor_draws(self, factor_limit)
+        return values
 
     def _repr_holds(self) -> str:
         lead = next((np.shape(v)[:2] for v in self.samples.values() if np.ndim(v) >= 2), None)

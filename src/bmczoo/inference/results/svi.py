@@ -5,7 +5,7 @@ point has no spread)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +38,6 @@ class SVIFit(FitResult):
     point: dict | None = None
     losses: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     guide: Any = None
-    family: ClassVar[str] = "svi"
 
     def _draw_source(self) -> dict:
         """What the predictive quantities average over: the guide's draws (MAP: its point)."""

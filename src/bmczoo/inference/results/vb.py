@@ -74,7 +74,6 @@ class VBFit(FitResult):
     best_run: int = 0
     iteration_seconds: tuple = ()
     final_elbo_per_run: tuple = ()
-    family: ClassVar[str] = "vb"
     has_q: ClassVar[bool] = True
 
     def _state_arrays(self) -> dict:
