@@ -91,11 +91,11 @@ def _likelihood_settings(likelihood, tau) -> dict[str, object]:
     posterior in the summary table (``noise_sd``, data scale); a fixed one its ``lam``,
     precision ``tau`` and sd ``1/sqrt(tau)``; a latent (probit) likelihood none."""
     out: dict[str, object] = {"likelihood": repr(likelihood)}
-    if getattr(likelihood, "learned", False):
+    if likelihood.learned:
         out["noise sd"] = (
             "learned: its posterior is the noise_sd row of the summary table (data scale)"
         )
-    elif not (likelihood is not None and likelihood.latent) and tau is not None:
+    elif not likelihood.latent and tau is not None:
         lam = likelihood.describe().get("lam")
         if lam is not None:
             out["lam"] = lam
@@ -114,8 +114,7 @@ def _fit_settings(fit, fa) -> dict[str, object]:
         out["prior_name"] = info.prior.name
         out["hyperparameters"] = info.prior.hyperparameters()
     out["K"] = int(info.K)
-    if info.likelihood is not None:
-        out.update(_likelihood_settings(info.likelihood, info.tau))
+    out.update(_likelihood_settings(info.likelihood, info.tau))
     out["biases"] = repr(info.biases) if info.biases is not None else "none"
     out["offset"] = offset_of(fit)
     for k in ("num_warmup", "num_samples", "thinning", "num_chains"):

@@ -146,7 +146,7 @@ def resolve_entries(fit, entries, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def add_noise_sd(post: dict, fit, num_draws: int, seed: int) -> None:
     """``noise_sd = 1 / sqrt(tau)`` per draw (data scale) for a likelihood that learns its
     noise, from the fit's ``_tau_draws`` (aligned with the posterior's (chain, draw))."""
-    if not getattr(fit.info.likelihood, "learned", False) or not post:
+    if not fit.info.likelihood.learned or not post:
         return
     tau = fit._tau_draws(num_draws, seed)
     if tau is None:

@@ -106,7 +106,7 @@ def add_predictive_groups(
     rng = np.random.default_rng([int(seed), 13])
     theta, tau, how = fit._ratings_theta_tau(rows, cols, num_draws, max_draws, rng)
     lik = fit.info.likelihood
-    if lik is not None and lik.latent:
+    if lik.latent:
         add_level_groups(fa, fit, lik, theta, y, how["draw_step"], rng)
         noise = f"{lik.name} likelihood (levels {list(lik.level_values)})"
     else:

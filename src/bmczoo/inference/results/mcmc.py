@@ -420,6 +420,6 @@ def _mcmc_theta_tau(fit, rows, cols, max_draws):
         theta = np.asarray(th[:, ::step][..., tidx], np.float64)
         source = "tracked entries"
     tau = None
-    if "tau" in s and getattr(fit.info.likelihood, "learned", True):
+    if "tau" in s and fit.info.likelihood.learned:
         tau = np.asarray(s["tau"], np.float64).reshape(C, -1)[:, ::step]
     return theta, tau, {"draw_step": step, "theta_source": source}

@@ -211,7 +211,7 @@ def _svi_theta_tau(fit, rows, cols, max_draws):
     for p0, p1, t in out.draw_blocks(d, rows, cols):
         theta[:, p0:p1] = t
     tau = None
-    if d["tau"] is not None and getattr(fit.info.likelihood, "learned", True):
+    if d["tau"] is not None and fit.info.likelihood.learned:
         tau = d["tau"][None]
     return (
         theta[None],
