@@ -93,7 +93,7 @@ def draws_theta_mean(src: dict, rows, cols) -> np.ndarray:
 @dataclasses.dataclass(repr=False)
 class FitResult(out.PredictiveMixin):
     """Base of the result classes: predictions and their RMSE, diagnostics delegation,
-    and the Bayesian outputs (:mod:`bmczoo.inference.outputs`): ``predict(...,
+    and the Bayesian outputs (:mod:`bmczoo.inference.results.outputs`): ``predict(...,
     return_std=True)``, ``predictive_interval``, ``log_predictive_density``,
     ``recommend``, ``fold_in``, ``save`` (``bmc.load`` reads it back).
 
@@ -252,7 +252,7 @@ class FitResult(out.PredictiveMixin):
 
     def predictive_interval(self, rows, cols, prob: float = 0.9):
         """Central ``prob`` interval of the posterior predictive (see
-        :meth:`bmczoo.inference.outputs.PredictiveMixin.predictive_interval`).  Probit and
+        :meth:`bmczoo.inference.results.outputs.PredictiveMixin.predictive_interval`).  Probit and
         ordered probit: of the predictive level distribution (the lowest levels whose CDF
         reaches ``(1 - prob) / 2`` and ``(1 + prob) / 2``).
 
@@ -314,7 +314,7 @@ class FitResult(out.PredictiveMixin):
 
     def fold_in(self, new):
         """Fold new rows (a RatingData of shape ``(U, m2)``: new users over the same items)
-        into the fit without refitting: a :class:`~bmczoo.inference.outputs.FoldInFit`
+        into the fit without refitting: a :class:`~bmczoo.inference.results.outputs.FoldInFit`
         (``predict``, ``predictive_interval``, ``recommend``, ...).
 
         Parameters

@@ -173,7 +173,7 @@ class VBFit(FitResult):
 
     def _level_proba(self, r, c) -> np.ndarray:
         """``P_q(Y = l)`` with ``theta ~ N(E_q[theta], Var_q[theta])`` and the cut points
-        at their fitted values (:func:`bmczoo.inference.levels.gaussian_level_proba`)."""
+        at their fitted values (:func:`bmczoo.inference.results.levels.gaussian_level_proba`)."""
         mean, var = self._theta_moments(r, c)
         return levels.gaussian_level_proba(mean, var, self._cut_draws(self.q_noise, 1)[0])
 
