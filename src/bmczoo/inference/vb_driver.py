@@ -231,7 +231,7 @@ class _Run:
         lik = self.info.likelihood
         if not lik.latent:
             return self.info.shift.apply(theta_mean)
-        from .levels import level_log_probs_np
+        from .results.levels import level_log_probs_np
 
         cuts = (
             np.asarray(state.noise["cuts"], np.float64)

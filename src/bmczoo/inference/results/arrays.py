@@ -174,7 +174,6 @@ def active_threshold(fit, gamma=None) -> float:
 def num_active_draws(fit, draws: dict, threshold: float | None = None) -> np.ndarray:
     """``sum_h P(gamma_h > t | draw)`` for every draw (the draws' leading axes): the
     number of active columns (an integer count where gamma is drawn)."""
-
     t = active_threshold(fit, draws.get("gamma")) if threshold is None else float(threshold)
     prior = prior_of(fit)
     prob_above = prior.prob_above if prior is not None else indicator_above
