@@ -43,6 +43,12 @@ class SVIFit(FitResult):
         """What the predictive quantities average over: the guide's draws (MAP: its point)."""
         return self.draws
 
+    @property
+    def _mean_source(self) -> dict:
+        """What the predictive mean is taken from: the guide's point (its medians) when it
+        has one, else its draws."""
+        return self.draws if self.point is None else self.point
+
     def _repr_holds(self) -> str:
         S = next((np.shape(v)[0] for v in self.draws.values() if np.ndim(v) >= 1), 0)
         return (
@@ -52,13 +58,13 @@ class SVIFit(FitResult):
     def _predict_mean(self, r, c) -> np.ndarray:
         """``E_q[M_i . N_j]`` (plus ``E_q[row_bias_i + col_bias_j]`` with biases, plus the
         centring offset, clipped) at the given entries."""
-        src = self.point if self.point is not None else self.draws
+        src = self._mean_source
         return self._finish(draws_theta_mean(src, r, c))
 
     def _theta_moments(self, r, c):
         """Mean as :meth:`predict` (the guide's median, else the draws' mean); variance
         over the guide's draws (Monte Carlo; MAP: 0, a point has no spread)."""
-        src = self.point if self.point is not None else self.draws
+        src = self._mean_source
         return draws_theta_mean(src, r, c), self._theta_var(r, c)
 
     def _theta_var(self, r, c) -> np.ndarray:
@@ -164,7 +170,7 @@ class MAPFit(SVIFit):
     Its predictive variance is the noise's alone: ``Var[theta_ij] = 0`` at a point."""
 
     def _draw_source(self) -> dict:
-        return self.draws if self.point is None else self.point
+        return self._mean_source
 
     def _repr_holds(self) -> str:
         return f"a point, {np.size(self.losses)} steps"
