@@ -302,7 +302,7 @@ def _nuts_from(template, train, init, args, track):
     runs it (same centred data, likelihood, dtype and seed), returned as a NUTS fit (the
     template's info) so that ``rank_posterior`` and the diagnostics apply."""
     from bmczoo.inference.baselines import run_nuts
-    from bmczoo.inference.results import draws_theta_mean
+    from bmczoo.inference.results.base import draws_theta_mean
     from bmczoo.offsets import GlobalMean
 
     info = template.info

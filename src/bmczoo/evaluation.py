@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import check_ratings
-from .inference.levels import classification_metrics
+from .inference.results.levels import classification_metrics
 
 __all__ = [
     "precision_at_k",
@@ -221,7 +221,7 @@ def level_log_loss(probs, level_index) -> float:
     float
         The level log-loss; a zero probability of an observed level gives ``inf``.
     """
-    from .inference.levels import level_lpd
+    from .inference.results.levels import level_lpd
 
     probs = np.asarray(probs, np.float64)
     idx = np.asarray(level_index)

@@ -17,7 +17,7 @@ def fake_info(method, K, shape, prior=None, **settings):
     """A typed :class:`~bmczoo.inference.results.FitInfo`, as a real fit carries, with the
     method's default settings updated by ``settings``; ``prior=None`` stands for a fit
     that records no prior (the diagnostics then fall back on their defaults)."""
-    from bmczoo.inference.results import FitInfo
+    from bmczoo.inference import FitInfo
     from bmczoo.inference.settings import settings_for
     from bmczoo.offsets import Shift
 
@@ -36,52 +36,62 @@ def fake_info(method, K, shape, prior=None, **settings):
     )
 
 
-class FakeMCMCFit:
-    """What the conversion reads from a ``GibbsFit``: draws with axes (chain, draw, ...)
-    and the typed ``info``."""
+def FakeMCMCFit(
+    samples,
+    track_rows,
+    track_cols,
+    shape,
+    rmse_draw=None,
+    rmse_mean=None,
+    *,
+    method="gibbs",
+    prior=None,
+    settings=None,
+):
+    """A :class:`~bmczoo.inference.GibbsFit` holding the given draws (axes (chain, draw,
+    ...)), tracked entries and RMSE traces, with a typed ``info``."""
+    from bmczoo.inference import GibbsFit
 
-    def __init__(
-        self,
-        samples,
-        track_rows,
-        track_cols,
-        shape,
-        rmse_draw=None,
-        rmse_mean=None,
-        *,
-        method="gibbs",
-        prior=None,
-        settings=None,
-    ):
-        C = next(iter(samples.values())).shape[0]
-        self.samples = samples
-        self.track_rows = np.asarray(track_rows)
-        self.track_cols = np.asarray(track_cols)
-        self.shape = shape
-        self.rmse_draw = np.zeros((C, 0)) if rmse_draw is None else rmse_draw
-        self.rmse_mean = np.zeros((C, 0)) if rmse_mean is None else rmse_mean
-        K = next(np.shape(samples[k])[-1] for k in ("gamma", "mu_M", "M", "theta") if k in samples)
-        self.info = fake_info(method, K, shape, prior, **(settings or {}))
-        self.mcmc = None
+    C = next(iter(samples.values())).shape[0]
+    K = next(np.shape(samples[k])[-1] for k in ("gamma", "mu_M", "M", "theta") if k in samples)
+    return GibbsFit(
+        fake_info(method, K, shape, prior, **(settings or {})),
+        samples=samples,
+        track_rows=np.asarray(track_rows),
+        track_cols=np.asarray(track_cols),
+        rmse_draw=np.zeros((C, 0)) if rmse_draw is None else rmse_draw,
+        rmse_mean=np.zeros((C, 0)) if rmse_mean is None else rmse_mean,
+    )
 
 
-class FakeVBFit:
-    """What the conversion reads from a ``VBFit`` (optionally with full covariances)."""
+def FakeVBFit(m, n, V, W, q_gamma, prior, elbo, rmse_trace=(), full=True):
+    """A :class:`~bmczoo.inference.VBFit` with the given moments of q (full covariances in
+    its ``state`` when ``full``, else the diagonals alone)."""
+    from types import SimpleNamespace
 
-    def __init__(self, m, n, V, W, q_gamma, prior, elbo, rmse_trace=(), full=True):
-        self.m, self.n = m, n
-        self.V_diag = np.diagonal(V, axis1=-2, axis2=-1).copy()
-        self.W_diag = np.diagonal(W, axis1=-2, axis2=-1).copy()
-        self.state = None
-        if full:
-            from types import SimpleNamespace
+    from bmczoo.inference import VBFit
 
-            self.state = SimpleNamespace(V=V[None], W=W[None])
-        self.q_gamma = q_gamma
-        self.elbo = np.asarray(elbo, float)
-        self.rmse_trace = np.asarray(rmse_trace, float)
-        self.shape = (m.shape[0], n.shape[0])
-        self.info = fake_info("vb", m.shape[1], self.shape, prior, tol=1e-4)
+    shape = (m.shape[0], n.shape[0])
+    return VBFit(
+        fake_info("vb", m.shape[1], shape, prior, tol=1e-4),
+        m=m,
+        n=n,
+        V_diag=np.diagonal(V, axis1=-2, axis2=-1).copy(),
+        W_diag=np.diagonal(W, axis1=-2, axis2=-1).copy(),
+        state=SimpleNamespace(V=V[None], W=W[None]) if full else None,
+        q_gamma=q_gamma,
+        elbo=np.asarray(elbo, float),
+        rmse_trace=np.asarray(rmse_trace, float),
+    )
+
+
+def FakeGuideFit(draws, losses, shape, info):
+    """A :class:`~bmczoo.inference.SVIFit` (``info.method == "map"``:
+    :class:`~bmczoo.inference.MAPFit`) holding the given guide draws."""
+    from bmczoo.inference import MAPFit, SVIFit
+
+    cls = MAPFit if info.method == "map" else SVIFit
+    return cls(info, draws=draws, losses=np.asarray(losses))
 
 
 def ar1(rng, shape, phi, mean=0.0):

@@ -27,6 +27,7 @@ from ._fakes import (
     NUM_WARMUP,
     PRIOR,
     THINNING,
+    FakeGuideFit,
     FakeMCMCFit,
     FakeVBFit,
     ar1,
@@ -337,10 +338,8 @@ def test_no_gamma_raises():
 
 def test_map_like_fit_single_draw():
     """A MAP fit holds one draw of the factors and no gamma: the mean only, clear errors."""
-    from types import SimpleNamespace
-
     rng = np.random.default_rng(1)
-    fit = SimpleNamespace(
+    fit = FakeGuideFit(
         draws={"M": rng.normal(size=(1, 6, 2)), "N": rng.normal(size=(1, 5, 2))},
         losses=np.array([3.0, 2.0, 1.5]),
         shape=(6, 5),

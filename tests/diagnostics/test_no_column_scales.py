@@ -9,15 +9,13 @@ request."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
 import bmczoo as bmc
 from bmczoo import diagnostics as dg
 
-from ._fakes import FakeMCMCFit, FakeVBFit, fake_info, random_spd
+from ._fakes import FakeGuideFit, FakeMCMCFit, FakeVBFit, fake_info, random_spd
 
 NW = bmc.priors.NormalWishart()
 K, C, D, M1, M2 = 3, 2, 12, 6, 5
@@ -156,7 +154,7 @@ def test_guide_draws_and_vb(nw_mcmc):
         "M": rng.normal(size=(S, M1, K)),
         "N": rng.normal(size=(S, M2, K)),
     }
-    svi = SimpleNamespace(
+    svi = FakeGuideFit(
         draws=draws,
         losses=np.array([2.0, 1.0]),
         shape=(M1, M2),

@@ -22,7 +22,7 @@ import pytest
 
 import bmczoo as bmc
 from bmczoo import diagnostics as dg
-from bmczoo.diagnostics.stats import _poisson_binomial
+from bmczoo.inference.results.rank import poisson_binomial as _poisson_binomial
 
 from ._fakes import PRIOR, FakeMCMCFit, FakeVBFit, random_spd
 

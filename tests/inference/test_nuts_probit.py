@@ -23,7 +23,7 @@ import pytest
 from numpyro.infer import MCMC, NUTS
 
 import bmczoo as bmc
-from bmczoo.inference.levels import level_log_probs_np
+from bmczoo.inference.results.levels import level_log_probs_np
 from bmczoo.likelihoods import OrderedProbit, Probit
 
 pytestmark = [pytest.mark.usefixtures("x64"), pytest.mark.slow]

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import bmczoo as bmc
-from bmczoo.inference import outputs
+from bmczoo.inference.results import outputs
 
 
 @pytest.fixture(scope="module")

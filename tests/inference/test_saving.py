@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 import bmczoo as bmc
-from bmczoo.inference import outputs
-from bmczoo.inference.results import draws_theta_mean
+from bmczoo.inference.results import outputs
+from bmczoo.inference.results.base import draws_theta_mean
 from bmczoo.inference.saving import FACTOR_DRAWS, FACTOR_SITES, kept_factor_draws
 
 

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 import bmczoo as bmc
-from bmczoo.inference import levels as lv
+from bmczoo.inference.results import levels as lv
 from bmczoo.likelihoods import OrderedProbit, Probit, get_likelihood
 from bmczoo.likelihoods.probit import level_log_probs
 

@@ -101,7 +101,7 @@ def write_outputs(fit, out: Path, test, loaded: Loaded, metric: str) -> None:
 def print_level_metrics(fit, test) -> None:
     """Probit: test log-loss, AUC and accuracy (at P = 0.5) of ``P(1)``; ordered probit:
     test log-loss of the levels (``-log P(Y = y)``, natural log).  Nothing for a Gaussian."""
-    from ..inference.levels import classification_metrics
+    from ..inference.results.levels import classification_metrics
 
     lik = fit.info.likelihood
     if not lik.latent:

@@ -15,20 +15,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .convert import (
-    INVARIANT_VARS,
-    _K_of,
-    _method_of,
-    _offset_of,
-    _prior_name,
-    _require_column_scales,
-    _setting,
-    default_entries,
-    fit_arrays,
-    fit_kind,
-    to_arviz,
-    vb_theta_moments,
-)
+from ..inference.results.arrays import offset_of, prior_of, require_column_scales, setting
+from .convert import INVARIANT_VARS, default_entries, fit_arrays, to_arviz, vb_theta_moments
 from .stats import RankMixingWarning, autocorrelation, gamma_threshold, rank_posterior
 
 __all__ = [
@@ -81,16 +69,16 @@ def _figure(nrows: int, ncols: int, figsize, **subplot_kw):
 
 
 def _describe(fit, method: bool = True) -> str:
-    name = _method_of(fit)
+    name = str(fit.info.method)
     parts = (
         [name.upper() if name in ("vb", "svi", "map", "nuts") else name.capitalize()]
         if method
         else []
     )
-    if _prior_name(fit):
-        parts.append(f"{_prior_name(fit)} prior")
-    if _K_of(fit) is not None:
-        parts.append(f"K={_K_of(fit)}")
+    prior = prior_of(fit)
+    if prior is not None and prior.name:
+        parts.append(f"{prior.name} prior")
+    parts.append(f"K={int(fit.info.K)}")
     return ", ".join(parts)
 
 
@@ -122,21 +110,8 @@ def plot_rmse_trace(
     (thick lines; from the first kept draw on), one colour per chain, warm-up marked.
     VB: the RMSE of ``m_i . n_j`` after each iteration.  Needs ``fit(..., test=...)``.
     """
-    kind = fit_kind(fit)
-    if kind == "mcmc":
-        draw = np.asarray(getattr(fit, "rmse_draw", np.zeros((1, 0))), np.float64)
-        mean = np.asarray(getattr(fit, "rmse_mean", np.zeros((1, 0))), np.float64)
-        if draw.size == 0:
-            raise ValueError(
-                "this fit has no RMSE trace: fit it with test=RatingData (not available for NUTS)"
-            )
-    elif kind == "vb":
-        mean = np.asarray(fit.rmse_trace, np.float64)[None]
-        draw = None
-        if mean.size == 0:
-            raise ValueError("this fit has no RMSE trace: fit it with test=RatingData")
-    else:
-        raise ValueError("RMSE traces are recorded by Gibbs and VB fits only")
+    draw, mean = fit._rmse_traces()
+    chains = fit.has_chains
     if ax is None:
         fig, axes = _figure(1, 1, figsize)
         ax = axes[0, 0]
@@ -150,23 +125,23 @@ def plot_rmse_trace(
         suffix = f" (chain {c})" if multi else ""
         if draw is not None and show_draws:
             ax.plot(it, draw[c], color=colors[c], lw=0.8, alpha=0.45, label=f"draw{suffix}")
-        label = ("running posterior mean" if kind == "mcmc" else "VB mean m_i·n_j") + suffix
+        label = ("running posterior mean" if chains else "VB mean m_i·n_j") + suffix
         ax.plot(
             it,
             mean[c],
             color=colors[c],
             lw=2.0,
             label=label,
-            marker="o" if kind == "vb" and T <= 60 else None,
+            marker="o" if not chains and T <= 60 else None,
             ms=3,
         )
-    if kind == "mcmc" and _setting(fit, "num_warmup"):
+    if chains and setting(fit, "num_warmup"):
         ax.axvline(
-            _setting(fit, "num_warmup") + 0.5, color="0.4", ls="--", lw=1, label="end of warm-up"
+            setting(fit, "num_warmup") + 0.5, color="0.4", ls="--", lw=1, label="end of warm-up"
         )
     if logy:
         ax.set_yscale("log")
-    ax.set_xlabel("iteration" + (" (sweep)" if kind == "mcmc" else ""))
+    ax.set_xlabel("iteration" + (" (sweep)" if chains else ""))
     ax.set_ylabel("test RMSE")
     ax.set_xlim(0.5, T + 0.5)
     finite = np.concatenate(
@@ -260,6 +235,24 @@ def plot_acf(
 
 
 # --------------------------------------------------------------------------- traces
+def _compact_legends(axes) -> None:
+    """ArviZ's legends, redrawn small."""
+    for ax in axes.ravel():
+        leg = ax.get_legend()
+        if leg is not None:
+            handles, labels = leg.legend_handles, [t.get_text() for t in leg.get_texts()]
+            ax.legend(
+                handles,
+                labels,
+                title=leg.get_title().get_text(),
+                fontsize="x-small",
+                title_fontsize="x-small",
+                ncol=2 if len(labels) > 4 else 1,
+                loc="best",
+                framealpha=0.7,
+            )
+
+
 def plot_trace(
     fit, *, var_names=None, entries=None, compact: bool = True, figsize=None, idata=None
 ):
@@ -318,21 +311,7 @@ def plot_trace(
         t = ax.get_title().split("\n")[0]
         ax.set_title(_VAR_LABELS.get(t, t), fontsize="medium")
     axes[-1, 1].set_xlabel("draw")
-    for ax in axes.ravel():
-        leg = ax.get_legend()
-        if leg is not None:  # ArviZ's legends, made compact
-            handles, labels = leg.legend_handles, [t.get_text() for t in leg.get_texts()]
-            title = leg.get_title().get_text()
-            ax.legend(
-                handles,
-                labels,
-                title=title,
-                fontsize="x-small",
-                title_fontsize="x-small",
-                ncol=2 if len(labels) > 4 else 1,
-                loc="best",
-                framealpha=0.7,
-            )
+    _compact_legends(axes)
     rep = idata.posterior.attrs.get("representation", "")
     title = f"Posterior traces — {_describe(fit)}"
     if "variational" in rep or "guide" in rep:
@@ -353,6 +332,35 @@ def _kde(x: np.ndarray, grid: np.ndarray) -> np.ndarray:
     h = 0.9 * spread * x.size ** (-0.2) if spread > 0 else 1e-3 * (abs(float(np.mean(x))) + 1.0)
     z = (grid[:, None] - x[None, :]) / h
     return np.exp(-0.5 * z**2).sum(axis=1) / (x.size * h * np.sqrt(2 * np.pi))
+
+
+def _compare_panel(ax, x, gauss, q_draws) -> None:
+    """One entry of :func:`plot_posterior_compare`: the KDE of the Gibbs draws ``x``, the
+    VB Gaussian ``gauss = (mean, sd, label)`` and the KDE of the q draws (or None)."""
+    mu, sd, vb_label = gauss
+    lo = min(np.quantile(x, 0.002), mu - 4 * sd)
+    hi = max(np.quantile(x, 0.998), mu + 4 * sd)
+    pad = 0.05 * (hi - lo + 1e-12)
+    grid = np.linspace(lo - pad, hi + pad, 400)
+    dens = _kde(x, grid)
+    ax.fill_between(grid, dens, color="C0", alpha=0.25, lw=0)
+    ax.plot(grid, dens, color="C0", lw=1.8, label=f"Gibbs (KDE, {x.size} draws)")
+    if sd > 0:
+        g = np.exp(-0.5 * ((grid - mu) / sd) ** 2) / (sd * np.sqrt(2 * np.pi))
+        ax.plot(grid, g, color="C1", lw=1.8, ls="--", label=vb_label)
+    else:
+        ax.axvline(mu, color="C1", lw=1.8, ls="--", label=vb_label)
+    if q_draws is not None:
+        ax.plot(
+            grid,
+            _kde(q_draws, grid),
+            color="C2",
+            lw=1.2,
+            ls=":",
+            label=f"VB (q draws, {q_draws.size})",
+        )
+    ax.set_yticks([])
+    ax.grid(alpha=0.3)
 
 
 def plot_posterior_compare(
@@ -377,9 +385,9 @@ def plot_posterior_compare(
     ``original_scale`` adds each fit's centring offset.  ``vb_draws > 0`` also draws the
     KDE of that many draws of ``M_i . N_j`` from q (the exact q law, not Gaussian).
     """
-    if fit_kind(gibbs_fit) != "mcmc":
+    if not gibbs_fit.has_chains:
         raise TypeError("gibbs_fit must be an MCMC fit (method 'gibbs' or 'nuts')")
-    if fit_kind(vb_fit) != "vb":
+    if not vb_fit.has_q:
         raise TypeError("vb_fit must be a VB fit (method 'vb')")
     if tuple(gibbs_fit.shape) != tuple(vb_fit.shape):
         raise ValueError(f"the fits have different shapes {gibbs_fit.shape} and {vb_fit.shape}")
@@ -392,8 +400,8 @@ def plot_posterior_compare(
     E = rows.size
     mean, var, full = vb_theta_moments(vb_fit, rows, cols)
     sd = np.sqrt(np.maximum(var, 0.0))
-    off_g = _offset_of(gibbs_fit) if original_scale else 0.0
-    off_v = _offset_of(vb_fit) if original_scale else 0.0
+    off_g = offset_of(gibbs_fit) if original_scale else 0.0
+    off_v = offset_of(vb_fit) if original_scale else 0.0
     qd = None
     if vb_draws:
         qd = fit_arrays(vb_fit, entries=(rows, cols), num_draws=vb_draws, seed=seed).groups[
@@ -406,32 +414,13 @@ def plot_posterior_compare(
     used = _drop_unused(fig, axes, E)
     vb_label = "VB (Gaussian" + ("" if full else ", diagonal V, W") + ")"
     for e, ax in enumerate(used):
-        x = draws[..., e].ravel() + off_g
-        mu = mean[e] + off_v
-        lo = min(np.quantile(x, 0.002), mu - 4 * sd[e])
-        hi = max(np.quantile(x, 0.998), mu + 4 * sd[e])
-        pad = 0.05 * (hi - lo + 1e-12)
-        grid = np.linspace(lo - pad, hi + pad, 400)
-        dens = _kde(x, grid)
-        ax.fill_between(grid, dens, color="C0", alpha=0.25, lw=0)
-        ax.plot(grid, dens, color="C0", lw=1.8, label=f"Gibbs (KDE, {x.size} draws)")
-        if sd[e] > 0:
-            g = np.exp(-0.5 * ((grid - mu) / sd[e]) ** 2) / (sd[e] * np.sqrt(2 * np.pi))
-            ax.plot(grid, g, color="C1", lw=1.8, ls="--", label=vb_label)
-        else:
-            ax.axvline(mu, color="C1", lw=1.8, ls="--", label=vb_label)
-        if qd is not None:
-            ax.plot(
-                grid,
-                _kde(qd[:, e] + off_v, grid),
-                color="C2",
-                lw=1.2,
-                ls=":",
-                label=f"VB (q draws, {vb_draws})",
-            )
+        _compare_panel(
+            ax,
+            draws[..., e].ravel() + off_g,
+            (mean[e] + off_v, sd[e], vb_label),
+            None if qd is None else qd[:, e] + off_v,
+        )
         ax.set_title(f"θ[{rows[e]}, {cols[e]}]", fontsize="medium")
-        ax.set_yticks([])
-        ax.grid(alpha=0.3)
     for ax in axes[-1, :]:
         if ax in used:
             ax.set_xlabel(
@@ -481,8 +470,8 @@ def plot_convergence(fits, *, figsize=None, tol: float | None = None):
                 lw=1.5,
                 label=f"{name} ({e.size} it.)",
             )
-        if _setting(f, "tol") is not None:
-            tols.add(float(_setting(f, "tol")))
+        if setting(f, "tol") is not None:
+            tols.add(float(setting(f, "tol")))
         if has_rmse:
             r = np.asarray(getattr(f, "rmse_trace", []), np.float64)
             if r.size:
@@ -516,44 +505,10 @@ def plot_convergence(fits, *, figsize=None, tol: float | None = None):
 
 
 # --------------------------------------------------------------------------- gamma
-def plot_gamma(
-    fit,
-    *,
-    threshold: float | None = None,
-    num_draws: int = 500,
-    seed: int = 0,
-    figsize=(10.0, 4.0),
-    max_points: int = 400,
-):
-    """Posterior of gamma and of the rank.
-
-    Left: the draws of the sorted ``gamma`` (largest first; jittered points and the
-    median), log scale when they span more than a factor 20, the threshold dashed.
-    Right: ``P(#{h: gamma_h > threshold} = r)`` for r = 0..K (:func:`rank_posterior`).
-    ``threshold`` defaults to :func:`~bmczoo.diagnostics.gamma_threshold`.  VB: draws
-    from q (``num_draws``, ``seed``) on the left, exact probabilities on the right.
-    """
-    _require_column_scales(fit, "plot_gamma")
-    fa = fit_arrays(fit, num_draws=num_draws, seed=seed)
-    post = fa.groups["posterior"]
-    if "gamma_sorted" not in post:
-        raise ValueError(
-            "this fit has no gamma (a MAP fit, or a guide that integrates gamma out, keeps no "
-            "draws of it)"
-        )
-    g = post["gamma_sorted"].reshape(-1, post["gamma_sorted"].shape[-1])
+def _sorted_gamma_panel(ax, g, threshold: float, max_points: int) -> None:
+    """The draws of the sorted gamma (S, K): jittered points (at most ``max_points``
+    draws), the median, the threshold; log scale when they span more than a factor 20."""
     K = g.shape[1]
-    threshold = gamma_threshold(fit) if threshold is None else float(threshold)
-    with warnings.catch_warnings(record=True) as caught:
-        # the figure says it in the panel's title instead of a warning in the middle of a plot
-        warnings.simplefilter("always", RankMixingWarning)
-        probs = rank_posterior(fit, threshold, num_draws=num_draws, seed=seed)
-    disagree = any(issubclass(w.category, RankMixingWarning) for w in caught)
-    for w in caught:
-        if not issubclass(w.category, RankMixingWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    fig, axes = _figure(1, 2, figsize)
-    ax = axes[0, 0]
     rng = np.random.default_rng(0)
     take = g if g.shape[0] <= max_points else g[rng.choice(g.shape[0], max_points, replace=False)]
     for h in range(K):
@@ -581,6 +536,46 @@ def plot_gamma(
     ax.set_title("Sorted γ")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
+
+
+def plot_gamma(
+    fit,
+    *,
+    threshold: float | None = None,
+    num_draws: int = 500,
+    seed: int = 0,
+    figsize=(10.0, 4.0),
+    max_points: int = 400,
+):
+    """Posterior of gamma and of the rank.
+
+    Left: the draws of the sorted ``gamma`` (largest first; jittered points and the
+    median), log scale when they span more than a factor 20, the threshold dashed.
+    Right: ``P(#{h: gamma_h > threshold} = r)`` for r = 0..K (:func:`rank_posterior`).
+    ``threshold`` defaults to :func:`~bmczoo.diagnostics.gamma_threshold`.  VB: draws
+    from q (``num_draws``, ``seed``) on the left, exact probabilities on the right.
+    """
+    require_column_scales(fit, "plot_gamma")
+    fa = fit_arrays(fit, num_draws=num_draws, seed=seed)
+    post = fa.groups["posterior"]
+    if "gamma_sorted" not in post:
+        raise ValueError(
+            "this fit has no gamma (a MAP fit, or a guide that integrates gamma out, keeps no "
+            "draws of it)"
+        )
+    g = post["gamma_sorted"].reshape(-1, post["gamma_sorted"].shape[-1])
+    K = g.shape[1]
+    threshold = gamma_threshold(fit) if threshold is None else float(threshold)
+    with warnings.catch_warnings(record=True) as caught:
+        # the figure says it in the panel's title instead of a warning in the middle of a plot
+        warnings.simplefilter("always", RankMixingWarning)
+        probs = rank_posterior(fit, threshold, num_draws=num_draws, seed=seed)
+    disagree = any(issubclass(w.category, RankMixingWarning) for w in caught)
+    for w in caught:
+        if not issubclass(w.category, RankMixingWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    fig, axes = _figure(1, 2, figsize)
+    _sorted_gamma_panel(axes[0, 0], g, threshold, max_points)
     ax = axes[0, 1]
     r = np.arange(K + 1)
     ax.bar(r, probs, color="C0", alpha=0.8)
@@ -595,6 +590,6 @@ def plot_gamma(
         "Posterior of the rank" + ("\n(chains disagree: see rank_mixing)" if disagree else "")
     )
     ax.grid(alpha=0.3, axis="y")
-    rep = "q draws" if fit_kind(fit) == "vb" else "draws"
+    rep = "q draws" if fit.has_q else "draws"
     fig.suptitle(f"γ and rank — {_describe(fit)} ({g.shape[0]} {rep})")
     return fig

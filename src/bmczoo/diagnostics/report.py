@@ -8,16 +8,8 @@ import warnings
 
 import numpy as np
 
-from .convert import (
-    _info,
-    _K_of,
-    _method_of,
-    _offset_of,
-    _setting,
-    arrays_to_arviz,
-    fit_arrays,
-    fit_kind,
-)
+from ..inference.results.arrays import offset_of, setting
+from .convert import arrays_to_arviz, fit_arrays
 from .plots import _describe, plot_acf, plot_convergence, plot_gamma, plot_rmse_trace, plot_trace
 from .stats import RankMixingWarning, gamma_threshold, rank_mixing, rank_posterior, summary
 
@@ -68,19 +60,18 @@ def _table_figure(df, title: str):
     return fig
 
 
-def _figures(fit, kind: str, fa, idata, threshold, num_draws: int, seed: int):
+def _figures(fit, fa, idata, threshold, num_draws: int, seed: int):
     """The figures that apply to the fit (``{name: Figure}``, in report order) and, where
     gamma is available, the rank posterior and its threshold (else None, None)."""
     post = fa.groups["posterior"]
     figures: dict[str, object] = {}
-    if kind in ("mcmc", "vb"):
-        try:
-            figures["rmse_trace"] = plot_rmse_trace(fit)
-        except ValueError:
-            pass
+    try:
+        figures["rmse_trace"] = plot_rmse_trace(fit)
+    except ValueError:  # no RMSE trace recorded (no test set, or a family without one)
+        pass
     if fa.num_chains * fa.num_draws >= 4:
         figures["trace"] = plot_trace(fit, idata=idata)
-        if kind == "mcmc" and "theta" in post:
+        if fit.has_chains and "theta" in post:
             figures["acf"] = plot_acf(fit, idata=idata)
     rank = thr = None
     if "gamma_sorted" in post:  # a prior with column scales, gamma drawn
@@ -90,7 +81,7 @@ def _figures(fit, kind: str, fa, idata, threshold, num_draws: int, seed: int):
             warnings.simplefilter("ignore", RankMixingWarning)
             rank = rank_posterior(fit, thr, num_draws=num_draws, seed=seed)
         figures["gamma"] = plot_gamma(fit, threshold=thr, num_draws=num_draws, seed=seed)
-    if kind == "vb":
+    if fit.has_q:
         figures["convergence"] = plot_convergence({_describe(fit): fit})
     return figures, rank, thr
 
@@ -100,11 +91,11 @@ def _likelihood_settings(likelihood, tau) -> dict[str, object]:
     posterior in the summary table (``noise_sd``, data scale); a fixed one its ``lam``,
     precision ``tau`` and sd ``1/sqrt(tau)``; a latent (probit) likelihood none."""
     out: dict[str, object] = {"likelihood": repr(likelihood)}
-    if getattr(likelihood, "learned", False):
+    if likelihood.learned:
         out["noise sd"] = (
             "learned: its posterior is the noise_sd row of the summary table (data scale)"
         )
-    elif not (likelihood is not None and likelihood.latent) and tau is not None:
+    elif not likelihood.latent and tau is not None:
         lam = likelihood.describe().get("lam")
         if lam is not None:
             out["lam"] = lam
@@ -113,38 +104,29 @@ def _likelihood_settings(likelihood, tau) -> dict[str, object]:
     return out
 
 
-def _fit_settings(fit, kind: str, fa) -> dict[str, object]:
+def _fit_settings(fit, fa) -> dict[str, object]:
     """The settings listed in ``summary.md``, read from the fit's typed info (method,
     prior and its hyper-parameters, K, likelihood and its noise, biases, offset, the
     method's settings, seed) and the conversion's representation."""
-    info = _info(fit)
-    out: dict[str, object] = {}
-    if info is not None:
-        prior = getattr(info, "prior", None)
-        likelihood = getattr(info, "likelihood", None)
-        out["method"] = _method_of(fit)
-        if prior is not None:
-            out["prior_name"] = prior.name
-            out["hyperparameters"] = prior.hyperparameters()
-        if _K_of(fit) is not None:
-            out["K"] = _K_of(fit)
-        if likelihood is not None:
-            out.update(_likelihood_settings(likelihood, getattr(info, "tau", None)))
-        if hasattr(info, "biases"):
-            out["biases"] = repr(info.biases) if info.biases is not None else "none"
-        if getattr(info, "shift", None) is not None:
-            out["offset"] = _offset_of(fit)
+    info = fit.info
+    out: dict[str, object] = {"method": info.method}
+    if info.prior is not None:
+        out["prior_name"] = info.prior.name
+        out["hyperparameters"] = info.prior.hyperparameters()
+    out["K"] = int(info.K)
+    out.update(_likelihood_settings(info.likelihood, info.tau))
+    out["biases"] = repr(info.biases) if info.biases is not None else "none"
+    out["offset"] = offset_of(fit)
     for k in ("num_warmup", "num_samples", "thinning", "num_chains"):
-        if _setting(fit, k) is not None:
-            out[k] = _setting(fit, k)
-    if kind == "vb" and getattr(fit, "num_iter", None) is not None:
-        out["num_iter"] = fit.num_iter
-    if _setting(fit, "num_steps") is not None:
-        out["num_steps"] = _setting(fit, "num_steps")
-    if getattr(info, "seed", None) is not None:
-        out["seed"] = info.seed
+        if setting(fit, k) is not None:
+            out[k] = setting(fit, k)
+    if "num_iter" in fit.run_stats():
+        out["num_iter"] = fit.run_stats()["num_iter"]
+    if setting(fit, "num_steps") is not None:
+        out["num_steps"] = setting(fit, "num_steps")
+    out["seed"] = info.seed
     out["representation"] = fa.attrs.get("representation")
-    if kind == "vb":
+    if "num_variational_draws" in fa.attrs:
         out["variational draws"] = (
             f"{fa.attrs['num_variational_draws']} (seed {fa.attrs['seed']}), "
             f"{fa.attrs['vb_covariance']} covariances"
@@ -260,19 +242,18 @@ def report(
     """
     out = pathlib.Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    kind = fit_kind(fit)
     fa = fit_arrays(fit, entries=entries, num_draws=num_draws, seed=seed)
     idata = arrays_to_arviz(fa)
-    figures, rank, thr = _figures(fit, kind, fa, idata, threshold, num_draws, seed)
+    figures, rank, thr = _figures(fit, fa, idata, threshold, num_draws, seed)
     table = summary(idata)
     written = [out / "summary.csv", out / "summary.md", out / "summary.png"]
     table.to_csv(written[0])
     if rank is not None:
         rp = out / "rank_posterior.csv"
         rp.write_text("rank,probability\n" + "".join(f"{r},{p:.6g}\n" for r, p in enumerate(rank)))
-    mix = rank_mixing(fit, thr) if rank is not None and kind == "mcmc" else None
+    mix = rank_mixing(fit, thr) if rank is not None else None
     written[1].write_text(
-        _summary_markdown(fit, _fit_settings(fit, kind, fa), table, rank, thr, list(figures), mix)
+        _summary_markdown(fit, _fit_settings(fit, fa), table, rank, thr, list(figures), mix)
     )
     _table_figure(table, f"Summary — {_describe(fit)}").savefig(written[2], dpi=dpi)
     if rank is not None:

@@ -192,8 +192,8 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
 def fit_nuts(prep: Prepared, info: FitInfo, progress_bar: bool) -> NUTSFit:
     """NumPyro NUTS (:class:`~bmczoo.inference.settings.NUTS`)."""
     from .baselines import run_nuts
-    from .outputs import draws_theta_moments, flat_draws
-    from .results import bias_draws, draws_theta_mean
+    from .results.outputs import draws_theta_moments, flat_draws
+    from .results.base import bias_draws, draws_theta_mean
 
     s: st.NUTS = info.settings
     track = _track_entries(prep.train, s.track, info.seed)

@@ -12,7 +12,7 @@ from ..data import RatingData
 from .checkpoint import fingerprint
 
 if TYPE_CHECKING:
-    from .results import FitInfo
+    from .info import FitInfo
 
 __all__ = ["Prepared", "run_settings"]
 

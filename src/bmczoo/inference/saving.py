@@ -42,7 +42,6 @@ object (``fit.mcmc``) and an SVI guide (``fit.guide``): they are None after load
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 
@@ -123,7 +122,7 @@ def thin_factor_draws(fit, limit: int | None) -> tuple[dict, dict | None]:
     }
     samples = {k: v for k, v in fit.samples.items() if k not in FACTOR_SITES}
     if "theta_sv" not in samples:
-        from ..diagnostics.convert import theta_singular_values
+        from .._arviz import theta_singular_values
 
         samples["theta_sv"] = theta_singular_values(src["M"], src["N"])
     return samples, per_draw
@@ -142,9 +141,7 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
     arrays: dict[str, np.ndarray] = {}
     fields: dict = {}
     kinds: dict = {}
-    values = {f.name: getattr(fit, f.name) for f in dataclasses.fields(fit)}
-    if fit.family == "mcmc":
-        values["samples"], values["factor_samples"] = thin_factor_draws(fit, limit)
+    values = fit._saved_fields(limit)
     for name, v in values.items():
         if name in _SKIP:
             continue

@@ -22,7 +22,8 @@ from tqdm.auto import tqdm
 from .. import _xla
 from . import vb
 from .problem import run_settings
-from .results import VBFit, no_gamma
+from .info import no_gamma
+from .results import VBFit
 from .sharding import put, to_host
 
 __all__ = ["fit_vb"]
@@ -230,7 +231,7 @@ class _Run:
         lik = self.info.likelihood
         if not lik.latent:
             return self.info.shift.apply(theta_mean)
-        from .levels import level_log_probs_np
+        from .results.levels import level_log_probs_np
 
         cuts = (
             np.asarray(state.noise["cuts"], np.float64)

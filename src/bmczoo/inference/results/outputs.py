@@ -169,6 +169,34 @@ def _user_theta(d, s, users):
 
 
 # ---------------------------------------------------------------------------- mixin
+def _check_users(users, m1: int) -> np.ndarray:
+    """``users`` as a 1-D integer array of rows of an ``m1``-row matrix, or ``ValueError``."""
+    users = np.asarray(users)
+    if users.ndim != 1 or (users.size and users.dtype.kind not in "iu"):
+        raise ValueError("users must be a 1-D array of integer row indices")
+    if users.size and (users.min() < 0 or users.max() >= m1):
+        raise ValueError(
+            f"users must be in [0, {m1}), got values in [{users.min()}, {users.max()}]"
+        )
+    return users
+
+
+def _top_n(sc: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``n`` best columns of each row of the scores ``sc`` and their scores, best
+    first (ties in column order); item ``-1`` where the score is not finite."""
+    m2 = sc.shape[1]
+    top = (
+        np.argpartition(-sc, n - 1, axis=1)[:, :n]
+        if n < m2
+        else np.tile(np.arange(m2), (sc.shape[0], 1))
+    )
+    ts = np.take_along_axis(sc, top, axis=1)
+    order = np.argsort(-ts, axis=1, kind="stable")
+    top, ts = np.take_along_axis(top, order, axis=1), np.take_along_axis(ts, order, axis=1)
+    top[~np.isfinite(ts)] = -1
+    return top, ts
+
+
 class PredictiveMixin:
     """``predictive_interval``, ``log_predictive_density``, ``recommend`` from the hooks
     ``_theta_moments``, ``noise_var``, ``_user_scores`` and the attributes ``shape``,
@@ -217,7 +245,7 @@ class PredictiveMixin:
         return self._gaussian_lpd(self._check_test(test))
 
     def _check_test(self, test):
-        from .._checks import check_ratings
+        from ..._checks import check_ratings
 
         test = check_ratings(test, "test")
         if test.shape != tuple(self.shape):
@@ -262,7 +290,7 @@ class PredictiveMixin:
         tied at the clip bound.  Users are scored ``batch_size`` at a time (default: about
         2^22 numbers per batch), never the full ``m1 x m2`` matrix.
         """
-        from .._checks import check_bool, check_int, check_choice
+        from ..._checks import check_bool, check_int, check_choice
 
         check_choice("by", by, ("mean", "upper", "thompson"))
         check_bool("exclude_seen", exclude_seen)
@@ -270,13 +298,7 @@ class PredictiveMixin:
         n = check_int("n", n, minimum=1)
         if n > m2:
             raise ValueError(f"n={n} exceeds the number of items {m2}")
-        users = np.asarray(users)
-        if users.ndim != 1 or (users.size and users.dtype.kind not in "iu"):
-            raise ValueError("users must be a 1-D array of integer row indices")
-        if users.size and (users.min() < 0 or users.max() >= m1):
-            raise ValueError(
-                f"users must be in [0, {m1}), got values in [{users.min()}, {users.max()}]"
-            )
+        users = _check_users(users, m1)
         if by == "thompson" and seed is None:
             raise ValueError('by="thompson" draws from the posterior: give seed=')
         z = z_of(prob) if by == "upper" else 0.0
@@ -294,22 +316,13 @@ class PredictiveMixin:
             if indptr is not None:
                 for k, user in enumerate(u):
                     sc[k, index[indptr[user] : indptr[user + 1]]] = -np.inf
-            top = (
-                np.argpartition(-sc, n - 1, axis=1)[:, :n]
-                if n < m2
-                else np.tile(np.arange(m2), (len(u), 1))
-            )
-            ts = np.take_along_axis(sc, top, axis=1)
-            order = np.argsort(-ts, axis=1, kind="stable")
-            top, ts = np.take_along_axis(top, order, axis=1), np.take_along_axis(ts, order, axis=1)
-            top[~np.isfinite(ts)] = -1
-            items[b0 : b0 + B], scores[b0 : b0 + B] = top, ts
+            items[b0 : b0 + B], scores[b0 : b0 + B] = _top_n(sc, n)
         return items, scores
 
     def _seen_csr(self, seen):
         m1, m2 = self.shape
         if seen is not None:
-            from .._checks import check_ratings
+            from ..._checks import check_ratings
 
             seen = check_ratings(seen, "seen")
             if seen.shape != (m1, m2):
@@ -440,7 +453,7 @@ class FoldInFit(PredictiveMixin):
         return self.new.rows, self.new.cols
 
     def _check_entries(self, rows, cols):
-        from ..data.ratings import check_entries
+        from ...data.ratings import check_entries
 
         return check_entries(rows, cols, self.shape, "predict")
 

@@ -50,7 +50,7 @@ def level_log_probs_np(theta, cuts):
 
 def draws_level_proba(theta_blocks, cuts) -> np.ndarray:
     """Mean over draws of the level probabilities: ``theta_blocks`` yields ``(p0, p1,
-    theta (S, p1 - p0))`` (:func:`bmczoo.inference.outputs.draw_blocks`), ``cuts`` (S, L-1).
+    theta (S, p1 - p0))`` (:func:`bmczoo.inference.results.outputs.draw_blocks`), ``cuts`` (S, L-1).
     Returns (P, L)."""
     cuts = np.asarray(cuts, np.float64)
     blocks = list(theta_blocks)
