@@ -64,7 +64,10 @@ def test_geweke_annealed_switch_with_learned_noise_and_biases(monkeypatch):
     monkeypatch.setattr(
         gc.gibbs,
         "build_problem",
-        functools.partial(gibbs.build_problem, anneal_steps=2, anneal_every=1),
+        functools.partial(
+            gibbs.build_problem,
+            options=SweepOptions(column_moves=False, anneal_steps=2, anneal_every=1),
+        ),
     )
     z, z_crit = gc.geweke_z(
         bmc.priors.Discrete(C=2.0, p=0.4, eps=0.3),

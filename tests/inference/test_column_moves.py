@@ -439,7 +439,9 @@ def test_geweke_column_moves_with_learned_noise_and_biases(monkeypatch):
     prior = bmc.priors.Discrete(C=2.0, p=0.4, eps=0.3)
     monkeypatch.setattr(gc, "_prior_draws", discrete_prior_draws(gc._prior_draws))
     monkeypatch.setattr(
-        gc.gibbs, "build_problem", functools.partial(gibbs.build_problem, column_moves=True)
+        gc.gibbs,
+        "build_problem",
+        functools.partial(gibbs.build_problem, options=SweepOptions(column_moves=True)),
     )
     # 400 chains: with 100 the chain means of the right-skewed squared quantities are too
     # few for the normal z (measured at seed 5: |z| = 3.7 with 100 x 150 steps, 1.8 with

@@ -355,11 +355,8 @@ def _integrated_draw(g, s, A, B, tb, z):
 #: concentration of the angular central Gaussian that aims the reflected flip at the
 #: slab's least-energy direction (Sigma = I + lambda v v^T).  Any value keeps the posterior;
 #: it sets how well a switch-off hits the column to remove (angular spread ~ lambda^-1/2:
-#: a stray 10% of a strong column costs far more likelihood than the flip can gain).
-#: Measured on the rank-3 simulation of ``benchmarks/bench_rank_mixing.py``: with 100,
-#: chains entered rank 4 and stayed there for hundreds of sweeps (R-hat 1.13-1.15 over
-#: 2000 sweeps); with 1000 every chain of seeds 0-3 (slab, spike and random starts) was at
-#: rank 3 within 59 sweeps and in every draw after the 200 warm-up sweeps.
+#: a stray 10% of a strong column costs far more likelihood than the flip can gain);
+#: ``benchmarks/bench_rank_mixing.py`` compares values on the rank-3 simulation.
 _ACG_LAMBDA = 1000.0
 
 

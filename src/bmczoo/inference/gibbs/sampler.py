@@ -77,7 +77,7 @@ def _sweep_draws(state: GibbsState, problem: GibbsProblem):
     kt = kb = kc = kv = None
     if use_bias or problem.learned_tau:
         # the extra components' keys come from the prior's key: a model without them
-        # draws exactly as before they existed
+        # keeps the keys of the plain sweep
         more = jax.vmap(lambda k: jax.random.split(k, 5))(kg)
         kg, kt, kb, kc, kv = (more[:, i] for i in range(5))
     zM, zN = normals(kM, m1, K, dtype), normals(kN, m2, K, dtype)
