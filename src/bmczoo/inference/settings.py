@@ -289,8 +289,9 @@ class Gibbs(Settings):
 
     @property
     def sweep_options(self) -> SweepOptions:
-        """The options of the sweep itself (:class:`SweepOptions`)."""
-        return SweepOptions(**{f: getattr(self, f) for f in SweepOptions.field_names()})
+        """The options of the sweep itself, as a ``SweepOptions`` (checked when the settings
+        were built)."""
+        return self._sweep_options
 
     def for_prior(self, prior) -> "Gibbs":
         """``column_moves=None`` resolved: True where ``prior`` has a column move."""
@@ -302,9 +303,10 @@ class Gibbs(Settings):
     def __post_init__(self):
         _check_mcmc(self)
         check_choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
-        options = self.sweep_options  # checks the sweep's options
+        options = SweepOptions(**{f: getattr(self, f) for f in SweepOptions.field_names()})
         for f in SweepOptions.field_names():
             object.__setattr__(self, f, getattr(options, f))
+        object.__setattr__(self, "_sweep_options", options)
         object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
         object.__setattr__(self, "track", _check_track(self.track))
         if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):

@@ -139,7 +139,9 @@ class ConjugateGibbs(MCMCKernel):
         self._model = model
         self._num_samples = num_samples
         self._thinning = int(thinning)
-        self._entries = Entries(predict, test_values, None, float(offset), clip)
+        self._entries = Entries(
+            predict=predict, test_values=test_values, offset=float(offset), clip=clip
+        )
         self._track = track
         self._store_factors = bool(store_factors)
         self._dtype = dtype
