@@ -48,6 +48,7 @@ def main(argv=None) -> int:
 
     import bmczoo as bmc
     from bmczoo.inference import gibbs
+    from bmczoo.inference.settings import SweepOptions
 
     if a.data.exists():
         tr, _, rows, cols, vals, shape = load_split(a.data, 0)
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
     ):
         res = {}
         for moves in (False, True):
-            problem = gibbs.build_problem(train, 1.0, column_moves=moves)
+            problem = gibbs.build_problem(train, 1.0, options=SweepOptions(column_moves=moves))
             state = gibbs.init(keys, problem, prior, a.K)
             res[moves], state = _median_ms(
                 jax.jit(lambda s, p=problem: gibbs.sweep(s, p, prior)), state, a.repeats

@@ -142,6 +142,7 @@ def worker_bmczoo(
     import bmczoo as bmc
     from bmczoo import _xla
     from bmczoo.inference import gibbs
+    from bmczoo.inference.settings import SweepOptions
 
     t0 = time.perf_counter()
     rows, cols, vals, shape = _data(name, seed)
@@ -159,7 +160,7 @@ def worker_bmczoo(
         dtype=jnp.float32,
         likelihood=likelihood,
         biases=biases,
-        column_moves=column_moves,
+        options=SweepOptions(column_moves=column_moves),
     )
     n = data.n
     del data

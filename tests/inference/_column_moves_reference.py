@@ -1,6 +1,6 @@
 """The column moves as first written (per rating: a residual over every rating, updated
 column by column, and segment sums), kept as the reference that the Gram-based
-:func:`bmczoo.inference.gibbs._column_side` must reproduce (same random numbers, float64).
+:func:`bmczoo.inference.gibbs.columns._column_side` must reproduce (same random numbers, float64).
 O(n K) passes over the ratings per column; slow, but each line is the textbook formula."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from bmczoo.inference import gibbs
-from bmczoo.inference.gibbs import _householder, column_log_marginal
+from bmczoo.inference.gibbs import columns as cm
+from bmczoo.inference.gibbs.columns import _householder, column_log_marginal
 
 
 def column_side(
@@ -52,7 +52,7 @@ def column_side(
         log_f = (
             -0.5 * m_other * (jnp.log(g2) - jnp.log(g))
             - 0.5 * ff * (s * s / g2 - 1.0 / g)
-            + gibbs._log_jacobian(m_other, log_s)
+            + cm._log_jacobian(m_other, log_s)
         )
         log_alpha = (
             log_r
@@ -117,7 +117,7 @@ def _block_direction(own, other, block):
 def reflected_flip(
     h, carry, rid, cid, segsum, prior, tb, d: int, m_other: int, z, z2, xi, zq, log_u
 ):
-    """:func:`bmczoo.inference.gibbs._reflected_flip` (whose docstring explains the move)
+    """:func:`bmczoo.inference.gibbs.columns._reflected_flip` (whose docstring explains the move)
     on the per-rating residual ``e`` (in the carry) instead of per-row Gram matrices."""
     own, other, gamma, e = carry
     C, m, K = own.shape
@@ -129,8 +129,7 @@ def reflected_flip(
     xi = jnp.where(block, xi, 0.0)
     v = _block_direction(own, other, block)
     aimed = (
-        xi
-        + (math.sqrt(1.0 + gibbs._ACG_LAMBDA) - 1.0) * jnp.sum(v * xi, axis=-1, keepdims=True) * v
+        xi + (math.sqrt(1.0 + cm._ACG_LAMBDA) - 1.0) * jnp.sum(v * xi, axis=-1, keepdims=True) * v
     )
     w = jnp.where(off[:, None], aimed, xi)
     w = jnp.where(block, w, 0.0)
@@ -154,7 +153,7 @@ def reflected_flip(
     log_f = (
         -0.5 * m_other * (jnp.log(g2) - jnp.log(g))
         - 0.5 * ff * (s * s / g2 - 1.0 / g)
-        + gibbs._log_jacobian(m_other, log_s)
+        + cm._log_jacobian(m_other, log_s)
     )
     log_alpha = (
         log_r
@@ -171,8 +170,8 @@ def reflected_flip(
     other_p = jnp.where(off[:, None, None], other_p, reflect(other_p))
     log_q = jnp.where(
         off,
-        -gibbs._acg_log_density(w, v, k),
-        gibbs._acg_log_density(w, _block_direction(own_p, other_p, block), k),
+        -cm._acg_log_density(w, v, k),
+        cm._acg_log_density(w, _block_direction(own_p, other_p, block), k),
     )
     accept = log_u < log_alpha + log_q
     # rejected: the current state.  Switching on, whose acceptance does not depend on the

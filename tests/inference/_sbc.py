@@ -39,6 +39,7 @@ from scipy import stats
 
 import bmczoo as bmc
 from bmczoo.inference import gibbs
+from bmczoo.inference.settings import SweepOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,9 +304,9 @@ def run_sbc(
         tau0,
         dtype=jnp.float64,
         likelihood=sampler_likelihood,
-        column_moves=bool(moves),
-        anneal_steps=anneal_steps,
-        anneal_every=anneal_every,
+        options=SweepOptions(
+            column_moves=bool(moves), anneal_steps=anneal_steps, anneal_every=anneal_every
+        ),
     )
     truth = prior_draws(design, prior, likelihood, num_replications, seed)
     ps_true = {k: truth[k] for k in ("gamma", "Lambda_M") if k in truth}

@@ -16,6 +16,8 @@ import pytest
 
 import bmczoo as bmc
 from bmczoo.inference import gibbs
+from bmczoo.inference.gibbs import anneal
+from bmczoo.inference.settings import SweepOptions
 
 from .test_column_moves import DISCRETE, column_geweke
 
@@ -42,7 +44,7 @@ def test_geweke_detects_annealed_switch_without_its_work(monkeypatch):
     """Power check: with the work left out (the switch accepted on the prior odds alone,
     here ``(m1 + m2)/2 log(C/eps) ~ 10`` nats of column prior ignored) Geweke must fail."""
     monkeypatch.setattr(
-        gibbs, "_log_column_prior", lambda M, N, onehot, g, d: jnp.zeros(M.shape[0], M.dtype)
+        anneal, "_log_column_prior", lambda M, N, onehot, g, d: jnp.zeros(M.shape[0], M.dtype)
     )
     # another step count than above: a fresh trace picks up the patch
     z, z_crit, rep = column_geweke(DISCRETE, num_chains=100, num_steps=101, anneal_steps=3)
@@ -62,7 +64,10 @@ def test_geweke_annealed_switch_with_learned_noise_and_biases(monkeypatch):
     monkeypatch.setattr(
         gc.gibbs,
         "build_problem",
-        functools.partial(gibbs.build_problem, anneal_steps=2, anneal_every=1),
+        functools.partial(
+            gibbs.build_problem,
+            options=SweepOptions(column_moves=False, anneal_steps=2, anneal_every=1),
+        ),
     )
     z, z_crit = gc.geweke_z(
         bmc.priors.Discrete(C=2.0, p=0.4, eps=0.3),
@@ -214,7 +219,12 @@ def test_checkpoint_without_switch_counts_restores_zeros(tiny_ratings):
     with zero counts; one with them restores them."""
     from bmczoo.inference import checkpoint
 
-    problem = gibbs.build_problem(tiny_ratings, 1.0, dtype=jnp.float64, anneal_steps=2)
+    problem = gibbs.build_problem(
+        tiny_ratings,
+        1.0,
+        dtype=jnp.float64,
+        options=SweepOptions(column_moves=False, anneal_steps=2, anneal_every=1),
+    )
     prior = bmc.priors.Discrete(1.0, 0.5, 0.5)
     state = gibbs.init(jax.random.split(jax.random.key(0), 3), problem, prior, 2)
     state = jax.jit(

@@ -27,6 +27,9 @@ from scipy import stats
 
 import bmczoo as bmc
 from bmczoo.inference import gibbs
+from bmczoo.inference.gibbs import columns as cm
+from bmczoo.inference.gibbs.rows import Side, _pattern_product
+from bmczoo.inference.settings import SweepOptions
 
 from . import test_geweke as gw
 
@@ -93,21 +96,13 @@ def test_gram_moves_equal_the_per_rating_reference(prior, latent, use_bias):
     tb = jnp.asarray(rng.uniform(0.5, 2.0, size=C))
     vals = jnp.asarray(rng.normal(size=(C, data.n))) if latent else problem.rows.values[None]
     ks = jax.random.split(jax.random.key(3), C)
-    draws = gibbs._move_draws(ks, K, m1, jnp.float64, isinstance(prior, bmc.priors.Discrete))
-    own, T, g = gibbs._column_side(
-        problem.rows,
-        M,
-        N,
-        b,
-        cb,
+    draws = cm._move_draws(ks, K, m1, jnp.float64, isinstance(prior, bmc.priors.Discrete))
+    own, T, g = cm._column_side(
+        Side(problem.rows, M, N, b, cb, vals if latent else None),
         gamma,
         tb,
         draws,
-        prior,
-        m1 + m2,
-        m2,
-        use_bias,
-        vals if latent else None,
+        cm.ColumnMove(prior, m1 + m2, m2, use_bias),
     )
     other = jnp.einsum("cjk,ckl->cjl", N, T)
     own_ref, other_ref, g_ref = ref.column_side(
@@ -143,28 +138,28 @@ def test_reflected_flip_leaves_the_columns_outside_its_block_alone():
     slab = rng.random((C, K)) < 0.25  # often a single slab column or none
     gamma = jnp.asarray(np.where(slab, prior.C, prior.eps))
     G0 = unpack_upper(
-        gibbs._pattern_product(problem.rows, problem.rows.ones, pack_upper(outer(other))), K
+        _pattern_product(problem.rows, problem.rows.ones, pack_upper(outer(other))), K
     )
-    Y = gibbs._pattern_product(problem.rows, problem.rows.values, other)
+    Y = _pattern_product(problem.rows, problem.rows.values, other)
     S0 = jnp.einsum("cjk,cjl->ckl", other, other)
-    sums = functools.partial(gibbs._column_sums, G0, Y, S0)
+    sums = functools.partial(cm._column_sums, G0, Y, S0)
     T0 = jnp.broadcast_to(jnp.eye(K), (C, K, K))
     k = jax.random.split(jax.random.key(0), 5)
     for h in range(K):
-        new_own, T, _ = gibbs._reflected_flip(
+        new_own, T, _ = cm._reflected_flip(
             h,
             (own, T0, gamma),
             sums,
             S0,
-            prior,
+            cm.ColumnMove(prior, m1 + m2, m2, False),
             jnp.ones(C),
-            m1 + m2,
-            m2,
-            jax.random.normal(k[0], (C, m1)),
-            jax.random.normal(k[1], (C, m1)),
-            jax.random.normal(k[2], (C, K)),
-            jax.random.normal(k[3], (C,)),
-            jnp.log(jax.random.uniform(k[4], (C,))),
+            cm.FlipDraws(
+                jax.random.normal(k[0], (C, m1)),
+                jax.random.normal(k[1], (C, m1)),
+                jax.random.normal(k[2], (C, K)),
+                jax.random.normal(k[3], (C,)),
+                jnp.log(jax.random.uniform(k[4], (C,))),
+            ),
         )
         outside = ~(slab | (np.arange(K) == h))
         new_other = np.asarray(jnp.einsum("cjk,ckl->cjl", other, T))
@@ -223,9 +218,9 @@ def column_geweke(
         template,
         gw.TAU,
         dtype=jnp.float64,
-        column_moves=not anneal_steps,
-        anneal_steps=anneal_steps,
-        anneal_every=1,
+        options=SweepOptions(
+            column_moves=not anneal_steps, anneal_steps=anneal_steps, anneal_every=1
+        ),
     )
     init = gw.joint_draws(prior, num_chains, seed + 1)
     keys = jax.random.split(jax.random.key(seed), num_chains)
@@ -293,7 +288,7 @@ def test_geweke_sweep_with_column_moves(name):
 def test_geweke_detects_column_move_without_jacobian(monkeypatch, name):
     """Power check: the rescaling's Jacobian ``m log s`` left out (discrete: log(C/eps) m/2
     nats per flip, here about 4.7) must be caught."""
-    monkeypatch.setattr(gibbs, "_log_jacobian", lambda m, log_s: jnp.zeros_like(log_s))
+    monkeypatch.setattr(cm, "_log_jacobian", lambda m, log_s: jnp.zeros_like(log_s))
     # other step count than above: a fresh trace picks up the patch
     z, z_crit, rep = column_geweke(gw.PRIORS[name], num_chains=100, num_steps=101)
     assert np.max(np.abs(z)) > 2 * z_crit, f"missing Jacobian not detected:\n{rep}"
@@ -305,7 +300,7 @@ def test_geweke_detects_reflected_flip_without_its_proposal_ratio(monkeypatch):
     Gaussian's density left out of the acceptance (switching off is then accepted too
     often), Geweke must fail (measured: |z| = 14 for gamma_max, critical 3.4; with 100 x
     103 steps it is not detected)."""
-    monkeypatch.setattr(gibbs, "_acg_log_density", lambda w, v, k: jnp.zeros(w.shape[:-1], w.dtype))
+    monkeypatch.setattr(cm, "_acg_log_density", lambda w, v, k: jnp.zeros(w.shape[:-1], w.dtype))
     z, z_crit, rep = column_geweke(
         DISCRETE, num_chains=200, num_steps=303, num_marginal=200_000, seed=5
     )
@@ -444,7 +439,9 @@ def test_geweke_column_moves_with_learned_noise_and_biases(monkeypatch):
     prior = bmc.priors.Discrete(C=2.0, p=0.4, eps=0.3)
     monkeypatch.setattr(gc, "_prior_draws", discrete_prior_draws(gc._prior_draws))
     monkeypatch.setattr(
-        gc.gibbs, "build_problem", functools.partial(gibbs.build_problem, column_moves=True)
+        gc.gibbs,
+        "build_problem",
+        functools.partial(gibbs.build_problem, options=SweepOptions(column_moves=True)),
     )
     # 400 chains: with 100 the chain means of the right-skewed squared quantities are too
     # few for the normal z (measured at seed 5: |z| = 3.7 with 100 x 150 steps, 1.8 with

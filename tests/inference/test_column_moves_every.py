@@ -10,6 +10,8 @@ import pytest
 
 import bmczoo as bmc
 from bmczoo.inference import gibbs
+from bmczoo.inference.gibbs.columns import COLUMN_STREAM
+from bmczoo.inference.settings import SweepOptions
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -18,13 +20,15 @@ pytestmark = pytest.mark.usefixtures("x64")
 def test_moves_every_k_sweeps_equal_the_moves_by_hand(tiny_ratings, every):
     prior = bmc.priors.Discrete(1.0, 0.3, 0.05)
     keys = jax.random.split(jax.random.key(7), 2)
-    scheduled = gibbs.build_problem(tiny_ratings, 1.0, column_moves=True, column_moves_every=every)
-    plain = gibbs.build_problem(tiny_ratings, 1.0, column_moves=False)
+    scheduled = gibbs.build_problem(
+        tiny_ratings, 1.0, options=SweepOptions(column_moves=True, column_moves_every=every)
+    )
+    plain = gibbs.build_problem(tiny_ratings, 1.0)
     a = b = gibbs.init(keys, scheduled, prior, 3)
     moved = []
     for it in range(7):
         a = gibbs.sweep(a, scheduled, prior)._replace(iteration=it + 1)
-        kc = jax.vmap(lambda k: jax.random.fold_in(k, gibbs._COLUMN_STREAM))(b.key)
+        kc = jax.vmap(lambda k: jax.random.fold_in(k, COLUMN_STREAM))(b.key)
         nxt = gibbs.sweep(b, plain, prior)
         if (it + 1) % every == 0:
             nxt = gibbs.column_moves(nxt, plain, prior, kc)
@@ -62,4 +66,4 @@ def test_schedule_through_fit_kernel_and_errors(tiny_ratings):
         with pytest.raises(err, match="column_moves_every"):
             bmc.inference.ConjugateGibbs(column_moves_every=bad)
         with pytest.raises(err, match="column_moves_every"):
-            gibbs.build_problem(tiny_ratings, 1.0, column_moves=True, column_moves_every=bad)
+            SweepOptions(column_moves=True, column_moves_every=bad)

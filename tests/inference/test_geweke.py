@@ -49,6 +49,7 @@ import pytest
 
 import bmczoo as bmc
 from bmczoo.inference import gibbs
+from bmczoo.inference.settings import SweepOptions
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -217,7 +218,12 @@ def successive_conditional(
     """
     sampler_prior = prior if sampler_prior is None else sampler_prior
     template = bmc.RatingData(ROWS, COLS, np.zeros(N_OBS), (M1, M2))
-    problem = gibbs.build_problem(template, sampler_tau, dtype=jnp.float64, overrelax=overrelax)
+    problem = gibbs.build_problem(
+        template,
+        sampler_tau,
+        dtype=jnp.float64,
+        options=SweepOptions(column_moves=False, overrelax=overrelax),
+    )
     init = joint_draws(prior, num_chains, seed + 1)
     keys = jax.random.split(jax.random.key(seed), num_chains)
     out = _geweke_chains(
@@ -430,12 +436,13 @@ def test_geweke_detects_overrelaxation_without_the_noise_correction(monkeypatch)
     """Power check: an over-relaxed update that keeps the full noise (sqrt(1 - rho^2)
     omitted) inflates the conditional variance by 1 + rho^2: the test must see it."""
     from bmczoo.inference import kernels
+    from bmczoo.inference.gibbs import rows
 
     def wrong(L, rhs, z, x, rho):
         LTx = jnp.einsum("...kj,...k->...j", L, x)
         return kernels._tri(L, (1.0 - rho) * kernels._tri(L, rhs, False) + z + rho * LTx, True)
 
-    monkeypatch.setattr(gibbs, "overrelaxed_rows", wrong)
+    monkeypatch.setattr(rows, "overrelaxed_rows", wrong)
     # other chain/step counts than the tests above: a fresh trace picks up the patch
     res = geweke(
         PRIORS["discrete"], num_chains=100, num_steps=201, num_marginal=50_000, overrelax=-0.7

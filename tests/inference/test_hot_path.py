@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import bmczoo as bmc
-from bmczoo.inference import gibbs
+from bmczoo.inference.gibbs.rows import _pattern_product
 from bmczoo.inference import kernels as kr
 
 from ._devices import four_cpu_devices_env
@@ -148,11 +148,11 @@ def test_gibbs_side_products_paths_equal(x64, C, K):
     other = jnp.asarray(rng.normal(size=(C, data.shape[1], K)))
     dense = jnp.concatenate([kr.pack_upper(kr.outer(other)), other], -1)
     csrs = _both(data.row_view, data.shape)
-    a = gibbs._pattern_product(csrs["bcsr"], csrs["bcsr"].ones, dense)
-    b = gibbs._pattern_product(csrs["segment"], csrs["segment"].ones, dense)
+    a = _pattern_product(csrs["bcsr"], csrs["bcsr"].ones, dense)
+    b = _pattern_product(csrs["segment"], csrs["segment"].ones, dense)
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=RTOL, atol=1e-12)
-    a = gibbs._pattern_product(csrs["bcsr"], csrs["bcsr"].values, other)
-    b = gibbs._pattern_product(csrs["segment"], csrs["segment"].values, other)
+    a = _pattern_product(csrs["bcsr"], csrs["bcsr"].values, other)
+    b = _pattern_product(csrs["segment"], csrs["segment"].values, other)
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=RTOL, atol=1e-12)
 
 

@@ -285,8 +285,8 @@ def test_full_prior_precision_and_prior_mean_term(x64, K):
 def test_sweep_residual_sum_matches_the_ratings(x64, K, use_bias):
     """The half sweeps' ``SSE - sum Y^2`` (what the learned noise draws from) equals the
     residual sum over the ratings with the new factors and biases, computed directly."""
-    from bmczoo.inference import gibbs
     from bmczoo.inference import sharding as sh
+    from bmczoo.inference.gibbs import rows as gr
 
     data, Y, mask, rng = _problem(seed=11, m1=9, m2=7, n=30)
     C = 2
@@ -300,18 +300,16 @@ def test_sweep_residual_sum_matches_the_ratings(x64, K, use_bias):
     Lam = A @ np.swapaxes(A, -1, -2) / K + np.eye(K)
     priors = tuple((jnp.asarray(Lam), jnp.asarray(rng.normal(size=(C, K)))) for _ in range(2))
     tb, inv_var = jnp.asarray([0.7, 1.3]), jnp.asarray(rng.uniform(0.5, 2.0, size=(C, 2)))
-    out = gibbs._sweep_body(
+    M, N, b, c, zM, zN, zb, zc = map(jnp.asarray, (M, N, b, c, zM, zN, zb, zc))
+    out = gr._sweep_body(
         rows,
         cols,
-        *map(jnp.asarray, (M, N, b, c, zM, zN, zb, zc)),
-        priors,
-        tb,
-        inv_var,
+        gr.FactorRows(M, N, b, c),
+        gr.FactorRows(zM, zN, zb, zc),
+        (priors, tb, inv_var),
         sh.LOCAL,
-        rho=0.0,
-        use_bias=use_bias,
-        sse=True,
-        factor_stats=lambda F: jnp.sum(F, axis=1),
+        gr.SweepFlags(rho=0.0, use_bias=use_bias, sse=True),
+        lambda F: jnp.sum(F, axis=1),
     )
     M2, N2, b2, c2 = (np.asarray(x) for x in out[:4])
     part = np.asarray(out[6][2])

@@ -9,7 +9,7 @@ the NumPyro ``MCMCKernel`` around the Gibbs core.
 
 from . import gibbs, kernels, vb
 from .fit import fit
-from .numpyro_kernel import ConjugateGibbs, ConjugateGibbsState
+from .gibbs import ConjugateGibbs, ConjugateGibbsState
 from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVIFit, VBFit
 from .settings import MAP, NUTS, SVI, VB, Gibbs, Settings
 

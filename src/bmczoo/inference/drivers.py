@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _xla
-from ..data import RatingData
 from . import settings as st
+from .gibbs.state import track_entries
 from .problem import Prepared, run_settings
 from .results import FitInfo, GibbsFit, MAPFit, NUTSFit, SVIFit
 
@@ -20,14 +20,6 @@ __all__ = ["DRIVERS"]
 
 # factor draws are stored for arbitrary-entry prediction only below this many bytes
 _STORE_FACTORS_BUDGET = 256 * 2**20
-
-
-def _track_entries(train: RatingData, track, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(track, int):
-        num = min(track, train.n)
-        pos = np.sort(np.random.default_rng(seed).choice(train.n, size=num, replace=False))
-        return train.rows[pos], train.cols[pos]
-    return train.check_entries(*track, name="track")
 
 
 def _init_gamma(s, K: int, num_chains: int, dtype):
@@ -63,22 +55,18 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
         prep.fit_data,
         info.tau,
         dtype=info.dtype,
-        predict=(prep.pred_rows, prep.pred_cols),
-        test_values=prep.test_values,
-        offset=sh.offset,
-        clip=sh.clip,
-        track=track,
-        num_warmup=s.num_warmup,
-        thinning=s.thinning,
-        num_total=s.num_warmup + s.num_samples,
+        entries=gibbs.Entries(
+            predict=(prep.pred_rows, prep.pred_cols),
+            test_values=prep.test_values,
+            track=track,
+            offset=sh.offset,
+            clip=sh.clip,
+        ),
+        schedule=gibbs.Schedule(s.num_warmup, s.thinning, s.num_warmup + s.num_samples),
+        options=s.sweep_options,
         mesh=s.devices,
-        overrelax=s.overrelax,
         likelihood=info.likelihood,
         biases=info.biases,
-        column_moves=s.column_moves,
-        column_moves_every=s.column_moves_every,
-        anneal_steps=s.anneal_steps,
-        anneal_every=s.anneal_every,
         prior=info.prior,
     )
 
@@ -151,7 +139,7 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
     from . import gibbs
 
     s: st.Gibbs = info.settings
-    track = _track_entries(prep.train, s.track, info.seed)
+    track = track_entries(prep.train, s.track, info.seed)
     store = _store_factors(s, info.shape, info.K, info.dtype)
     gamma0 = _init_gamma(s, info.K, s.num_chains, info.dtype)
     core, samples, timings = _gibbs_chains(prep, info, s, track, store, gamma0, progress_bar)
@@ -196,7 +184,7 @@ def fit_nuts(prep: Prepared, info: FitInfo, progress_bar: bool) -> NUTSFit:
     from .results.base import bias_draws, draws_theta_mean
 
     s: st.NUTS = info.settings
-    track = _track_entries(prep.train, s.track, info.seed)
+    track = track_entries(prep.train, s.track, info.seed)
     samples, mcmc = run_nuts(
         prep.fit_data,
         info.K,

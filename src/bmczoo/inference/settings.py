@@ -23,6 +23,7 @@ from .._checks import check_choice, check_int, check_path, check_real
 __all__ = [
     "Settings",
     "Gibbs",
+    "SweepOptions",
     "VB",
     "NUTS",
     "SVI",
@@ -161,6 +162,60 @@ def resolve_column_moves(value, prior) -> bool:
     return bool(prior.has_column_move) if value is None else bool(value)
 
 
+@dataclasses.dataclass(frozen=True)
+class SweepOptions:
+    """What a Gibbs sweep adds to its plain blocks, checked when built (the fields of
+    :class:`Gibbs` of the same names; :class:`~bmczoo.inference.ConjugateGibbs` and
+    :func:`bmczoo.inference.gibbs.build_problem` take them through this object).
+
+    Parameters
+    ----------
+    overrelax : float
+        Adler's over-relaxation of the row draws, in (-1, 1); 0 is plain Gibbs.
+    column_moves : bool or None
+        The moves that change ``gamma_h`` with its column; None: wherever the prior has one.
+    column_moves_every : int
+        Sweeps between two rounds of column moves (1: every sweep).
+    anneal_steps, anneal_every : int
+        Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
+    """
+
+    overrelax: float = 0.0
+    column_moves: bool | None = None
+    column_moves_every: int = 1
+    anneal_steps: int = 0
+    anneal_every: int = 50
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def __post_init__(self):
+        object.__setattr__(self, "overrelax", check_overrelax(self.overrelax))
+        object.__setattr__(self, "column_moves", check_column_moves(self.column_moves))
+        object.__setattr__(
+            self, "column_moves_every", check_column_moves_every(self.column_moves_every)
+        )
+        steps, every = check_anneal(self.anneal_steps, self.anneal_every)
+        object.__setattr__(self, "anneal_steps", steps)
+        object.__setattr__(self, "anneal_every", every)
+
+    def for_prior(self, prior) -> "SweepOptions":
+        """The options for ``prior``: ``column_moves=None`` resolved (True where the prior
+        has a column move); an error when ``prior`` lacks what an option needs."""
+        if self.anneal_steps:
+            check_spike_and_slab(prior)
+        if self.column_moves and not prior.has_column_move:
+            raise ValueError(
+                f"the {prior.name or type(prior).__name__} prior has no column move (column_moves=True "
+                "needs a prior with column scales that defines column_proposal; None: the moves "
+                "where the prior has one)"
+            )
+        if self.column_moves is not None:
+            return self
+        return dataclasses.replace(self, column_moves=resolve_column_moves(None, prior))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Gibbs(Settings):
     """Conjugate blocked Gibbs sampling (:mod:`bmczoo.inference.gibbs`).
@@ -232,31 +287,26 @@ class Gibbs(Settings):
     devices: Any = None
     method: ClassVar[str] = "gibbs"
 
+    @property
+    def sweep_options(self) -> SweepOptions:
+        """The options of the sweep itself, as a ``SweepOptions`` (checked when the settings
+        were built)."""
+        return self._sweep_options
+
     def for_prior(self, prior) -> "Gibbs":
         """``column_moves=None`` resolved: True where ``prior`` has a column move."""
-        if self.anneal_steps:
-            check_spike_and_slab(prior)
-        if self.column_moves and not prior.has_column_move:
-            raise ValueError(
-                f"the {prior.name or type(prior).__name__} prior has no column move (column_moves=True "
-                "needs a prior with column scales that defines column_proposal; None: the moves "
-                "where the prior has one)"
-            )
+        options = self.sweep_options.for_prior(prior)
         if self.column_moves is not None:
             return self
-        return dataclasses.replace(self, column_moves=resolve_column_moves(None, prior))
+        return dataclasses.replace(self, column_moves=options.column_moves)
 
     def __post_init__(self):
         _check_mcmc(self)
         check_choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
-        object.__setattr__(self, "overrelax", check_overrelax(self.overrelax))
-        object.__setattr__(self, "column_moves", check_column_moves(self.column_moves))
-        object.__setattr__(
-            self, "column_moves_every", check_column_moves_every(self.column_moves_every)
-        )
-        steps, every = check_anneal(self.anneal_steps, self.anneal_every)
-        object.__setattr__(self, "anneal_steps", steps)
-        object.__setattr__(self, "anneal_every", every)
+        options = SweepOptions(**{f: getattr(self, f) for f in SweepOptions.field_names()})
+        for f in SweepOptions.field_names():
+            object.__setattr__(self, f, getattr(options, f))
+        object.__setattr__(self, "_sweep_options", options)
         object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
         object.__setattr__(self, "track", _check_track(self.track))
         if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):

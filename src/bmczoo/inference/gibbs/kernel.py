@@ -33,21 +33,18 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from .._checks import check_K, check_prior, check_ratings
-from ..models import matrix_completion
-from ..models.matrix_completion import model_likelihood
-from . import gibbs
-from .settings import (
-    check_anneal,
-    check_column_moves,
-    check_column_moves_every,
-    resolve_column_moves,
-)
+from ..._checks import check_K, check_prior, check_ratings
+from ...models import matrix_completion
+from ...models.matrix_completion import model_likelihood
+from ...offsets import get_biases
+from ..settings import SweepOptions
+from .sampler import step
+from .state import Entries, GibbsProblem, GibbsState, Schedule, build_problem, draws, init
+from .state import track_entries
 
 __all__ = ["ConjugateGibbs", "ConjugateGibbsState"]
 
@@ -57,8 +54,8 @@ class ConjugateGibbsState(NamedTuple):
     (carried rather than closed over, so large arrays are never baked into the compiled
     program) and ``z``, the per-draw values NumPyro collects."""
 
-    core: gibbs.GibbsState
-    problem: gibbs.GibbsProblem
+    core: GibbsState
+    problem: GibbsProblem
     z: dict
     rng_key: jax.Array
 
@@ -89,7 +86,8 @@ class ConjugateGibbs(MCMCKernel):
     track : (rows, cols) or int, optional
         Entries whose ``theta`` is collected for every kept draw (``z["theta"]``); an int
         ``k``: ``k`` observed entries drawn uniformly without replacement with
-        ``numpy.random.default_rng(0)`` (sorted); default 8; None or 0: none.
+        ``numpy.random.default_rng(0)`` (sorted; ``gibbs.track_entries``);
+        default 8; None or 0: none.
     store_factors : bool
         Also collect ``M`` and ``N`` (and the biases) for every kept draw: then every
         latent site of the model is collected and ``az.from_numpyro`` adds the pointwise
@@ -141,18 +139,20 @@ class ConjugateGibbs(MCMCKernel):
         self._model = model
         self._num_samples = num_samples
         self._thinning = int(thinning)
-        self._predict = predict
-        self._test_values = test_values
-        self._offset = float(offset)
-        self._clip = clip
+        self._entries = Entries(
+            predict=predict, test_values=test_values, offset=float(offset), clip=clip
+        )
         self._track = track
         self._store_factors = bool(store_factors)
         self._dtype = dtype
         self._devices = devices
-        self._overrelax = gibbs.check_overrelax(overrelax)
-        self._column_moves = check_column_moves(column_moves)
-        self._column_moves_every = check_column_moves_every(column_moves_every)
-        self._anneal = check_anneal(anneal_steps, anneal_every)
+        self._options = SweepOptions(
+            overrelax=overrelax,
+            column_moves=column_moves,
+            column_moves_every=column_moves_every,
+            anneal_steps=anneal_steps,
+            anneal_every=anneal_every,
+        )
         self._prior = None
         self._batched = False
 
@@ -170,8 +170,8 @@ class ConjugateGibbs(MCMCKernel):
     def default_fields(self):
         return ("z",)
 
-    def _z(self, core: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict:
-        z = gibbs.draws(core, problem, self._store_factors)
+    def _z(self, core: GibbsState, problem: GibbsProblem) -> dict:
+        z = draws(core, problem, self._store_factors)
         if not self._batched:
             z = jax.tree.map(lambda x: x[0], z)
         return z
@@ -202,39 +202,19 @@ class ConjugateGibbs(MCMCKernel):
         self._K = check_K(a["K"], ratings.shape)
         likelihood = model_likelihood(a.get("likelihood"), a.get("lam"), a.get("noise_sd", 1.0))
         tau = likelihood.precision(ratings.n)
-        from ..offsets import get_biases
-
         biases = get_biases(a.get("biases"))
-        track = self._track
-        if track is None or isinstance(track, (int, np.integer)) and not isinstance(track, bool):
-            num = 0 if track is None else min(int(track), ratings.n)
-            if num < 0:
-                raise ValueError(
-                    f"track must be (rows, cols) or a number of entries >= 0, got {track}"
-                )
-            pos = np.sort(np.random.default_rng(0).choice(ratings.n, size=num, replace=False))
-            track = (ratings.rows[pos], ratings.cols[pos])
+        track = track_entries(ratings, self._track, seed=0)
         dtype = self._dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
         num_total = num_warmup + self._num_samples if self._num_samples is not None else 0
-        problem = gibbs.build_problem(
+        problem = build_problem(
             ratings,
             tau,
             dtype=dtype,
-            predict=self._predict,
-            test_values=self._test_values,
-            offset=self._offset,
-            clip=self._clip,
-            track=track,
-            num_warmup=num_warmup,
-            thinning=self._thinning,
-            num_total=num_total,
+            entries=self._entries._replace(track=track),
+            schedule=Schedule(num_warmup, self._thinning, num_total),
+            options=self._options,
             mesh=self._devices,
-            overrelax=self._overrelax,
             likelihood=likelihood,
-            column_moves=resolve_column_moves(self._column_moves, self._prior),
-            column_moves_every=self._column_moves_every,
-            anneal_steps=self._anneal[0],
-            anneal_every=self._anneal[1],
             biases=biases,
             prior=self._prior,
         )
@@ -243,11 +223,11 @@ class ConjugateGibbs(MCMCKernel):
         init_kw = {}
         if init_params is not None:
             init_kw = {k: (v if self._batched else v[None]) for k, v in dict(init_params).items()}
-        core = gibbs.init(keys, problem, self._prior, self._K, **init_kw)
+        core = init(keys, problem, self._prior, self._K, **init_kw)
         return ConjugateGibbsState(core, problem, self._z(core, problem), rng_key)
 
     def sample(self, state, model_args, model_kwargs):
-        core = gibbs.step(state.core, state.problem, self._prior)
+        core = step(state.core, state.problem, self._prior)
         return ConjugateGibbsState(core, state.problem, self._z(core, state.problem), state.rng_key)
 
     def postprocess_fn(self, model_args, model_kwargs):

@@ -1,0 +1,280 @@
+"""The factor blocks of a sweep: all rows of ``M`` given ``N`` (and the row biases), then
+all rows of ``N`` given ``M`` (docs/algorithms.md, "The Gibbs blocks"), one batched
+Cholesky per side over the per-row sums of two sparse products; on one device or sharded
+over a mesh (:mod:`bmczoo.inference.sharding`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ... import _rng
+from ...priors import Prior
+from .. import sharding as sh
+from ..kernels import (
+    CSR,
+    cholesky_rows,
+    outer,
+    overrelaxed_rows,
+    pack_upper,
+    pattern_product,
+    prior_precision_term,
+    unpack_upper,
+)
+from .state import GibbsProblem, GibbsState, pad_vec, padded_dims
+
+__all__ = [
+    "FactorRows",
+    "Side",
+    "Conditional",
+    "SweepFlags",
+    "normals",
+    "half_sweep",
+    "row_sums",
+    "sweep_factors",
+]
+
+
+class FactorRows(NamedTuple):
+    """The rows a sweep draws, per chain: ``M`` (C, m1, K), ``N`` (C, m2, K), the row
+    biases ``b`` (C, m1) and the column biases ``c`` (C, m2); also the standard normals
+    that draw them (same shapes)."""
+
+    M: jax.Array
+    N: jax.Array
+    b: jax.Array
+    c: jax.Array
+
+
+class Side(NamedTuple):
+    """The operands of half a sweep: the ratings grouped by the rows being updated
+    (``csr``), those rows ``own`` (C, m, K), the other factor ``other`` (C, m_other, K, all
+    rows), the biases ``bias_own`` (C, m) and ``bias_other`` (C, m_other), and ``values``
+    (C, n): per-chain values that replace the ratings (a latent likelihood's ``z``), or None."""
+
+    csr: CSR
+    own: jax.Array
+    other: jax.Array
+    bias_own: jax.Array
+    bias_other: jax.Array
+    values: jax.Array | None = None
+
+
+class Conditional(NamedTuple):
+    """The rows' conditional besides the data: ``prior = (precision, shift)`` the rows'
+    prior, ``tb`` (C,) the block precision, ``inv_var`` (C,) ``1/s^2`` of the biases."""
+
+    prior: tuple
+    tb: jax.Array
+    inv_var: jax.Array
+
+
+class SweepFlags(NamedTuple):
+    """Static switches of the factor blocks: ``rho`` the over-relaxation, ``use_bias`` (the
+    model has biases), ``sse`` (compute the squared error of a learned ``tau``)."""
+
+    rho: float
+    use_bias: bool
+    sse: bool
+
+
+def normals(keys, m: int, K: int, dtype) -> jax.Array:
+    """One (m, K) standard normal draw per chain from that chain's key."""
+    # chain c does not depend on C, nor on the number of devices: a sharded sweep slices
+    # these same draws
+    return jax.vmap(lambda k: _rng.normal(k, (m, K), dtype))(keys)
+
+
+def half_sweep(side: Side, z, zb, cond: Conditional, flags: SweepFlags, cross: bool = False):
+    """Half a sweep: the biases of the rows being updated (with biases), then their factor
+    rows (exact Gaussian conditionals, docs/algorithms.md, "Rows of the factors" and
+    "Normal-Wishart rows").
+
+    ``side`` (:class:`Side`) the operands, ``z`` (C, m, K) and ``zb`` (C, m) the standard
+    normals of the rows and of their biases, ``cond`` (:class:`Conditional`) the rows'
+    prior, block precision and bias precision.  One sparse product with the rating pattern
+    gives the per-row sums ``sum_j N_j N_j^T`` (packed), and with biases ``sum_j N_j``,
+    ``sum_j c_j N_j`` and ``sum_j c_j``; one with the ratings gives ``sum_j Y_ij N_j`` (and
+    ``sum_j Y_ij``).  The rows' right-hand side uses the residual ``Y_ij - b_i - c_j``.
+
+    Returns the new rows, the new biases, a (C, m) non-finite mask and, with ``flags.sse``,
+    this side's part of ``SSE - sum Y^2`` (C,) (``cross``: the terms that need both sides'
+    final values, computed on the second side).
+    """
+    csr, own, other, bias_own, bias_other, values = side
+    rho, use_bias, sse = flags
+    tb, inv_var = cond.tb, cond.inv_var
+    C, m_other, K = other.shape
+    dtype = other.dtype
+    Gp, r, sumO, sumBO, sumB, sumY = row_sums(csr, other, bias_other, use_bias, values)
+    G = unpack_upper(Gp, K)
+    part = jnp.zeros((C,), dtype)
+    if use_bias:
+        count = jnp.diff(csr.indptr).astype(dtype)
+        p = inv_var[:, None] + tb[:, None] * count
+        mean = tb[:, None] * (sumY - sumB - jnp.sum(own * sumO, axis=-1)) / p
+        bias_own = mean + zb * lax.rsqrt(p)
+        r = r - bias_own[..., None] * sumO - sumBO
+        if sse:
+            part = part + jnp.sum(bias_own * (count * bias_own - 2.0 * sumY), axis=-1)
+            if cross:
+                part = part + 2.0 * jnp.sum(bias_own * sumB, axis=-1)
+    precision, shift = cond.prior
+    P = tb[:, None, None, None] * G + prior_precision_term(precision, K, dtype)
+    rhs = tb[:, None, None] * r
+    if shift is not None:  # (C, K), or per row (C, m, K) with a feature link
+        rhs = rhs + (shift if shift.ndim == 3 else shift[:, None, :])
+    x = overrelaxed_rows(cholesky_rows(P), rhs, z, own, rho)
+    if sse and cross:
+        # sum_k theta_k^2 - 2 sum_k r_k theta_k over the ratings, from this side's sums; the
+        # quadratic forms x_i^T G_i x_i from the packed upper triangles in one fused pass (XLA
+        # on CPU runs an einsum over the (C, m, K, K) matrices as many tiny matrix products)
+        part = part + _packed_quadratic(Gp, x) - 2.0 * jnp.sum(x * r, axis=(1, 2))
+    # a failed Cholesky factorisation gives NaN factors, hence NaN draws
+    return x, bias_own, ~jnp.all(jnp.isfinite(x), axis=-1), part
+
+
+def _packed_quadratic(Gp, x):
+    """``sum_i x_i^T G_i x_i`` per chain (C,) from the packed upper triangles ``Gp``
+    (C, m, K(K+1)/2) of the symmetric ``G_i`` and the rows ``x`` (C, m, K)."""
+    K = x.shape[-1]
+    iu, ju = np.triu_indices(K)
+    w = np.where(iu == ju, 1.0, 2.0).astype(np.dtype(x.dtype))  # off-diagonal entries appear twice
+    return jnp.sum(Gp * pack_upper(outer(x)) * w, axis=(1, 2))
+
+
+def row_sums(csr: CSR, other, bias_other, use_bias: bool, values=None):
+    """The per-row sums over the ratings that a half sweep and the column moves need, from
+    two sparse products with the rating pattern (``other`` (C, m_other, K) the other
+    factor, all rows): ``G_i = sum_j N_j N_j^T`` as packed upper triangles
+    (C, m, K(K+1)/2, :func:`~bmczoo.inference.kernels.unpack_upper` gives (C, m, K, K)) and ``r_i = sum_j Y_ij N_j``
+    (C, m, K), and with biases ``sum_j N_j``, ``sum_j c_j N_j`` (C, m, K), ``sum_j c_j``
+    and ``sum_j Y_ij`` (C, m) (else None).  ``values`` (C, n), when given, replace the
+    ratings per chain (one product per chain)."""
+    C, m_other, K = other.shape
+    T = K * (K + 1) // 2
+    parts = [pack_upper(outer(other))]
+    if use_bias:
+        parts += [other, bias_other[..., None] * other, bias_other[..., None]]
+    Gall = _pattern_product(csr, csr.ones, jnp.concatenate(parts, -1) if use_bias else parts[0])
+    vparts = [other] + ([jnp.ones((C, m_other, 1), other.dtype)] if use_bias else [])
+    Rdense = jnp.concatenate(vparts, -1) if use_bias else vparts[0]
+    if values is None:
+        Rall = _pattern_product(csr, csr.values, Rdense)
+    else:  # per-chain values (a latent z): one product per chain
+        Rall = jnp.stack([pattern_product(csr, values[i], Rdense[i]) for i in range(C)])
+    G = Gall[..., :T]
+    if not use_bias:
+        return G, Rall, None, None, None, None
+    return (
+        G,
+        Rall[..., :K],
+        Gall[..., T : T + K],
+        Gall[..., T + K : T + 2 * K],
+        Gall[..., T + 2 * K],
+        Rall[..., K],
+    )
+
+
+def _pattern_product(csr: CSR, data, dense):
+    """``A @ dense`` per chain for the pattern ``A = (data, csr.index, csr.indptr)``:
+    dense (C, m_other, W) -> (C, m, W), the chains stacked as columns of one product."""
+    C, m_other, W = dense.shape
+    out = pattern_product(csr, data, jnp.transpose(dense, (1, 0, 2)).reshape(m_other, C * W))
+    return jnp.transpose(out.reshape(csr.shape[0], C, W), (1, 0, 2))
+
+
+def _sweep_body(
+    rows: CSR,
+    cols: CSR,
+    x: FactorRows,
+    z: FactorRows,
+    cond: tuple,
+    comm: sh.Comm,
+    flags: SweepFlags,
+    factor_stats,
+    values=(None, None),
+):
+    """Rows of M (and their biases), then rows of N (and theirs), on this device's rows.
+
+    ``x`` the current rows, ``z`` their standard normals, ``cond = (priors, tb, inv_var)``
+    the rows' priors ``(pM, pN)``, the block precision (C,) and the bias precisions (C, 2);
+    ``factor_stats`` the prior's statistics of the factors (one function, or one per side);
+    ``values``: per-chain values (C, n) in row and in column order that replace the
+    ratings (a latent likelihood's ``z``), or None.  Returns the new local arrays,
+    non-finite masks and the psum-ed statistics."""
+    (pM, pN), tb, inv_var = cond
+    N_all, c_all = comm.gather(x.N), comm.gather(x.c)
+    side = Side(rows, x.M, N_all, x.b, c_all, values[0])
+    M, b, badM, part1 = half_sweep(side, z.M, z.b, Conditional(pM, tb, inv_var[:, 0]), flags)
+    M, b = comm.mask(M, 0), comm.mask(b, 0)
+    M_all, b_all = comm.gather(M), comm.gather(b)
+    side = Side(cols, x.N, M_all, x.c, b_all, values[1])
+    N, c, badN, part2 = half_sweep(
+        side, z.N, z.c, Conditional(pN, tb, inv_var[:, 1]), flags, cross=True
+    )
+    N, c = comm.mask(N, 1), comm.mask(c, 1)
+    stats_M, stats_N = (
+        factor_stats if isinstance(factor_stats, tuple) else (factor_stats, factor_stats)
+    )
+    stats = comm.psum(
+        (
+            stats_M(M),
+            stats_N(N),
+            part1 + part2,
+            jnp.stack([jnp.sum(b * b, axis=-1), jnp.sum(c * c, axis=-1)], axis=-1),
+        )
+    )
+    return M, N, b, c, badM, badN, stats
+
+
+def sweep_factors(
+    problem: GibbsProblem, state: GibbsState, prior: Prior, z: FactorRows, tb, values=None
+):
+    """The factor blocks of a sweep (:func:`_sweep_body`) on one device or sharded over the
+    problem's mesh: ``z`` the standard normals of the rows (unpadded), ``tb`` (C,) the
+    block precision, ``values`` (C, n) a latent likelihood's ``z`` in row order (or None).
+    Returns ``(M, N, b, c, badM, badN, stats)``."""
+    flags = SweepFlags(problem.overrelax, problem.biases is not None, problem.learned_tau)
+    factor_stats = prior.factor_stats
+    if problem.links:  # a feature link: per-row prior means, link statistics (one device)
+        factor_stats = tuple(
+            functools.partial(prior.link_factor_stats, links=problem.links, side=s)
+            for s in ("M", "N")
+        )
+        priors = prior.link_row_priors(state.prior_state, problem.links, *problem.dims)
+    else:
+        priors = prior.row_priors(state.prior_state)
+    cond = (priors, tb, 1.0 / state.bias_var)
+    x = FactorRows(state.M, state.N, state.row_bias, state.col_bias)
+    if problem.mesh is None:
+        vals = (None, None) if values is None else (values, values[:, problem.col_perm])
+        return _sweep_body(
+            problem.rows, problem.cols, x, z, cond, sh.LOCAL, flags, factor_stats, vals
+        )
+    p1, p2 = padded_dims(problem)
+    z = FactorRows(sh.pad_rows(z.M, p1), sh.pad_rows(z.N, p2), pad_vec(z.b, p1), pad_vec(z.c, p2))
+    f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
+    v = jax.sharding.PartitionSpec(None, sh.AXIS)
+    comm = sh.sharded_comm(problem.dims)
+
+    def body(rows, cols, x, z, cond):
+        return _sweep_body(
+            sh.local_csr(rows), sh.local_csr(cols), x, z, cond, comm, flags, factor_stats
+        )
+
+    csr_spec = jax.sharding.PartitionSpec(sh.AXIS)
+    rows_spec = FactorRows(f, f, v, v)
+    return jax.shard_map(
+        body,
+        mesh=problem.mesh,
+        in_specs=(csr_spec, csr_spec, rows_spec, rows_spec, r),
+        out_specs=(f, f, v, v, v, v, r),
+        check_vma=False,
+    )(problem.rows, problem.cols, x, z, cond)

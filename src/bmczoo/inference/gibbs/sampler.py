@@ -1,0 +1,250 @@
+"""One transition of the Gibbs sampler: :func:`sweep` (the factor blocks, the components'
+blocks, the optional moves; the first non-finite draw recorded) and :func:`step` (a sweep
+plus the running sums: posterior mean at the requested entries, RMSE traces).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ...offsets import shift_clip
+from ...priors import Prior
+from .. import thinning
+from .anneal import ANNEAL_STREAM, annealed_switch
+from .columns import COLUMN_STREAM, column_moves
+from .latent import LATENT_STREAM, latent_block, latent_cuts, level_probs
+from .rows import FactorRows, normals, sweep_factors
+from .state import GibbsProblem, GibbsState, entries
+
+__all__ = ["sweep", "step", "check_failure", "is_kept"]
+
+
+def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
+    """One Gibbs sweep: (row biases,) rows of M, (column biases,) rows of N, then (tau,)
+    the prior's variables (and the bias variances); records the first non-finite draw in
+    ``failure``, other bookkeeping untouched."""
+    keys, z, kg, kt, kv = _sweep_draws(state, problem)
+    tb = problem.block_precision(state.tau)
+    lik_state, values = state.lik_state, None
+    if problem.latent:
+        # its own key stream: the other blocks draw from the keys they use without it
+        lik_state = latent_block(
+            state, problem, jax.vmap(lambda k: jax.random.fold_in(k, LATENT_STREAM))(state.key)
+        )
+        values = lik_state["z"]
+    M, N, b, c, badM, badN, (sM, sN, part, sumsq) = sweep_factors(
+        problem, state, prior, z, tb, values
+    )
+    tau, bias_var = _noise_blocks(state, problem, (kt, kv), part, sumsq)
+    m1, m2 = problem.dims
+    if problem.links:
+        prior_state = jax.vmap(
+            lambda k, s, a, b_: prior.link_update(k, s, a, b_, m1, m2, problem.links)
+        )(kg, state.prior_state, sM, sN)
+    else:
+        prior_state = jax.vmap(lambda k, a, b_: prior.gibbs_update(k, a, b_, m1, m2))(kg, sM, sN)
+    new = state._replace(
+        M=M,
+        N=N,
+        prior_state=prior_state,
+        tau=tau,
+        row_bias=b,
+        col_bias=c,
+        bias_var=bias_var,
+        key=keys,
+        lik_state=lik_state,
+    )
+    new = _moves(new, state, problem, prior)
+    failure = _first_failure(
+        state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(_variables(new)[1]))
+    )
+    return new._replace(failure=failure)
+
+
+def _sweep_draws(state: GibbsState, problem: GibbsProblem):
+    """The keys of a sweep from each chain's key: the next keys, the factor rows' standard
+    normals (:class:`~bmczoo.inference.gibbs.rows.FactorRows`), and the keys of the prior,
+    of ``tau`` and of the bias variances (None when the model has neither)."""
+    m1, m2 = problem.dims
+    K = state.M.shape[-1]
+    dtype = state.M.dtype
+    split = jax.vmap(lambda k: jax.random.split(k, 4))(state.key)
+    keys, kM, kN, kg = split[:, 0], split[:, 1], split[:, 2], split[:, 3]
+    use_bias = problem.biases is not None
+    kt = kb = kc = kv = None
+    if use_bias or problem.learned_tau:
+        # the extra components' keys come from the prior's key: a model without them
+        # keeps the keys of the plain sweep
+        more = jax.vmap(lambda k: jax.random.split(k, 5))(kg)
+        kg, kt, kb, kc, kv = (more[:, i] for i in range(5))
+    zM, zN = normals(kM, m1, K, dtype), normals(kN, m2, K, dtype)
+    if use_bias:
+        zb = jax.vmap(lambda k: jax.random.normal(k, (m1,), dtype))(kb)
+        zc = jax.vmap(lambda k: jax.random.normal(k, (m2,), dtype))(kc)
+    else:
+        zb, zc = jnp.zeros((zM.shape[0], m1), dtype), jnp.zeros((zM.shape[0], m2), dtype)
+    return keys, FactorRows(zM, zN, zb, zc), kg, kt, kv
+
+
+def _noise_blocks(state: GibbsState, problem: GibbsProblem, keys, part, sumsq):
+    """A learned ``tau`` from the squared error ``sum_sq + part`` and the bias variances from
+    the biases' sums of squares ``sumsq`` (C, 2) (unchanged without them); ``keys = (kt,
+    kv)``."""
+    kt, kv = keys
+    m1, m2 = problem.dims
+    tau = state.tau
+    if problem.learned_tau:
+        sse = jnp.maximum(problem.sum_sq + part, 0.0)  # rounding can take a tiny SSE below zero
+        tau = jax.vmap(lambda k, e: problem.likelihood.sample_tau(k, e, problem.num_ratings))(
+            kt, sse
+        )
+    bias_var = state.bias_var
+    if problem.biases is not None:
+        bias_var = jax.vmap(
+            lambda k, q: jnp.stack(
+                [
+                    problem.biases.sample_variance(kk, qq, m)
+                    for kk, qq, m in zip(jax.random.split(k), (q[0], q[1]), (m1, m2))
+                ]
+            )
+        )(kv, sumsq)
+    return tau, bias_var
+
+
+def _moves(new: GibbsState, state: GibbsState, problem: GibbsProblem, prior: Prior):
+    """The moves that end a sweep: the column moves and the annealed switch, when the
+    problem asks for them and they are due (``state`` the state before the sweep)."""
+    if problem.column_moves:
+        # its own key stream (folded from the sweep's key): the other blocks draw as without it
+        kc = jax.vmap(lambda k: jax.random.fold_in(k, COLUMN_STREAM))(state.key)
+        if problem.column_moves_every == 1:
+            new = column_moves(new, problem, prior, kc)
+        else:  # every column_moves_every-th sweep: each sweep and each round leaves the posterior invariant
+            due = (state.iteration + 1) % problem.column_moves_every == 0
+            new = lax.cond(due, lambda s: column_moves(s, problem, prior, kc), lambda s: s, new)
+    if problem.anneal_steps:
+        # every anneal_every-th sweep; its own key stream, as the column moves
+        ka = jax.vmap(lambda k: jax.random.fold_in(k, ANNEAL_STREAM))(state.key)
+        due = (state.iteration + 1) % problem.anneal_every == 0
+        new = lax.cond(due, lambda s: annealed_switch(s, problem, prior, ka), lambda s: s, new)
+    return new
+
+
+def _first_failure(failure, iteration, masks):
+    """Keep each chain's first ``(sweep, block, row)`` with a non-finite draw."""
+    for block, bad in enumerate(masks):
+        hit = jnp.any(bad, axis=1)
+        new = jnp.stack(
+            [
+                jnp.broadcast_to(iteration, hit.shape),
+                jnp.full(hit.shape, block),
+                jnp.argmax(bad, axis=1),
+            ],
+            axis=1,
+        ).astype(jnp.int32)
+        failure = jnp.where(((failure[:, 0] < 0) & hit)[:, None], new, failure)
+    return failure
+
+
+def _variables(state: GibbsState) -> tuple[list[str], jax.Array]:
+    """The names and (C, V) values of the non-factor variables (the prior's, tau, bias
+    variances, a latent likelihood's cut points), flattened per chain, for the failure record."""
+    names, values = [], []
+    extra = {k: v for k, v in state.lik_state.items() if k != "z"}
+    for name, x in {**state.prior_state, **extra}.items():
+        size = int(np.prod(x.shape[1:], dtype=int))
+        names += [f"{name}_{i + 1}" for i in range(size)] if size > 1 else [name]
+        values.append(x.reshape(x.shape[0], -1))
+    names += ["tau", "row_bias_var", "col_bias_var"]
+    values += [state.tau[:, None], state.bias_var]
+    return names, jnp.concatenate(values, axis=1)
+
+
+def check_failure(state: GibbsState, *, dtype=None) -> None:
+    """Raise ``FloatingPointError`` naming the first non-finite draw, if any (host side).
+
+    A draw of a row is non-finite when the Cholesky factorisation of its conditional
+    precision failed (not positive definite in the working precision) or overflowed.
+    """
+    failure = np.asarray(jax.device_get(state.failure)).reshape(-1, 3)
+    bad = np.flatnonzero(failure[:, 0] >= 0)
+    if bad.size == 0:
+        return
+    c = int(bad[np.argmin(failure[bad, 0])])
+    it, block, row = (int(v) for v in failure[c])
+    dt = np.dtype(dtype if dtype is not None else state.M.dtype).name
+    if block == 2:
+        names = _variables(state)[0]
+        what = f"{names[row] if row < len(names) else 'a variable'} (its conditional draw was not finite)"
+    else:
+        what = (
+            f"row {row} of {'MN'[block]} (the Cholesky factorisation of its conditional precision "
+            "failed or the draw overflowed)"
+        )
+    hint = (
+        "rerun with dtype=jnp.float64"
+        if dt != "float64"
+        else "check the data scale and hyper-parameters"
+    )
+    raise FloatingPointError(
+        f"Gibbs sweep {it}, chain {c}: non-finite draw of {what} in {dt}; {hint}"
+    )
+
+
+def _rmse(pred, problem: GibbsProblem):
+    pred = pred[..., : problem.test_values.shape[0]]
+    y = shift_clip(pred, problem.offset, problem.clip_lo, problem.clip_hi)
+    return jnp.sqrt(jnp.mean((y - problem.test_values) ** 2, axis=-1))
+
+
+def is_kept(iteration, problem: GibbsProblem):
+    """Whether the draw after ``iteration`` sweeps is kept (:func:`bmczoo.inference.thinning.is_kept`,
+    aligned with NumPyro's ``fori_collect`` when ``num_total`` is known)."""
+    num_samples = problem.num_total - problem.num_warmup if problem.num_total else 0
+    return thinning.is_kept(iteration, problem.num_warmup, num_samples, problem.thinning)
+
+
+def step(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
+    """One sweep plus the running sums (posterior mean at requested entries, RMSE traces)."""
+    state = sweep(state, problem, prior)
+    it = state.iteration + 1
+    theta = entries(state, problem, problem.pred_rows, problem.pred_cols)
+    kept = is_kept(it, problem)
+    pred_sum = jnp.where(kept, state.pred_sum + theta, state.pred_sum)
+    pred_sq = jnp.where(kept, state.pred_sq + theta * theta, state.pred_sq)
+    num_kept = state.num_kept + kept.astype(jnp.int32)
+    proba_sum = state.proba_sum
+    if problem.latent:
+        # level probabilities of this draw at the requested entries (C, P, L)
+        probs = level_probs(theta, latent_cuts(state, problem))
+        proba_sum = jnp.where(kept, proba_sum + probs, proba_sum)
+    rmse_draw, rmse_mean = state.rmse_draw, state.rmse_mean
+    if problem.has_test and problem.num_total:
+        denom = jnp.maximum(num_kept, 1).astype(pred_sum.dtype)
+        if problem.latent:  # RMSE of the expected level (data scale)
+            lik = problem.likelihood
+            draw_pred, mean_pred = lik.expected_value(probs), lik.expected_value(proba_sum / denom)
+            r_draw, r_mean = _rmse_values(draw_pred, problem), _rmse_values(mean_pred, problem)
+        else:
+            r_draw, r_mean = _rmse(theta, problem), _rmse(pred_sum / denom, problem)
+        idx = jnp.minimum(it - 1, problem.num_total - 1)
+        rmse_draw = rmse_draw.at[:, idx].set(r_draw)
+        rmse_mean = rmse_mean.at[:, idx].set(jnp.where(num_kept > 0, r_mean, jnp.nan))
+    return state._replace(
+        iteration=it,
+        pred_sum=pred_sum,
+        pred_sq=pred_sq,
+        num_kept=num_kept,
+        rmse_draw=rmse_draw,
+        rmse_mean=rmse_mean,
+        proba_sum=proba_sum,
+    )
+
+
+def _rmse_values(pred, problem: GibbsProblem):
+    """RMSE of data-scale predictions (C, P) against the test values."""
+    pred = pred[..., : problem.test_values.shape[0]]
+    return jnp.sqrt(jnp.mean((pred - problem.test_values) ** 2, axis=-1))

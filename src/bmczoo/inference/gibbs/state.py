@@ -1,0 +1,644 @@
+"""The Gibbs sampler's data and state: :class:`GibbsProblem` (the device data of one
+problem, built once by :func:`build_problem`), :class:`GibbsState` (``C`` chains) and
+:func:`init`, with what reads a state (:func:`draws`, :func:`entries`, :func:`place`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ... import _rng
+from ...data import RatingData
+from ...priors import Prior
+from .. import sharding as sh
+from ..kernels import CSR, csr_from_view
+from ..settings import SweepOptions, resolve_column_moves
+
+__all__ = [
+    "GibbsProblem",
+    "GibbsState",
+    "Entries",
+    "Schedule",
+    "build_problem",
+    "track_entries",
+    "init",
+    "place",
+    "theta_at",
+    "entries",
+    "factors",
+    "draws",
+    "padded_dims",
+    "pad_vec",
+]
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=[
+        "rows",
+        "cols",
+        "tau",
+        "pred_rows",
+        "pred_cols",
+        "test_values",
+        "offset",
+        "clip_lo",
+        "clip_hi",
+        "track_rows",
+        "track_cols",
+        "sum_sq",
+        "levels",
+        "col_perm",
+        "cut_step",
+        "links",
+    ],
+    meta_fields=[
+        "num_warmup",
+        "thinning",
+        "num_total",
+        "has_test",
+        "dims",
+        "mesh",
+        "overrelax",
+        "likelihood",
+        "biases",
+        "num_ratings",
+        "column_moves",
+        "column_moves_every",
+        "anneal_steps",
+        "anneal_every",
+        "link_sites",
+    ],
+)
+@dataclasses.dataclass(frozen=True)
+class GibbsProblem:
+    """Device data of one problem (built once by :func:`build_problem`).
+
+    Attributes
+    ----------
+    rows, cols : CSR views of the ratings grouped by row / by column.
+    tau : likelihood precision ``2 lam / n``.
+    pred_rows, pred_cols : (P,) entries whose posterior mean is accumulated.
+    test_values : (P_test,) observed values (original scale) at the first ``P_test``
+        requested entries, for the RMSE traces (empty: no traces).
+    offset : value added back to ``theta`` to predict (the training mean when centring).
+    clip_lo, clip_hi : prediction range (``-inf, inf`` for no clipping).
+    track_rows, track_cols : (T,) entries whose ``theta`` is recorded per kept draw.
+    num_warmup, thinning, num_total : iteration bookkeeping (``num_total`` sizes the RMSE
+        traces; 0 disables them).
+    dims : the true ``(m1, m2)``.
+    mesh : None (one device) or the :class:`jax.sharding.Mesh` the sweep is sharded over
+        (see :mod:`bmczoo.inference.sharding`); then ``rows`` / ``cols`` hold per-device
+        blocks and the factors have their rows padded to a multiple of the device count.
+    overrelax : coefficient ``rho`` in (-1, 1) of the over-relaxed row updates
+        (:func:`bmczoo.inference.kernels.overrelaxed_rows`); 0 is plain Gibbs.
+    likelihood : the likelihood component (None: fixed ``tau``); a learned ``tau`` gets
+        its Gibbs block (:meth:`~bmczoo.likelihoods.Likelihood.sample_tau`).
+    biases : the :class:`~bmczoo.offsets.Biases` component or None.
+    num_ratings : ``n``.
+    column_moves : whether each sweep ends with the column moves
+        (:func:`column_moves`; docs/algorithms.md, "Column moves").
+    anneal_steps, anneal_every : the annealed spike/slab switch (:func:`annealed_switch`):
+        its number of steps (0: none) and every how many sweeps it runs.  These last
+        thirteen are static pytree metadata.
+    sum_sq : ``sum_k Y_k^2`` of the fitted values (for the squared error of a learned tau).
+    levels, col_perm, cut_step : a latent likelihood's data (probit, ordered probit; empty
+        otherwise): the level index of each rating in row order (n,), the row-order position
+        of each rating in column order (n,), and the random-walk scale of the cut points.
+    links : the arrays of the prior's feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`;
+        empty without a link: then the sweep calls the prior's plain hooks).
+    link_sites : the prior's state variables kept in the draws only with the factors
+        (:attr:`~bmczoo.priors.Prior.link_sites`; static).
+    """
+
+    rows: CSR
+    cols: CSR
+    tau: jax.Array
+    pred_rows: jax.Array
+    pred_cols: jax.Array
+    test_values: jax.Array
+    offset: jax.Array
+    clip_lo: jax.Array
+    clip_hi: jax.Array
+    track_rows: jax.Array
+    track_cols: jax.Array
+    sum_sq: jax.Array
+    levels: jax.Array
+    col_perm: jax.Array
+    cut_step: jax.Array
+    num_warmup: int
+    thinning: int
+    num_total: int
+    has_test: bool
+    dims: tuple[int, int] = (0, 0)
+    mesh: object = None
+    overrelax: float = 0.0
+    likelihood: object = None
+    biases: object = None
+    num_ratings: int = 0
+    column_moves: bool = False
+    column_moves_every: int = 1
+    anneal_steps: int = 0
+    anneal_every: int = 1
+    links: dict = dataclasses.field(default_factory=dict)
+    link_sites: tuple = ()
+
+    @property
+    def learned_tau(self) -> bool:
+        return self.likelihood is not None and self.likelihood.learned
+
+    @property
+    def latent(self) -> bool:
+        """Whether the likelihood observes the ratings through a latent Gaussian ``z``."""
+        return self.likelihood is not None and self.likelihood.latent
+
+    def block_precision(self, tau):
+        """The precision the factor and bias blocks see, per chain."""
+        return tau if self.likelihood is None else self.likelihood.block_precision(tau)
+
+
+class GibbsState(NamedTuple):
+    """State of ``C`` chains.
+
+    ``M`` (C, m1, K), ``N`` (C, m2, K), ``prior_state`` the prior's variables (a dict of
+    (C, ...) arrays: ``{"gamma": (C, K)}`` for the column-scale priors, ``mu_M``,
+    ``Lambda_M``, ``mu_N``, ``Lambda_N`` for the Normal-Wishart prior), ``tau`` (C,) the
+    noise precision (constant unless the likelihood learns it), ``row_bias`` (C, m1),
+    ``col_bias`` (C, m2) and ``bias_var`` (C, 2) (zero / unused without biases),
+    ``key`` (C,) PRNG keys,
+    ``iteration`` number of sweeps done, ``pred_sum`` (C, P) sum of ``theta`` at the
+    requested entries over kept draws, ``pred_sq`` (C, P) sum of ``theta^2`` there (the
+    posterior variance, without stored draws), ``num_kept``, ``rmse_draw`` / ``rmse_mean``
+    (C, num_total) test RMSE of each iteration's draw / of the running posterior mean
+    (NaN before the first kept draw), ``failure`` (C, 3) int32: ``(sweep, block, row)``
+    of the first non-finite draw of each chain (block 0: ``M``, 1: ``N``, 2: ``gamma``),
+    ``-1`` while none happened (see :func:`check_failure`), ``lik_state`` a latent
+    likelihood's variables (``z`` (C, n) in row order, ``cuts`` (C, L-1); empty
+    otherwise), ``proba_sum`` (C, P, L) the sum over kept draws of the level probabilities
+    at the requested entries (L = 0 for a Gaussian likelihood), ``switches`` (C, 2) int32
+    the accepted and the attempted annealed switches of each chain (:func:`annealed_switch`).
+    """
+
+    M: jax.Array
+    N: jax.Array
+    prior_state: dict
+    tau: jax.Array
+    row_bias: jax.Array
+    col_bias: jax.Array
+    bias_var: jax.Array
+    key: jax.Array
+    iteration: jax.Array
+    pred_sum: jax.Array
+    pred_sq: jax.Array
+    num_kept: jax.Array
+    rmse_draw: jax.Array
+    rmse_mean: jax.Array
+    failure: jax.Array
+    lik_state: dict = {}
+    proba_sum: jax.Array | None = None
+    switches: jax.Array | None = None
+
+    @property
+    def gamma(self) -> jax.Array:
+        """The column scales (C, K) of a column-scale prior."""
+        return self.prior_state["gamma"]
+
+
+class Entries(NamedTuple):
+    """The entries a run reads besides the ratings (:func:`build_problem`).
+
+    Attributes
+    ----------
+    predict : (rows, cols) or None
+        Entries whose posterior mean of ``theta`` is accumulated.
+    test_values : array or None
+        Observed values (original scale) at the first entries of ``predict``, for the RMSE
+        traces (None: no traces).
+    track : (rows, cols) or None
+        Entries whose ``theta`` is recorded per kept draw (:func:`track_entries`).
+    offset : float
+        Added back to ``theta`` to predict (the training mean when centring).
+    clip : (lo, hi) or None
+        Prediction range of the RMSE traces (None: no clipping).
+    """
+
+    predict: tuple | None = None
+    test_values: np.ndarray | None = None
+    track: tuple | None = None
+    offset: float = 0.0
+    clip: tuple | None = None
+
+
+class Schedule(NamedTuple):
+    """Iteration bookkeeping of a run: warm-up sweeps, every how many post-warm-up sweeps a
+    draw is kept, and the total number of sweeps (it sizes the RMSE traces; 0: none)."""
+
+    num_warmup: int = 0
+    thinning: int = 1
+    num_total: int = 0
+
+
+#: the options of a plain sweep, :func:`build_problem`'s default
+PLAIN_SWEEP = SweepOptions(column_moves=False, anneal_every=1)
+
+#: the problem's fields replicated over a mesh (the rating blocks are sharded)
+_REPLICATED = (
+    "tau",
+    "pred_rows",
+    "pred_cols",
+    "test_values",
+    "offset",
+    "clip_lo",
+    "clip_hi",
+    "track_rows",
+    "track_cols",
+    "sum_sq",
+)
+
+
+def build_problem(
+    ratings: RatingData,
+    tau: float,
+    *,
+    dtype=jnp.float32,
+    entries: Entries = Entries(),
+    schedule: Schedule = Schedule(),
+    options: SweepOptions = PLAIN_SWEEP,
+    mesh=None,
+    likelihood=None,
+    biases=None,
+    prior: Prior | None = None,
+) -> GibbsProblem:
+    """Prepare the device arrays of a problem (once; reused by every sweep).
+
+    ``ratings`` holds the values the model is fitted to (already centred by the caller);
+    ``entries`` (:class:`Entries`) the requested entries, test values and tracked entries;
+    ``schedule`` (:class:`Schedule`) the warm-up, thinning and number of sweeps.
+    ``options`` (:class:`~bmczoo.inference.settings.SweepOptions`, checked when built; the
+    default: the plain sweep) over-relaxes the row updates, ends sweeps with the column
+    moves of :func:`~bmczoo.inference.gibbs.column_moves` (``column_moves=None``: where
+    ``prior`` has one) and adds the annealed spike/slab switch
+    (:func:`~bmczoo.inference.gibbs.annealed_switch`).  ``mesh`` (a
+    :class:`jax.sharding.Mesh` or a list of devices) shards the sweep.  ``likelihood`` (a
+    learned ``tau`` gets its block; ``tau`` is then its starting value) and ``biases`` (a
+    :class:`~bmczoo.offsets.Biases` or None) are the model's other components.
+    ``prior``: the arrays of its feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`;
+    docs/algorithms.md, "Feature links (side information)") are built from ``ratings`` (a
+    prior with a link must be given here).
+    """
+    m1, m2 = ratings.shape
+    likelihood = bind_likelihood(likelihood, ratings)
+    latent = likelihood is not None and likelihood.latent
+    if latent and mesh is not None:
+        raise ValueError(
+            f"the {likelihood.name} likelihood runs on one device: its sharded latent block is not "
+            "implemented (drop devices=)"
+        )
+    arrays = _entry_arrays(ratings, entries, dtype)
+    links = _links(prior, ratings, dtype, mesh)
+    mesh, rows, cols = _rating_blocks(ratings, dtype, mesh)
+    column_moves = (
+        resolve_column_moves(options.column_moves, prior)
+        if prior is not None
+        else bool(options.column_moves)
+    )
+    problem = GibbsProblem(
+        rows=rows,
+        cols=cols,
+        tau=jnp.asarray(tau, dtype),
+        **arrays,
+        num_warmup=int(schedule.num_warmup),
+        thinning=int(schedule.thinning),
+        num_total=int(schedule.num_total),
+        has_test=arrays["test_values"].shape[0] > 0,
+        dims=(int(m1), int(m2)),
+        mesh=mesh,
+        overrelax=options.overrelax,
+        likelihood=likelihood,
+        biases=biases,
+        num_ratings=int(ratings.n),
+        column_moves=column_moves,
+        column_moves_every=options.column_moves_every,
+        anneal_steps=options.anneal_steps,
+        anneal_every=options.anneal_every,
+        sum_sq=jnp.asarray(
+            _sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype
+        ),
+        **_latent_data(likelihood, ratings, dtype),
+        links=links,
+        link_sites=tuple(getattr(prior, "link_sites", ())) if links else (),
+    )
+    if mesh is not None:  # everything but the rating blocks is replicated
+        rep = sh.replicated(mesh)
+        problem = dataclasses.replace(
+            problem, **{f: sh.put(getattr(problem, f), rep) for f in _REPLICATED}
+        )
+    return problem
+
+
+def _rating_blocks(ratings: RatingData, dtype, mesh):
+    """The mesh (None: one device) and the ratings by row and by column (per-device blocks
+    on a mesh)."""
+    m1, m2 = ratings.shape
+    if mesh is None:
+        rows = csr_from_view(ratings.row_view, (m1, m2), dtype)
+        cols = csr_from_view(ratings.col_view, (m2, m1), dtype)
+        return None, rows, cols
+    mesh = sh.make_mesh(mesh)
+    rows = sh.shard_csr(ratings.row_view, (m1, m2), dtype, mesh)
+    cols = sh.shard_csr(ratings.col_view, (m2, m1), dtype, mesh)
+    return mesh, rows, cols
+
+
+def _links(prior, ratings: RatingData, dtype, mesh) -> dict:
+    """The arrays of the prior's feature links (empty without a link)."""
+    links = (
+        prior.gibbs_links(ratings, dtype)
+        if prior is not None and hasattr(prior, "gibbs_links")
+        else {}
+    )
+    if links and mesh is not None:
+        raise ValueError(
+            f"{prior.name} with feature links runs on one device: its sharded link block is not "
+            "implemented (drop devices=)"
+        )
+    return links
+
+
+def _entry_arrays(ratings: RatingData, entries: Entries, dtype) -> dict:
+    """The problem's arrays of the requested and tracked entries, test values, offset and
+    prediction range (checked)."""
+    pr, pc, tr, tc, tv = _entries(ratings, entries.predict, entries.track, entries.test_values)
+    lo, hi = entries.clip if entries.clip is not None else (-np.inf, np.inf)
+    return dict(
+        pred_rows=jnp.asarray(pr, jnp.int32),
+        pred_cols=jnp.asarray(pc, jnp.int32),
+        test_values=jnp.asarray(tv, dtype),
+        offset=jnp.asarray(entries.offset, dtype),
+        clip_lo=jnp.asarray(lo, dtype),
+        clip_hi=jnp.asarray(hi, dtype),
+        track_rows=jnp.asarray(tr, jnp.int32),
+        track_cols=jnp.asarray(tc, jnp.int32),
+    )
+
+
+def track_entries(train: RatingData, track, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The entries whose ``theta`` is recorded per kept draw: ``track`` a number ``k`` of
+    observed entries, drawn uniformly without replacement with
+    ``numpy.random.default_rng(seed)`` and sorted (None: none), or ``(rows, cols)``
+    (checked against ``train``)."""
+    if track is None:
+        track = 0
+    if isinstance(track, (int, np.integer)) and not isinstance(track, (bool, np.bool_)):
+        if track < 0:
+            raise ValueError(f"track must be (rows, cols) or a number of entries >= 0, got {track}")
+        num = min(int(track), train.n)
+        pos = np.sort(np.random.default_rng(seed).choice(train.n, size=num, replace=False))
+        return train.rows[pos], train.cols[pos]
+    return train.check_entries(*track, name="track")
+
+
+def bind_likelihood(likelihood, ratings: RatingData):
+    """A latent likelihood bound to the data (levels, threshold) when it is not yet
+    (:meth:`bmczoo.likelihoods.probit.LatentLikelihood.bind`); others unchanged."""
+    if likelihood is not None and likelihood.latent and not likelihood.bound:
+        return likelihood.bind(ratings.values)
+    return likelihood
+
+
+def _latent_data(likelihood, ratings: RatingData, dtype) -> dict:
+    """``levels`` (row order), ``col_perm`` and ``cut_step`` of a latent likelihood (empty
+    arrays otherwise)."""
+    if not (likelihood is not None and likelihood.latent):
+        e = jnp.zeros(0, jnp.int32)
+        return {"levels": e, "col_perm": e, "cut_step": jnp.zeros(0, dtype)}
+    rv, cv = ratings.row_view, ratings.col_view
+    levels = likelihood.level_index(rv.values)
+    row_pos = np.empty(ratings.n, np.int64)
+    row_pos[np.asarray(rv.order)] = np.arange(ratings.n)
+    return {
+        "levels": jnp.asarray(levels),
+        "col_perm": jnp.asarray(row_pos[np.asarray(cv.order)].astype(np.int32)),
+        "cut_step": jnp.asarray(likelihood.cut_step(levels), dtype),
+    }
+
+
+def _entries(ratings: RatingData, predict, track, test_values):
+    """The checked requested and tracked entries and the test values (float64)."""
+    empty = np.zeros(0, np.int32)
+    pr, pc = predict if predict is not None else (empty, empty)
+    pr, pc = ratings.check_entries(pr, pc, "predict")
+    tr, tc = track if track is not None else (empty, empty)
+    tr, tc = ratings.check_entries(tr, tc, "track")
+    tv = np.asarray(test_values if test_values is not None else np.zeros(0), dtype=np.float64)
+    if tv.ndim != 1 or tv.shape[0] > pr.shape[0]:
+        raise ValueError(
+            f"test_values has shape {tv.shape}; it must cover the first entries of predict ({pr.shape[0]})"
+        )
+    if not np.all(np.isfinite(tv)):
+        raise ValueError("test_values must be finite")
+    return pr, pc, tr, tc, tv
+
+
+def _sum_sq(values) -> float:
+    """``sum_k Y_k^2`` in float64 (inf when it overflows the working precision: the tau
+    draws then fail and :func:`check_failure` says so)."""
+    with np.errstate(over="ignore"):
+        return float(np.sum(np.square(np.asarray(values, np.float64))))
+
+
+def padded_dims(problem: GibbsProblem) -> tuple[int, int]:
+    """``(m1, m2)`` with the rows padded to a multiple of the device count on a mesh."""
+    m1, m2 = problem.dims
+    if problem.mesh is None:
+        return m1, m2
+    D = problem.mesh.devices.size
+    return sh.padded_size(m1, D), sh.padded_size(m2, D)
+
+
+def factors(state: GibbsState, problem: GibbsProblem) -> tuple[jax.Array, jax.Array]:
+    """``M`` (C, m1, K) and ``N`` (C, m2, K) without the padding rows of a sharded run."""
+    m1, m2 = problem.dims
+    return state.M[:, :m1], state.N[:, :m2]
+
+
+def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False) -> dict:
+    """What is kept of a draw, per chain: the prior's variables (``gamma`` (C, K), or
+    ``mu_M``, ``Lambda_M``, ...), ``theta`` (C, T) at the tracked entries, ``tau`` (C,)
+    when learned, ``row_bias_var`` / ``col_bias_var`` (C,) with biases and, with
+    ``store_factors``, ``M`` (C, m1, K) and ``N`` (C, m2, K) (and the biases ``row_bias``
+    (C, m1), ``col_bias`` (C, m2))."""
+    out = {k: v for k, v in state.prior_state.items() if k not in problem.link_sites}
+    if (
+        store_factors and problem.links
+    ):  # a feature link's B, from its coordinates in the sweep's state
+        from ...priors import macau
+
+        out.update(macau.stored_links(state.prior_state, problem.links))
+    out["theta"] = entries(state, problem, problem.track_rows, problem.track_cols)
+    if problem.learned_tau:
+        out["tau"] = state.tau
+    out.update({k: v for k, v in state.lik_state.items() if k != "z"})  # learned cut points
+    if problem.biases is not None:
+        out["row_bias_var"], out["col_bias_var"] = state.bias_var[:, 0], state.bias_var[:, 1]
+    if store_factors:
+        out["M"], out["N"] = factors(state, problem)
+        if problem.biases is not None:
+            m1, m2 = problem.dims
+            out["row_bias"], out["col_bias"] = state.row_bias[:, :m1], state.col_bias[:, :m2]
+    return out
+
+
+def entries(
+    state: GibbsState, problem: GibbsProblem, rows: jax.Array, cols: jax.Array
+) -> jax.Array:
+    """``theta[rows, cols]`` of each chain (C, P), the biases included when the model has them."""
+    t = theta_at(state.M, state.N, rows, cols)
+    if problem.biases is not None:
+        t = t + state.row_bias[:, rows] + state.col_bias[:, cols]
+    return t
+
+
+def theta_at(M: jax.Array, N: jax.Array, rows: jax.Array, cols: jax.Array) -> jax.Array:
+    """``theta[rows, cols]`` for each chain: (C, m1, K), (C, m2, K) -> (C, P)."""
+    return jnp.sum(M[:, rows] * N[:, cols], axis=-1)
+
+
+def init(
+    keys: jax.Array,
+    problem: GibbsProblem,
+    prior: Prior,
+    K: int,
+    *,
+    gamma: jax.Array | None = None,
+    M: jax.Array | None = None,
+    N: jax.Array | None = None,
+    prior_state: dict | None = None,
+) -> GibbsState:
+    """Initial state of ``C = len(keys)`` chains.
+
+    By default the prior's variables are its :meth:`~bmczoo.priors.Prior.gibbs_state`
+    (``gamma`` = the prior's ``init_gamma`` for the column-scale priors; ``gamma=`` or
+    ``prior_state=`` override them, (C, ...) arrays) and ``M``, ``N`` are drawn from
+    ``N(0, 1)`` scaled by ``sqrt(gamma)`` (or ``N(0, I)`` without column scales), with
+    each chain's key (the first sweep overwrites ``M`` anyway).  ``tau`` starts at the
+    problem's ``tau``, the biases at zero and their variances at the component's start.
+    """
+    C = keys.shape[0]
+    m1, m2 = problem.dims
+    dtype = problem.rows.values.dtype
+    if gamma is not None:
+        prior_state = {**(prior_state or {}), "gamma": gamma}
+    state0 = _prior_start(problem, prior, K, C, prior_state or {})
+    split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
+    keys, kM, kN = split[:, 0], split[:, 1], split[:, 2]
+    sd = jnp.sqrt(state0["gamma"])[:, None, :] if "gamma" in state0 else jnp.ones((C, 1, K), dtype)
+    if M is None:
+        M = jax.vmap(lambda k: _rng.normal(k, (m1, K), dtype))(kM) * sd
+    if N is None:
+        N = jax.vmap(lambda k: _rng.normal(k, (m2, K), dtype))(kN) * sd
+    M, N = jnp.asarray(M, dtype), jnp.asarray(N, dtype)
+    if M.shape != (C, m1, K) or N.shape != (C, m2, K):
+        raise ValueError(
+            f"initial M, N must have shapes {(C, m1, K)}, {(C, m2, K)}, got {M.shape}, {N.shape}"
+        )
+    P = problem.pred_rows.shape[0]
+    T = problem.num_total if problem.has_test else 0
+    var0 = problem.biases.init_variance() if problem.biases is not None else 1.0
+    lik_state, L = _likelihood_start(problem, C, dtype)
+    state = GibbsState(
+        M=M,
+        N=N,
+        prior_state=state0,
+        tau=jnp.broadcast_to(jnp.asarray(problem.tau, dtype), (C,)),
+        row_bias=jnp.zeros((C, m1), dtype),
+        col_bias=jnp.zeros((C, m2), dtype),
+        bias_var=jnp.full((C, 2), var0, dtype),
+        key=keys,
+        iteration=jnp.zeros((), jnp.int32),
+        pred_sum=jnp.zeros((C, P), dtype),
+        pred_sq=jnp.zeros((C, P), dtype),
+        num_kept=jnp.zeros((), jnp.int32),
+        rmse_draw=jnp.full((C, T), jnp.nan, dtype),
+        rmse_mean=jnp.full((C, T), jnp.nan, dtype),
+        failure=jnp.full((C, 3), -1, jnp.int32),
+        lik_state=lik_state,
+        proba_sum=jnp.zeros((C, P, L), dtype),
+        switches=jnp.zeros((C, 2), jnp.int32),
+    )
+    return place(state, problem)
+
+
+def _prior_start(problem: GibbsProblem, prior: Prior, K: int, C: int, overrides: dict) -> dict:
+    """The prior's variables at the start, (C, ...) each: its
+    :meth:`~bmczoo.priors.Prior.gibbs_state` (and link state), ``overrides`` replacing them."""
+    m1, m2 = problem.dims
+    dtype = problem.rows.values.dtype
+    state0 = prior.gibbs_state(K, m1, m2, dtype)
+    if problem.links:
+        state0 = {**state0, **prior.link_state(K, problem.links, dtype)}
+    elif getattr(prior, "gibbs_links", None) is not None and getattr(prior, "linked_sides", ()):
+        raise ValueError(
+            f"{prior} has feature links: build the problem with build_problem(..., prior=prior)"
+        )
+    state0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (C,) + x.shape), state0)
+    for name, value in overrides.items():
+        if name not in state0:
+            raise ValueError(
+                f"{prior.name} has no variable {name!r}; its variables are {', '.join(state0)}"
+            )
+        state0[name] = jnp.broadcast_to(jnp.asarray(value, dtype), state0[name].shape)
+    return state0
+
+
+def _likelihood_start(problem: GibbsProblem, C: int, dtype) -> tuple[dict, int]:
+    """A latent likelihood's variables at the start (``z`` zero, the cut points at the
+    likelihood's start when learned) and its number of levels (empty and 0 otherwise)."""
+    if not problem.latent:
+        return {}, 0
+    lik = problem.likelihood
+    L = lik.num_levels
+    lik_state = {"z": jnp.zeros((C, problem.num_ratings), dtype)}
+    if lik.fixed_cuts() is None:
+        cuts0 = lik.init_cuts(np.asarray(problem.levels))
+        lik_state["cuts"] = jnp.broadcast_to(jnp.asarray(cuts0, dtype), (C, L - 1))
+    return lik_state, L
+
+
+#: state fields whose axis 1 holds the rows of M / of N (padded and sharded on a mesh)
+_ROW_FIELDS = {"M": 0, "row_bias": 0, "N": 1, "col_bias": 1}
+
+
+def place(state: GibbsState, problem: GibbsProblem) -> GibbsState:
+    """Put a state with unpadded ``M`` (C, m1, K), ``N`` (C, m2, K) (and biases) where
+    ``problem`` runs: unchanged on one device; on a mesh, the rows padded and sharded, the
+    rest replicated (used by :func:`init` and to restore checkpoints)."""
+    if problem.mesh is None:
+        return state
+    padded = padded_dims(problem)
+    rep = sh.replicated(problem.mesh)
+    out = {}
+    for f in GibbsState._fields:
+        x = getattr(state, f)
+        if f in _ROW_FIELDS:
+            x = (
+                sh.pad_rows(x, padded[_ROW_FIELDS[f]])
+                if x.ndim == 3
+                else pad_vec(x, padded[_ROW_FIELDS[f]])
+            )
+            spec = jax.sharding.PartitionSpec(None, sh.AXIS, *([None] * (x.ndim - 2)))
+            out[f] = sh.put(x, jax.sharding.NamedSharding(problem.mesh, spec))
+        else:
+            out[f] = jax.tree.map(lambda a: sh.put(a, rep), x)
+    return GibbsState(**out)
+
+
+def pad_vec(x: jax.Array, m_pad: int) -> jax.Array:
+    """(C, m) -> (C, m_pad), zero padding rows."""
+    return jnp.pad(x, ((0, 0), (0, m_pad - x.shape[1])))
