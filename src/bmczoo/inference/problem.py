@@ -1,5 +1,6 @@
-"""What every driver starts from: the prepared data of a fit (:class:`Prepared`) and what
-identifies its run for a checkpoint (:func:`run_settings`)."""
+"""What every driver starts from: the prepared data of a fit (:class:`Prepared`), the
+entries whose draws are traced (:func:`track_entries`) and what identifies its run for a
+checkpoint (:func:`run_settings`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from .checkpoint import fingerprint
 if TYPE_CHECKING:
     from .results import FitInfo
 
-__all__ = ["Prepared", "run_settings"]
+__all__ = ["Prepared", "run_settings", "track_entries"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +29,16 @@ class Prepared:
     pred_rows: np.ndarray
     pred_cols: np.ndarray
     test_values: np.ndarray
+
+
+def track_entries(train: RatingData, track, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The entries whose draws an MCMC fit traces: ``track`` of them chosen at random
+    (by the fit's ``seed``) among the training ratings, or the given ``(rows, cols)``."""
+    if isinstance(track, int):
+        num = min(track, train.n)
+        pos = np.sort(np.random.default_rng(seed).choice(train.n, size=num, replace=False))
+        return train.rows[pos], train.cols[pos]
+    return train.check_entries(*track, name="track")
 
 
 def run_settings(prep: Prepared, info: FitInfo, **extra) -> dict:
