@@ -33,6 +33,7 @@ from .elbo import elbo
 from .state import (
     Sharded,
     VBState,
+    check_links,
     init,
     prior_q,
     shard_state,
@@ -114,18 +115,15 @@ def _checkpoint_settings(prep: Prepared, info: FitInfo) -> dict:
     return run_settings(prep, info, num_runs=info.settings.restarts, **extra)
 
 
-def _links(prep: Prepared, info: FitInfo) -> dict:
+def _links(prep: Prepared, info: FitInfo, sharded: Sharded | None) -> dict:
     """The arrays of a prior's feature links (docs/algorithms.md, "Feature links (side
     information)"): arguments of the jitted iteration, built from the fitted ratings as
-    for Gibbs."""
+    for Gibbs (one device: :func:`~bmczoo.inference.vb.state.check_links`)."""
     if not getattr(info.prior, "linked_sides", ()):
         return {}
-    if info.settings.devices is not None:
-        raise ValueError(
-            f"{info.prior.name} with feature links runs on one device: its sharded VB update "
-            "is not implemented (drop devices=)"
-        )
-    return info.prior.gibbs_links(prep.fit_data, info.dtype)
+    links = info.prior.gibbs_links(prep.fit_data, info.dtype)
+    check_links(info.prior, links, sharded)
+    return links
 
 
 def _start(info: FitInfo, problem, links: dict) -> VBState:
@@ -172,7 +170,7 @@ class _Runs(Job):
             mesh=s.devices,
             likelihood=info.likelihood if latent else None,
         )
-        self.links = _links(prep, info)
+        self.links = _links(prep, info, self.sharded)
         self.state = self.shard(_start(info, self.problem, self.links))
         n_test = prep.test_values.shape[0]
         test_rc = [jnp.asarray(x[:n_test]) for x in (prep.pred_rows, prep.pred_cols)]
@@ -233,7 +231,7 @@ class _Runs(Job):
         t0 = time.perf_counter()
         new_state, e, pred = self.compiled(self.state, self.data)
         e = np.asarray(e, np.float64)
-        # the first iteration of this call counts the compilation, as its first call did
+        # the compilation counts in the first iteration of this call
         seconds = time.perf_counter() - t0 + (0.0 if self.seconds else self.compile_seconds)
         self.seconds.append(seconds)
         if not np.all(np.isfinite(e)):
