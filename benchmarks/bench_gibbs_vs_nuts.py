@@ -301,6 +301,7 @@ def _nuts_from(template, train, init, args, track):
     """NUTS from ``init`` (values of the sites, a chain axis), as ``bmc.fit(method="nuts")``
     runs it (same centred data, likelihood, dtype and seed), returned as a NUTS fit (the
     template's info) so that ``rank_posterior`` and the diagnostics apply."""
+    from bmczoo.inference import NUTS
     from bmczoo.inference.baselines import run_nuts
     from bmczoo.inference.results.base import draws_theta_mean
     from bmczoo.offsets import GlobalMean
@@ -308,20 +309,13 @@ def _nuts_from(template, train, init, args, track):
     info = template.info
     fit_data, shift = GlobalMean(center=info.center, clip="auto").prepare(train)
     init = _unconstrained_start(template, fit_data, init)
-    samples, mcmc = run_nuts(
-        fit_data,
-        info.K,
-        info.prior,
-        info.likelihood,
-        seed=info.seed,
+    settings = NUTS(
         num_warmup=args.nuts_warmup,
         num_samples=args.nuts_samples,
         thinning=1,
         num_chains=args.nuts_chains,
-        progress_bar=args.progress,
-        dtype=info.dtype,
-        init_params=init,
     )
+    samples, mcmc = run_nuts(fit_data, info, settings, progress_bar=args.progress, init_params=init)
     M, N = samples["M"], samples["N"]
     samples["theta"] = np.sum(M[:, :, track[0]] * N[:, :, track[1]], axis=-1)
     theta = draws_theta_mean(samples, template.pred_rows, template.pred_cols)

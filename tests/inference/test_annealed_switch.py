@@ -217,7 +217,7 @@ def test_cli_anneal_flags(capsys):
 def test_checkpoint_without_switch_counts_restores_zeros(tiny_ratings):
     """A checkpoint written before the counts existed (no ``state/switches``) restores
     with zero counts; one with them restores them."""
-    from bmczoo.inference import checkpoint
+    from bmczoo.inference import gibbs_driver
 
     problem = gibbs.build_problem(
         tiny_ratings,
@@ -230,12 +230,12 @@ def test_checkpoint_without_switch_counts_restores_zeros(tiny_ratings):
     state = jax.jit(
         lambda s: gibbs.annealed_switch(s, problem, prior, jax.random.split(jax.random.key(1), 3))
     )(state)
-    arrays = checkpoint._state_arrays(state, problem)
+    arrays = gibbs_driver._state_arrays(state, problem)
     np.testing.assert_array_equal(
-        checkpoint._restore_state(arrays, problem).switches, state.switches
+        gibbs_driver._restore_state(arrays, problem).switches, state.switches
     )
     assert np.asarray(state.switches)[:, 1].tolist() == [1, 1, 1]
     old = {k: v for k, v in arrays.items() if k != "state/switches"}
     np.testing.assert_array_equal(
-        checkpoint._restore_state(old, problem).switches, np.zeros((3, 2), np.int32)
+        gibbs_driver._restore_state(old, problem).switches, np.zeros((3, 2), np.int32)
     )

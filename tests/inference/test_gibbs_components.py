@@ -46,6 +46,7 @@ import tqdm.auto
 
 import bmczoo as bmc
 from bmczoo.inference import checkpoint as ck
+from bmczoo.inference import run as run_loop
 
 from ._devices import four_cpu_devices_env
 
@@ -269,7 +270,7 @@ def test_checkpoint_resume_is_exact_with_all_components(tmp_path, monkeypatch, f
     # checkpoint_every=9 with thinning 4: segments end at 4, 8, 9, 12, 16, 18, ...; the
     # 3rd segment ends at a checkpoint (9), the 4th of the resumed run at 24 (none)
     for after in (3, 4):
-        monkeypatch.setattr(ck, "tqdm", _interrupting_bar(after))
+        monkeypatch.setattr(run_loop, "tqdm", _interrupting_bar(after))
         with pytest.raises(KeyboardInterrupt, match="interrupted after"):
             bmc.fit(train, checkpoint=path, checkpoint_every=9, **kw)
         _, arrays = ck.load_npz(path)

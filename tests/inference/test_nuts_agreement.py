@@ -252,25 +252,30 @@ def test_run_nuts_starts_where_init_params_say():
     """``baselines.run_nuts(init_params=...)`` reaches NumPyro: with the same seed, the same
     start gives the same draws and another start other draws (a start that were ignored
     would give the same draws for both)."""
+    from types import SimpleNamespace
+
     from bmczoo.inference.baselines import run_nuts as baseline_nuts
 
     data, _, _ = _problem()
     rng = np.random.default_rng(0)
     starts = [{"M": rng.normal(size=(2, M, K)), "N": rng.normal(size=(2, M, K))} for _ in range(2)]
 
+    model = SimpleNamespace(
+        K=K,
+        prior=PRIORS["fixed"],
+        likelihood=bmc.likelihoods.Tempered(),
+        biases=None,
+        seed=0,
+        dtype=jnp.float64,
+    )
+    settings = bmc.inference.NUTS(num_warmup=5, num_samples=3, thinning=1, num_chains=2)
+
     def draws(init):
         s, _ = baseline_nuts(
             data,
-            K,
-            PRIORS["fixed"],
-            bmc.likelihoods.Tempered(),
-            seed=0,
-            num_warmup=5,
-            num_samples=3,
-            thinning=1,
-            num_chains=2,
+            model,
+            settings,
             progress_bar=False,
-            dtype=jnp.float64,
             chain_method="vectorized",
             init_params=init,
         )

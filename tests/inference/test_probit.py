@@ -30,6 +30,7 @@ from scipy.stats import norm
 
 import bmczoo as bmc
 from bmczoo.inference import checkpoint as ck
+from bmczoo.inference import gibbs_driver
 from bmczoo.inference.results.levels import classification_metrics
 from bmczoo.likelihoods import OrderedProbit, Probit
 
@@ -218,7 +219,7 @@ def test_ordered_probit_checkpoint_resumes_exactly(tmp_path, monkeypatch):
     )
     full = bmc.fit(train, **kw)
     path = tmp_path / "run.npz"
-    real_save, calls = ck._save, []
+    real_save, calls = gibbs_driver._save, []
 
     def interrupting_save(*args, **kwargs):
         real_save(*args, **kwargs)
@@ -226,10 +227,10 @@ def test_ordered_probit_checkpoint_resumes_exactly(tmp_path, monkeypatch):
         if len(calls) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(ck, "_save", interrupting_save)
+    monkeypatch.setattr(gibbs_driver, "_save", interrupting_save)
     with pytest.raises(KeyboardInterrupt, match="resume"):
         bmc.fit(train, checkpoint=path, checkpoint_every=6, **kw)
-    monkeypatch.setattr(ck, "_save", real_save)
+    monkeypatch.setattr(gibbs_driver, "_save", real_save)
     _, arrays = ck.load_npz(path)
     assert 0 < int(arrays["state/iteration"]) < 34
     assert "state/lik/z" in arrays and "state/lik/cuts" in arrays

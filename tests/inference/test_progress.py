@@ -79,12 +79,12 @@ def test_chunks_of_a_multi_process_run_do_not_depend_on_timing(monkeypatch):
     multi-process run must run the same chunks, whatever their own timings."""
     import jax
 
-    from bmczoo.inference import checkpoint as ck
+    from bmczoo.inference import run
 
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     for n in (1, 3, 40, 64):
-        assert len({ck._next_chunk(n, s) for s in (1e-4, 0.01, 1.0, 30.0)}) == 1
+        assert len({run._next_chunk(n, s) for s in (1e-4, 0.01, 1.0, 30.0)}) == 1
     monkeypatch.setattr(jax, "process_count", lambda: 1)
-    assert ck._next_chunk(8, 1.0) < ck._next_chunk(
+    assert run._next_chunk(8, 1.0) < run._next_chunk(
         8, 0.01
     )  # one process: about a quarter second a chunk

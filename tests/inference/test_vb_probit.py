@@ -26,6 +26,8 @@ from scipy import stats
 
 import bmczoo as bmc
 from bmczoo.inference import vb
+from bmczoo.inference.vb import cavi
+from bmczoo.inference.vb import state as vb_state
 from bmczoo.inference.gibbs import build_problem
 from bmczoo.likelihoods import OrderedProbit, Probit
 from bmczoo.offsets import Biases
@@ -94,7 +96,9 @@ def test_elbo_never_decreases(lik, bias):
     p, state, step, elbo = _setup(lik, Biases() if bias else None)
     cut_only = jax.jit(
         lambda s: s._replace(
-            noise={"cuts": vb._cut_step(lik, vb.ratings_mean(s, p.rows), s.noise["cuts"], p.levels)}
+            noise={
+                "cuts": cavi._cut_step(lik, vb.ratings_mean(s, p.rows), s.noise["cuts"], p.levels)
+            }
         )
     )
     trace, moved = [], 0  # (the starting state's q(M) is not a proper density: its ELBO is -inf)
@@ -169,13 +173,13 @@ def test_elbo_likelihood_term_is_the_q_z_optimum(lik):
     for _ in range(4):
         state = step(state)
     mu = np.asarray(vb.ratings_mean(state, p.rows))[0]
-    cuts = np.asarray(vb._cuts(state, lik, 1, jnp.float64))[0]
+    cuts = np.asarray(vb_state.cuts_of(state, lik, 1, jnp.float64))[0]
     levels = np.asarray(p.levels)
     lo, hi = _bounds(lik, cuts, levels)
     _, logZ = _scipy_tn(mu, lo, hi)
     # the code's log Z against scipy's
     np.testing.assert_allclose(
-        float(vb._log_Z(jnp.asarray(mu)[None], jnp.asarray(cuts)[None], jnp.asarray(levels))[0]),
+        float(cavi.log_Z(jnp.asarray(mu)[None], jnp.asarray(cuts)[None], jnp.asarray(levels))[0]),
         logZ.sum(),
         rtol=1e-10,
     )
@@ -209,7 +213,7 @@ def test_cut_step_never_decreases_the_elbo_and_converges():
     levels = p.levels
     cut_only = jax.jit(
         lambda s: s._replace(
-            noise={"cuts": vb._cut_step(lik, vb.ratings_mean(s, p.rows), s.noise["cuts"], levels)}
+            noise={"cuts": cavi._cut_step(lik, vb.ratings_mean(s, p.rows), s.noise["cuts"], levels)}
         )
     )
     moved = 0
@@ -228,7 +232,7 @@ def test_cut_step_never_decreases_the_elbo_and_converges():
     mu = vb.ratings_mean(state, p.rows)
     for c in range(2):
         g = jax.grad(
-            lambda cc: vb._log_Z(mu[c][None], cc[None], levels)[0] + lik.cut_log_prior(cc)
+            lambda cc: cavi.log_Z(mu[c][None], cc[None], levels)[0] + lik.cut_log_prior(cc)
         )(state.noise["cuts"][c])
         assert np.max(np.abs(np.asarray(g))) < 1e-2 * levels.shape[0] ** 0.5, np.asarray(g)
 

@@ -2,6 +2,9 @@
 and MAP (``AutoDelta``: nuclear-norm for the fixed prior, group lasso for the gamma prior).
 
 These use NumPyro's own machinery throughout; only the result objects are ours.
+:func:`fit_nuts`, :func:`fit_svi` and :func:`fit_map` are the drivers of ``bmc.fit``
+(``(prepared data, info, progress_bar) -> result``); :func:`run_nuts` and
+:func:`run_svi` run NumPyro for them from the fit's info and settings objects.
 """
 
 from __future__ import annotations
@@ -19,8 +22,23 @@ from numpyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal, Au
 
 from .._checks import check_positive_int
 from ..models import matrix_completion
+from . import settings as st
+from .results.outputs import draws_theta_moments, flat_draws
+from .problem import Prepared, track_entries
+from .info import FitInfo
+from .results import MAPFit, NUTSFit, SVIFit
+from .results.base import bias_draws, draws_theta_mean
 
-__all__ = ["run_nuts", "run_svi", "run_mcmc_detached", "GUIDES"]
+__all__ = [
+    "GUIDES",
+    "fit_map",
+    "fit_nuts",
+    "fit_svi",
+    "run_mcmc_detached",
+    "run_nuts",
+    "run_svi",
+    "x64_context",
+]
 
 GUIDES = {
     "normal": AutoNormal,
@@ -66,55 +84,46 @@ def run_mcmc_detached(mcmc: MCMC, rng_key, data, *args, **kwargs) -> MCMC:
             _empty(obj)
 
 
-def _x64_context(dtype):
+def x64_context(dtype):
     """float64 runs under ``jax.enable_x64`` (NumPyro samples in the default float dtype)."""
     return jax.enable_x64(True) if jnp.dtype(dtype) == jnp.float64 else contextlib.nullcontext()
 
 
 def run_nuts(
     data,
-    K,
-    prior,
-    likelihood,
+    info: FitInfo,
+    s: st.NUTS,
     *,
-    seed,
-    num_warmup,
-    num_samples,
-    thinning,
-    num_chains,
-    progress_bar,
-    dtype,
-    chain_method="sequential",
-    target_accept_prob=0.8,
-    biases=None,
-    init_params=None,
+    progress_bar: bool = True,
+    chain_method: str = "sequential",
+    init_params: dict | None = None,
 ):
-    """NUTS on the NumPyro model; returns the grouped samples (chain, draw, ...) and the MCMC.
-    ``biases``: the model's :class:`~bmczoo.offsets.Biases` component or None.
+    """NUTS on the NumPyro model of ``info`` (K, prior, likelihood, biases, seed, dtype)
+    with the chains of ``s``; returns the grouped samples (chain, draw, ...) and the MCMC.
     ``init_params``: where the chains start, NumPyro's ``MCMC.run(init_params=...)``: a dict
     of the model's sample sites in their unconstrained space (``{"M": (num_chains, m1, K),
     "N": (num_chains, m2, K)}``; without a chain axis for one chain); None: NumPyro's
     default (``init_to_uniform``)."""
-    with _x64_context(dtype):
+    with x64_context(info.dtype):
         mcmc = MCMC(
-            NUTS(matrix_completion, target_accept_prob=target_accept_prob),
-            num_warmup=num_warmup,
-            num_samples=num_samples,
-            thinning=thinning,
-            num_chains=num_chains,
+            NUTS(matrix_completion, target_accept_prob=s.target_accept_prob),
+            num_warmup=s.num_warmup,
+            num_samples=s.num_samples,
+            thinning=s.thinning,
+            num_chains=s.num_chains,
             chain_method=chain_method,
             progress_bar=progress_bar,
         )
         if init_params is not None:
-            init_params = {k: jnp.asarray(v, dtype) for k, v in init_params.items()}
+            init_params = {k: jnp.asarray(v, info.dtype) for k, v in init_params.items()}
         mcmc = run_mcmc_detached(
             mcmc,
-            jax.random.key(seed),
+            jax.random.key(info.seed),
             data,
-            K,
-            prior,
-            likelihood=likelihood,
-            biases=biases,
+            info.K,
+            info.prior,
+            likelihood=info.likelihood,
+            biases=info.biases,
             init_params=init_params,
         )
         samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
@@ -123,35 +132,28 @@ def run_nuts(
 
 def run_svi(
     data,
-    K,
-    prior,
-    likelihood,
+    info: FitInfo,
+    s: st.SVI | st.MAP,
+    guide: str = "normal",
     *,
-    seed,
-    guide="normal",
-    num_steps=2000,
-    learning_rate=0.05,
-    decay=0.1,
-    subsample_size=None,
-    num_draws=100,
-    progress_bar=True,
-    dtype=jnp.float32,
-    biases=None,
+    progress_bar: bool = True,
+    decay: float = 0.1,
 ):
-    """SVI with a NumPyro autoguide and Adam on an exponentially decaying step size
-    (``learning_rate`` decays to ``decay * learning_rate`` over ``num_steps``).
+    """SVI with a NumPyro autoguide (``guide``: a key of :data:`GUIDES`) on the model of
+    ``info``, and Adam on an exponentially decaying step size (``s.learning_rate`` decays to
+    ``decay * s.learning_rate`` over ``s.num_steps``, minibatches of ``s.subsample_size``).
 
-    Returns ``(draws, point, losses, guide)``: ``draws`` are ``num_draws`` samples of the
-    latent sites from the fitted guide (one for ``AutoDelta``); ``point`` holds the
+    Returns ``(draws, point, losses, guide)``: ``draws`` are ``s.num_draws`` samples of
+    the latent sites from the fitted guide (one for ``AutoDelta``); ``point`` holds the
     factors to predict with: for the mean-field ``AutoNormal`` and for ``AutoDelta`` the
     guide's medians, with which ``E_q[M_i . N_j] = E_q[M_i] . E_q[N_j]`` exactly, else
-    ``None`` (predict by averaging over ``draws``).  ``biases``: the model's
-    :class:`~bmczoo.offsets.Biases` component or None (its ``row_bias``/``col_bias`` are
-    among the draws and the point).
+    ``None`` (predict by averaging over ``draws``).  With biases (``info.biases``) their
+    ``row_bias``/``col_bias`` are among the draws and the point.
     """
     if guide not in GUIDES:
         raise ValueError(f"guide must be one of {sorted(GUIDES)}, got {guide!r}")
-    num_steps = check_positive_int("num_steps", num_steps)
+    num_steps = check_positive_int("num_steps", s.num_steps)
+    subsample_size = s.subsample_size
     if subsample_size is not None:
         subsample_size = check_positive_int("subsample_size", subsample_size)
         if subsample_size > data.n:
@@ -161,21 +163,68 @@ def run_svi(
     # MAP is the paper's: gamma integrated out (joint MAP over gamma degenerates at gamma -> 0)
     model = partial(
         matrix_completion,
-        likelihood=likelihood,
-        biases=biases,
+        likelihood=info.likelihood,
+        biases=info.biases,
         subsample_size=subsample_size,
         marginal=guide == "delta",
     )
-    with _x64_context(dtype):
+    K, prior = info.K, info.prior
+    with x64_context(info.dtype):
         g = GUIDES[guide](model)
-        schedule = optax.exponential_decay(learning_rate, num_steps, decay)
+        schedule = optax.exponential_decay(s.learning_rate, num_steps, decay)
         svi = SVI(model, g, optax.adam(schedule), Trace_ELBO())
-        key_fit, key_draw = jax.random.split(jax.random.key(seed))
+        key_fit, key_draw = jax.random.split(jax.random.key(info.seed))
         result = svi.run(key_fit, num_steps, data, K, prior, progress_bar=progress_bar)
-        n_draws = 1 if guide == "delta" else check_positive_int("num_draws", num_draws)
+        n_draws = 1 if guide == "delta" else check_positive_int("num_draws", s.num_draws)
         pred = Predictive(g, params=result.params, num_samples=n_draws)
         draws = {k: np.asarray(v) for k, v in pred(key_draw, data, K, prior).items()}
         point = None
         if guide in ("normal", "delta"):
             point = {k: np.asarray(v) for k, v in g.median(result.params).items()}
     return draws, point, np.asarray(result.losses), g
+
+
+def fit_nuts(prep: Prepared, info: FitInfo, progress_bar: bool) -> NUTSFit:
+    """NumPyro NUTS (:class:`~bmczoo.inference.settings.NUTS`)."""
+    s: st.NUTS = info.settings
+    track = track_entries(prep.train, s.track, info.seed)
+    samples, mcmc = run_nuts(prep.fit_data, info, s, progress_bar=progress_bar)
+    M, N = samples["M"], samples["N"]
+    # theta = M_i . N_j (+ row_bias_i + col_bias_j with biases), per draw
+    samples["theta"] = np.sum(M[:, :, track[0]] * N[:, :, track[1]], axis=-1) + bias_draws(
+        samples, *track
+    )
+    pred_theta = draws_theta_mean(samples, prep.pred_rows, prep.pred_cols)
+    flat = flat_draws(samples, info.K)
+    return NUTSFit(
+        info=info,
+        samples=samples,
+        pred_rows=prep.pred_rows,
+        pred_cols=prep.pred_cols,
+        pred_mean=info.shift.apply(pred_theta),
+        pred_theta=pred_theta,
+        pred_var=draws_theta_moments(flat, prep.pred_rows, prep.pred_cols)[1],
+        rmse_draw=np.zeros((s.num_chains, 0)),
+        rmse_mean=np.zeros((s.num_chains, 0)),
+        track_rows=np.asarray(track[0]),
+        track_cols=np.asarray(track[1]),
+        num_kept=M.shape[1],
+        mcmc=mcmc,
+    )
+
+
+def fit_svi(prep: Prepared, info: FitInfo, progress_bar: bool) -> SVIFit:
+    """NumPyro SVI (:class:`~bmczoo.inference.settings.SVI`) with the settings' autoguide."""
+    s: st.SVI = info.settings
+    draws, point, losses, guide = run_svi(
+        prep.fit_data, info, s, s.guide, progress_bar=progress_bar
+    )
+    return SVIFit(info=info, draws=draws, point=point, losses=losses, guide=guide)
+
+
+def fit_map(prep: Prepared, info: FitInfo, progress_bar: bool) -> MAPFit:
+    """MAP (:class:`~bmczoo.inference.settings.MAP`): SVI with ``AutoDelta``."""
+    draws, point, losses, guide = run_svi(
+        prep.fit_data, info, info.settings, "delta", progress_bar=progress_bar
+    )
+    return MAPFit(info=info, draws=draws, point=point, losses=losses, guide=guide)

@@ -4,7 +4,7 @@
 components (prior, likelihood, offsets), builds the method's settings object from the
 method-specific arguments (:func:`bmczoo.inference.settings.settings_for`: an argument
 that does not belong to the method is an error naming both), prepares the data, and
-hands over to the driver of that settings type (:data:`bmczoo.inference.drivers.DRIVERS`).
+hands over to the driver of that settings type (:data:`DRIVERS`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from ..likelihoods import Likelihood
 from ..models.matrix_completion import model_likelihood
 from ..offsets import GlobalMean, get_biases, looks_like_ratings
 from ..priors import Discrete, Prior
-from .baselines import _x64_context
-from .drivers import DRIVERS
+from . import settings as st
+from .baselines import fit_map, fit_nuts, fit_svi, x64_context
+from .gibbs_driver import fit_gibbs
 from .problem import Prepared
 from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVIFit, VBFit
 from .settings import Settings, all_argument_names, check_known, settings_for
+from .vb.driver import fit_vb
 
 __all__ = [
     "fit",
@@ -35,6 +37,16 @@ __all__ = [
     "FitResult",
     "looks_like_ratings",
 ]
+
+
+#: the driver of each settings type: ``(prepared data, info, progress_bar) -> result``
+DRIVERS = {
+    st.Gibbs: fit_gibbs,
+    st.VB: fit_vb,
+    st.NUTS: fit_nuts,
+    st.SVI: fit_svi,
+    st.MAP: fit_map,
+}
 
 
 def _prepare(train: RatingData, test, predict, offsets: GlobalMean):
@@ -170,7 +182,7 @@ def fit(
         train, K, prior, settings, shift, center=center, seed=seed, dtype=dt, **components
     )
     check_bool("progress_bar", progress_bar)
-    with _x64_context(dt):
+    with x64_context(dt):
         return _with_training(DRIVERS[type(settings)](prep, info, progress_bar), train)
 
 

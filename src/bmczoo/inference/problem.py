@@ -1,5 +1,6 @@
-"""What every driver starts from: the prepared data of a fit (:class:`Prepared`) and what
-identifies its run for a checkpoint (:func:`run_settings`)."""
+"""What every driver starts from: the prepared data of a fit (:class:`Prepared`), the
+entries whose draws are traced (:func:`track_entries`) and what identifies its run for a
+checkpoint (:func:`run_settings`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from .checkpoint import fingerprint
 if TYPE_CHECKING:
     from .info import FitInfo
 
-__all__ = ["Prepared", "run_settings"]
+__all__ = ["Prepared", "run_settings", "track_entries"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +29,22 @@ class Prepared:
     pred_rows: np.ndarray
     pred_cols: np.ndarray
     test_values: np.ndarray
+
+
+def track_entries(train: RatingData, track, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The entries whose ``theta`` is recorded per kept draw: ``track`` a number ``k`` of
+    observed entries, drawn uniformly without replacement with
+    ``numpy.random.default_rng(seed)`` and sorted (None: none), or ``(rows, cols)``
+    (checked against ``train``)."""
+    if track is None:
+        track = 0
+    if isinstance(track, (int, np.integer)) and not isinstance(track, (bool, np.bool_)):
+        if track < 0:
+            raise ValueError(f"track must be (rows, cols) or a number of entries >= 0, got {track}")
+        num = min(int(track), train.n)
+        pos = np.sort(np.random.default_rng(seed).choice(train.n, size=num, replace=False))
+        return train.rows[pos], train.cols[pos]
+    return train.check_entries(*track, name="track")
 
 
 def run_settings(prep: Prepared, info: FitInfo, **extra) -> dict:

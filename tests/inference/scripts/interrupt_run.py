@@ -55,12 +55,12 @@ if __name__ == "__main__":
     print(json.dumps({"total": total}), flush=True)
     import tqdm.auto
 
-    import bmczoo.inference.checkpoint as ck
+    import bmczoo.inference.run as run_loop
 
     class SlowBar(tqdm.auto.tqdm):
         def update(self, n=1):
             time.sleep(0.04)
             return super().update(n)
 
-    tqdm.auto.tqdm = ck.tqdm = SlowBar
+    tqdm.auto.tqdm = run_loop.tqdm = SlowBar
     bmc.fit(train, checkpoint=path, progress_bar=False, **kw)

@@ -45,7 +45,6 @@ from .state import (
     init,
     place,
     theta_at,
-    track_entries,
 )
 
 __all__ = [
@@ -54,7 +53,6 @@ __all__ = [
     "Entries",
     "Schedule",
     "build_problem",
-    "track_entries",
     "init",
     "step",
     "sweep",

@@ -44,7 +44,7 @@ from ...offsets import get_biases
 from ..settings import SweepOptions
 from .sampler import step
 from .state import Entries, GibbsProblem, GibbsState, Schedule, build_problem, draws, init
-from .state import track_entries
+from ..problem import track_entries
 
 __all__ = ["ConjugateGibbs", "ConjugateGibbsState"]
 
@@ -86,7 +86,7 @@ class ConjugateGibbs(MCMCKernel):
     track : (rows, cols) or int, optional
         Entries whose ``theta`` is collected for every kept draw (``z["theta"]``); an int
         ``k``: ``k`` observed entries drawn uniformly without replacement with
-        ``numpy.random.default_rng(0)`` (sorted; ``gibbs.track_entries``);
+        ``numpy.random.default_rng(0)`` (sorted; ``bmczoo.inference.problem.track_entries``);
         default 8; None or 0: none.
     store_factors : bool
         Also collect ``M`` and ``N`` (and the biases) for every kept draw: then every

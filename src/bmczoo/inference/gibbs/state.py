@@ -26,7 +26,6 @@ __all__ = [
     "Entries",
     "Schedule",
     "build_problem",
-    "track_entries",
     "init",
     "place",
     "theta_at",
@@ -221,7 +220,7 @@ class Entries(NamedTuple):
         Observed values (original scale) at the first entries of ``predict``, for the RMSE
         traces (None: no traces).
     track : (rows, cols) or None
-        Entries whose ``theta`` is recorded per kept draw (:func:`track_entries`).
+        Entries whose ``theta`` is recorded per kept draw (:func:`bmczoo.inference.problem.track_entries`).
     offset : float
         Added back to ``theta`` to predict (the training mean when centring).
     clip : (lo, hi) or None
@@ -386,22 +385,6 @@ def _entry_arrays(ratings: RatingData, entries: Entries, dtype) -> dict:
         track_rows=jnp.asarray(tr, jnp.int32),
         track_cols=jnp.asarray(tc, jnp.int32),
     )
-
-
-def track_entries(train: RatingData, track, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The entries whose ``theta`` is recorded per kept draw: ``track`` a number ``k`` of
-    observed entries, drawn uniformly without replacement with
-    ``numpy.random.default_rng(seed)`` and sorted (None: none), or ``(rows, cols)``
-    (checked against ``train``)."""
-    if track is None:
-        track = 0
-    if isinstance(track, (int, np.integer)) and not isinstance(track, (bool, np.bool_)):
-        if track < 0:
-            raise ValueError(f"track must be (rows, cols) or a number of entries >= 0, got {track}")
-        num = min(int(track), train.n)
-        pos = np.sort(np.random.default_rng(seed).choice(train.n, size=num, replace=False))
-        return train.rows[pos], train.cols[pos]
-    return train.check_entries(*track, name="track")
 
 
 def bind_likelihood(likelihood, ratings: RatingData):

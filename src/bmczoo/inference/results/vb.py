@@ -13,6 +13,7 @@ from . import arrays, levels
 from . import outputs as out
 from .base import FitResult, theta_mean
 from .fold_in import new_row_features
+from ..vb import state as vbstate
 
 __all__ = ["VBFit", "product_var"]
 
@@ -77,15 +78,11 @@ class VBFit(FitResult):
     has_q: ClassVar[bool] = True
 
     def _state_arrays(self) -> dict:
-        from .. import vb as cavi
-
-        return {} if self.state is None else cavi.state_arrays(self.state)
+        return {} if self.state is None else vbstate.state_arrays(self.state)
 
     @classmethod
     def _state_from_arrays(cls, arrays: dict) -> dict:
-        from .. import vb as cavi
-
-        return {"state": cavi.state_from_arrays(arrays)} if arrays else {}
+        return {"state": vbstate.state_from_arrays(arrays)} if arrays else {}
 
     def _repr_holds(self) -> str:
         return (
@@ -224,10 +221,8 @@ class VBFit(FitResult):
     def _fold_in(self, new):
         """The optimal Gaussian ``q(M_u, b_u)`` of each new row given ``q(N)``, ``q(c)`` and
         the expectations of the prior's, the noise's and the bias variance's q."""
-        from .. import vb as cavi
-
         info, K = self.info, self.info.K
-        (pM, shiftM), _ = info.prior.vb_row_priors(cavi.prior_q(self.state))
+        (pM, shiftM), _ = info.prior.vb_row_priors(vbstate.prior_q(self.state))
         prec = out.dense_precision(np.asarray(pM), K)
         shift = None if shiftM is None else np.asarray(shiftM, np.float64).reshape(1, K)
         if "M" in getattr(info.prior, "linked_sides", ()):

@@ -1,0 +1,433 @@
+"""The CAVI updates of mean-field VB for every model of the zoo.
+
+``q = prod_i N(m_i, V_i) prod_j N(n_j, W_j) q(prior variables) [q(tau)] [q(biases)]``
+(docs/algorithms.md, "Mean-field variational Bayes").  One iteration updates all
+``q(M_i)`` (one batched Cholesky, the same sparse products as the Gibbs sweep, see
+:mod:`bmczoo.inference.kernels`), then all ``q(N_j)``, then the biases' q (row biases,
+column biases, their variances) when the model has biases, then the prior's q through
+its VB hooks (:meth:`~bmczoo.priors.Prior.vb_state`, ``vb_row_priors``,
+``vb_factor_stats``, ``vb_step``, ``vb_elbo_term``; column scales ``q(gamma)`` from
+:meth:`~bmczoo.priors.Prior.vb_update` by default, Normal-Wishart ``q(mu, Lambda)``;
+with feature links, ``links=`` the arrays of ``prior.gibbs_links``, also ``q(B)`` and
+``q(lam_B)`` of each linked factor: :class:`bmczoo.priors.macau.VBLink`),
+then ``q(tau)`` when the likelihood learns it (its ``vb_*`` methods).  The ELBO
+(:mod:`.elbo`) reads the same expectations (:func:`parts_of`); coordinate ascent never
+decreases it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ...likelihoods import Tempered
+from ...priors import Prior
+from .. import sharding as sh
+from ..kernels import CSR, cholesky_rows, outer, pattern_product, row_precision, row_rhs, solve_rows
+from .state import (
+    BLOCKS,
+    COVARIANCES,
+    FACTORS,
+    REPLICATED,
+    Sharded,
+    VBState,
+    bias_specs,
+    check_links,
+    cuts_of,
+    is_linked,
+    one_run,
+    prior_q,
+    ratings_mean,
+    split_prior_q,
+)
+
+__all__ = ["update", "parts_of", "parts_body", "log_Z"]
+
+
+def _inverse_from_cholesky(L: jax.Array) -> jax.Array:
+    K = L.shape[-1]
+    eye = jnp.broadcast_to(jnp.eye(K, dtype=L.dtype), L.shape)
+    Linv = lax.linalg.triangular_solve(L, eye, left_side=True, lower=True)
+    return jnp.swapaxes(Linv, -1, -2) @ Linv
+
+
+def _bcast(tau, ndim: int):
+    """A per-run precision (C,) as (C, 1, ...) of ``ndim`` axes; a scalar as it is."""
+    if jnp.ndim(tau) == 0:
+        return tau
+    return jnp.reshape(tau, jnp.shape(tau) + (1,) * (ndim - 1))
+
+
+def _product(csr: CSR, data, dense: jax.Array) -> jax.Array:
+    """``A @ dense`` run by run for the pattern of ``csr`` with entries ``data``
+    (``csr.values`` or ``csr.ones``): dense (C, m_other, P) -> (C, m, P), one sparse
+    product with the runs stacked as columns."""
+    C, mo, P = dense.shape
+    d = jnp.transpose(dense, (1, 0, 2)).reshape(mo, C * P)
+    r = pattern_product(csr, data, d)
+    return jnp.transpose(r.reshape(csr.shape[0], C, P), (1, 0, 2))
+
+
+def _resid_rhs(csr: CSR, mean_other, self_bias, other_bias):
+    """``sum_{k in row i} (Y_k - E[b_i] - E[c_j]) E[N_j]`` (C, m, K) without building the
+    residuals: ``A_Y n - E[b_i] A_1 n - A_1 (E[c] * n)``."""
+    K = mean_other.shape[-1]
+    yn = row_rhs(csr, mean_other, 1.0)
+    P = _product(
+        csr, csr.ones, jnp.concatenate([mean_other, other_bias[..., None] * mean_other], axis=-1)
+    )
+    return yn - self_bias[..., None] * P[..., :K] - P[..., K:]
+
+
+def _counts(csr: CSR, dtype):
+    return jnp.diff(csr.indptr).astype(dtype)
+
+
+def _bias_resid_sum(csr: CSR, mean_other, mean_self, other_bias):
+    """``sum_{k in row i} (Y_k - E[c_j] - m_i . n_j)`` (C, m) for the bias of row i."""
+    K = mean_other.shape[-1]
+    C, mo = other_bias.shape
+    sumY = pattern_product(csr, csr.values, jnp.ones((mo, 1), csr.values.dtype))[:, 0]
+    P = _product(csr, csr.ones, jnp.concatenate([mean_other, other_bias[..., None]], axis=-1))
+    return sumY[None] - P[..., K] - jnp.sum(mean_self * P[..., :K], axis=-1)
+
+
+def _update_factor(
+    csr: CSR,
+    mean_other,
+    cov_other,
+    prior_precision,
+    tau,
+    prior_shift=None,
+    self_bias=None,
+    other_bias=None,
+):
+    """The optimal ``q`` of every row; ``prior_shift`` is ``E[Lambda mu]`` (C, K) or, for
+    rows with their own prior means (a feature link), ``E[Lambda mu_i]`` (C, m, K)."""
+    P = row_precision(csr, cov_other + outer(mean_other), prior_precision, _bcast(tau, 4))
+    L = cholesky_rows(P)
+    if self_bias is None:
+        rhs = row_rhs(csr, mean_other, _bcast(tau, 3))
+    else:
+        rhs = _bcast(tau, 3) * _resid_rhs(csr, mean_other, self_bias, other_bias)
+    if prior_shift is not None:
+        rhs = rhs + (prior_shift if prior_shift.ndim == 3 else prior_shift[:, None, :])
+    return solve_rows(L, rhs), _inverse_from_cholesky(L)
+
+
+def _expected_S(m, V, n, W):
+    return (
+        jnp.sum(m**2, axis=1)
+        + jnp.sum(jnp.diagonal(V, axis1=-2, axis2=-1), axis=1)
+        + jnp.sum(n**2, axis=1)
+        + jnp.sum(jnp.diagonal(W, axis1=-2, axis2=-1), axis=1)
+    )
+
+
+def _factor_stats(prior: Prior, m, V, n, W, comm: sh.Comm):
+    """The prior's statistics of ``q(M)`` and ``q(N)``, padding rows zeroed, psummed."""
+    if is_linked(prior):  # one device (update refuses a mesh)
+        return prior.vb_side_stats(m, V, "M"), prior.vb_side_stats(n, W, "N")
+    return (
+        comm.psum(prior.vb_factor_stats(comm.mask(m, 0), comm.mask(V, 0))),
+        comm.psum(prior.vb_factor_stats(comm.mask(n, 1), comm.mask(W, 1))),
+    )
+
+
+def _bias_sums(bias: dict, comm: sh.Comm) -> dict:
+    """``sum_i E[b_i^2]``, ``sum_i log Var b_i`` and the same for ``c`` (C,) each, psummed."""
+    out = {}
+    for side, which in (("b", 0), ("c", 1)):
+        mean, var = bias[f"{side}_mean"], bias[f"{side}_var"]
+        out[f"{side}_sq"] = jnp.sum(comm.mask(mean**2 + var, which), axis=1)
+        out[f"{side}_logvar"] = jnp.sum(comm.mask(jnp.log(var), which), axis=1)
+    return comm.psum(out)
+
+
+class _Model(NamedTuple):
+    """What an update's body reads besides arrays: the prior (as :func:`vb_prior` binds
+    it), the biases component (or None) and the true ``(m1, m2)``."""
+
+    prior: Prior
+    biases: Any
+    dims: tuple[int, int]
+
+
+def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: sh.Comm, model: _Model):
+    """The CAVI updates of q(M), q(N), the biases' q (when ``bias``) and the prior's
+    statistics; ``comm`` says how rows are spread (identity on one device; all-gathers
+    and a psum inside ``shard_map``).  ``tau`` is the block precision (scalar or (C,))."""
+    prior, biases, dims = model
+    (PM, sM), (PN, sN) = prior.vb_row_priors(qp)
+    if not bias:
+        m, V = _update_factor(rows, comm.gather(n), comm.gather(W), PM, tau, sM)
+        n, W = _update_factor(cols, comm.gather(m), comm.gather(V), PN, tau, sN)
+    else:
+        Ec = comm.gather(bias["c_mean"])
+        m, V = _update_factor(rows, comm.gather(n), comm.gather(W), PM, tau, sM, bias["b_mean"], Ec)
+        m_all = comm.gather(m)
+        n, W = _update_factor(
+            cols, m_all, comm.gather(V), PN, tau, sN, bias["c_mean"], comm.gather(bias["b_mean"])
+        )
+        # q(b_i) given q(M), q(N), q(c), then q(c_j) given the new q(b); then q(s_b^2), q(s_c^2)
+        dt = m.dtype
+        b_mean, b_var = biases.vb_bias_update(
+            _bias_resid_sum(rows, comm.gather(n), m, Ec),
+            _counts(rows, dt)[None],
+            tau,
+            bias["sb_shape"],
+            bias["sb_rate"],
+        )
+        c_mean, c_var = biases.vb_bias_update(
+            _bias_resid_sum(cols, m_all, n, comm.gather(b_mean)),
+            _counts(cols, dt)[None],
+            tau,
+            bias["sc_shape"],
+            bias["sc_rate"],
+        )
+        bias = {**bias, "b_mean": b_mean, "b_var": b_var, "c_mean": c_mean, "c_var": c_var}
+        sums = _bias_sums(bias, comm)
+        bias["sb_shape"], bias["sb_rate"] = biases.vb_variance_update(sums["b_sq"], dims[0])
+        bias["sc_shape"], bias["sc_rate"] = biases.vb_variance_update(sums["c_sq"], dims[1])
+    ES = comm.psum(_expected_S(comm.mask(m, 0), comm.mask(V, 0), comm.mask(n, 1), comm.mask(W, 1)))
+    stats = _factor_stats(prior, m, V, n, W, comm)
+    return m, V, n, W, ES, bias, stats
+
+
+def parts_body(rows: CSR, m, V, n, W, bias: dict, comm: sh.Comm, *, prior: Prior | None = None):
+    """What the ELBO needs of the factors and biases, psummed over devices:
+    ``sq = sum_k E_q[(Y_k - theta_k)^2]`` (C,), ``logdet`` the sum of the covariances'
+    log-determinants (C,), the biases' sums (with biases) and the prior's factor
+    statistics (with ``prior``).
+
+    ``sum_k E[(Y - M_i.N_j)^2] = sum_k Y^2 - 2 sum_i m_i . (sum_j Y n_j)
+    + sum_i <V_i + m_i m_i^T, sum_j (W_j + n_j n_j^T)>``: the last sum is the sparse
+    product of the precision computation, so no ``n x K x K`` array is built.  With biases
+    ``Y_k`` becomes the residual ``R_k = Y_k - E[b_i] - E[c_j]`` (per-entry gathers of the
+    bias vectors for ``sum_k R_k^2``, sparse products for ``sum_k R_k n_j``) and each
+    rating adds ``Var b_i + Var c_j``.
+    """
+    C, _, K = m.shape
+    n_all, W_all = comm.gather(n), comm.gather(W)
+    G = row_precision(rows, W_all + outer(n_all), jnp.zeros((C, K), m.dtype), 1.0)
+    if not bias:
+        yn = row_rhs(rows, n_all, 1.0)
+        sq = (
+            jnp.sum(rows.values**2)
+            - 2.0 * jnp.sum(m * yn, axis=(1, 2))
+            + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3))
+        )
+    else:
+        Ec, Vc = comm.gather(bias["c_mean"]), comm.gather(bias["c_var"])
+        nnz = rows.index.shape[0]
+        counts = jnp.diff(rows.indptr)
+        row_id = jnp.repeat(jnp.arange(counts.shape[0]), counts, total_repeat_length=nnz)
+        R = rows.values[None] - bias["b_mean"][:, row_id] - Ec[:, rows.index]
+        var = bias["b_var"][:, row_id] + Vc[:, rows.index]
+        rn = _resid_rhs(rows, n_all, bias["b_mean"], Ec)
+        sq = (
+            jnp.sum(rows.ones[None] * (R**2 + var), axis=1)
+            - 2.0 * jnp.sum(m * rn, axis=(1, 2))
+            + jnp.sum((V + outer(m)) * G, axis=(1, 2, 3))
+        )
+    logdet = jnp.sum(comm.mask(jnp.linalg.slogdet(V)[1], 0), axis=1) + jnp.sum(
+        comm.mask(jnp.linalg.slogdet(W)[1], 1), axis=1
+    )
+    out = {"sq": comm.psum(sq), "logdet": comm.psum(logdet)}
+    if bias:
+        out["bias"] = _bias_sums(bias, comm)
+    if prior is not None:
+        out["stats"] = _factor_stats(prior, m, V, n, W, comm)
+    return out
+
+
+def parts_of(state: VBState, rows: CSR, prior, sharded: Sharded | None):
+    """:func:`parts_body` on one device or on the mesh of ``sharded``, and ``n_obs``."""
+    if sharded is None:
+        return parts_body(
+            rows, state.m, state.V, state.n, state.W, state.bias, sh.LOCAL, prior=prior
+        ), rows.values.shape[0]
+
+    def body(rows, m_l, V_l, n_l, W_l, bias):
+        return parts_body(
+            sh.local_csr(rows), m_l, V_l, n_l, W_l, bias, sh.sharded_comm(sharded.dims), prior=prior
+        )
+
+    parts = jax.shard_map(
+        body,
+        mesh=sharded.mesh,
+        in_specs=(BLOCKS, FACTORS, COVARIANCES, FACTORS, COVARIANCES, bias_specs(state.bias)),
+        out_specs=REPLICATED,
+        check_vma=False,
+    )(rows, state.m, state.V, state.n, state.W, state.bias)
+    return parts, jnp.sum(rows.ones)  # the padding entries of the blocks are zeros
+
+
+def update(
+    state: VBState,
+    rows: CSR,
+    cols: CSR,
+    prior: Prior,
+    tau,
+    *,
+    likelihood=None,
+    biases=None,
+    sharded: Sharded | None = None,
+    latent=None,
+    links: dict | None = None,
+) -> VBState:
+    """One CAVI iteration: ``q(M)``, then ``q(N)``, then (with biases) ``q(b)``, ``q(c)``,
+    ``q(s_b^2)``, ``q(s_c^2)``, then the prior's q (:meth:`~bmczoo.priors.Prior.vb_step`),
+    then (learned likelihood) ``q(tau)``.  Each step is the exact optimum of its factor
+    given the others, so the ELBO never decreases.
+
+    ``tau`` is the fixed likelihood precision (the block precision of a learned
+    likelihood comes from ``state.noise``).  With ``sharded`` (a state of
+    :func:`~bmczoo.inference.vb.state.shard_state` on ``sharded.mesh``), ``rows``/``cols``
+    are the per-device blocks of :func:`bmczoo.inference.sharding.shard_csr`; the same body
+    runs on each device.  ``links``: the arrays of a prior's feature links
+    (``prior.gibbs_links``; one device), updated as :class:`~bmczoo.priors.macau.VBLink`
+    says.
+    """
+    prior = check_links(prior, links, sharded)
+    lik = Tempered() if likelihood is None else likelihood
+    if bool(state.bias) != (biases is not None):
+        raise ValueError(
+            "the VB state and the biases argument disagree (biases on in one, off in the other)"
+        )
+    if lik is not None and lik.latent:
+        return _latent_update(state, rows, cols, prior, lik, biases, latent)
+    qp = prior_q(state)
+    t = lik.vb_block_precision(state.noise, tau)
+    dims = rows.shape if sharded is None else sharded.dims
+    model = _Model(prior, biases, dims)
+    if sharded is None:
+        m, V, n, W, ES, bias, stats = _body(
+            rows, cols, state.n, state.W, qp, t, state.bias, sh.LOCAL, model
+        )
+    else:
+
+        def body(rows, cols, n_l, W_l, qp, t, bias):
+            return _body(
+                sh.local_csr(rows),
+                sh.local_csr(cols),
+                n_l,
+                W_l,
+                qp,
+                t,
+                bias,
+                sh.sharded_comm(dims),
+                model,
+            )
+
+        bspec = bias_specs(state.bias)
+        m, V, n, W, ES, bias, stats = jax.shard_map(
+            body,
+            mesh=sharded.mesh,
+            in_specs=(BLOCKS, BLOCKS, FACTORS, COVARIANCES, REPLICATED, REPLICATED, bspec),
+            out_specs=(FACTORS, COVARIANCES, FACTORS, COVARIANCES, REPLICATED, bspec, REPLICATED),
+            check_vma=False,
+        )(rows, cols, state.n, state.W, qp, t, state.bias)
+    if is_linked(prior):  # q(B), q(lam_B) and q(mu, Lambda) need the current q
+        step = prior.vb_step(stats[0], stats[1], dims[0], dims[1], m.dtype, q=qp)
+    else:
+        step = prior.vb_step(stats[0], stats[1], dims[0], dims[1], m.dtype)
+    inv_gamma, rest = split_prior_q(step)
+    new = VBState(
+        m=m, V=V, n=n, W=W, inv_gamma=inv_gamma, ES=ES, prior=rest, noise=state.noise, bias=bias
+    )
+    if lik.learned:
+        parts, n_obs = parts_of(new, rows, None, sharded)
+        new = new._replace(noise=lik.vb_step(state.noise, parts["sq"], n_obs))
+    return new
+
+
+# ---------------------------------------------------------------- latent likelihoods
+# Probit and ordered probit (bmczoo.likelihoods.probit): q(z_k) is N(E_q[theta_k], 1)
+# truncated to the level's interval (its optimum given q(theta)), the factor and bias
+# updates are the Gaussian ones with tau = 1 and E_q[z] in place of the ratings, and
+# learned cut points are point estimates (VB-EM: each iteration moves them uphill on
+# sum_k log Z_k(c) + log p(c), the ELBO with q(z) optimal, accepting only increases).
+# The likelihood's ELBO term: E[log p(z | theta)] + H[q(z)] = sum_k log Z_k - Var_q[theta_k] / 2,
+# with Z_k = P(level interval) under N(E_q[theta_k], 1), plus log p(c).
+
+
+def log_Z(mu, cuts, levels):
+    """``sum_k log P(level_k | mu_k, c)`` (C,) (one-sided end levels: finite gradients)."""
+    from ...likelihoods.probit import level_log_probs
+
+    logp = level_log_probs(mu, cuts[:, None, :])  # (C, n, L)
+    return jnp.sum(
+        jnp.take_along_axis(logp, jnp.broadcast_to(levels, mu.shape)[..., None], axis=-1)[..., 0],
+        axis=-1,
+    )
+
+
+def _cut_step(lik, mu, cuts, levels, steps: int = 8):
+    """VB-EM ascent of the cut points of each run: gradient steps on ``f(c) = sum_k log
+    Z_k(c) + log p(c)`` with step halving, a step kept only when ``f`` increases (so the
+    ELBO never decreases); ``steps`` trials per iteration."""
+
+    def f(c, m):
+        return log_Z(m[None], c[None], levels)[0] + lik.cut_log_prior(c)
+
+    def one_run(c, m):
+        def body(carry, _):
+            c, lr = carry
+            val, g = jax.value_and_grad(f)(c, m)
+            prop = c + lr * g
+            ok = jnp.all(jnp.diff(prop) > 0)
+            new_val = jnp.where(ok, f(jnp.where(ok, prop, c), m), -jnp.inf)
+            better = new_val > val
+            return (jnp.where(better, prop, c), jnp.where(better, lr * 1.5, lr * 0.25)), None
+
+        lr0 = 1.0 / (levels.shape[0] + 1.0)
+        (c, _), _ = lax.scan(body, (c, jnp.asarray(lr0, c.dtype)), None, length=steps)
+        return c
+
+    return jax.vmap(one_run)(cuts, mu)
+
+
+def _per_run(rows: CSR, cols: CSR, values, col_perm, fn):
+    """``fn(c, rows_c, cols_c)`` for each run ``c`` with its own values (C, n) (row order)
+    in the CSRs; results stacked on the run axis."""
+    outs = [
+        fn(c, rows._replace(values=values[c]), cols._replace(values=values[c][col_perm]))
+        for c in range(values.shape[0])
+    ]
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *outs)
+
+
+def _latent_update(
+    state: VBState, rows: CSR, cols: CSR, prior: Prior, lik, biases, latent
+) -> VBState:
+    """One CAVI iteration of a latent likelihood: the cut points (learned), ``q(z)``, then
+    the Gaussian updates with ``E_q[z]`` as the ratings and ``tau = 1``."""
+    from ...likelihoods import truncnorm
+
+    if latent is None:
+        raise ValueError("a latent likelihood's VB update needs latent=(levels, col_perm)")
+    levels, col_perm = latent
+    C = state.m.shape[0]
+    mu = ratings_mean(state, rows)
+    cuts = cuts_of(state, lik, C, mu.dtype)
+    noise = state.noise
+    if "cuts" in noise:
+        cuts = _cut_step(lik, mu, cuts, levels)
+        noise = {**noise, "cuts": cuts}
+    lo, hi = jax.vmap(lambda c: lik.latent_interval(c, levels, c.dtype))(cuts)  # (C, n) each
+    Ez = truncnorm.moments(mu, lo, hi)[0]
+    gauss = state._replace(noise={})
+    new = _per_run(
+        rows,
+        cols,
+        Ez,
+        col_perm,
+        lambda c, r, k: update(
+            one_run(gauss, c), r, k, prior, jnp.asarray(1.0, mu.dtype), biases=biases
+        ),
+    )
+    return new._replace(noise=noise)

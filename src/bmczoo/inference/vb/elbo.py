@@ -1,0 +1,96 @@
+"""The evidence lower bound of mean-field VB (:func:`elbo`), from the expectations the
+CAVI updates share (:func:`~bmczoo.inference.vb.cavi.parts_of`)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from ...likelihoods import Tempered
+from ...priors import Prior
+from .. import sharding as sh
+from ..kernels import CSR
+from .cavi import log_Z, parts_body, parts_of
+from .state import Sharded, VBState, check_links, cuts_of, one_run, prior_q, ratings_mean
+
+__all__ = ["elbo", "expected_sq_error"]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def expected_sq_error(state: VBState, rows: CSR) -> jax.Array:
+    """``sum_k E_q[(Y_k - theta_k)^2]`` for each run (one device; biases included)."""
+    return parts_body(rows, state.m, state.V, state.n, state.W, state.bias, sh.LOCAL)["sq"]
+
+
+def elbo(
+    state: VBState,
+    rows: CSR,
+    prior: Prior,
+    tau,
+    *,
+    likelihood=None,
+    biases=None,
+    sharded: Sharded | None = None,
+    latent=None,
+    links: dict | None = None,
+) -> jax.Array:
+    """The evidence lower bound of each run (C,).
+
+    Exact for any q-state of the parts that store all their parameters (factors,
+    Normal-Wishart, ``q(tau)``, biases); a column-scale prior's ``q(gamma)`` is taken at
+    its optimum for the current ``E[S]`` (true right after :func:`~bmczoo.inference.vb.cavi.update`).
+
+    The likelihood term is the likelihood component's
+    :meth:`~bmczoo.likelihoods.base.Likelihood.vb_elbo_term` (default: the Gaussian
+    ``N(Y | theta, 1/tau)``, normalising constant included, so that the ELBO is a bound
+    on the log evidence of that Gaussian model; learned noise: tempered log-likelihood
+    plus ``E[log p(tau)] - E[log q(tau)]``).  ``sharded``/``links`` as in
+    :func:`~bmczoo.inference.vb.cavi.update`.
+    """
+    prior = check_links(prior, links, sharded)
+    lik = Tempered() if likelihood is None else likelihood
+    if lik is not None and lik.latent:
+        return _latent_elbo(state, rows, prior, lik, biases, latent)
+    parts, n_obs = parts_of(state, rows, prior, sharded)
+    loglik = lik.vb_elbo_term(state.noise, n_obs, parts["sq"], tau)
+    return _elbo_rest(
+        state, parts, loglik, prior, biases, rows.shape if sharded is None else sharded.dims
+    )
+
+
+def _elbo_rest(state: VBState, parts: dict, loglik, prior: Prior, biases, dims):
+    """The ELBO given the likelihood's term: the prior's, the Gaussian entropies, the biases'."""
+    K = state.m.shape[-1]
+    m1, m2 = dims
+    d = m1 + m2
+    prior_part = prior.vb_elbo_term(prior_q(state), parts["stats"][0], parts["stats"][1], m1, m2)
+    out = loglik + prior_part + 0.5 * d * K * (1.0 + _LOG_2PI) + 0.5 * parts["logdet"]
+    if state.bias:
+        if biases is None:
+            raise ValueError("the VB state has biases: pass biases= to elbo")
+        out = out + biases.vb_elbo_term(state.bias, m1, m2, parts["bias"])
+    return out
+
+
+def _latent_elbo(state: VBState, rows: CSR, prior: Prior, lik, biases, latent) -> jax.Array:
+    """The ELBO of a latent likelihood (C,) (cut points at their point estimates, their
+    log prior density included)."""
+    levels, _ = latent
+    C = state.m.shape[0]
+    mu = ratings_mean(state, rows)
+    cuts = cuts_of(state, lik, C, mu.dtype)
+    out = []
+    for c in range(C):
+        run = one_run(state, c)
+        # with the ratings replaced by E_q[theta], sum_k E[(Y_k - theta_k)^2] = sum_k Var_q[theta_k]
+        parts = parts_body(
+            rows._replace(values=mu[c]), run.m, run.V, run.n, run.W, run.bias, sh.LOCAL, prior=prior
+        )
+        loglik = log_Z(mu[c : c + 1], cuts[c : c + 1], levels) - 0.5 * parts["sq"]
+        if "cuts" in state.noise:
+            loglik = loglik + lik.cut_log_prior(cuts[c])
+        out.append(_elbo_rest(run, parts, loglik, prior, biases, rows.shape))
+    return jnp.concatenate(out)
