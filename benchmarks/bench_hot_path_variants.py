@@ -22,7 +22,7 @@ chains: ``C`` chains stacked as extra dense columns of one sparse product vs ``j
   of the single-chain computation (precision + rhs, and a whole ``gibbs.step``)
 dtype: float32 vs float64 for the precision product
 
-Every variant is checked against ``bmczoo.inference.kernels`` (max relative difference).
+Every variant is checked against ``bmczoo.linalg`` (max relative difference).
 Timings: median and best of ``--repeats`` calls of the jitted function; the machine may
 be shared (load average printed), the best is the least disturbed estimate.
 """
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
 
     import bmczoo as bmc
     from bmczoo.inference import gibbs
-    from bmczoo.inference import kernels as kr
+    from bmczoo import linalg as kr
     from bmczoo.priors import InverseGamma
 
     K = args.K

@@ -9,7 +9,7 @@ Each size runs in a fresh subprocess (so its device memory is its own): it gener
 synthetic ratings of that shape (``benchmarks/_synthetic.py``; not timed as build), builds
 ``RatingData`` and the Gibbs problem (timed: "build"), then for every K, chain count and
 hot path (``bcsr``: JAX's BCSR product; ``segment``: the chunked sorted segment sum of
-``bmczoo.inference.kernels``) compiles a ``fori_loop`` of Gibbs steps and times sweeps
+``bmczoo.linalg``) compiles a ``fori_loop`` of Gibbs steps and times sweeps
 after a warm-up sweep.  "peak" is ``jax.devices()[0].memory_stats()["peak_bytes_in_use"]``
 of the subprocess so far (it only grows within a size; "-" where the backend has no
 memory stats, e.g. CPU), "temp" the compiled program's temporary buffers

@@ -18,9 +18,13 @@ MAX_FILE_LINES = 700
 MAX_FUNCTION_LINES = 80
 MAX_PARAMETERS = 10
 
-# Public entry points whose keyword signature is the documented API (``bmc.fit``): their
-# parameters are listed one by one for users rather than hidden behind a settings object.
-PUBLIC_SIGNATURES = {"bmczoo.inference.fit.fit"}
+# Public entry points whose keyword signature is the documented API (``bmc.fit`` and the
+# NumPyro kernel, whose keywords mirror the Gibbs settings as NumPyro's own kernels do):
+# their parameters are listed one by one for users rather than hidden behind an object.
+PUBLIC_SIGNATURES = {
+    "bmczoo.inference.fit.fit",
+    "bmczoo.inference.gibbs.kernel.ConjugateGibbs.__init__",
+}
 
 
 def _modules() -> dict[str, tuple[pathlib.Path, bool]]:

@@ -217,7 +217,7 @@ def test_cli_anneal_flags(capsys):
 def test_checkpoint_without_switch_counts_restores_zeros(tiny_ratings):
     """A checkpoint written before the counts existed (no ``state/switches``) restores
     with zero counts; one with them restores them."""
-    from bmczoo.inference import gibbs_driver
+    from bmczoo.inference.gibbs import driver as gibbs_driver
 
     problem = gibbs.build_problem(
         tiny_ratings,

@@ -225,7 +225,7 @@ def test_stop_request_saves_at_the_next_boundary(tmp_path, monkeypatch, method):
     train, test = _data()
     if method == "gibbs":
         kw = _gibbs_kw(test, num_chains=1, checkpoint_every=20)
-        from bmczoo.inference import gibbs_driver
+        from bmczoo.inference.gibbs import driver as gibbs_driver
 
         target, name = gibbs_driver, "_save"
     else:

@@ -126,7 +126,7 @@ def test_reflected_flip_leaves_the_columns_outside_its_block_alone():
     where the slab is a single column and ``w = e_h`` up to rounding (found by the
     reference comparison above: a Householder map built from a rounding-noise ``u``
     reflected along a random direction and mixed spike and slab columns)."""
-    from bmczoo.inference.kernels import outer, pack_upper, unpack_upper
+    from bmczoo.linalg import outer, pack_upper, unpack_upper
 
     rng = np.random.default_rng(11)
     m1, m2, K, C = 6, 8, 5, 128

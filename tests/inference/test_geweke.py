@@ -435,7 +435,7 @@ def test_model_prior_predictive_matches_direct_simulation(name):
 def test_geweke_detects_overrelaxation_without_the_noise_correction(monkeypatch):
     """Power check: an over-relaxed update that keeps the full noise (sqrt(1 - rho^2)
     omitted) inflates the conditional variance by 1 + rho^2: the test must see it."""
-    from bmczoo.inference import kernels
+    from bmczoo import linalg as kernels
     from bmczoo.inference.gibbs import rows
 
     def wrong(L, rhs, z, x, rho):

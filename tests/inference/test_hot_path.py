@@ -1,4 +1,4 @@
-"""The two hot paths of the sparse products (``bmczoo.inference.kernels.pattern_product``):
+"""The two hot paths of the sparse products (``bmczoo.linalg.pattern_product``):
 the BCSR product (the CPU default) and the sorted segment sum (the default on other
 platforms) give the same sums up to float rounding, in float64, for the kernels, the
 Gibbs-side products, whole Gibbs sweeps and VB iterations; with rows and columns without
@@ -13,7 +13,7 @@ import pytest
 
 import bmczoo as bmc
 from bmczoo.inference.gibbs.rows import _pattern_product
-from bmczoo.inference import kernels as kr
+from bmczoo import linalg as kr
 
 from ._devices import four_cpu_devices_env
 

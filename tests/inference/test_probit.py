@@ -30,7 +30,7 @@ from scipy.stats import norm
 
 import bmczoo as bmc
 from bmczoo.inference import checkpoint as ck
-from bmczoo.inference import gibbs_driver
+from bmczoo.inference.gibbs import driver as gibbs_driver
 from bmczoo.inference.results.levels import classification_metrics
 from bmczoo.likelihoods import OrderedProbit, Probit
 

@@ -2,12 +2,12 @@
 
 ``bmc.fit`` (:mod:`.fit`) is the front door; :mod:`.settings` holds one validated settings
 class per method (:class:`Gibbs`, :class:`VB`, :class:`NUTS`, :class:`SVI`, :class:`MAP`);
-:mod:`.results` the result classes; :mod:`.gibbs`, :mod:`.kernels`, :mod:`.vb` the
-functional cores (pure ``init``/``step`` over typed states) and :class:`ConjugateGibbs`
+:mod:`.results` the result classes; :mod:`.gibbs`, :mod:`.vb` the
+functional cores (over the hot path, :mod:`bmczoo.linalg`) (pure ``init``/``step`` over typed states) and :class:`ConjugateGibbs`
 the NumPyro ``MCMCKernel`` around the Gibbs core.
 """
 
-from . import gibbs, kernels, vb
+from . import gibbs, vb
 from .fit import fit
 from .gibbs import ConjugateGibbs, ConjugateGibbsState
 from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVIFit, VBFit
@@ -15,7 +15,6 @@ from .settings import MAP, NUTS, SVI, VB, Gibbs, Settings
 
 __all__ = [
     "gibbs",
-    "kernels",
     "vb",
     "fit",
     "ConjugateGibbs",

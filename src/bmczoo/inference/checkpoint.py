@@ -7,7 +7,7 @@ Calling ``fit`` again with the same arguments resumes from the file: the key str
 part of the state, so the resumed run produces exactly the draws an uninterrupted run
 would have produced.  Ctrl-C writes a checkpoint of the work done before stopping.
 The run loop is :mod:`bmczoo.inference.run`; each driver names its state's arrays
-(:mod:`bmczoo.inference.gibbs_driver`, :mod:`bmczoo.inference.vb.driver`); this module
+(:mod:`bmczoo.inference.gibbs.driver`, :mod:`bmczoo.inference.vb.driver`); this module
 writes and reads the files, checks their settings and passes the command line's stop
 request to the loop.
 

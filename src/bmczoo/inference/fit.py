@@ -20,7 +20,7 @@ from ..offsets import GlobalMean, get_biases, looks_like_ratings
 from ..priors import Discrete, Prior
 from . import settings as st
 from .baselines import fit_map, fit_nuts, fit_svi, x64_context
-from .gibbs_driver import fit_gibbs
+from .gibbs.driver import fit_gibbs
 from .problem import Prepared
 from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVIFit, VBFit
 from .settings import Settings, all_argument_names, check_known, settings_for

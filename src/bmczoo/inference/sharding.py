@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .kernels import CSR, resolve_hot_path, row_ids_from_indptr
+from ..linalg import CSR, resolve_hot_path, row_ids_from_indptr
 
 __all__ = [
     "AXIS",
@@ -128,7 +128,7 @@ def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh, hot_path: str | N
     mesh : jax.sharding.Mesh
         The one-axis device mesh.
     hot_path : {"auto", "bcsr", "segment"}, optional
-        As in :func:`bmczoo.inference.kernels.csr_from_view` (``"auto"`` is resolved by
+        As in :func:`bmczoo.linalg.csr_from_view` (``"auto"`` is resolved by
         the platform of the mesh's devices).
     """
     D = mesh.devices.size

@@ -325,7 +325,7 @@ class Prior(abc.ABC):
     def row_prior(self, gamma: jax.Array) -> jax.Array:
         """Prior precision of each row of ``M`` and of ``N`` given the prior's state:
         (..., K) for a diagonal ``diag(1/gamma)`` (this family) or (..., K, K) for a full
-        matrix; the hot path (:func:`bmczoo.inference.kernels.row_precision`) takes both."""
+        matrix; the hot path (:func:`bmczoo.linalg.row_precision`) takes both."""
         return 1.0 / gamma
 
     @abc.abstractmethod

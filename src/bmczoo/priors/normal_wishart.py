@@ -5,7 +5,7 @@
 Unlike the paper's priors it has no column scales ``gamma_h``: its state is
 ``(mu_M, Lambda_M, mu_N, Lambda_N)`` and the rows get a full ``K x K`` prior precision
 and a prior mean, which the shared hot path takes as they are
-(:func:`bmczoo.inference.kernels.row_precision`, ``row_rhs(prior_shift=)``).
+(:func:`bmczoo.linalg.row_precision`, ``row_rhs(prior_shift=)``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import bmczoo as bmc  # noqa: E402
-from bmczoo.inference import kernels as kr  # noqa: E402
+from bmczoo import linalg as kr  # noqa: E402
 
 
 def main():

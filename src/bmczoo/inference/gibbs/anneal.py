@@ -10,7 +10,7 @@ from jax import lax
 
 from ...priors import Prior
 from .. import sharding as sh
-from ..kernels import CSR, _row_ids
+from ...linalg import CSR, row_ids
 from ..settings import check_spike_and_slab
 from .rows import Conditional, Side, SweepFlags, half_sweep, normals
 from .state import GibbsProblem, GibbsState, padded_dims
@@ -238,7 +238,7 @@ def _bias_residual(csr: CSR, values, bias_own, bias_other):
     y = csr.values[None] if values is None else values
     # a sharded block's padding entries have the row id b (out of range): clip, they are
     # not read by the products
-    return y - jnp.take(bias_own, _row_ids(csr), axis=1, mode="clip") - bias_other[:, csr.index]
+    return y - jnp.take(bias_own, row_ids(csr), axis=1, mode="clip") - bias_other[:, csr.index]
 
 
 def _log_column_prior(M, N, onehot, g, d: int):

@@ -17,7 +17,7 @@ from jax import lax
 from ... import _rng
 from ...priors import Prior
 from .. import sharding as sh
-from ..kernels import CSR, unpack_upper
+from ...linalg import CSR, unpack_upper
 from .rows import FactorRows, Side, row_sums
 from .state import GibbsProblem, GibbsState, padded_dims
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..kernels import _row_ids
+from ...linalg import row_ids
 from .state import GibbsProblem, GibbsState
 
 __all__ = ["LATENT_STREAM", "ratings_theta", "latent_cuts", "latent_block", "level_probs"]
@@ -19,7 +19,7 @@ LATENT_STREAM = 0x6C6174  # "lat"
 def ratings_theta(state: GibbsState, problem: GibbsProblem) -> jax.Array:
     """``theta_k`` (C, n) at every rating, in row order (biases included)."""
     rows = problem.rows
-    rid = _row_ids(rows)
+    rid = row_ids(rows)
     theta = jnp.einsum("cnk,cnk->cn", state.M[:, rid], state.N[:, rows.index])
     if problem.biases is not None:
         theta = theta + state.row_bias[:, rid] + state.col_bias[:, rows.index]

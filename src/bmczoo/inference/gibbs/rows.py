@@ -17,7 +17,7 @@ from jax import lax
 from ... import _rng
 from ...priors import Prior
 from .. import sharding as sh
-from ..kernels import (
+from ...linalg import (
     CSR,
     cholesky_rows,
     outer,
@@ -153,7 +153,7 @@ def row_sums(csr: CSR, other, bias_other, use_bias: bool, values=None):
     """The per-row sums over the ratings that a half sweep and the column moves need, from
     two sparse products with the rating pattern (``other`` (C, m_other, K) the other
     factor, all rows): ``G_i = sum_j N_j N_j^T`` as packed upper triangles
-    (C, m, K(K+1)/2, :func:`~bmczoo.inference.kernels.unpack_upper` gives (C, m, K, K)) and ``r_i = sum_j Y_ij N_j``
+    (C, m, K(K+1)/2, :func:`~bmczoo.linalg.unpack_upper` gives (C, m, K, K)) and ``r_i = sum_j Y_ij N_j``
     (C, m, K), and with biases ``sum_j N_j``, ``sum_j c_j N_j`` (C, m, K), ``sum_j c_j``
     and ``sum_j Y_ij`` (C, m) (else None).  ``values`` (C, n), when given, replace the
     ratings per chain (one product per chain)."""

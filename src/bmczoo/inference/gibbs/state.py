@@ -17,7 +17,7 @@ from ... import _rng
 from ...data import RatingData
 from ...priors import Prior
 from .. import sharding as sh
-from ..kernels import CSR, csr_from_view
+from ...linalg import CSR, csr_from_view
 from ..settings import SweepOptions, resolve_column_moves
 
 __all__ = [
@@ -96,7 +96,7 @@ class GibbsProblem:
         (see :mod:`bmczoo.inference.sharding`); then ``rows`` / ``cols`` hold per-device
         blocks and the factors have their rows padded to a multiple of the device count.
     overrelax : coefficient ``rho`` in (-1, 1) of the over-relaxed row updates
-        (:func:`bmczoo.inference.kernels.overrelaxed_rows`); 0 is plain Gibbs.
+        (:func:`bmczoo.linalg.overrelaxed_rows`); 0 is plain Gibbs.
     likelihood : the likelihood component (None: fixed ``tau``); a learned ``tau`` gets
         its Gibbs block (:meth:`~bmczoo.likelihoods.Likelihood.sample_tau`).
     biases : the :class:`~bmczoo.offsets.Biases` component or None.

@@ -3,7 +3,7 @@
 ``q = prod_i N(m_i, V_i) prod_j N(n_j, W_j) q(prior variables) [q(tau)] [q(biases)]``
 (docs/algorithms.md, "Mean-field variational Bayes").  One iteration updates all
 ``q(M_i)`` (one batched Cholesky, the same sparse products as the Gibbs sweep, see
-:mod:`bmczoo.inference.kernels`), then all ``q(N_j)``, then the biases' q (row biases,
+:mod:`bmczoo.linalg`), then all ``q(N_j)``, then the biases' q (row biases,
 column biases, their variances) when the model has biases, then the prior's q through
 its VB hooks (:meth:`~bmczoo.priors.Prior.vb_state`, ``vb_row_priors``,
 ``vb_factor_stats``, ``vb_step``, ``vb_elbo_term``; column scales ``q(gamma)`` from
@@ -26,7 +26,7 @@ from jax import lax
 from ...likelihoods import Tempered
 from ...priors import Prior
 from .. import sharding as sh
-from ..kernels import CSR, cholesky_rows, outer, pattern_product, row_precision, row_rhs, solve_rows
+from ...linalg import CSR, cholesky_rows, outer, pattern_product, row_precision, row_rhs, solve_rows
 from .state import (
     BLOCKS,
     COVARIANCES,

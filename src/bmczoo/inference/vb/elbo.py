@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from ...likelihoods import Tempered
 from ...priors import Prior
 from .. import sharding as sh
-from ..kernels import CSR
+from ...linalg import CSR
 from .cavi import log_Z, parts_body, parts_of
 from .state import Sharded, VBState, check_links, cuts_of, one_run, prior_q, ratings_mean
 

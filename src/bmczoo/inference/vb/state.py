@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from ... import _rng
 from ...priors import Prior
 from .. import sharding as sh
-from ..kernels import CSR, _row_ids
+from ...linalg import CSR, row_ids
 
 __all__ = [
     "VBState",
@@ -174,7 +174,7 @@ def init(
 
 def ratings_mean(state: VBState, rows: CSR) -> jax.Array:
     """``E_q[theta_k]`` (C, n) at every rating in row order (biases included)."""
-    rid = _row_ids(rows)
+    rid = row_ids(rows)
     mu = jnp.einsum("cnk,cnk->cn", state.m[:, rid], state.n[:, rows.index])
     if state.bias:
         mu = mu + state.bias["b_mean"][:, rid] + state.bias["c_mean"][:, rows.index]

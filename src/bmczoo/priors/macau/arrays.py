@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...linalg import csr_from_view, pattern_product
+
 
 def _csr(indptr, index, values, shape, dtype):
-    """A device CSR of the Gibbs hot path (:mod:`bmczoo.inference.kernels`) for a sparse
+    """A device CSR of the Gibbs hot path (:mod:`bmczoo.linalg`) for a sparse
     table given by rows."""
-    from types import SimpleNamespace
-
-    from ...inference.kernels import csr_from_view
-
     return csr_from_view(SimpleNamespace(indptr=indptr, index=index, values=values), shape, dtype)
 
 
@@ -90,8 +90,6 @@ def stored_links(prior_state: dict, links: dict) -> dict:
 def _product(csr, dense: jax.Array) -> jax.Array:
     """``A @ dense[c]`` for each chain: dense (C, m_other, K) -> (C, m, K), the chains
     stacked as columns of one sparse product."""
-    from ...inference.kernels import pattern_product
-
     C, m_other, K = dense.shape
     out = pattern_product(csr, csr.values, jnp.transpose(dense, (1, 0, 2)).reshape(m_other, C * K))
     return jnp.transpose(out.reshape(csr.shape[0], C, K), (1, 0, 2))

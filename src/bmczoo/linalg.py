@@ -67,6 +67,7 @@ __all__ = [
     "get_hot_path",
     "use_hot_path",
     "resolve_hot_path",
+    "row_ids",
     "HOT_PATHS",
     "row_precision",
     "row_rhs",
@@ -241,7 +242,8 @@ def csr_matmul(indptr, index, data, shape, dense):
     return out[:, :cols]
 
 
-def _row_ids(csr: CSR) -> jax.Array:
+def row_ids(csr: CSR) -> jax.Array:
+    """The row of each stored entry of ``csr`` (its ``row_ids`` when it carries them)."""
     if csr.row_ids is not None:
         return csr.row_ids
     # (a CSR built by hand) from indptr: row i owns entries indptr[i] .. indptr[i+1]-1
@@ -313,7 +315,7 @@ def pattern_product(
     path = resolve_hot_path(csr.hot_path if path is None else path)
     if path == "bcsr":
         return csr_matmul(csr.indptr, csr.index, data, csr.shape, dense)
-    return segment_matmul(_row_ids(csr), csr.index, data, csr.shape[0], dense, chunk_bytes)
+    return segment_matmul(row_ids(csr), csr.index, data, csr.shape[0], dense, chunk_bytes)
 
 
 def outer(F: jax.Array) -> jax.Array:

@@ -17,16 +17,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _xla
-from ..offsets import shift_clip
-from . import gibbs
-from . import settings as st
-from .checkpoint import check_settings, fingerprint, load_npz, save_npz
-from .problem import Prepared, run_settings, track_entries
-from .results import FitInfo, GibbsFit
-from .run import Job, donated, run_loop
-from .sharding import to_host
-from .thinning import num_kept
+from ... import _xla
+from ...offsets import shift_clip
+from .. import gibbs
+from .. import settings as st
+from ..checkpoint import check_settings, fingerprint, load_npz, save_npz
+from ..problem import Prepared, run_settings, track_entries
+from ..results import FitInfo, GibbsFit
+from ..run import Job, donated, run_loop
+from ..sharding import to_host
+from ..thinning import num_kept
 
 __all__ = ["fit_gibbs", "run_gibbs"]
 

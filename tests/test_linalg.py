@@ -1,4 +1,4 @@
-"""The shared hot path (``bmczoo.inference.kernels``) against naive dense references.
+"""The shared hot path (``bmczoo.linalg``) against naive dense references.
 
 Everything is compared in float64 with a dense numpy computation of
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import bmczoo as bmc
-from bmczoo.inference import kernels as kr
+from bmczoo import linalg as kr
 
 
 def _problem(seed=0, m1=9, m2=7, n=25):
@@ -224,7 +224,7 @@ def test_overrelaxed_rows_keep_the_conditional_exactly(rho):
     given x is mu + rho (x - mu) and its covariance (1 - rho^2) P^{-1}, so x ~ N(mu, P^{-1})
     implies x' ~ N(mu, P^{-1}) (rho^2 + 1 - rho^2 = 1).  Checked exactly in float64 on
     random precisions: the affine map's offset and its z- and x-coefficients."""
-    from bmczoo.inference.kernels import cholesky_rows, overrelaxed_rows, sample_rows, solve_rows
+    from bmczoo.linalg import cholesky_rows, overrelaxed_rows, sample_rows, solve_rows
 
     with jax.enable_x64(True):
         rng = np.random.default_rng(3)
