@@ -68,7 +68,8 @@ def _figure(nrows: int, ncols: int, figsize, **subplot_kw):
     return fig, axes
 
 
-def _describe(fit, method: bool = True) -> str:
+def describe_fit(fit, method: bool = True) -> str:
+    """A short label of a fit for titles: its method, prior and K."""
     name = str(fit.info.method)
     parts = (
         [name.upper() if name in ("vb", "svi", "map", "nuts") else name.capitalize()]
@@ -154,7 +155,7 @@ def plot_rmse_trace(
         ax.set_ylim(max(0.0, lo - 0.1 * (hi - lo)), hi + 0.1 * (hi - lo) + 1e-12)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", ncol=2 if multi else 1)
-    ax.set_title(title if title is not None else f"RMSE by iteration — {_describe(fit)}")
+    ax.set_title(title if title is not None else f"RMSE by iteration — {describe_fit(fit)}")
     return fig
 
 
@@ -230,7 +231,7 @@ def plot_acf(
         used[0].legend(fontsize="x-small", loc="upper right")
     thin = idata.posterior.attrs.get("thinning")
     extra = f", lags in kept draws (thinning {thin})" if thin else ""
-    fig.suptitle(f"Autocorrelation of θ entries — {_describe(fit)}{extra}")
+    fig.suptitle(f"Autocorrelation of θ entries — {describe_fit(fit)}{extra}")
     return fig
 
 
@@ -313,7 +314,7 @@ def plot_trace(
     axes[-1, 1].set_xlabel("draw")
     _compact_legends(axes)
     rep = idata.posterior.attrs.get("representation", "")
-    title = f"Posterior traces — {_describe(fit)}"
+    title = f"Posterior traces — {describe_fit(fit)}"
     if "variational" in rep or "guide" in rep:
         title += f" ({rep})"
     if constant:
@@ -429,7 +430,7 @@ def plot_posterior_compare(
     for ax in axes[:, 0]:
         ax.set_ylabel("density")
     used[0].legend(fontsize="x-small", loc="upper left")
-    fig.suptitle(f"Posterior of θ entries: Gibbs vs VB — {_describe(vb_fit, method=False)}")
+    fig.suptitle(f"Posterior of θ entries: Gibbs vs VB — {describe_fit(vb_fit, method=False)}")
     return fig
 
 
@@ -591,5 +592,5 @@ def plot_gamma(
     )
     ax.grid(alpha=0.3, axis="y")
     rep = "q draws" if fit.has_q else "draws"
-    fig.suptitle(f"γ and rank — {_describe(fit)} ({g.shape[0]} {rep})")
+    fig.suptitle(f"γ and rank — {describe_fit(fit)} ({g.shape[0]} {rep})")
     return fig

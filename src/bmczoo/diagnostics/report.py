@@ -10,7 +10,7 @@ import numpy as np
 
 from ..inference.results.arrays import offset_of, setting
 from .convert import arrays_to_arviz, fit_arrays
-from .plots import _describe, plot_acf, plot_convergence, plot_gamma, plot_rmse_trace, plot_trace
+from .plots import describe_fit, plot_acf, plot_convergence, plot_gamma, plot_rmse_trace, plot_trace
 from .stats import RankMixingWarning, gamma_threshold, rank_mixing, rank_posterior, summary
 
 __all__ = ["report"]
@@ -82,7 +82,7 @@ def _figures(fit, fa, idata, threshold, num_draws: int, seed: int):
             rank = rank_posterior(fit, thr, num_draws=num_draws, seed=seed)
         figures["gamma"] = plot_gamma(fit, threshold=thr, num_draws=num_draws, seed=seed)
     if fit.has_q:
-        figures["convergence"] = plot_convergence({_describe(fit): fit})
+        figures["convergence"] = plot_convergence({describe_fit(fit): fit})
     return figures, rank, thr
 
 
@@ -177,7 +177,7 @@ def _rank_mixing_markdown(table, mix) -> list[str]:
 def _summary_markdown(fit, settings: dict, table, rank, thr, figure_names, mix=None) -> str:
     """The text of ``summary.md``: settings, the summary table, the rank mixing
     diagnostics and the rank posterior (where available) and links to the figures."""
-    lines = [f"# Diagnostics — {_describe(fit)}", ""]
+    lines = [f"# Diagnostics — {describe_fit(fit)}", ""]
     lines += [f"- **{k}**: {_fmt(v)}" for k, v in settings.items()]
     lines += [
         "",
@@ -255,7 +255,7 @@ def report(
     written[1].write_text(
         _summary_markdown(fit, _fit_settings(fit, fa), table, rank, thr, list(figures), mix)
     )
-    _table_figure(table, f"Summary — {_describe(fit)}").savefig(written[2], dpi=dpi)
+    _table_figure(table, f"Summary — {describe_fit(fit)}").savefig(written[2], dpi=dpi)
     if rank is not None:
         written.append(rp)
     for name, fig in figures.items():

@@ -10,7 +10,14 @@ from jax import lax
 
 from .. import _rng
 
-__all__ = ["nw_posterior", "nw_vb_term", "wishart_draw"]
+__all__ = [
+    "nw_posterior",
+    "nw_vb_term",
+    "wishart_draw",
+    "chol_inverse",
+    "expected_lambda",
+    "multidigamma",
+]
 
 
 def nw_posterior(s1: jax.Array, s2: jax.Array, m: int, beta0: float, nu0: float, W0_inv: jax.Array):
@@ -60,7 +67,7 @@ def wishart_draw(key: jax.Array, Winv: jax.Array, nu, beta=None, mu=None):
     return mu + (U @ v) / jnp.sqrt(beta), Lam
 
 
-def _chol_inverse(Winv):
+def chol_inverse(Winv):
     """``(W, log|W|)`` from the inverse scale ``Winv`` (..., K, K) by its Cholesky factor."""
     K = Winv.shape[-1]
     L = lax.linalg.cholesky(Winv, symmetrize_input=False)
@@ -71,9 +78,9 @@ def _chol_inverse(Winv):
     return W, logdet_W
 
 
-def _expected_lambda(Winv, nu):
+def expected_lambda(Winv, nu):
     """``E[Lambda] = nu W`` of ``Wishart(W, nu)`` given ``Winv`` (C, K, K), ``nu`` (C,)."""
-    W, _ = _chol_inverse(Winv)
+    W, _ = chol_inverse(Winv)
     return nu[..., None, None] * W
 
 
@@ -85,7 +92,7 @@ def _multigammaln(a, K: int):
     )
 
 
-def _multidigamma(a, K: int):
+def multidigamma(a, K: int):
     """``sum_{j=0}^{K-1} digamma(a - j/2)``."""
     j = jnp.arange(K, dtype=jnp.result_type(a))
     return jnp.sum(jax.scipy.special.digamma(a[..., None] - 0.5 * j), -1)
@@ -112,8 +119,8 @@ def nw_vb_term(mu, beta, nu, Winv, s1, s2, m: int, beta0: float, nu0: float, W0_
     """
     K = mu.shape[-1]
     dt = mu.dtype
-    W, logdet_W = _chol_inverse(Winv)
-    ElogL = _multidigamma(0.5 * nu, K) + K * jnp.log(2.0) + logdet_W
+    W, logdet_W = chol_inverse(Winv)
+    ElogL = multidigamma(0.5 * nu, K) + K * jnp.log(2.0) + logdet_W
     Q = (
         s2
         - s1[..., :, None] * mu[..., None, :]

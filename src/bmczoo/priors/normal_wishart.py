@@ -19,9 +19,9 @@ import numpyro.distributions as dist
 
 from . import macau
 from ._wishart import (  # noqa: F401 - importable from here
-    _chol_inverse,
-    _expected_lambda,
-    _multidigamma,
+    chol_inverse,
+    expected_lambda,
+    multidigamma,
     _multigammaln,
     nw_posterior,
     nw_vb_term,
@@ -383,7 +383,7 @@ class NormalWishart(Prior):
         """``(E[Lambda], E[Lambda mu]) = (nu* W*, nu* W* mu*)`` for each factor."""
         out = []
         for side in SIDES:
-            EL = _expected_lambda(q[f"Winv_{side}"], q[f"nu_{side}"])
+            EL = expected_lambda(q[f"Winv_{side}"], q[f"nu_{side}"])
             out.append((EL, jnp.einsum("...kl,...l->...k", EL, q[f"mu_{side}"])))
         return tuple(out)
 

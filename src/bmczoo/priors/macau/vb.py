@@ -8,7 +8,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._wishart import _chol_inverse, _expected_lambda, _multidigamma, nw_vb_term
+from .._wishart import chol_inverse, expected_lambda, multidigamma, nw_vb_term
 from .algebra import LinkHyper, LinkRows, b_mean, nw_with_link, residual_sums
 from .arrays import coords_mean, coords_stats
 
@@ -242,8 +242,8 @@ def vb_link_elbo_term(
     log2pi = jnp.log(2.0 * jnp.pi).astype(dt)
     s1e, s2e = vb_residual_stats(link, qB, rows)
     out = nw_vb_term(mu, beta, nu, Winv, s1e, s2e, m, hyper.beta0, hyper.nu0, hyper.W0_scale)
-    W, logdet_W = _chol_inverse(Winv)
-    ElogL = _multidigamma(0.5 * nu, K) + K * jnp.log(2.0) + logdet_W
+    W, logdet_W = chol_inverse(Winv)
+    ElogL = multidigamma(0.5 * nu, K) + K * jnp.log(2.0) + logdet_W
     lam, Eloglam = shape / rate, digamma(shape) - jnp.log(rate)
     EBB, _ = _vb_b_moments(link, Bt, a, U)
     log_pB = 0.5 * F * K * (Eloglam - log2pi) + 0.5 * F * ElogL - 0.5 * lam * jnp.sum(nu * W * EBB)
@@ -344,7 +344,7 @@ class VBLink:
         """
         out = []
         for side, link in self.sides.items():
-            EL = _expected_lambda(q[f"Winv_{side}"], q[f"nu_{side}"])
+            EL = expected_lambda(q[f"Winv_{side}"], q[f"nu_{side}"])
             mean = q[f"mu_{side}"]
             if link is not None:
                 mean = mean[:, None, :] + coords_mean(link, q[f"Bt_{side}"])
@@ -397,7 +397,7 @@ class VBLink:
         W0_inv = jnp.eye(K, dtype=stats[0].dtype) / h.W0_scale
 
         def one(mu, nu, Winv, shape, rate, rows):
-            EL = _expected_lambda(Winv, nu)
+            EL = expected_lambda(Winv, nu)
             qB = vb_b_update(link, mu, EL, shape / rate, rows.Gt)
             shape, rate = vb_lam_update(link, *qB, EL, h.a_B, h.b_B)
             mu, beta, nu, Winv = vb_nw_link_update(
