@@ -340,7 +340,10 @@ class VB(Settings):
     tol : float
         Relative ELBO change below which the iterations stop.
     restarts : int
-        Random starting points run side by side.
+        Independent runs from random starting points, side by side; the one with the
+        highest final ELBO is kept.  ``bmc.fit(method="vb", num_chains=R)`` is the same as
+        ``restarts=R`` (VB has runs, not chains); the result reports them as ``num_runs``
+        and ``best_run``.
     checkpoint : str or os.PathLike, optional
         Checkpoint file (``.npz``).
     checkpoint_every : int
