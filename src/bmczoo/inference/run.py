@@ -5,15 +5,18 @@ compiled call, and saves a checkpoint.  :func:`run_loop` drives it: the progress
 "compiling" phase, then the job's phases: "warmup" and "sampling", or "vb"), chunks of
 iterations of about a quarter second between two updates of the bar, a checkpoint every
 ``checkpoint_every`` iterations and at the end, and Ctrl-C: the work done is saved and
-``KeyboardInterrupt`` says where, unless the state was given up (donated) to the call
-that was running.  The command line's Ctrl-C reaches the loop through
+``KeyboardInterrupt`` says where.  A compiled call takes the state it advances
+(donated), so Python's Ctrl-C during a call is raised once the call has returned.  The
+command line's Ctrl-C reaches the loop through
 :func:`bmczoo.inference.checkpoint.request_stop`.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
+import signal
 import threading
 import time
 
@@ -148,6 +151,30 @@ def _next_chunk(n: int, seconds: float) -> int:
     return max(1, min(4 * n, int(_CHUNK_SECONDS * n / max(seconds, 1e-9))))
 
 
+@contextlib.contextmanager
+def _interrupt_after_call(enabled: bool):
+    """Hold Python's Ctrl-C (``KeyboardInterrupt``) until the compiled call in the block
+    has returned and its result is kept: a call takes the state it advances (donated), so
+    an interrupt raised inside it would leave nothing to save.  The wait is at most one
+    chunk of iterations.  Only Python's default handler on the main thread is replaced; the
+    command line's handler asks the loop to stop at its next boundary on its own."""
+    if (
+        not enabled
+        or threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    pressed = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if pressed:
+        raise KeyboardInterrupt
+
+
 def _interrupted(job: Job, checkpoint) -> KeyboardInterrupt:
     """The Ctrl-C of a checkpointed run, saved when its state was not given up."""
     where = f"{str(checkpoint)!r}"
@@ -194,7 +221,8 @@ def run_loop(
             stop = min(job.total, (it // every + 1) * every, job.boundary(it))
             n = min(chunk, stop - it)
             t0 = time.perf_counter()
-            job.advance(n)
+            with _interrupt_after_call(saving):
+                job.advance(n)
             it = job.done()
             seconds = time.perf_counter() - t0
             calls.append((n, seconds))

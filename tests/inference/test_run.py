@@ -1,0 +1,77 @@
+"""The run loop (``bmczoo.inference.run``) with a stand-in job: Ctrl-C and checkpoints."""
+
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+import pytest
+
+from bmczoo.inference import run
+
+
+class _Counter(run.Job):
+    """Counts iterations; its "compiled call" takes the state (as a donating call does)
+    and returns the next one, and presses Ctrl-C in the middle of call ``press_at``."""
+
+    unit = "sweep"
+
+    def __init__(self, total: int, press_at: int | None = None):
+        self.total, self.press_at = total, press_at
+        self.state = np.zeros(1)
+        self.calls = 0
+        self.saved: list[int] = []
+
+    def done(self) -> int:
+        return int(self.state[0])
+
+    def compile(self) -> None:
+        pass
+
+    def advance(self, n: int) -> None:
+        taken, self.state = self.state, None  # given up to the call
+        self.calls += 1
+        if self.calls == self.press_at:
+            signal.raise_signal(signal.SIGINT)
+            for _ in range(1000):  # the interpreter checks for signals between bytecodes
+                pass
+        self.state = taken + n
+
+    def phase(self, it: int) -> str:
+        return "sampling"
+
+    def postfix(self, n: int, seconds: float) -> dict:
+        return {}
+
+    def save(self) -> None:
+        self.saved.append(self.done())
+
+    def lost(self) -> bool:
+        return self.state is None
+
+    def describe(self) -> str:
+        return f"{self.done()} of {self.total} sweeps"
+
+
+def test_a_run_without_interrupt_saves_at_every_checkpoint_and_the_end(tmp_path):
+    job = _Counter(total=10)
+    run.run_loop(job, tmp_path / "c.npz", checkpoint_every=4, progress_bar=False)
+    assert job.done() == 10 and job.saved == [4, 8, 10]
+
+
+def test_ctrl_c_inside_a_call_that_takes_the_state_saves_the_work_done(tmp_path):
+    """Python's KeyboardInterrupt waits for the call to return its state, so the work
+    done is saved (without the wait the state would be lost with the call)."""
+    job = _Counter(total=10, press_at=3)
+    with pytest.raises(KeyboardInterrupt, match="interrupted after 3 of 10 sweeps; the work"):
+        run.run_loop(job, tmp_path / "c.npz", checkpoint_every=100, progress_bar=False)
+    assert job.saved == [3] and not job.lost()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_without_a_checkpoint_ctrl_c_is_python_s_own(tmp_path):
+    job = _Counter(total=10, press_at=2)
+    with pytest.raises(KeyboardInterrupt) as info:
+        run.run_loop(job, None, checkpoint_every=100, progress_bar=False)
+    assert str(info.value) == "" and job.saved == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
