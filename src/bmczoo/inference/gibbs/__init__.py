@@ -35,8 +35,10 @@ from .latent import latent_block, latent_cuts, level_probs, ratings_theta
 from .sampler import check_failure, is_kept, step, sweep
 from .state import (
     Entries,
+    EntryArrays,
     GibbsProblem,
     GibbsState,
+    RunStats,
     Schedule,
     build_problem,
     draws,
@@ -50,7 +52,9 @@ from .state import (
 __all__ = [
     "GibbsProblem",
     "GibbsState",
+    "RunStats",
     "Entries",
+    "EntryArrays",
     "Schedule",
     "build_problem",
     "init",

@@ -76,7 +76,7 @@ class ConjugateGibbs(MCMCKernel):
         the draws NumPyro keeps (after warm-up, every ``thinning``-th) and size the RMSE
         traces.  Without ``num_samples`` no RMSE trace is kept.
     predict : (rows, cols), optional
-        Entries whose posterior mean of ``theta`` is accumulated (``state.core.pred_sum``).
+        Entries whose posterior mean of ``theta`` is accumulated (``state.core.stats.pred_sum``).
     test_values : array, optional
         Observed values at ``predict`` (original scale): enables the RMSE traces.
     offset : float
@@ -235,10 +235,10 @@ class ConjugateGibbs(MCMCKernel):
 
     def get_diagnostics_str(self, state):
         core = state.core
-        if core.rmse_mean.shape[-1] == 0:
+        if core.stats.rmse_mean.shape[-1] == 0:
             return ""
         i = int(core.iteration) - 1
-        return f"rmse(draw) {float(core.rmse_draw[0, i]):.4f}"
+        return f"rmse(draw) {float(core.stats.rmse_draw[0, i]):.4f}"
 
 
 @functools.lru_cache(maxsize=32)
