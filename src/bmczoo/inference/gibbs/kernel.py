@@ -79,6 +79,10 @@ class ConjugateGibbs(MCMCKernel):
         The values given to ``MCMC``; they align the kernel's running posterior mean with
         the draws NumPyro keeps (after warm-up, every ``thinning``-th) and size the RMSE
         traces.  Without ``num_samples`` no RMSE trace is kept.
+    **options
+        By name: the requested entries (``predict``, ``test_values``, ``offset``,
+        ``clip``) and the sweep's options (``overrelax``, ``column_moves``,
+        ``column_moves_every``, ``anneal_steps``, ``anneal_every``), each below.
     predict : (rows, cols), optional
         Entries whose posterior mean of ``theta`` is accumulated (``state.core.stats.pred_sum``).
     test_values : array, optional
