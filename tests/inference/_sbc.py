@@ -184,7 +184,7 @@ def _sbc_chains(
             )
 
         state, out = jax.lax.scan(draw, state, None, length=num_draws)
-        return out, state.failure[0]
+        return out, state.stats.failure[0]
 
     return jax.vmap(replication)(keys, Y)
 

@@ -227,15 +227,13 @@ def test_checkpoint_without_switch_counts_restores_zeros(tiny_ratings):
     )
     prior = bmc.priors.Discrete(1.0, 0.5, 0.5)
     state = gibbs.init(jax.random.split(jax.random.key(0), 3), problem, prior, 2)
-    state = jax.jit(
-        lambda s: gibbs.annealed_switch(s, problem, prior, jax.random.split(jax.random.key(1), 3))
-    )(state)
+    state = jax.jit(gibbs.sweep, static_argnums=2)(state, problem, prior)  # one switch each
     arrays = gibbs_driver._state_arrays(state, problem)
     np.testing.assert_array_equal(
-        gibbs_driver._restore_state(arrays, problem).switches, state.switches
+        gibbs_driver._restore_state(arrays, problem).stats.switches, state.stats.switches
     )
-    assert np.asarray(state.switches)[:, 1].tolist() == [1, 1, 1]
+    assert np.asarray(state.stats.switches)[:, 1].tolist() == [1, 1, 1]
     old = {k: v for k, v in arrays.items() if k != "state/switches"}
     np.testing.assert_array_equal(
-        gibbs_driver._restore_state(old, problem).switches, np.zeros((3, 2), np.int32)
+        gibbs_driver._restore_state(old, problem).stats.switches, np.zeros((3, 2), np.int32)
     )

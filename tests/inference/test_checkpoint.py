@@ -139,7 +139,7 @@ def test_driver_equals_numpyro_mcmc(tmp_path):
     rounding = ck.ResumeGuarantee("cpu", False, ck.resume_guarantee(np.float32, "gpu").rtol)
     for k in samples:
         rounding.check(np.asarray(samples[k]), np.asarray(a.samples[k]), err_msg=k)
-    pred = np.asarray(core.pred_sum, np.float64).mean(0) / int(core.num_kept)
+    pred = np.asarray(core.stats.pred_sum, np.float64).mean(0) / int(core.stats.num_kept)
     rounding.check(pred + a.info.shift.offset, a.pred_theta + a.info.shift.offset, "pred_theta")
     b = bmc.fit(train, checkpoint=tmp_path / "run.npz", checkpoint_every=7, **kw)
     _assert_same_gibbs(a, b)

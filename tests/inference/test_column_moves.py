@@ -190,10 +190,10 @@ def _chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, num_s
             cols=problem.cols._replace(values=Y[col_order]),
         )
         state = gibbs.init(k_move[None], prob, prior, gw.K, gamma=gamma[None], M=M[None], N=N[None])
-        if with_sweep:  # the sweep with the moves at its end (problem.column_moves is True)
+        if with_sweep:  # the sweep with the moves at its end (problem.options.column_moves is True)
             state = gibbs.sweep(state, prob, prior)
-        elif problem.anneal_steps:  # the annealed switch alone (test_annealed_switch.py)
-            state = gibbs.annealed_switch(state, prob, prior, k_move[None])
+        elif problem.options.anneal_steps:  # the annealed switch alone (test_annealed_switch.py)
+            state = gibbs.annealed_switch(state, prob, prior, k_move[None])[0]
         else:  # the moves alone
             state = gibbs.column_moves(state, prob, prior, k_move[None])
         gamma, M, N = state.gamma[0], state.M[0], state.N[0]

@@ -23,7 +23,7 @@ def test_first_failing_row_is_named():
     state = gibbs.init(jax.random.key(0)[None], problem, prior, 2)
     gibbs.check_failure(state)  # nothing yet
     state = jax.jit(gibbs.step, static_argnums=2)(state, problem, prior)
-    assert np.asarray(state.failure).tolist() == [[1, 0, 2]]
+    assert np.asarray(state.stats.failure).tolist() == [[1, 0, 2]]
     with pytest.raises(
         FloatingPointError,
         match=r"sweep 1, chain 0: non-finite draw of row 2 of M .*float32; "
@@ -32,7 +32,7 @@ def test_first_failing_row_is_named():
         gibbs.check_failure(state)
     # the first failure is kept: later sweeps do not overwrite it
     state = jax.jit(gibbs.step, static_argnums=2)(state, problem, prior)
-    assert np.asarray(state.failure).tolist() == [[1, 0, 2]]
+    assert np.asarray(state.stats.failure).tolist() == [[1, 0, 2]]
 
 
 @pytest.mark.parametrize("driver", ["numpyro", "checkpoint"])

@@ -164,10 +164,13 @@ def test_running_mean_averages_the_kept_draws(data, x64, num_samples, thinning):
     core = mcmc.last_state.core
     theta = np.asarray(mcmc.get_samples(group_by_chain=True)["theta"])  # (chain, kept, entry)
     assert theta.shape[1] == num_samples // thinning
-    assert int(core.num_kept) == num_samples // thinning
+    assert int(core.stats.num_kept) == num_samples // thinning
     assert int(core.iteration) == 6 + num_samples
     np.testing.assert_allclose(
-        np.asarray(core.pred_sum) / int(core.num_kept), theta.mean(axis=1), rtol=1e-10, atol=1e-12
+        np.asarray(core.stats.pred_sum) / int(core.stats.num_kept),
+        theta.mean(axis=1),
+        rtol=1e-10,
+        atol=1e-12,
     )
 
 

@@ -13,7 +13,8 @@ with that key.  With ``overrelax = rho != 0`` the rows are updated by Adler's
 over-relaxation within the same exact Gaussian conditionals (still invariant for the
 posterior; ``benchmarks/bench_overrelax.py`` measures its effective sample size).
 
-While sampling, the state accumulates, without storing draws: the sum of ``theta`` at
+While sampling, the state's accumulators (``state.stats``, :class:`RunStats`, apart from
+the chain's variables) hold, without storing draws: the sum of ``theta`` at
 requested entries over kept draws (the posterior mean) and of its square (the posterior
 variance), and, when test values are given, the RMSE per iteration of the current draw
 and of the running posterior mean.
@@ -35,8 +36,10 @@ from .latent import latent_block, latent_cuts, level_probs, ratings_theta
 from .sampler import check_failure, is_kept, step, sweep
 from .state import (
     Entries,
+    EntryArrays,
     GibbsProblem,
     GibbsState,
+    RunStats,
     Schedule,
     build_problem,
     draws,
@@ -50,7 +53,9 @@ from .state import (
 __all__ = [
     "GibbsProblem",
     "GibbsState",
+    "RunStats",
     "Entries",
+    "EntryArrays",
     "Schedule",
     "build_problem",
     "init",

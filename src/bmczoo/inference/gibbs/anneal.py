@@ -23,13 +23,13 @@ ANNEAL_STREAM = 0x616E6E  # "ann"
 
 def annealed_switch(
     state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array
-) -> GibbsState:
+) -> tuple[GibbsState, jax.Array]:
     """Switch one column between the spike and the slab along an annealing path, accepted
     by Metropolis-Hastings on the work done (non-equilibrium candidate Monte Carlo).
 
     Each chain picks a column ``h`` uniformly and proposes to move ``gamma_h`` to the
     other value of the discrete prior (:meth:`~bmczoo.priors.Prior.column_proposal`):
-    over ``T = problem.anneal_steps`` steps ``gamma_h`` follows the geometric path from its
+    over ``T = problem.options.anneal_steps`` steps ``gamma_h`` follows the geometric path from its
     value to the other one, and after each step but the last the factors are updated by
     a kernel that keeps the joint at the current ``gamma_h`` invariant and is reversible
     (rows of ``M``, rows of ``N``, rows of ``M`` again: a palindrome of exact Gibbs
@@ -44,7 +44,7 @@ def annealed_switch(
     second factor on MovieLens) is accepted where a one-step flip is not.
 
     Costs ``1.5 (T - 1)`` sweeps of the factors; :func:`sweep` runs it every
-    ``problem.anneal_every`` sweeps.  Sharded like the sweep on a mesh; biases and a
+    ``problem.options.anneal_every`` sweeps.  Sharded like the sweep on a mesh; biases and a
     learned noise precision stay fixed during the move (the residual subtracts the
     biases), a latent likelihood's ``z`` replace the ratings.
 
@@ -62,7 +62,9 @@ def annealed_switch(
     Returns
     -------
     GibbsState
-        The state after the move.
+        The state after the move (its ``stats`` untouched).
+    jax.Array, shape (C, 2) int32
+        Each chain's accepted (0 or 1) and attempted (1) switches, for ``stats.switches``.
     """
     check_spike_and_slab(prior)
     C, _, K = state.M.shape
@@ -70,16 +72,18 @@ def annealed_switch(
     k = jax.vmap(lambda kk: jax.random.split(kk, 3))(keys)
     h = jax.vmap(lambda kk: jax.random.randint(kk, (), 0, K))(k[:, 0])
     log_u = jnp.log(jax.vmap(lambda kk: jax.random.uniform(kk, (), dt))(k[:, 2]))
-    M, N, gamma, log_ratio = annealed_path(state, problem, prior, k[:, 1], h, problem.anneal_steps)
+    M, N, gamma, log_ratio = annealed_path(
+        state, problem, prior, k[:, 1], h, problem.options.anneal_steps
+    )
     accept = log_u < log_ratio  # a NaN work (a failed factorisation) rejects
     acc = accept[:, None, None]
     counts = jnp.stack([accept.astype(jnp.int32), jnp.ones_like(accept, jnp.int32)], axis=-1)
-    return state._replace(
+    new = state._replace(
         M=jnp.where(acc, M, state.M),
         N=jnp.where(acc, N, state.N),
         prior_state={**state.prior_state, "gamma": jnp.where(accept[:, None], gamma, state.gamma)},
-        switches=state.switches + counts,
     )
+    return new, counts
 
 
 def annealed_path(

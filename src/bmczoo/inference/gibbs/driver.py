@@ -40,12 +40,18 @@ _ROWS = ("M", "N", "row_bias", "col_bias")
 _DICTS = {"prior_state": "prior", "lik_state": "lik"}
 
 
+#: the chain's fields stored one array each (the rows, the dicts and the key apart)
+_PLAIN = tuple(
+    f for f in gibbs.GibbsState._fields if f not in _ROWS + tuple(_DICTS) + ("key", "stats")
+)
+
+
 def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[str, np.ndarray]:
+    """The arrays of a checkpoint's state: ``state/<field>`` for the chain's fields and the
+    accumulators alike (one flat namespace: their names differ)."""
     m1, m2 = problem.dims
-    skip = _ROWS + tuple(_DICTS) + ("key",)
-    out = {
-        f"state/{f}": to_host(getattr(state, f)) for f in gibbs.GibbsState._fields if f not in skip
-    }
+    out = {f"state/{f}": to_host(getattr(state, f)) for f in _PLAIN}
+    out.update({f"state/{f}": to_host(x) for f, x in state.stats._asdict().items()})
     for f, m in zip(_ROWS, (m1, m2, m1, m2)):  # without the padding rows of a sharded run
         out[f"state/{f}"] = to_host(getattr(state, f)[:, :m])
     for field, prefix in _DICTS.items():
@@ -64,14 +70,17 @@ def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsStat
         )
     if "state/switches" not in arrays and "state/failure" in arrays:  # a run without switches
         arrays["state/switches"] = np.zeros((np.shape(arrays["state/failure"])[0], 2), np.int32)
-    plain = [f for f in gibbs.GibbsState._fields if f not in _DICTS and f != "key"]
+    plain = _ROWS + _PLAIN + gibbs.RunStats._fields
     missing = [f for f in plain if f"state/{f}" not in arrays]
     if missing:
         raise ValueError(
             f"the checkpoint was written by an earlier version of bmczoo (its Gibbs state has no "
             f"{', '.join(missing)}): start the run again with another checkpoint path"
         )
-    fields = {f: jnp.asarray(arrays[f"state/{f}"]) for f in plain}
+    fields = {f: jnp.asarray(arrays[f"state/{f}"]) for f in _ROWS + _PLAIN}
+    fields["stats"] = gibbs.RunStats(
+        **{f: jnp.asarray(arrays[f"state/{f}"]) for f in gibbs.RunStats._fields}
+    )
     for field, prefix in _DICTS.items():
         p = f"state/{prefix}/"
         fields[field] = {k[len(p) :]: jnp.asarray(v) for k, v in arrays.items() if k.startswith(p)}
@@ -106,7 +115,7 @@ def _save(checkpoint, settings: dict, state, problem, draws: list[dict]) -> None
 def _run_sweeps(state, buffer, problem, n, *, prior, store_factors):
     """``n`` sweeps (a traced count: one program serves every chunk of a run, warm-up and
     sampling alike), each kept draw (:func:`gibbs.draws`) written into ``buffer`` at its
-    index (``state.num_kept - 1`` after the sweep that keeps it)."""
+    index (``state.stats.num_kept - 1`` after the sweep that keeps it)."""
 
     def body(_, carry):
         s, buf = carry
@@ -115,7 +124,9 @@ def _run_sweeps(state, buffer, problem, n, *, prior, store_factors):
         def write(buf):
             d = gibbs.draws(s, problem, store_factors)
             return jax.tree.map(
-                lambda b, x: jax.lax.dynamic_update_index_in_dim(b, x, s.num_kept - 1, 0), buf, d
+                lambda b, x: jax.lax.dynamic_update_index_in_dim(b, x, s.stats.num_kept - 1, 0),
+                buf,
+                d,
             )
 
         return s, jax.lax.cond(gibbs.is_kept(s.iteration, problem), write, lambda b: b, buf)
@@ -143,19 +154,18 @@ def _buffer_draws(buffer, n: int) -> list[dict]:
 def _pooled_rmse(state, problem) -> float | None:
     """Test RMSE of the running posterior mean of all chains pooled (None before the first
     kept draw or without test ratings)."""
-    n_test = int(problem.test_values.shape[0])
-    k = int(state.num_kept)
+    e, stats = problem.entries, state.stats
+    n_test = int(e.test_values.shape[0])
+    k = int(stats.num_kept)
     if not problem.has_test or n_test == 0 or k == 0:
         return None
-    y = to_host(problem.test_values).astype(np.float64)
+    y = to_host(e.test_values).astype(np.float64)
     if problem.latent:
-        proba = to_host(state.proba_sum)[:, :n_test].astype(np.float64).mean(0) / k
+        proba = to_host(stats.proba_sum)[:, :n_test].astype(np.float64).mean(0) / k
         pred = np.asarray(problem.likelihood.expected_value(proba), np.float64)
     else:
-        theta = to_host(state.pred_sum)[:, :n_test].astype(np.float64).mean(0) / k
-        pred = shift_clip(
-            theta, float(problem.offset), float(problem.clip_lo), float(problem.clip_hi)
-        )
+        theta = to_host(stats.pred_sum)[:, :n_test].astype(np.float64).mean(0) / k
+        pred = shift_clip(theta, float(e.offset), float(e.clip_lo), float(e.clip_hi))
     return float(np.sqrt(np.mean((pred - y) ** 2)))
 
 
@@ -216,7 +226,7 @@ class _Chains(Job):
         gibbs.check_failure(self.state)
 
     def save(self) -> None:
-        draws = _buffer_draws(self.buffer, int(self.state.num_kept))
+        draws = _buffer_draws(self.buffer, int(self.state.stats.num_kept))
         _save(self.checkpoint, self.settings, self.state, self.problem, draws)
 
     def lost(self) -> bool:
@@ -248,7 +258,7 @@ def run_gibbs(
     """
     job = _Chains(state, problem, prior, s, store_factors, dict(settings or {}))
     t_compile, calls = run_loop(job, s.checkpoint, s.checkpoint_every, progress_bar)
-    draws = _buffer_draws(job.buffer, int(job.state.num_kept))
+    draws = _buffer_draws(job.buffer, int(job.state.stats.num_kept))
     swept, sweep_time = sum(n for n, _ in calls), sum(t for _, t in calls)
     timings = dict(
         compile_seconds=t_compile, sweep_seconds=sweep_time / swept if swept else float("nan")
@@ -375,17 +385,17 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
     store = _store_factors(s, info.shape, info.K, info.dtype)
     core, samples, timings = _gibbs_chains(prep, info, track, store, progress_bar)
     gibbs.check_failure(core, dtype=info.dtype)
-    C = s.num_chains
-    pred_sum = np.asarray(core.pred_sum, np.float64).reshape(C, -1)
-    pred_sq = np.asarray(core.pred_sq, np.float64).reshape(C, -1)
-    num_kept = int(np.asarray(core.num_kept).ravel()[0])
+    C, stats = s.num_chains, core.stats
+    pred_sum = np.asarray(stats.pred_sum, np.float64).reshape(C, -1)
+    pred_sq = np.asarray(stats.pred_sq, np.float64).reshape(C, -1)
+    num_kept = int(np.asarray(stats.num_kept).ravel()[0])
     # pooled over chains: E[theta], E[theta^2] - E[theta]^2 (running sums, no draws)
     pred_theta = pred_sum.mean(axis=0) / max(num_kept, 1)
     pred_var = np.maximum(pred_sq.mean(axis=0) / max(num_kept, 1) - pred_theta**2, 0.0)
     pred_proba, pred_mean = None, info.shift.apply(pred_theta)
     if info.likelihood.latent:  # level probabilities pooled over chains
-        pred_proba = np.asarray(core.proba_sum, np.float64).reshape(
-            (C,) + core.proba_sum.shape[-2:]
+        pred_proba = np.asarray(stats.proba_sum, np.float64).reshape(
+            (C,) + stats.proba_sum.shape[-2:]
         ).mean(0) / max(num_kept, 1)
         pred_mean = np.asarray(info.likelihood.expected_value(pred_proba))
     # (chain, iteration)
@@ -398,11 +408,11 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
         pred_theta=pred_theta,
         pred_var=pred_var,
         pred_proba=pred_proba,
-        rmse_draw=np.asarray(core.rmse_draw).reshape(C, -1),
-        rmse_mean=np.asarray(core.rmse_mean).reshape(C, -1),
+        rmse_draw=np.asarray(stats.rmse_draw).reshape(C, -1),
+        rmse_mean=np.asarray(stats.rmse_mean).reshape(C, -1),
         track_rows=np.asarray(track[0]),
         track_cols=np.asarray(track[1]),
         num_kept=num_kept,
         timings=timings,
-        switches=np.asarray(core.switches).reshape(C, 2) if s.anneal_steps else None,
+        switches=np.asarray(stats.switches).reshape(C, 2) if s.anneal_steps else None,
     )

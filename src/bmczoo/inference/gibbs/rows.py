@@ -241,7 +241,7 @@ def sweep_factors(
     problem's mesh: ``z`` the standard normals of the rows (unpadded), ``tb`` (C,) the
     block precision, ``values`` (C, n) a latent likelihood's ``z`` in row order (or None).
     Returns ``(M, N, b, c, badM, badN, stats)``."""
-    flags = SweepFlags(problem.overrelax, problem.biases is not None, problem.learned_tau)
+    flags = SweepFlags(problem.options.overrelax, problem.biases is not None, problem.learned_tau)
     factor_stats = prior.factor_stats
     if problem.links:  # a feature link: per-row prior means, link statistics (one device)
         factor_stats = tuple(

@@ -17,15 +17,16 @@ from .anneal import ANNEAL_STREAM, annealed_switch
 from .columns import COLUMN_STREAM, column_moves
 from .latent import LATENT_STREAM, latent_block, latent_cuts, level_probs
 from .rows import FactorRows, normals, sweep_factors
-from .state import GibbsProblem, GibbsState, entries
+from .state import GibbsProblem, GibbsState, RunStats, entries
 
 __all__ = ["sweep", "step", "check_failure", "is_kept"]
 
 
 def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     """One Gibbs sweep: (row biases,) rows of M, (column biases,) rows of N, then (tau,)
-    the prior's variables (and the bias variances); records the first non-finite draw in
-    ``failure``, other bookkeeping untouched."""
+    the prior's variables (and the bias variances), then the moves; of the accumulators,
+    records only the sweep's own events: the first non-finite draw in ``stats.failure`` and
+    the annealed switches in ``stats.switches``."""
     keys, z, kg, kt, kv = _sweep_draws(state, problem)
     tb = problem.block_precision(state.tau)
     lik_state, values = state.lik_state, None
@@ -57,11 +58,13 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
         key=keys,
         lik_state=lik_state,
     )
-    new = _moves(new, state, problem, prior)
+    new, switched = _moves(new, state, problem, prior)
+    stats = state.stats
     failure = _first_failure(
-        state.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(_variables(new)[1]))
+        stats.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(_variables(new)[1]))
     )
-    return new._replace(failure=failure)
+    switches = stats.switches if switched is None else stats.switches + switched
+    return new._replace(stats=stats._replace(failure=failure, switches=switches))
 
 
 def _sweep_draws(state: GibbsState, problem: GibbsProblem):
@@ -116,21 +119,26 @@ def _noise_blocks(state: GibbsState, problem: GibbsProblem, keys, part, sumsq):
 
 def _moves(new: GibbsState, state: GibbsState, problem: GibbsProblem, prior: Prior):
     """The moves that end a sweep: the column moves and the annealed switch, when the
-    problem asks for them and they are due (``state`` the state before the sweep)."""
-    if problem.column_moves:
+    problem asks for them and they are due (``state`` the state before the sweep).
+    Returns the state and the switch counts (C, 2) of the sweep (None without the switch)."""
+    opts = problem.options
+    if opts.column_moves:
         # its own key stream (folded from the sweep's key): the other blocks draw as without it
         kc = jax.vmap(lambda k: jax.random.fold_in(k, COLUMN_STREAM))(state.key)
-        if problem.column_moves_every == 1:
+        if opts.column_moves_every == 1:
             new = column_moves(new, problem, prior, kc)
         else:  # every column_moves_every-th sweep: each sweep and each round leaves the posterior invariant
-            due = (state.iteration + 1) % problem.column_moves_every == 0
+            due = (state.iteration + 1) % opts.column_moves_every == 0
             new = lax.cond(due, lambda s: column_moves(s, problem, prior, kc), lambda s: s, new)
-    if problem.anneal_steps:
+    if opts.anneal_steps:
         # every anneal_every-th sweep; its own key stream, as the column moves
         ka = jax.vmap(lambda k: jax.random.fold_in(k, ANNEAL_STREAM))(state.key)
-        due = (state.iteration + 1) % problem.anneal_every == 0
-        new = lax.cond(due, lambda s: annealed_switch(s, problem, prior, ka), lambda s: s, new)
-    return new
+        due = (state.iteration + 1) % opts.anneal_every == 0
+        none = jnp.zeros_like(state.stats.switches)
+        return lax.cond(
+            due, lambda s: annealed_switch(s, problem, prior, ka), lambda s: (s, none), new
+        )
+    return new, None
 
 
 def _first_failure(failure, iteration, masks):
@@ -169,7 +177,7 @@ def check_failure(state: GibbsState, *, dtype=None) -> None:
     A draw of a row is non-finite when the Cholesky factorisation of its conditional
     precision failed (not positive definite in the working precision) or overflowed.
     """
-    failure = np.asarray(jax.device_get(state.failure)).reshape(-1, 3)
+    failure = np.asarray(jax.device_get(state.stats.failure)).reshape(-1, 3)
     bad = np.flatnonzero(failure[:, 0] >= 0)
     if bad.size == 0:
         return
@@ -195,34 +203,43 @@ def check_failure(state: GibbsState, *, dtype=None) -> None:
 
 
 def _rmse(pred, problem: GibbsProblem):
-    pred = pred[..., : problem.test_values.shape[0]]
-    y = shift_clip(pred, problem.offset, problem.clip_lo, problem.clip_hi)
-    return jnp.sqrt(jnp.mean((y - problem.test_values) ** 2, axis=-1))
+    e = problem.entries
+    pred = pred[..., : e.test_values.shape[0]]
+    y = shift_clip(pred, e.offset, e.clip_lo, e.clip_hi)
+    return jnp.sqrt(jnp.mean((y - e.test_values) ** 2, axis=-1))
 
 
 def is_kept(iteration, problem: GibbsProblem):
     """Whether the draw after ``iteration`` sweeps is kept (:func:`bmczoo.inference.thinning.is_kept`,
     aligned with NumPyro's ``fori_collect`` when ``num_total`` is known)."""
-    num_samples = problem.num_total - problem.num_warmup if problem.num_total else 0
-    return thinning.is_kept(iteration, problem.num_warmup, num_samples, problem.thinning)
+    s = problem.schedule
+    num_samples = s.num_total - s.num_warmup if s.num_total else 0
+    return thinning.is_kept(iteration, s.num_warmup, num_samples, s.thinning)
 
 
 def step(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     """One sweep plus the running sums (posterior mean at requested entries, RMSE traces)."""
     state = sweep(state, problem, prior)
     it = state.iteration + 1
-    theta = entries(state, problem, problem.pred_rows, problem.pred_cols)
+    return state._replace(iteration=it, stats=_accumulate(state.stats, state, problem, it))
+
+
+def _accumulate(stats, chain: GibbsState, problem: GibbsProblem, it) -> RunStats:
+    """``stats`` with the draw of ``chain`` (after ``it`` sweeps) added to the running sums
+    when kept, and its RMSE traces at iteration ``it``."""
+    e, num_total = problem.entries, problem.schedule.num_total
+    theta = entries(chain, problem, e.pred_rows, e.pred_cols)
     kept = is_kept(it, problem)
-    pred_sum = jnp.where(kept, state.pred_sum + theta, state.pred_sum)
-    pred_sq = jnp.where(kept, state.pred_sq + theta * theta, state.pred_sq)
-    num_kept = state.num_kept + kept.astype(jnp.int32)
-    proba_sum = state.proba_sum
+    pred_sum = jnp.where(kept, stats.pred_sum + theta, stats.pred_sum)
+    pred_sq = jnp.where(kept, stats.pred_sq + theta * theta, stats.pred_sq)
+    num_kept = stats.num_kept + kept.astype(jnp.int32)
+    proba_sum = stats.proba_sum
     if problem.latent:
         # level probabilities of this draw at the requested entries (C, P, L)
-        probs = level_probs(theta, latent_cuts(state, problem))
+        probs = level_probs(theta, latent_cuts(chain, problem))
         proba_sum = jnp.where(kept, proba_sum + probs, proba_sum)
-    rmse_draw, rmse_mean = state.rmse_draw, state.rmse_mean
-    if problem.has_test and problem.num_total:
+    rmse_draw, rmse_mean = stats.rmse_draw, stats.rmse_mean
+    if problem.has_test and num_total:
         denom = jnp.maximum(num_kept, 1).astype(pred_sum.dtype)
         if problem.latent:  # RMSE of the expected level (data scale)
             lik = problem.likelihood
@@ -230,11 +247,10 @@ def step(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
             r_draw, r_mean = _rmse_values(draw_pred, problem), _rmse_values(mean_pred, problem)
         else:
             r_draw, r_mean = _rmse(theta, problem), _rmse(pred_sum / denom, problem)
-        idx = jnp.minimum(it - 1, problem.num_total - 1)
+        idx = jnp.minimum(it - 1, num_total - 1)
         rmse_draw = rmse_draw.at[:, idx].set(r_draw)
         rmse_mean = rmse_mean.at[:, idx].set(jnp.where(num_kept > 0, r_mean, jnp.nan))
-    return state._replace(
-        iteration=it,
+    return stats._replace(
         pred_sum=pred_sum,
         pred_sq=pred_sq,
         num_kept=num_kept,
@@ -246,5 +262,6 @@ def step(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
 
 def _rmse_values(pred, problem: GibbsProblem):
     """RMSE of data-scale predictions (C, P) against the test values."""
-    pred = pred[..., : problem.test_values.shape[0]]
-    return jnp.sqrt(jnp.mean((pred - problem.test_values) ** 2, axis=-1))
+    test_values = problem.entries.test_values
+    pred = pred[..., : test_values.shape[0]]
+    return jnp.sqrt(jnp.mean((pred - test_values) ** 2, axis=-1))

@@ -23,6 +23,8 @@ from ..settings import SweepOptions, resolve_column_moves
 __all__ = [
     "GibbsProblem",
     "GibbsState",
+    "RunStats",
+    "EntryArrays",
     "Entries",
     "Schedule",
     "build_problem",
@@ -37,20 +39,36 @@ __all__ = [
 ]
 
 
+class EntryArrays(NamedTuple):
+    """The device arrays of the entries a run reads besides the ratings (a pytree).
+
+    Attributes
+    ----------
+    pred_rows, pred_cols : (P,) entries whose posterior mean is accumulated.
+    test_values : (P_test,) observed values (original scale) at the first ``P_test``
+        requested entries, for the RMSE traces (empty: no traces).
+    offset : value added back to ``theta`` to predict (the training mean when centring).
+    clip_lo, clip_hi : prediction range (``-inf, inf`` for no clipping).
+    track_rows, track_cols : (T,) entries whose ``theta`` is recorded per kept draw.
+    """
+
+    pred_rows: jax.Array
+    pred_cols: jax.Array
+    test_values: jax.Array
+    offset: jax.Array
+    clip_lo: jax.Array
+    clip_hi: jax.Array
+    track_rows: jax.Array
+    track_cols: jax.Array
+
+
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=[
         "rows",
         "cols",
         "tau",
-        "pred_rows",
-        "pred_cols",
-        "test_values",
-        "offset",
-        "clip_lo",
-        "clip_hi",
-        "track_rows",
-        "track_cols",
+        "entries",
         "sum_sq",
         "levels",
         "col_perm",
@@ -58,20 +76,13 @@ __all__ = [
         "links",
     ],
     meta_fields=[
-        "num_warmup",
-        "thinning",
-        "num_total",
-        "has_test",
+        "schedule",
+        "options",
         "dims",
         "mesh",
-        "overrelax",
         "likelihood",
         "biases",
         "num_ratings",
-        "column_moves",
-        "column_moves_every",
-        "anneal_steps",
-        "anneal_every",
         "link_sites",
     ],
 )
@@ -83,70 +94,59 @@ class GibbsProblem:
     ----------
     rows, cols : CSR views of the ratings grouped by row / by column.
     tau : likelihood precision ``2 lam / n``.
-    pred_rows, pred_cols : (P,) entries whose posterior mean is accumulated.
-    test_values : (P_test,) observed values (original scale) at the first ``P_test``
-        requested entries, for the RMSE traces (empty: no traces).
-    offset : value added back to ``theta`` to predict (the training mean when centring).
-    clip_lo, clip_hi : prediction range (``-inf, inf`` for no clipping).
-    track_rows, track_cols : (T,) entries whose ``theta`` is recorded per kept draw.
-    num_warmup, thinning, num_total : iteration bookkeeping (``num_total`` sizes the RMSE
-        traces; 0 disables them).
-    dims : the true ``(m1, m2)``.
-    mesh : None (one device) or the :class:`jax.sharding.Mesh` the sweep is sharded over
-        (see :mod:`bmczoo.inference.sharding`); then ``rows`` / ``cols`` hold per-device
-        blocks and the factors have their rows padded to a multiple of the device count.
-    overrelax : coefficient ``rho`` in (-1, 1) of the over-relaxed row updates
-        (:func:`bmczoo.linalg.overrelaxed_rows`); 0 is plain Gibbs.
-    likelihood : the likelihood component (None: fixed ``tau``); a learned ``tau`` gets
-        its Gibbs block (:meth:`~bmczoo.likelihoods.Likelihood.sample_tau`).
-    biases : the :class:`~bmczoo.offsets.Biases` component or None.
-    num_ratings : ``n``.
-    column_moves : whether each sweep ends with the column moves
-        (:func:`column_moves`; docs/algorithms.md, "Column moves").
-    anneal_steps, anneal_every : the annealed spike/slab switch (:func:`annealed_switch`):
-        its number of steps (0: none) and every how many sweeps it runs.  These last
-        thirteen are static pytree metadata.
+    entries : the requested and tracked entries, test values, offset and prediction
+        range (:class:`EntryArrays`).
     sum_sq : ``sum_k Y_k^2`` of the fitted values (for the squared error of a learned tau).
     levels, col_perm, cut_step : a latent likelihood's data (probit, ordered probit; empty
         otherwise): the level index of each rating in row order (n,), the row-order position
         of each rating in column order (n,), and the random-walk scale of the cut points.
     links : the arrays of the prior's feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`;
         empty without a link: then the sweep calls the prior's plain hooks).
+    schedule : iteration bookkeeping (:class:`Schedule`; ``num_total`` sizes the RMSE
+        traces, 0 disables them).
+    options : the sweep's options (:class:`~bmczoo.inference.settings.SweepOptions`,
+        ``column_moves`` resolved to a bool): over-relaxation of the row updates
+        (:func:`bmczoo.linalg.overrelaxed_rows`), the column moves (:func:`column_moves`;
+        docs/algorithms.md, "Column moves") and every how many sweeps they run, and the
+        annealed spike/slab switch (:func:`annealed_switch`: its number of steps, 0: none,
+        and every how many sweeps it runs).
+    dims : the true ``(m1, m2)``.
+    mesh : None (one device) or the :class:`jax.sharding.Mesh` the sweep is sharded over
+        (see :mod:`bmczoo.inference.sharding`); then ``rows`` / ``cols`` hold per-device
+        blocks and the factors have their rows padded to a multiple of the device count.
+    likelihood : the likelihood component (None: fixed ``tau``); a learned ``tau`` gets
+        its Gibbs block (:meth:`~bmczoo.likelihoods.Likelihood.sample_tau`).
+    biases : the :class:`~bmczoo.offsets.Biases` component or None.
+    num_ratings : ``n``.
     link_sites : the prior's state variables kept in the draws only with the factors
-        (:attr:`~bmczoo.priors.Prior.link_sites`; static).
+        (:attr:`~bmczoo.priors.Prior.link_sites`).
+
+    The fields from ``schedule`` on are static pytree metadata (a jitted sweep is traced
+    once per distinct value).
     """
 
     rows: CSR
     cols: CSR
     tau: jax.Array
-    pred_rows: jax.Array
-    pred_cols: jax.Array
-    test_values: jax.Array
-    offset: jax.Array
-    clip_lo: jax.Array
-    clip_hi: jax.Array
-    track_rows: jax.Array
-    track_cols: jax.Array
+    entries: EntryArrays
     sum_sq: jax.Array
     levels: jax.Array
     col_perm: jax.Array
     cut_step: jax.Array
-    num_warmup: int
-    thinning: int
-    num_total: int
-    has_test: bool
+    schedule: Schedule
+    options: SweepOptions
     dims: tuple[int, int] = (0, 0)
     mesh: object = None
-    overrelax: float = 0.0
     likelihood: object = None
     biases: object = None
     num_ratings: int = 0
-    column_moves: bool = False
-    column_moves_every: int = 1
-    anneal_steps: int = 0
-    anneal_every: int = 1
     links: dict = dataclasses.field(default_factory=dict)
     link_sites: tuple = ()
+
+    @property
+    def has_test(self) -> bool:
+        """Whether the run has test values (a static shape, also under tracing)."""
+        return self.entries.test_values.shape[0] > 0
 
     @property
     def learned_tau(self) -> bool:
@@ -162,26 +162,45 @@ class GibbsProblem:
         return tau if self.likelihood is None else self.likelihood.block_precision(tau)
 
 
+class RunStats(NamedTuple):
+    """What a run accumulates besides the chain (``C`` chains, ``P`` requested entries).
+
+    ``pred_sum`` (C, P) sum of ``theta`` at the requested entries over kept draws,
+    ``pred_sq`` (C, P) sum of ``theta^2`` there (the posterior variance, without stored
+    draws), ``num_kept`` the number of kept draws, ``rmse_draw`` / ``rmse_mean``
+    (C, num_total) test RMSE of each iteration's draw / of the running posterior mean (NaN
+    before the first kept draw), ``failure`` (C, 3) int32: ``(sweep, block, row)`` of the
+    first non-finite draw of each chain (block 0: ``M``, 1: ``N``, 2: ``gamma``), ``-1``
+    while none happened (see :func:`check_failure`), ``proba_sum`` (C, P, L) the sum over
+    kept draws of the level probabilities at the requested entries (L = 0 for a Gaussian
+    likelihood), ``switches`` (C, 2) int32 the accepted and the attempted annealed switches
+    of each chain (:func:`annealed_switch`).
+    """
+
+    pred_sum: jax.Array
+    pred_sq: jax.Array
+    num_kept: jax.Array
+    rmse_draw: jax.Array
+    rmse_mean: jax.Array
+    failure: jax.Array
+    proba_sum: jax.Array
+    switches: jax.Array
+
+
 class GibbsState(NamedTuple):
-    """State of ``C`` chains.
+    """State of ``C`` chains, with the run's accumulators in ``stats``.
 
     ``M`` (C, m1, K), ``N`` (C, m2, K), ``prior_state`` the prior's variables (a dict of
     (C, ...) arrays: ``{"gamma": (C, K)}`` for the column-scale priors, ``mu_M``,
     ``Lambda_M``, ``mu_N``, ``Lambda_N`` for the Normal-Wishart prior), ``tau`` (C,) the
     noise precision (constant unless the likelihood learns it), ``row_bias`` (C, m1),
     ``col_bias`` (C, m2) and ``bias_var`` (C, 2) (zero / unused without biases),
-    ``key`` (C,) PRNG keys,
-    ``iteration`` number of sweeps done, ``pred_sum`` (C, P) sum of ``theta`` at the
-    requested entries over kept draws, ``pred_sq`` (C, P) sum of ``theta^2`` there (the
-    posterior variance, without stored draws), ``num_kept``, ``rmse_draw`` / ``rmse_mean``
-    (C, num_total) test RMSE of each iteration's draw / of the running posterior mean
-    (NaN before the first kept draw), ``failure`` (C, 3) int32: ``(sweep, block, row)``
-    of the first non-finite draw of each chain (block 0: ``M``, 1: ``N``, 2: ``gamma``),
-    ``-1`` while none happened (see :func:`check_failure`), ``lik_state`` a latent
-    likelihood's variables (``z`` (C, n) in row order, ``cuts`` (C, L-1); empty
-    otherwise), ``proba_sum`` (C, P, L) the sum over kept draws of the level probabilities
-    at the requested entries (L = 0 for a Gaussian likelihood), ``switches`` (C, 2) int32
-    the accepted and the attempted annealed switches of each chain (:func:`annealed_switch`).
+    ``lik_state`` a latent likelihood's variables (``z`` (C, n) in row order, ``cuts``
+    (C, L-1); empty otherwise), ``key`` (C,) PRNG keys, ``iteration`` number of sweeps
+    done, and ``stats`` (:class:`RunStats`): the running sums, RMSE traces, failure record
+    and switch counts.  The sweep's blocks read and write the chain's fields; only
+    :func:`sweep` (the failure record), :func:`annealed_switch` (its counts) and
+    :func:`step` (the running sums) write ``stats``.
     """
 
     M: jax.Array
@@ -191,17 +210,10 @@ class GibbsState(NamedTuple):
     row_bias: jax.Array
     col_bias: jax.Array
     bias_var: jax.Array
+    lik_state: dict
     key: jax.Array
     iteration: jax.Array
-    pred_sum: jax.Array
-    pred_sq: jax.Array
-    num_kept: jax.Array
-    rmse_draw: jax.Array
-    rmse_mean: jax.Array
-    failure: jax.Array
-    lik_state: dict = {}
-    proba_sum: jax.Array | None = None
-    switches: jax.Array | None = None
+    stats: RunStats
 
     @property
     def gamma(self) -> jax.Array:
@@ -247,18 +259,7 @@ class Schedule(NamedTuple):
 PLAIN_SWEEP = SweepOptions(column_moves=False, anneal_every=1)
 
 #: the problem's fields replicated over a mesh (the rating blocks are sharded)
-_REPLICATED = (
-    "tau",
-    "pred_rows",
-    "pred_cols",
-    "test_values",
-    "offset",
-    "clip_lo",
-    "clip_hi",
-    "track_rows",
-    "track_cols",
-    "sum_sq",
-)
+_REPLICATED = ("tau", "entries", "sum_sq")
 
 
 def build_problem(
@@ -299,7 +300,7 @@ def build_problem(
             f"the {likelihood.name} likelihood runs on one device: its sharded latent block is not "
             "implemented (drop devices=)"
         )
-    arrays = _entry_arrays(ratings, entries, dtype)
+    entry_arrays = _entry_arrays(ratings, entries, dtype)
     links = _links(prior, ratings, dtype, mesh)
     mesh, rows, cols = _rating_blocks(ratings, dtype, mesh)
     column_moves = (
@@ -311,32 +312,26 @@ def build_problem(
         rows=rows,
         cols=cols,
         tau=jnp.asarray(tau, dtype),
-        **arrays,
-        num_warmup=int(schedule.num_warmup),
-        thinning=int(schedule.thinning),
-        num_total=int(schedule.num_total),
-        has_test=arrays["test_values"].shape[0] > 0,
-        dims=(int(m1), int(m2)),
-        mesh=mesh,
-        overrelax=options.overrelax,
-        likelihood=likelihood,
-        biases=biases,
-        num_ratings=int(ratings.n),
-        column_moves=column_moves,
-        column_moves_every=options.column_moves_every,
-        anneal_steps=options.anneal_steps,
-        anneal_every=options.anneal_every,
+        entries=entry_arrays,
         sum_sq=jnp.asarray(
             _sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype
         ),
         **_latent_data(likelihood, ratings, dtype),
+        schedule=Schedule(*(int(v) for v in schedule)),
+        options=dataclasses.replace(options, column_moves=column_moves),
+        dims=(int(m1), int(m2)),
+        mesh=mesh,
+        likelihood=likelihood,
+        biases=biases,
+        num_ratings=int(ratings.n),
         links=links,
         link_sites=tuple(getattr(prior, "link_sites", ())) if links else (),
     )
     if mesh is not None:  # everything but the rating blocks is replicated
         rep = sh.replicated(mesh)
         problem = dataclasses.replace(
-            problem, **{f: sh.put(getattr(problem, f), rep) for f in _REPLICATED}
+            problem,
+            **{f: jax.tree.map(lambda x: sh.put(x, rep), getattr(problem, f)) for f in _REPLICATED},
         )
     return problem
 
@@ -370,12 +365,12 @@ def _links(prior, ratings: RatingData, dtype, mesh) -> dict:
     return links
 
 
-def _entry_arrays(ratings: RatingData, entries: Entries, dtype) -> dict:
+def _entry_arrays(ratings: RatingData, entries: Entries, dtype) -> EntryArrays:
     """The problem's arrays of the requested and tracked entries, test values, offset and
     prediction range (checked)."""
     pr, pc, tr, tc, tv = _entries(ratings, entries.predict, entries.track, entries.test_values)
     lo, hi = entries.clip if entries.clip is not None else (-np.inf, np.inf)
-    return dict(
+    return EntryArrays(
         pred_rows=jnp.asarray(pr, jnp.int32),
         pred_cols=jnp.asarray(pc, jnp.int32),
         test_values=jnp.asarray(tv, dtype),
@@ -464,7 +459,8 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
         from ...priors import macau
 
         out.update(macau.stored_links(state.prior_state, problem.links))
-    out["theta"] = entries(state, problem, problem.track_rows, problem.track_cols)
+    e = problem.entries
+    out["theta"] = entries(state, problem, e.track_rows, e.track_cols)
     if problem.learned_tau:
         out["tau"] = state.tau
     out.update({k: v for k, v in state.lik_state.items() if k != "z"})  # learned cut points
@@ -531,8 +527,6 @@ def init(
         raise ValueError(
             f"initial M, N must have shapes {(C, m1, K)}, {(C, m2, K)}, got {M.shape}, {N.shape}"
         )
-    P = problem.pred_rows.shape[0]
-    T = problem.num_total if problem.has_test else 0
     var0 = problem.biases.init_variance() if problem.biases is not None else 1.0
     lik_state, L = _likelihood_start(problem, C, dtype)
     state = GibbsState(
@@ -543,19 +537,28 @@ def init(
         row_bias=jnp.zeros((C, m1), dtype),
         col_bias=jnp.zeros((C, m2), dtype),
         bias_var=jnp.full((C, 2), var0, dtype),
+        lik_state=lik_state,
         key=keys,
         iteration=jnp.zeros((), jnp.int32),
+        stats=_stats_start(problem, C, L, dtype),
+    )
+    return place(state, problem)
+
+
+def _stats_start(problem: GibbsProblem, C: int, L: int, dtype) -> RunStats:
+    """The accumulators at the start: zero sums, NaN RMSE traces, no failure, no switch."""
+    P = problem.entries.pred_rows.shape[0]
+    T = problem.schedule.num_total if problem.has_test else 0
+    return RunStats(
         pred_sum=jnp.zeros((C, P), dtype),
         pred_sq=jnp.zeros((C, P), dtype),
         num_kept=jnp.zeros((), jnp.int32),
         rmse_draw=jnp.full((C, T), jnp.nan, dtype),
         rmse_mean=jnp.full((C, T), jnp.nan, dtype),
         failure=jnp.full((C, 3), -1, jnp.int32),
-        lik_state=lik_state,
         proba_sum=jnp.zeros((C, P, L), dtype),
         switches=jnp.zeros((C, 2), jnp.int32),
     )
-    return place(state, problem)
 
 
 def _prior_start(problem: GibbsProblem, prior: Prior, K: int, C: int, overrides: dict) -> dict:
