@@ -60,10 +60,6 @@ class ConjugateGibbsState(NamedTuple):
     rng_key: jax.Array
 
 
-#: the keywords of :class:`ConjugateGibbs` that name the requested entries
-_ENTRY_KEYWORDS = ("predict", "test_values", "offset", "clip")
-
-
 class ConjugateGibbs(MCMCKernel):
     """Blocked conjugate Gibbs sampler for :func:`bmczoo.models.matrix_completion`.
 
@@ -79,10 +75,6 @@ class ConjugateGibbs(MCMCKernel):
         The values given to ``MCMC``; they align the kernel's running posterior mean with
         the draws NumPyro keeps (after warm-up, every ``thinning``-th) and size the RMSE
         traces.  Without ``num_samples`` no RMSE trace is kept.
-    **options
-        By name: the requested entries (``predict``, ``test_values``, ``offset``,
-        ``clip``) and the sweep's options (``overrelax``, ``column_moves``,
-        ``column_moves_every``, ``anneal_steps``, ``anneal_every``), each below.
     predict : (rows, cols), optional
         Entries whose posterior mean of ``theta`` is accumulated (``state.core.stats.pred_sum``).
     test_values : array, optional
@@ -130,29 +122,37 @@ class ConjugateGibbs(MCMCKernel):
         *,
         num_samples: int | None = None,
         thinning: int = 1,
+        predict=None,
+        test_values=None,
+        offset: float = 0.0,
+        clip=None,
         track=8,
         store_factors: bool = False,
         dtype=None,
         devices=None,
-        **options,
+        overrelax: float = 0.0,
+        column_moves: bool | None = None,
+        anneal_steps: int = 0,
+        anneal_every: int = 50,
+        column_moves_every: int = 1,
     ):
-        # the requested entries' keywords (Entries) and the sweep's (SweepOptions, checked
-        # there), by name
-        unknown = set(options) - set(_ENTRY_KEYWORDS) - set(SweepOptions.field_names())
-        if unknown:
-            raise TypeError(
-                f"ConjugateGibbs() got an unexpected keyword argument {sorted(unknown)[0]!r}"
-            )
-        entry = {k: options.pop(k) for k in _ENTRY_KEYWORDS if k in options}
         self._model = model
         self._num_samples = num_samples
         self._thinning = int(thinning)
-        self._entries = Entries(**{**entry, "offset": float(entry.get("offset", 0.0))})
+        self._entries = Entries(
+            predict=predict, test_values=test_values, offset=float(offset), clip=clip
+        )
         self._track = track
         self._store_factors = bool(store_factors)
         self._dtype = dtype
         self._devices = devices
-        self._options = SweepOptions(**options)
+        self._options = SweepOptions(
+            overrelax=overrelax,
+            column_moves=column_moves,
+            column_moves_every=column_moves_every,
+            anneal_steps=anneal_steps,
+            anneal_every=anneal_every,
+        )
         self._prior = None
         self._batched = False
 
