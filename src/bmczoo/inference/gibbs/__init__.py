@@ -26,7 +26,8 @@ switch (:func:`annealed_switch`, every ``anneal_every`` sweeps).
 The modules, by role: :mod:`.state` (the problem, the state, :func:`init`),
 :mod:`.rows` (the factor blocks), :mod:`.columns` (the column moves), :mod:`.anneal`
 (the annealed switch), :mod:`.latent` (a latent likelihood's block), :mod:`.sampler`
-(:func:`sweep`, :func:`step`) and :mod:`.kernel` (:class:`ConjugateGibbs`).
+(:func:`sweep`, :func:`step`), :mod:`.kernel` (:class:`ConjugateGibbs`) and :mod:`.driver`
+(``bmc.fit``'s Gibbs driver: the chains run by the run loop, their checkpoint arrays).
 """
 
 from .anneal import annealed_path, annealed_switch
