@@ -103,16 +103,7 @@ def gamma_threshold(fit) -> float:
     prior) where it has one; otherwise 1% of the largest posterior mean of gamma (a
     relative cut).  ``ValueError`` for a prior without column scales."""
     arrays.require_column_scales(fit, "gamma_threshold")
-    prior = arrays.prior_of(fit)
-    t = prior.active_threshold() if prior is not None else None
-    if t is not None:
-        return float(t)
-    g = fit._gamma_draws()
-    if g is None:
-        raise ValueError("the fit has no gamma")
-    g = np.asarray(g)
-    top = float(np.max(np.mean(g.reshape(-1, g.shape[-1]), axis=0)))
-    return 0.01 * top
+    return arrays.active_threshold(fit, fit._gamma_draws())
 
 
 def prob_gamma_above(fit, threshold: float) -> np.ndarray:
