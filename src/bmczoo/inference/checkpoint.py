@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+
+from .._checks import check_dtype
 
 __all__ = [
     "WRITE_LOCK",
@@ -96,7 +97,7 @@ def resume_guarantee(dtype=None, platform: str | None = None) -> ResumeGuarantee
     """
     platform = jax.default_backend() if platform is None else platform
     if dtype is None:
-        dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+        dtype = check_dtype()
     if platform == "cpu":
         return ResumeGuarantee(platform, True, 0.0)
     return ResumeGuarantee(platform, False, 10.0 * float(np.sqrt(np.finfo(np.dtype(dtype)).eps)))

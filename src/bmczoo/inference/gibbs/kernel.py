@@ -32,12 +32,11 @@ import inspect
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpyro
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from ..._checks import check_K, check_prior, check_ratings
+from ..._checks import check_dtype, check_K, check_prior, check_ratings
 from ...models import matrix_completion
 from ...models.matrix_completion import model_likelihood
 from ...offsets import get_biases
@@ -204,7 +203,7 @@ class ConjugateGibbs(MCMCKernel):
         tau = likelihood.precision(ratings.n)
         biases = get_biases(a.get("biases"))
         track = track_entries(ratings, self._track, seed=0)
-        dtype = self._dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
+        dtype = self._dtype or check_dtype()
         num_total = num_warmup + self._num_samples if self._num_samples is not None else 0
         problem = build_problem(
             ratings,
