@@ -137,10 +137,11 @@ class Biases:
 
     def sample_variance(self, key, sumsq, m: int):
         """``s^2 | b ~ InvGamma(a + m/2, b + sumsq/2)`` (``sumsq = sum_i b_i^2``)."""
-        import jax
         import jax.numpy as jnp
 
-        g = jax.random.gamma(
+        from . import _rng
+
+        g = _rng.gamma(
             key, jnp.asarray(self.a + 0.5 * m, sumsq.dtype), jnp.shape(sumsq), dtype=sumsq.dtype
         )
         # kept in the positive normal floats: a gamma variate at its extreme must not make

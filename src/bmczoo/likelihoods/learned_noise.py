@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
+from .. import _rng
 from .._checks import check_real
 from .base import LOG_2PI, Likelihood
 
@@ -56,10 +56,7 @@ class LearnedNoise(Likelihood):
     def sample_tau(self, key, sse, n):
         shape = self.a + 0.5 * self.temper * n
         rate = self.b + 0.5 * self.temper * sse
-        tau = (
-            jax.random.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype)
-            / rate
-        )
+        tau = _rng.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype) / rate
         # a draw below the smallest normal float (a gamma variate at its extreme over a
         # large SSE) would flush to 0, an infinite noise variance: represented by tiny
         fi = jnp.finfo(sse.dtype)

@@ -51,7 +51,7 @@ def wishart_draw(key: jax.Array, Winv: jax.Array, nu, beta=None, mu=None):
     dtype = Winv.dtype
     kc, kn, kz = jax.random.split(key, 3)
     shape = 0.5 * (nu - jnp.arange(K, dtype=dtype))
-    diag = jnp.sqrt(2.0 * jax.random.gamma(kc, shape, (K,), dtype=dtype))
+    diag = jnp.sqrt(2.0 * _rng.gamma(kc, shape, (K,), dtype=dtype))
     below = jnp.tril(_rng.normal(kn, (K, K), dtype), -1)
     A = below + jnp.diag(diag)
     U = lax.linalg.cholesky(Winv, symmetrize_input=False)

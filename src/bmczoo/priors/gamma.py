@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
+from .. import _rng
 from .base import Prior, VBGamma, check_positive, set_fields
 
 
@@ -67,7 +68,7 @@ class Gamma(Prior):
         # precision x = mu/denom with probability mu/(mu+x), else mu^2/x; gamma = 1/precision
         gamma = jnp.where(u * (1.0 + 1.0 / denom) <= 1.0, denom / mu, 1.0 / (mu * denom))
         # S = 0 (a column of zeros): the conditional is GIG(1/2, beta^2, 0) = Gamma(1/2, rate beta^2/2)
-        g0 = jax.random.gamma(k_s, jnp.asarray(0.5, dt), S.shape, dtype=dt) / (0.5 * lam)
+        g0 = _rng.gamma(k_s, jnp.asarray(0.5, dt), S.shape, dtype=dt) / (0.5 * lam)
         # A draw below the smallest normal float (a collapsed column, S ~ tiny, or a gamma
         # variate at its extreme) would flush to 0, an infinite column precision: such a
         # draw is represented by tiny (and one above the largest float by the largest).

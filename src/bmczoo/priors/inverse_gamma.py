@@ -11,6 +11,7 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 
+from .. import _rng
 from .base import Prior, VBGamma, check_positive, set_fields
 
 
@@ -43,7 +44,7 @@ class InverseGamma(Prior):
 
     def sample_conditional(self, key, S, d):
         shape = self.a + 0.5 * d
-        g = jax.random.gamma(key, jnp.asarray(shape, S.dtype), S.shape, dtype=S.dtype)
+        g = _rng.gamma(key, jnp.asarray(shape, S.dtype), S.shape, dtype=S.dtype)
         return (self.b + 0.5 * S) / g
 
     def column_proposal(self, gamma, z, d):

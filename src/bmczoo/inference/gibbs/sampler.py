@@ -5,11 +5,15 @@ plus the running sums: posterior mean at the requested entries, RMSE traces).
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import _rng
 from ...offsets import shift_clip
 from ...priors import Prior
 from .. import thinning
@@ -39,14 +43,9 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     M, N, b, c, badM, badN, (sM, sN, part, sumsq) = sweep_factors(
         problem, state, prior, z, tb, values
     )
-    tau, bias_var = _noise_blocks(state, problem, (kt, kv), part, sumsq)
-    m1, m2 = problem.dims
-    if problem.links:
-        prior_state = jax.vmap(
-            lambda k, s, a, b_: prior.link_update(k, s, a, b_, m1, m2, problem.links)
-        )(kg, state.prior_state, sM, sN)
-    else:
-        prior_state = jax.vmap(lambda k, a, b_: prior.gibbs_update(k, a, b_, m1, m2))(kg, sM, sN)
+    tau, bias_var, prior_state = jax.vmap(
+        _rng.gamma_batched(functools.partial(_chain_blocks, problem, prior))
+    )(ChainBlocks(kt, kv, kg), part, sumsq, sM, sN, state.tau, state.bias_var, state.prior_state)
     new = state._replace(
         M=M,
         N=N,
@@ -92,29 +91,40 @@ def _sweep_draws(state: GibbsState, problem: GibbsProblem):
     return keys, FactorRows(zM, zN, zb, zc), kg, kt, kv
 
 
-def _noise_blocks(state: GibbsState, problem: GibbsProblem, keys, part, sumsq):
-    """A learned ``tau`` from the squared error ``sum_sq + part`` and the bias variances from
-    the biases' sums of squares ``sumsq`` (C, 2) (unchanged without them); ``keys = (kt,
-    kv)``."""
-    kt, kv = keys
+class ChainBlocks(NamedTuple):
+    """The keys of a chain's blocks after the factors: ``tau`` (None: fixed), the bias
+    variances (None: no biases) and the prior's variables."""
+
+    tau: jax.Array | None
+    bias_var: jax.Array | None
+    prior: jax.Array
+
+
+def _chain_blocks(
+    problem: GibbsProblem, prior: Prior, keys: ChainBlocks, part, sumsq, sM, sN, *old
+):
+    """One chain's blocks after the factors: a learned ``tau`` from the squared error
+    ``sum_sq + part``, the bias variances from the biases' sums of squares ``sumsq`` (2,),
+    then the prior's variables from the factors' statistics ``sM``, ``sN``; ``old`` the
+    chain's ``(tau, bias_var, prior_state)``, kept where the model has no such block.  Its
+    gamma variates are drawn in one call (:func:`bmczoo._rng.gamma_batched`)."""
+    tau, bias_var, prior_state = old
     m1, m2 = problem.dims
-    tau = state.tau
     if problem.learned_tau:
         sse = jnp.maximum(problem.sum_sq + part, 0.0)  # rounding can take a tiny SSE below zero
-        tau = jax.vmap(lambda k, e: problem.likelihood.sample_tau(k, e, problem.num_ratings))(
-            kt, sse
-        )
-    bias_var = state.bias_var
+        tau = problem.likelihood.sample_tau(keys.tau, sse, problem.num_ratings)
     if problem.biases is not None:
-        bias_var = jax.vmap(
-            lambda k, q: jnp.stack(
-                [
-                    problem.biases.sample_variance(kk, qq, m)
-                    for kk, qq, m in zip(jax.random.split(k), (q[0], q[1]), (m1, m2))
-                ]
-            )
-        )(kv, sumsq)
-    return tau, bias_var
+        bias_var = jnp.stack(
+            [
+                problem.biases.sample_variance(k, q, m)
+                for k, q, m in zip(jax.random.split(keys.bias_var), (sumsq[0], sumsq[1]), (m1, m2))
+            ]
+        )
+    if problem.links:
+        prior_state = prior.link_update(keys.prior, prior_state, sM, sN, m1, m2, problem.links)
+    else:
+        prior_state = prior.gibbs_update(keys.prior, sM, sN, m1, m2)
+    return tau, bias_var, prior_state
 
 
 def _moves(new: GibbsState, state: GibbsState, problem: GibbsProblem, prior: Prior):

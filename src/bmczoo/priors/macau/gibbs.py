@@ -102,7 +102,7 @@ def link_block(key, link: dict, chain: LinkChain, rows: LinkRows, m: int, hyper:
     kB, kl, kw = jax.random.split(key, 3)
     Bt = b_draw(link, mu, Lam, lam_B, Gt, _rng.normal(kB, (F, K), dt))
     shape, rate = lam_conditional(Bt, Lam, hyper.a_B, hyper.b_B)
-    lam_B = jax.random.gamma(kl, jnp.asarray(shape, dt), dtype=dt) / rate
+    lam_B = _rng.gamma(kl, jnp.asarray(shape, dt), dtype=dt) / rate
     mu_star, beta_star, nu_star, Winv = nw_link_conditional(
         link, Bt, lam_B, s1, s2, Gt, m, hyper.beta0, hyper.nu0, W0_inv
     )
