@@ -33,36 +33,38 @@ def test_flat_draws_equal_jax_random(shape, dtype):
         )
 
 
-# ------------------------------------------------------------------------- gamma_batched
-def _three_sites(k, scale):
-    """Three gamma call sites of different sizes and a non-gamma draw between them."""
-    k1, k2, k3, k4 = jax.random.split(k, 4)
+# ------------------------------------------------------------------------- draw_together
+def _sites(k, scale):
+    """Gamma and normal sites of different sizes, one normal too large to be drawn together."""
+    k1, k2, k3, k4, k5, k6 = jax.random.split(k, 6)
     a = _rng.gamma(k1, 0.5 * (7.0 - jnp.arange(3.0)), (3,), jnp.float64)
-    n = jax.random.normal(k4, (2,), jnp.float64)
+    n = _rng.normal(k4, (2, 3), jnp.float64)
     b = _rng.gamma(k2, jnp.asarray(2.5), (), jnp.float64) / scale
     c = _rng.gamma(k3, jnp.asarray(0.3), (2, 2), jnp.float64)
-    return a, n, b, c
+    z = _rng.normal(k5, (4,), jnp.float64)
+    big = _rng.normal(k6, (_rng.TOGETHER_MAX + 1,), jnp.float64)
+    return a, n, b, c, z, big
 
 
 @pytest.mark.usefixtures("x64")
-def test_batched_gamma_equals_one_call_per_site():
-    """Drawn together (under vmap over chains, as the sweep does) the variates equal those
-    of jax.random.gamma called at each site: bit for bit op by op; compiled, up to the last
-    bit of a shape parameter below one (its ``u^(1/a)`` is vectorised differently)."""
+def test_draws_together_equal_one_call_per_site():
+    """Made together (under vmap over chains, as the sweep does) the draws equal those of
+    jax.random at each site: bit for bit op by op; compiled, up to the last bit of a gamma
+    shape parameter below one (its ``u^(1/a)`` is vectorised differently)."""
     keys = jax.random.split(jax.random.key(4), 5)
     scale = jnp.linspace(1.0, 2.0, 5)
-    batched = jax.vmap(_rng.gamma_batched(_three_sites))(keys, scale)
-    plain = jax.vmap(_three_sites)(keys, scale)
-    for x, y in zip(batched, plain):
+    together = jax.vmap(_rng.draw_together(_sites))(keys, scale)
+    plain = jax.vmap(_sites)(keys, scale)
+    for x, y in zip(together, plain):
         np.testing.assert_array_equal(x, y)
-    compiled = jax.jit(jax.vmap(_rng.gamma_batched(_three_sites)))(keys, scale)
+    compiled = jax.jit(jax.vmap(_rng.draw_together(_sites)))(keys, scale)
     for x, y in zip(compiled, plain):
         np.testing.assert_allclose(x, y, rtol=4 * EPS, atol=0)
 
 
 @pytest.mark.usefixtures("x64")
-def test_dependent_shape_parameter_gives_nan_not_a_wrong_draw():
-    """A shape parameter computed from the same function's earlier variate cannot be drawn
+def test_dependent_parameter_gives_nan_not_a_wrong_draw():
+    """A shape parameter computed from the same function's earlier draw cannot be drawn
     ahead: the result is NaN (a non-finite draw the samplers report), never a silent error."""
 
     def dependent(k):
@@ -70,7 +72,7 @@ def test_dependent_shape_parameter_gives_nan_not_a_wrong_draw():
         g = _rng.gamma(k1, jnp.asarray(2.0), (), jnp.float64)
         return _rng.gamma(k2, 1.0 + g, (), jnp.float64)
 
-    assert np.isnan(jax.jit(_rng.gamma_batched(dependent))(jax.random.key(0)))
+    assert np.isnan(jax.jit(_rng.draw_together(dependent))(jax.random.key(0)))
     assert np.isfinite(jax.jit(dependent)(jax.random.key(0)))
 
 
@@ -112,12 +114,12 @@ def _member_fit(member, tiny_ratings):
 
 @pytest.mark.usefixtures("x64")
 @pytest.mark.parametrize("member", list(SWEEP_MEMBERS))
-def test_sweeps_with_batched_gamma_equal_one_call_per_site(member, tiny_ratings, monkeypatch):
-    """The Gibbs sweep draws its gamma variates together: the fit's draws are those of one
-    jax.random.gamma call per site up to float64 rounding, for every member with such
-    variates (a different draw of any variate changes them by O(1))."""
+def test_sweeps_with_draws_together_equal_one_call_per_site(member, tiny_ratings, monkeypatch):
+    """The Gibbs sweep makes the small draws of its blocks after the factors together: the
+    fit's draws are those of one jax.random call per site up to float64 rounding, for every
+    member with such draws (a different draw of any variate changes them by O(1))."""
     batched = _member_fit(member, tiny_ratings)
-    monkeypatch.setattr(_rng, "BATCH_GAMMA", False)
+    monkeypatch.setattr(_rng, "TOGETHER", False)
     plain = _member_fit(member, tiny_ratings)
     assert batched.samples.keys() == plain.samples.keys()
     for name in plain.samples:  # rounding only: a different draw differs by O(1)

@@ -5,8 +5,8 @@ XLA's CPU backend spends seconds optimising the threefry program of a draw of sh
 values drawn as one flat vector.  The flat draw reshaped is the same array (the bits are
 generated for the flattened index in both cases), so these wrappers change compile time
 only: ``normal(key, (m, K))`` equals ``jax.random.normal(key, (m, K))`` bit for bit.
-Likewise :func:`gamma_batched` draws a function's gamma variates in one call instead of
-one per call site, with the same values.
+Likewise :func:`draw_together` draws a function's small gamma and normal arrays in one call
+per kind instead of one per call site, with the same values.
 """
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ import threading
 import jax
 import jax.numpy as jnp
 
-__all__ = ["normal", "uniform", "gamma", "gamma_batched"]
+__all__ = ["normal", "uniform", "gamma", "draw_together"]
 
 
 def normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
-    """``jax.random.normal(key, shape, dtype)``, drawn flat and reshaped."""
+    """``jax.random.normal(key, shape, dtype)``, drawn flat and reshaped; inside a function
+    wrapped by :func:`draw_together`, a small draw is made with the function's others."""
     shape = tuple(shape)
+    if _TAPE.mode is not None and math.prod(shape) <= TOGETHER_MAX:
+        return _TAPE.request("normal", key, jnp.zeros(shape, dtype))
     return jax.random.normal(key, (math.prod(shape),), dtype).reshape(shape)
 
 
@@ -38,50 +41,59 @@ def uniform(
     ).reshape(shape)
 
 
-# ---------------------------------------------------------------------------- gamma draws
-# XLA compiles each ``jax.random.gamma`` call site (a vmapped rejection loop) in about half a
-# second on a CPU.  A sweep's gamma variates (the Wishart's Bartlett vector of each factor,
-# a learned noise precision, the bias variances, a link's precision) have shape parameters
-# that do not depend on each other, so :func:`gamma_batched` draws them in ONE call.  With
-# the threefry generator in its partitionable form (jax's default), ``split(key, n)[:k]``
-# equals ``split(key, k)``, hence a site's variates are the first ``k`` of a draw of
-# ``n >= k`` from its key: the same values as one call per site.
+# ------------------------------------------------------------------------ draws together
+# XLA compiles each random call site on a CPU separately: a ``jax.random.gamma`` site (a
+# vectorised rejection loop) in about a second, a normal draw's threefry hashing in a tenth
+# of that.  The blocks of a sweep after the factors draw a few small arrays each (the
+# Wishart's Bartlett vector and normals of each factor, a learned noise precision, the bias
+# variances, a link's precision) whose parameters do not depend on each other's draws, so
+# :func:`draw_together` makes one call per kind instead of one per site.  With the threefry
+# generator in its partitionable form (jax's default), the variates a key gives for ``k``
+# values are the first ``k`` it gives for ``n >= k``: the values are those of one call per
+# site.
 
 
 class _Tape(threading.local):
-    """The gamma requests of a function being traced (``record``) or their values (``replay``)."""
+    """The requests of a function being traced (``record``) or their values (``replay``),
+    per kind of draw."""
 
     def __init__(self):
         self.mode = None
-        self.items = []
+        self.items = {"gamma": [], "normal": []}
+
+    def request(self, kind: str, key, params):
+        """A draw of ``params.shape``: recorded (a NaN placeholder returned) or replayed."""
+        if self.mode == "record":
+            self.items[kind].append((key, params))
+            # NaN placeholders: a parameter computed from an earlier draw of the same function
+            # comes out NaN (a non-finite draw the sampler reports), never a silent error
+            return jnp.full(params.shape, jnp.nan, params.dtype)
+        value = self.items[kind].pop(0)
+        if value.shape != params.shape or value.dtype != params.dtype:
+            raise RuntimeError("draw_together: the replayed calls differ from the recorded ones")
+        return value
 
 
 _TAPE = _Tape()
 
-#: draw the gamma variates of :func:`gamma_batched` functions together (tests compare both)
-BATCH_GAMMA = True
+#: make the draws of :func:`draw_together` functions together (tests compare both ways)
+TOGETHER = True
+#: the largest draw (number of values) made together; larger ones are drawn at their site
+#: (the shared draw pads every request to the longest)
+TOGETHER_MAX = 4096
 
 
 def gamma(key: jax.Array, a, shape: tuple[int, ...] = (), dtype=jnp.float32) -> jax.Array:
     """``jax.random.gamma(key, a, shape, dtype)``; inside a function wrapped by
-    :func:`gamma_batched`, drawn together with that function's other gamma variates (the
-    same values)."""
+    :func:`draw_together`, drawn with the function's other gamma variates (the same values)."""
     shape = tuple(shape)
-    if _TAPE.mode == "record":
-        _TAPE.items.append((key, jnp.broadcast_to(jnp.asarray(a, dtype), shape)))
-        # NaN placeholders: an ``a`` computed from an earlier variate of the same function
-        # would come out NaN (a non-finite draw the sampler reports), never a silent error
-        return jnp.full(shape, jnp.nan, dtype)
-    if _TAPE.mode == "replay":
-        value = _TAPE.items.pop(0)
-        if value.shape != shape or value.dtype != jnp.dtype(dtype):
-            raise RuntimeError("gamma_batched: the replayed calls differ from the recorded ones")
-        return value
+    if _TAPE.mode is not None and math.prod(shape) <= TOGETHER_MAX:
+        return _TAPE.request("gamma", key, jnp.broadcast_to(jnp.asarray(a, dtype), shape))
     return jax.random.gamma(key, a, shape, dtype=dtype)
 
 
 def _partitionable(key) -> bool:
-    """Whether ``split(key, n)[:k] == split(key, k)`` holds for this key's generator."""
+    """Whether a key's first ``k`` values are the same whatever the number drawn."""
     if not jax.config.jax_threefry_partitionable:
         return False
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
@@ -89,59 +101,82 @@ def _partitionable(key) -> bool:
     return jax.config.jax_default_prng_impl == "threefry2x32"
 
 
-def _draw_together(items: list) -> list:
-    """The variates of each ``(key, a)`` request from one vmapped ``jax.random.gamma``: the
-    shape parameters padded with ones to the longest request (the padding is drawn and
-    dropped)."""
-    n = max(a.size for _, a in items)
-    dtype = items[0][1].dtype
-    keys = jnp.stack([k for k, _ in items])
-    alphas = jnp.stack(
-        [jnp.pad(a.reshape(-1), (0, n - a.size), constant_values=1.0) for _, a in items]
+def _draw(kind: str, keys, params):
+    """One vmapped call over the requests' keys: gamma variates of shape parameters
+    ``params`` (R, n), or ``n`` standard normals per key."""
+    if kind == "gamma":
+        return jax.vmap(lambda k, a: jax.random.gamma(k, a, dtype=params.dtype))(keys, params)
+    n = params.shape[1]
+    return jax.vmap(lambda k: jax.random.normal(k, (n,), params.dtype))(keys)
+
+
+def _draw_kind(kind: str, items: list) -> list:
+    """The values of each ``(key, params)`` request of one kind from one call: the requests
+    padded to the longest (the padding, shape parameter one, is drawn and dropped); requests
+    of another dtype than the first's, or of no value, at their own sites."""
+    sized = [i for i, (_, p) in enumerate(items) if p.size > 0]
+    if not sized:
+        return [jnp.zeros(p.shape, p.dtype) for _, p in items]
+    dtype = items[sized[0]][1].dtype
+    group = [i for i in sized if items[i][1].dtype == dtype]
+    n = max(items[i][1].size for i in group)
+    keys = jnp.stack([items[i][0] for i in group])
+    params = jnp.stack(
+        [
+            jnp.pad(items[i][1].reshape(-1), (0, n - items[i][1].size), constant_values=1.0)
+            for i in group
+        ]
     )
-    g = jax.vmap(lambda k, a: jax.random.gamma(k, a, dtype=dtype))(keys, alphas)
-    return [g[i, : a.size].reshape(a.shape) for i, (_, a) in enumerate(items)]
+    drawn = _draw(kind, keys, params)
+    values = [_at_site(kind, k, p) for k, p in items]
+    for row, i in enumerate(group):
+        values[i] = drawn[row, : items[i][1].size].reshape(items[i][1].shape)
+    return values
+
+
+def _at_site(kind: str, key, params):
+    if params.size == 0:
+        return jnp.zeros(params.shape, params.dtype)
+    if kind == "gamma":
+        return jax.random.gamma(key, params, params.shape, dtype=params.dtype)
+    return jax.random.normal(key, (params.size,), params.dtype).reshape(params.shape)
 
 
 @contextlib.contextmanager
-def _taped(mode: str, items: list):
+def _taped(mode: str, items: dict):
     _TAPE.mode, _TAPE.items = mode, items
     try:
         yield items
     finally:
-        _TAPE.mode, _TAPE.items = None, []
+        _TAPE.mode, _TAPE.items = None, {"gamma": [], "normal": []}
 
 
-def gamma_batched(fn):
-    """``fn`` with the gamma variates it draws through :func:`gamma` drawn in one call.
+def draw_together(fn):
+    """``fn`` with its small gamma and normal draws (through :func:`gamma` and
+    :func:`normal`) made in one call per kind.
 
-    ``fn`` is traced twice: once to record the keys and shape parameters of its
-    :func:`gamma` calls (its results then are discarded: dead code the compiler removes),
-    once with the variates drawn together.  The values equal those of one call per site
-    bit for bit (the shape parameters must not depend on the function's own variates).
-    Without the partitionable threefry generator, or inside another such function, ``fn``
-    runs as it is.
+    ``fn`` is traced twice: once to record the keys and parameters of its draws (its results
+    then are discarded: dead code the compiler removes), once with the values drawn
+    together.  They equal the values of one call per site (compiled, up to the last bit of a
+    gamma shape parameter below one); the parameters must not depend on the function's own
+    draws.  Without the partitionable threefry generator, or inside another such function,
+    ``fn`` runs as it is.
     """
 
     @functools.wraps(fn)
     def wrapped(*args):
-        if not BATCH_GAMMA or _TAPE.mode is not None:
+        if not TOGETHER or _TAPE.mode is not None:
             return fn(*args)
-        with _taped("record", []) as items:
+        with _taped("record", {"gamma": [], "normal": []}) as items:
             fn(*args)
-        sized = [i for i, (_, a) in enumerate(items) if a.size > 0]
-        if len(sized) < 2 or not all(_partitionable(items[i][0]) for i in sized):
+        requests = [r for kind in items.values() for r in kind]
+        if len(requests) < 2 or not all(_partitionable(k) for k, _ in requests):
             return fn(*args)
-        if len({items[i][1].dtype for i in sized}) > 1:
-            return fn(*args)
-        drawn = _draw_together([items[i] for i in sized])
-        values = [jnp.zeros(a.shape, a.dtype) for _, a in items]
-        for i, v in zip(sized, drawn):
-            values[i] = v
+        values = {kind: _draw_kind(kind, reqs) for kind, reqs in items.items()}
         with _taped("replay", values) as left:
             out = fn(*args)
-            if left:
-                raise RuntimeError("gamma_batched: fewer gamma calls replayed than recorded")
+            if any(left.values()):
+                raise RuntimeError("draw_together: fewer draws replayed than recorded")
         return out
 
     return wrapped

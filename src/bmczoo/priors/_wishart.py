@@ -60,7 +60,7 @@ def wishart_draw(key: jax.Array, Winv: jax.Array, nu, beta=None, mu=None):
     Lam = 0.5 * (Lam + Lam.T)
     if beta is None:
         return Lam
-    z = jax.random.normal(kz, (K,), dtype)
+    z = _rng.normal(kz, (K,), dtype)
     v = lax.linalg.triangular_solve(A, z[:, None], left_side=True, lower=True, transpose_a=True)[
         :, 0
     ]

@@ -44,7 +44,7 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
         problem, state, prior, z, tb, values
     )
     tau, bias_var, prior_state = jax.vmap(
-        _rng.gamma_batched(functools.partial(_chain_blocks, problem, prior))
+        _rng.draw_together(functools.partial(_chain_blocks, problem, prior))
     )(ChainBlocks(kt, kv, kg), part, sumsq, sM, sN, state.tau, state.bias_var, state.prior_state)
     new = state._replace(
         M=M,
@@ -107,7 +107,8 @@ def _chain_blocks(
     ``sum_sq + part``, the bias variances from the biases' sums of squares ``sumsq`` (2,),
     then the prior's variables from the factors' statistics ``sM``, ``sN``; ``old`` the
     chain's ``(tau, bias_var, prior_state)``, kept where the model has no such block.  Its
-    gamma variates are drawn in one call (:func:`bmczoo._rng.gamma_batched`)."""
+    small gamma and normal draws are made in one call per kind
+    (:func:`bmczoo._rng.draw_together`)."""
     tau, bias_var, prior_state = old
     m1, m2 = problem.dims
     if problem.learned_tau:
