@@ -212,3 +212,39 @@ def test_link_arrays_refuse_a_huge_table_before_allocating():
     assert feats.shape == (m, f)
     with pytest.raises(ValueError, match="the rows .*200000 x 200000"):
         macau.link_arrays(feats, jnp.float64)
+
+
+def test_a_fit_on_the_rows_keeps_full_links_and_folds_in(monkeypatch):
+    """Gibbs and VB with the rows' implicit feedback (12 rows, 30 columns) decomposed on
+    the rows: the kept ``B_M`` has all F rows and its null part, fold-in reads it, and
+    VB's reported ``B_M`` (the mean of ``q(B)``) lies in the row space of ``X``."""
+    monkeypatch.setattr(eigen, "GRAM_MIN_FEATURES", 0)
+    rng = np.random.default_rng(0)
+    m1, m2 = 12, 30
+    r, c = np.nonzero(rng.random((m1 + 3, m2)) < 0.3)
+    values = rng.normal(size=r.size)
+    train = bmc.RatingData(r[r < m1], c[r < m1], values[r < m1], shape=(m1, m2))
+    new = bmc.RatingData(r[r >= m1] - m1, c[r >= m1], values[r >= m1], shape=(3, m2))
+    prior = bmc.priors.NormalWishart(implicit="rows")
+    assert "M/V" not in prior.gibbs_links(train, jnp.float64)
+    kw = dict(K=K, prior=prior, seed=0, progress_bar=False)
+    fit = bmc.fit(train, num_warmup=5, num_samples=5, thinning=1, num_chains=1, **kw)
+    B = np.asarray(fit._factor_src["B_M"], np.float64).reshape(5, m2, K)
+    X = bmc.data.implicit_features(train, "rows").to_dense()
+    Vn = np.linalg.svd(X)[2][np.linalg.matrix_rank(X) :]  # a basis of X's null space
+    assert np.min(np.abs(np.einsum("nf,sfk->snk", Vn, B))) > 0.0  # its null part was drawn
+    folded = fit.fold_in(new)
+    Xn = bmc.data.implicit_features(new, "rows").to_dense()
+    assert np.abs(Xn @ Vn.T).max() > 0.1  # the new rows see B's null part
+    mu, Lam, N = (np.asarray(fit._factor_src[k], np.float64) for k in ("mu_M", "Lambda_M", "N"))
+    mu, Lam, N = mu.reshape(5, K), Lam.reshape(5, K, K), N.reshape(5, m2, K)
+    tau, rows, cols = 1.0 / fit.noise_var(), np.asarray(new.rows), np.asarray(new.cols)
+    y = np.asarray(new.values) - fit.info.shift.offset
+    for s, u in np.ndindex(5, 3):  # each new row's Gaussian conditional per draw
+        Nu, yu = N[s][cols[rows == u]], y[rows == u]
+        rhs = Lam[s] @ (mu[s] + Xn[u] @ B[s]) + tau * Nu.T @ yu
+        exact = np.linalg.solve(Lam[s] + tau * Nu.T @ Nu, rhs)
+        np.testing.assert_allclose(folded.means[s, u], exact, rtol=1e-9, atol=1e-12)
+    vb = bmc.fit(train, method="vb", max_iter=5, **kw)
+    EB = np.asarray(vb.q_prior["B_M"], np.float64).reshape(m2, K)
+    np.testing.assert_allclose(Vn @ EB, 0.0, atol=1e-10 * np.abs(EB).max())
