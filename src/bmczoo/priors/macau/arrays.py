@@ -1,5 +1,7 @@
 """The device arrays of a feature table and the products with them: ``X B`` and ``X^T E``
-(sparse, all chains at once) and the coordinates in the eigenbasis of ``X^T X``."""
+(sparse, all chains at once), the coordinates in the eigenbasis of ``X^T X`` and ``B``
+recovered from them (with its null-space part drawn afresh in the kept draws when the
+basis is not formed: :mod:`.eigen`)."""
 
 from __future__ import annotations
 
@@ -125,8 +127,11 @@ def links_of(link: dict, Bt: jax.Array) -> jax.Array:
     with the row-side decomposition (no ``V``), the range part ``V_r Bt_r = X^T (W Bt_r)``
     (:func:`_range_weights`, sparse products: no F x r array), i.e. ``V Bt`` with the
     null-space coordinates taken as zero: exact for a mean whose null part is zero (VB's
-    ``q(B)``).  Its float32 rounding grows like ``sqrt(s_max / s_j)`` along the ``j``-th
-    eigenvector (``V_r`` is formed as ``X^T W``); float64 is exact to about ``1e-10``."""
+    ``q(B)``).  ``V_r`` is applied as ``X^T W``, so the rounding along the ``j``-th
+    eigenvector is about ``eps sqrt(s_max / s_j)`` relative: at most ``sqrt(eps_64 / F)``
+    in float64 (``s_j > F eps_64 s_max``), but up to percents in float32 along the nearly
+    dependent directions of an ill-conditioned ``X`` (the sweep's own arrays are exact to
+    float32: they are formed in float64 on the host)."""
     if "V" in link:
         return jnp.einsum("fg,cgk->cfk", link["V"], Bt)
     F, r = _rank(link)

@@ -276,7 +276,7 @@ class VBLink:
     prior : NormalWishart
         The prior with its links.
     links : dict
-        Its link arrays (``"M/X"``, ``"M/V"``, ... as built by ``gibbs_links``).
+        Its link arrays (``"M/X"``, ``"M/d"``, ... as built by ``gibbs_links``).
     """
 
     has_column_scales = False
@@ -495,7 +495,8 @@ class VBLink:
     def vb_params(self, q, stats_M, stats_N, m1, m2):
         """The Normal-Wishart q parameters (:meth:`~bmczoo.priors.NormalWishart.vb_params`)
         and, per linked factor, ``B_F`` (the mean of ``q(B)`` in the features' basis, (C, F,
-        K)), ``lam_B_shape_F``, ``lam_B_rate_F`` and ``E_lam_B_F``.
+        K); zero on the null space of ``X``, so :func:`links_of` gives it exactly with
+        either decomposition), ``lam_B_shape_F``, ``lam_B_rate_F`` and ``E_lam_B_F``.
 
         Parameters
         ----------
