@@ -248,3 +248,15 @@ def test_a_fit_on_the_rows_keeps_full_links_and_folds_in(monkeypatch):
     vb = bmc.fit(train, method="vb", max_iter=5, **kw)
     EB = np.asarray(vb.q_prior["B_M"], np.float64).reshape(m2, K)
     np.testing.assert_allclose(Vn @ EB, 0.0, atol=1e-10 * np.abs(EB).max())
+
+
+def test_the_budget_is_a_containers_memory_limit(tmp_path, monkeypatch):
+    machine = eigen.physical_memory()
+    limit = tmp_path / "memory.max"
+    monkeypatch.setattr(eigen, "_CGROUP_LIMITS", (str(limit),))
+    limit.write_text("max\n")
+    assert eigen.physical_memory() == machine
+    limit.write_text(f"{1 << 30}\n")
+    assert eigen.physical_memory() == min(machine, 1 << 30)
+    with pytest.raises(ValueError, match="0.5 GiB"):
+        eigen.check_size(10677, 69878, True, "cols")

@@ -44,12 +44,25 @@ def use_gram(m: int, F: int) -> bool:
     return m < F and F > GRAM_MIN_FEATURES
 
 
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
 def physical_memory() -> int:
-    """The machine's physical memory in bytes (16 GiB where the system does not say)."""
+    """The machine's physical memory in bytes, or a container's memory limit (cgroup) when
+    smaller (16 GiB where the system says neither)."""
     try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+        total = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, OSError, ValueError):
-        return 16 << 30
+        total = 16 << 30
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():  # "max" (v2) or a huge number (v1): no limit
+            total = min(total, int(text))
+    return total
 
 
 def check_size(m: int, F: int, gram: bool, side: str, memory: int | None = None) -> None:
