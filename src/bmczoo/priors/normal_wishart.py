@@ -291,7 +291,9 @@ class NormalWishart(Prior):
         ):
             X = macau.side_features(spec, self.implicit, ratings, axis)
             if X is not None:
-                out.update({f"{side}/{k}": v for k, v in macau.link_arrays(X, dtype).items()})
+                out.update(
+                    {f"{side}/{k}": v for k, v in macau.link_arrays(X, dtype, side=axis).items()}
+                )
         return out
 
     @staticmethod

@@ -458,7 +458,7 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
     ):  # a feature link's B, from its coordinates in the sweep's state
         from ...priors import macau
 
-        out.update(macau.stored_links(state.prior_state, problem.links))
+        out.update(macau.stored_links(state.prior_state, problem.links, state.key))
     e = problem.entries
     out["theta"] = entries(state, problem, e.track_rows, e.track_cols)
     if problem.learned_tau:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from .._wishart import chol_inverse, expected_lambda, multidigamma, nw_vb_term
 from .algebra import LinkHyper, LinkRows, b_mean, nw_with_link, residual_sums
-from .arrays import coords_mean, coords_stats
+from .arrays import coords_mean, coords_stats, links_of
 
 
 # Mean-field VB of the link (one linked factor; the other factor's rows are the same with
@@ -276,7 +276,7 @@ class VBLink:
     prior : NormalWishart
         The prior with its links.
     links : dict
-        Its link arrays (``"M/X"``, ``"M/V"``, ... as built by ``gibbs_links``).
+        Its link arrays (``"M/X"``, ``"M/d"``, ... as built by ``gibbs_links``).
     """
 
     has_column_scales = False
@@ -495,7 +495,8 @@ class VBLink:
     def vb_params(self, q, stats_M, stats_N, m1, m2):
         """The Normal-Wishart q parameters (:meth:`~bmczoo.priors.NormalWishart.vb_params`)
         and, per linked factor, ``B_F`` (the mean of ``q(B)`` in the features' basis, (C, F,
-        K)), ``lam_B_shape_F``, ``lam_B_rate_F`` and ``E_lam_B_F``.
+        K); zero on the null space of ``X``, so :func:`links_of` gives it exactly with
+        either decomposition), ``lam_B_shape_F``, ``lam_B_rate_F`` and ``E_lam_B_F``.
 
         Parameters
         ----------
@@ -514,7 +515,7 @@ class VBLink:
         out = self.base.vb_params(q, stats_M[:2], stats_N[:2], m1, m2)
         for side, link in self.sides.items():
             if link is not None:
-                out[f"B_{side}"] = jnp.einsum("fg,cgk->cfk", link["V"], q[f"Bt_{side}"])
+                out[f"B_{side}"] = links_of(link, q[f"Bt_{side}"])
                 out[f"lam_B_shape_{side}"] = q[f"lam_shape_{side}"]
                 out[f"lam_B_rate_{side}"] = q[f"lam_rate_{side}"]
                 out[f"E_lam_B_{side}"] = q[f"lam_shape_{side}"] / q[f"lam_rate_{side}"]
