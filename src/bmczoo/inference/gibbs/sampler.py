@@ -42,9 +42,10 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     tau, bias_var = _noise_blocks(state, problem, (kt, kv), part, sumsq)
     m1, m2 = problem.dims
     if problem.links:
-        prior_state = jax.vmap(
-            lambda k, s, a, b_: prior.link_update(k, s, a, b_, m1, m2, problem.links)
-        )(kg, state.prior_state, sM, sN)
+        links = _update_links(problem)
+        prior_state = jax.vmap(lambda k, s, a, b_: prior.link_update(k, s, a, b_, m1, m2, links))(
+            kg, state.prior_state, sM, sN
+        )
     else:
         prior_state = jax.vmap(lambda k, a, b_: prior.gibbs_update(k, a, b_, m1, m2))(kg, sM, sN)
     new = state._replace(
@@ -65,6 +66,16 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     )
     switches = stats.switches if switched is None else stats.switches + switched
     return new._replace(stats=stats._replace(failure=failure, switches=switches))
+
+
+def _update_links(problem: GibbsProblem) -> dict:
+    """The link arrays the prior's block reads: all of them on one device; on a mesh the
+    replicated ones (those split by rows live in the factor blocks' devices)."""
+    if problem.mesh is None:
+        return problem.links
+    from ...priors.macau.sharded import link_layout, replicated_links
+
+    return replicated_links(problem.links, link_layout(problem.links))
 
 
 def _sweep_draws(state: GibbsState, problem: GibbsProblem):
