@@ -8,7 +8,8 @@ The runs: side features and implicit feedback on both sides, with learned noise 
 (the rows' link has more rows than features, ``X`` and ``X^T`` split by blocks; the columns'
 has fewer, the dense ``X V`` split by rows), and side features of the columns only (the rows
 unlinked).  Without an argument: the first run, on one device and on four; with ``full``:
-also its checkpointed run on three devices, and the second run."""
+also its checkpointed run on three devices, and the second run; with ``segment``: every
+sparse product (the ratings' and the link's blocks) on the segment-sum hot path."""
 
 from __future__ import annotations
 
@@ -79,7 +80,9 @@ def main():
         test=test,
         dtype=jnp.float64,
     )
-    full = sys.argv[1:] == ["full"]
+    full = "full" in sys.argv[1:]
+    if "segment" in sys.argv[1:]:  # the GPUs' hot path (segment sums) for every sparse product
+        bmc.linalg.set_hot_path("segment")
     for name, extra in RUNS.items() if full else list(RUNS.items())[:1]:
         one = bmc.fit(train, **extra, **kw)
         others = {"four": bmc.fit(train, devices=jax.devices(), **extra, **kw)}
