@@ -8,6 +8,7 @@ Gibbs row on a tiny MovieLens-format folder written here (40 users x 30 items wi
 ``u.user``, ``u.item`` and ``u.genre``); the test on the real ML-100K files is skipped when
 they are absent."""
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -179,6 +180,19 @@ def test_linked_rows_on_the_real_ml100k():
     train = runner.prepared(rows[0].units[0].candidates[0].data).train
     assert train.shape == (943, 1682)
     assert train.row_features.n_rows == 943 and train.col_features.n_rows == 1682
+
+
+def test_a_variant_keeping_the_name_does_not_replace_the_prior():
+    """A subclass that keeps the Normal-Wishart prior's name (as the Geweke tests' deliberately
+    wrong link does) leaves ``"normal-wishart"`` to the zoo's class: a task builds the real
+    prior whatever else the process defined."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Variant(NormalWishart):
+        pass
+
+    assert Variant.name == NormalWishart.name
+    assert tasks.prior_class(NormalWishart.name) is NormalWishart
 
 
 # ----------------------------------------------------------------------------- a tiny fit
