@@ -5,7 +5,7 @@ hyper-parameters chosen on validation data.
 The work is described by frozen values (:mod:`.tasks`), run with a per-fit cache
 (:mod:`.execute`) and selected and summarised by pure functions (:mod:`.runner`)."""
 
-from .beyond import MOVIELENS_BEYOND
+from .beyond import MOVIELENS_BEYOND, MOVIELENS_LINKED
 from .execute import run
 from .paper import (
     PAPER_TABLE2,
@@ -38,6 +38,7 @@ __all__ = [
     "PAPER_TABLE6",
     "paper_prior",
     "MOVIELENS_BEYOND",
+    "MOVIELENS_LINKED",
     "EXPERIMENTS",
     "Result",
     "default_out",

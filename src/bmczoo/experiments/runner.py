@@ -8,7 +8,9 @@ Three experiments (``bmczoo reproduce NAME``):
   gamma); 1M and 10M with VB (inverse gamma) when those datasets can be loaded; and,
   beyond the paper, the Normal-Wishart rows alone and with learned noise and biases for
   each of those datasets and methods (:data:`~bmczoo.experiments.beyond.MOVIELENS_BEYOND`;
-  no paper value).
+  no paper value), with ``features=True`` also with the datasets' side features and
+  implicit feedback where a dataset has its side tables
+  (:data:`~bmczoo.experiments.beyond.MOVIELENS_LINKED`).
 
 For every cell and prior the hyper-parameters are chosen on a validation split carved
 out of the training data (10% of the observed entries, by validation RMSE) over a grid
@@ -52,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from .execute import iter_run, prepared, run
-from .beyond import MOVIELENS_BEYOND
+from .beyond import MOVIELENS_BEYOND, linked_rows
 from .paper import PAPER_TABLE2, PAPER_TABLE3_HYPER, PAPER_TABLE4, PAPER_TABLE5_HYPER, PAPER_TABLE6
 from .tasks import (
     FULL,
@@ -253,21 +255,26 @@ def plan_movielens(entries: Iterable[tuple], *, settings: Settings, K: int = 10)
     ----------
     entries : iterable of tuples
         ``(MovieLensData, method, prior, hyper-parameters, paper's RMSE)``, optionally
-        followed by the likelihood (None: the paper's) and the biases (None/False: none;
-        True or a :class:`~bmczoo.offsets.Biases`).  The hyper-parameters may be None
-        (the prior's command-line defaults); the paper's RMSE NaN (a row the paper does
-        not have).  The likelihood and biases are part of the cache keys unless they are
-        the defaults, so the paper's rows keep the keys of earlier versions.
+        followed by the likelihood (None: the paper's), the biases (None/False: none;
+        True or a :class:`~bmczoo.offsets.Biases`) and the prior's feature links (None:
+        none; a mapping of :func:`~bmczoo.experiments.tasks.links_pairs`, e.g.
+        ``{"row_features": True, "implicit": True}``: the dataset's side tables and
+        implicit feedback).  The hyper-parameters may be None (the prior's command-line
+        defaults); the paper's RMSE NaN (a row the paper does not have).  The likelihood,
+        biases and links are part of the cache keys unless they are the defaults, so the
+        paper's rows keep the keys of earlier versions.
     settings : Settings
     K : int
         Latent dimension.
     """
     rows = []
     for data, method, prior, hyper, paper, *components in entries:
-        if len(components) > 2:
-            raise ValueError(f"a MovieLens entry has at most 7 items, got {5 + len(components)}")
-        likelihood, biases = (list(components) + [None, None])[:2]
+        if len(components) > 3:
+            raise ValueError(f"a MovieLens entry has at most 8 items, got {5 + len(components)}")
+        likelihood, biases, links = (list(components) + [None] * 3)[:3]
         hyper = _default_hyper(prior_class(prior)) if hyper is None else hyper
+        # the links go with the hyper-parameters (plan_unit keeps them apart, off the grid)
+        hyper = {**dict(as_pairs(hyper)), **dict(as_pairs(links or ()))}
         tag = {
             "experiment": "movielens",
             "dataset": data.dataset,
@@ -497,10 +504,13 @@ def _simulation_cells(name: str, quick: bool) -> list[GridCell]:
     ]
 
 
-def _movielens_entries(quick: bool, data_dir: str | Path | None, progress: bool) -> list[tuple]:
+def _movielens_entries(
+    quick: bool, data_dir: str | Path | None, progress: bool, features: bool = False
+) -> list[tuple]:
     """The paper's Table 6 rows whose dataset can be loaded (quick: 100K only), each
-    dataset's followed by the rows beyond the paper (:data:`MOVIELENS_BEYOND`) for each
-    method the paper ran on it."""
+    dataset's followed by the rows beyond the paper (:data:`MOVIELENS_BEYOND`, and with
+    ``features`` :data:`~bmczoo.experiments.beyond.MOVIELENS_LINKED` where the dataset has
+    the side tables they use) for each method the paper ran on it."""
     from ..datasets import DATASETS
 
     entries = []
@@ -509,7 +519,7 @@ def _movielens_entries(quick: bool, data_dir: str | Path | None, progress: bool)
         local = Path(data_dir) / DATASETS[dataset].folder if data_dir is not None else None
         spec = MovieLensData(dataset, str(local) if local is not None and local.exists() else None)
         try:
-            prepared(spec)
+            prep = prepared(spec)
         except (OSError, ValueError) as e:  # no local copy and no network
             if progress:
                 print(
@@ -522,12 +532,33 @@ def _movielens_entries(quick: bool, data_dir: str | Path | None, progress: bool)
             (spec, method, prior, hyper, paper) for _, method, prior, hyper, paper in paper_rows
         ]
         methods = list(dict.fromkeys(method for _, method, *_ in paper_rows))
+        beyond = list(MOVIELENS_BEYOND)
+        if features:
+            linked, missing = linked_rows(prep.train)
+            beyond += linked
+            if missing and progress:
+                print(f"movielens {dataset}: {missing}", flush=True)
         entries += [
-            (spec, method, prior, hyper, math.nan, likelihood, biases)
+            (spec, method, prior, hyper, math.nan, *components)
             for method in methods
-            for prior, hyper, likelihood, biases in MOVIELENS_BEYOND
+            for prior, hyper, *components in beyond
         ]
     return entries
+
+
+def _check_rows(name: str, priors, features) -> None:
+    """The experiment's name and the options that select its rows (``priors``: the
+    simulations'; ``features``: MovieLens')."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}")
+    if priors is not None and name == "movielens":
+        raise ValueError("priors= selects rows of simulation-m and simulation-K only")
+    if not isinstance(features, bool):
+        raise ValueError(f"features must be True or False, got {features!r}")
+    if features and name != "movielens":
+        raise ValueError(
+            "features=True adds rows to movielens only (the simulations have no features)"
+        )
 
 
 def run_experiment(
@@ -540,6 +571,7 @@ def run_experiment(
     jobs: int = 1,
     settings: Settings | None = None,
     priors: Sequence[str] | None = None,
+    features: bool = False,
 ) -> list[Result]:
     """Run (or resume) one experiment and return its rows.
 
@@ -568,16 +600,19 @@ def run_experiment(
     priors : sequence of str, optional
         ``simulation-m`` / ``simulation-K``: only the rows of these priors (their registry
         names); default all of the paper's.
+    features : bool
+        ``movielens``: also the rows of
+        :data:`~bmczoo.experiments.beyond.MOVIELENS_LINKED` (the Normal-Wishart prior with
+        the dataset's side features and implicit feedback) for the datasets whose side
+        tables (``u.user`` / ``u.item``, ``users.dat`` / ``movies.dat``) sit beside the
+        ratings.
 
     Returns
     -------
     list of Result
     """
-    if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}")
+    _check_rows(name, priors, features)
     jobs = _check_jobs(jobs)
-    if priors is not None and name == "movielens":
-        raise ValueError("priors= selects rows of simulation-m and simulation-K only")
     if name != "movielens":
         cells = _simulation_cells(name, quick)
         if priors is not None:
@@ -598,7 +633,9 @@ def run_experiment(
             experiment=name,
         )
     settings = settings if settings is not None else (QUICK if quick else FULL)
-    rows = plan_movielens(_movielens_entries(quick, data_dir, progress), settings=settings)
+    rows = plan_movielens(
+        _movielens_entries(quick, data_dir, progress, features), settings=settings
+    )
     return _run_rows(rows, _folder(out, quick), jobs, progress)
 
 

@@ -10,7 +10,8 @@ vary (:meth:`~bmczoo.priors.Prior.tuned_name`) and the prior for its starts
 A fit's likelihood and biases components are plain values too: their ``describe()`` as
 ``(name, value)`` pairs (:func:`component_pairs`), empty for the defaults (the paper's
 tempered likelihood, no biases), so that the cache keys of the paper's fits are those of
-earlier versions.
+earlier versions.  So are the prior's feature links (:func:`links_pairs`: the data's side
+tables and implicit feedback, e.g. ``row_features=True, implicit=True``), empty without.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ __all__ = [
     "as_pairs",
     "component_pairs",
     "biases_pairs",
+    "links_pairs",
+    "link_labels",
     "prior_class",
     "plan_unit",
 ]
@@ -84,6 +87,53 @@ def biases_pairs(biases) -> Pairs:
         return as_pairs(biases)
     component = get_biases(biases)
     return () if component is None else as_pairs(component.describe())
+
+
+#: the prior keywords of a feature link a task may set, with the values it takes (plain
+#: values: ``True`` is the data's side table, so a task names no array)
+LINK_KEYWORDS = {
+    "row_features": (True,),
+    "col_features": (True,),
+    "implicit": (True, "rows", "cols"),
+}
+
+
+def links_pairs(links) -> Pairs:
+    """The prior's feature links as sorted plain pairs: a mapping or pairs of
+    :data:`LINK_KEYWORDS` (``row_features=True`` / ``col_features=True``: the data's side
+    tables; ``implicit=True``, ``"rows"`` or ``"cols"``: implicit feedback), False/None
+    values dropped; ``()`` for None (no link).  ``ValueError`` names a keyword or value
+    that is not one of these."""
+    if links is None:
+        return ()
+    out = []
+    for name, value in as_pairs(links):
+        if name not in LINK_KEYWORDS:
+            raise ValueError(
+                f"links: unknown keyword {name!r}; a task's links are {', '.join(LINK_KEYWORDS)}"
+            )
+        if value is False or value is None:
+            continue
+        if not any(value is v or (isinstance(v, str) and value == v) for v in LINK_KEYWORDS[name]):
+            allowed = ", ".join(repr(v) for v in (False, *LINK_KEYWORDS[name]))
+            raise ValueError(f"links: {name} must be one of {allowed}, got {value!r}")
+        out.append((name, value))
+    return tuple(sorted(out))
+
+
+def link_labels(links: Pairs) -> tuple[str, ...]:
+    """The links' names in a model's label: ``side`` (both sides' tables) or
+    ``side-rows`` / ``side-cols``, then ``implicit`` (both sides) or ``implicit-rows`` /
+    ``implicit-cols``."""
+    d = dict(links)
+    sides = [s for s, k in (("rows", "row_features"), ("cols", "col_features")) if d.get(k)]
+    out = []
+    if sides:
+        out.append("side" if len(sides) == 2 else f"side-{sides[0]}")
+    imp = d.get("implicit")
+    if imp:
+        out.append("implicit" if imp is True else f"implicit-{imp}")
+    return tuple(out)
 
 
 def _settings_of(pairs: Pairs) -> dict:
@@ -205,6 +255,8 @@ class FitTask:
         cache key).
     biases : the biases component's ``describe()`` as pairs (:func:`biases_pairs`); ``()``:
         no biases (then not part of the cache key).
+    links : the prior's feature links as pairs (:func:`links_pairs`: the data's side tables,
+        implicit feedback); ``()``: none (then not part of the cache key).
     """
 
     tag: Pairs
@@ -220,11 +272,13 @@ class FitTask:
     start: str = "default"
     likelihood: Pairs = ()
     biases: Pairs = ()
+    links: Pairs = ()
 
     def __post_init__(self):
         # plain pairs, the default likelihood as () (one cache key per model)
         object.__setattr__(self, "likelihood", component_pairs(self.likelihood))
         object.__setattr__(self, "biases", biases_pairs(self.biases))
+        object.__setattr__(self, "links", links_pairs(self.links))
         if self.stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
         if self.method not in METHODS:
@@ -234,7 +288,7 @@ class FitTask:
     def key_json(self) -> str:
         """The cache key as canonical JSON (sorted keys): the tag, stage, hyper-parameters,
         settings (``column_moves`` only when True); when ``init_gamma`` is set, the start and ``init_gamma``; when not the
-        defaults, the likelihood and the biases (their descriptions)."""
+        defaults, the likelihood and the biases (their descriptions) and the links."""
         settings = dataclasses.asdict(self.settings)
         if not settings["column_moves"]:
             del settings["column_moves"]  # the keys of runs made before the setting existed
@@ -250,6 +304,8 @@ class FitTask:
             key["likelihood"] = dict(self.likelihood)
         if self.biases:
             key["biases"] = dict(self.biases)
+        if self.links:
+            key["links"] = dict(self.links)
         return json.dumps(key, sort_keys=True, default=float)
 
     @property
@@ -258,8 +314,8 @@ class FitTask:
         return json.loads(self.key_json)
 
     def build_prior(self) -> Prior:
-        """The prior of this fit."""
-        return prior_class(self.prior)(**dict(self.hyper))
+        """The prior of this fit (with its feature links)."""
+        return _build(prior_class(self.prior), dict(self.hyper), self.links)
 
     def build_likelihood(self):
         """The likelihood of this fit (None: ``bmc.fit``'s default)."""
@@ -279,9 +335,11 @@ class FitTask:
 
     @property
     def components(self) -> tuple[str, ...]:
-        """The names of the components beyond the paper's model (likelihood, biases), in
-        that order; ``()`` for the paper's model."""
-        return tuple(dict(c)["name"] for c in (self.likelihood, self.biases) if c)
+        """The names of what the model adds to the paper's: the prior's links
+        (:func:`link_labels`), the likelihood, the biases, in that order; ``()`` for the
+        paper's model."""
+        names = tuple(dict(c)["name"] for c in (self.likelihood, self.biases) if c)
+        return link_labels(self.links) + names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,8 +348,9 @@ class Unit:
     grid value with each of its starts) and the hyper-parameters the grid is centred on
     (``base_hyper``, in the order given: the paper's values in the experiments).
 
-    ``components``: the names of the model's components beyond the paper's (its likelihood
-    unless the default, ``biases``), e.g. ``("learned", "biases")``; :attr:`label` is the
+    ``components``: the names of the model's components beyond the paper's (its prior's
+    feature links, its likelihood unless the default, ``biases``), e.g. ``("learned",
+    "biases")`` or ``("side", "implicit", "learned", "biases")``; :attr:`label` is the
     prior's name joined with them by ``+``."""
 
     prior: str
@@ -304,6 +363,16 @@ class Unit:
     def label(self) -> str:
         """The model's name in tables: e.g. ``"normal-wishart+learned+biases"``."""
         return "+".join((self.prior, *self.components))
+
+
+def _build(cls: type[Prior], hyper: dict, links: Pairs) -> Prior:
+    """``cls(**hyper)`` with the feature links; ``ValueError`` when the prior takes none."""
+    if links and not all(k in getattr(cls, "__dataclass_fields__", {}) for k, _ in links):
+        raise ValueError(
+            f"the {cls.name} prior has no feature links ({', '.join(k for k, _ in links)}); "
+            "the Normal-Wishart prior has"
+        )
+    return cls(**hyper, **dict(links))
 
 
 def _grid(cls: type[Prior], base: dict) -> list[tuple[Prior, dict]]:
@@ -351,6 +420,10 @@ def plan_unit(
         A name of :func:`bmczoo.priors.registry`.
     hyper : mapping or pairs
         The hyper-parameters the grid is centred on; ``ValueError`` if the prior rejects them.
+        The prior's feature links among them (the keywords of :data:`LINK_KEYWORDS`: the
+        data's side tables ``row_features=True``, ``col_features=True`` and implicit
+        feedback ``implicit=True``, ``"rows"`` or ``"cols"``) are the fits' ``links``
+        (:func:`links_pairs`), the same at every grid point.
     K, seed : int
     settings : Settings
     likelihood : bmczoo.likelihoods.Likelihood or pairs, optional
@@ -363,8 +436,9 @@ def plan_unit(
     Unit
     """
     cls = prior_class(prior)
-    base = as_pairs(hyper)
-    cls(**dict(base))  # the grid's centre must be a valid prior
+    base = tuple((k, v) for k, v in as_pairs(hyper) if k not in LINK_KEYWORDS)
+    links = links_pairs([(k, v) for k, v in as_pairs(hyper) if k in LINK_KEYWORDS])
+    _build(cls, dict(base), links)  # the grid's centre must be a valid prior
     common = dict(
         tag=tuple(sorted(dict(tag).items())),
         data=data,
@@ -376,6 +450,7 @@ def plan_unit(
         settings=settings,
         likelihood=component_pairs(likelihood),
         biases=biases_pairs(biases),
+        links=links,
     )
     candidates = tuple(
         FitTask(

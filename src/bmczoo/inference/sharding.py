@@ -18,6 +18,7 @@ draw, so they stay exactly zero and add nothing to ``S``.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Callable, NamedTuple
 
 import jax
@@ -33,6 +34,10 @@ __all__ = [
     "make_mesh",
     "padded_size",
     "shard_csr",
+    "shard_csr_columns",
+    "shard_links",
+    "link_specs",
+    "local_links",
     "replicated",
     "row_sharded",
     "put",
@@ -108,7 +113,14 @@ def to_host(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh, hot_path: str | None = None) -> CSR:
+def shard_csr(
+    view,
+    shape: tuple[int, int],
+    dtype,
+    mesh: Mesh,
+    hot_path: str | None = None,
+    pad_other: bool = True,
+) -> CSR:
     """Per-device CSR blocks of the ``m x m_other`` rating pattern ``view``.
 
     Arrays get a leading device axis (sharded over the mesh): ``indptr`` (D, b+1) local
@@ -130,6 +142,9 @@ def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh, hot_path: str | N
     hot_path : {"auto", "bcsr", "segment"}, optional
         As in :func:`bmczoo.linalg.csr_from_view` (``"auto"`` is resolved by
         the platform of the mesh's devices).
+    pad_other : bool
+        Whether the column indices refer to a padded, all-gathered factor (the ratings);
+        False: to ``m_other`` columns as they are (a feature table's features).
     """
     D = mesh.devices.size
     m, m_other = shape
@@ -157,7 +172,7 @@ def shard_csr(view, shape: tuple[int, int], dtype, mesh: Mesh, hot_path: str | N
     path = resolve_hot_path(hot_path, mesh.devices.flat[0].platform)
     return CSR(
         *(put(x, sharding) for x in (ip, ix, vals, ones)),
-        (b, padded_size(m_other, D)),
+        (b, padded_size(m_other, D) if pad_other else m_other),
         put(rid, sharding),
         path,
     )
@@ -175,6 +190,82 @@ def local_csr(block: CSR) -> CSR:
         rid,
         block.hot_path,
     )
+
+
+def shard_csr_columns(csr: CSR, mesh: Mesh) -> CSR:
+    """Per-device blocks of the sparse ``F x m`` matrix ``csr`` split by its columns (the
+    transpose of a feature table: device ``d`` holds columns ``d b .. (d + 1) b - 1``, ``b =
+    ceil(m / D)``, as a ``F x b`` CSR with local column indices), for the products
+    ``csr[:, block] @ F_block`` of each device's rows ``F_block`` (b, W).
+
+    Arrays get a leading device axis as in :func:`shard_csr`: ``indptr`` (D, F+1),
+    ``index`` / ``values`` / ``ones`` / ``row_ids`` (D, nnz_max) padded after the block's
+    last entry (row id ``F``: dropped)."""
+    D = mesh.devices.size
+    F, m = csr.shape
+    b = padded_size(m, D) // D
+    indptr = np.asarray(csr.indptr, np.int64)
+    index = np.asarray(csr.index, np.int64)
+    values = np.asarray(csr.values)
+    rows = row_ids_from_indptr(indptr)
+    block = index // b  # the device of each entry (entries stay in row order within it)
+    nnz = np.bincount(block, minlength=D)
+    width = max(int(nnz.max(initial=0)), 1)
+    ip = np.zeros((D, F + 1), np.int32)
+    ix = np.zeros((D, width), np.int32)
+    vals = np.zeros((D, width), values.dtype)
+    ones = np.zeros((D, width), values.dtype)
+    rid = np.full((D, width), F, np.int32)
+    for d in range(D):
+        sel = block == d
+        k = int(nnz[d])
+        np.cumsum(np.bincount(rows[sel], minlength=F), out=ip[d, 1:])
+        ix[d, :k] = index[sel] - d * b
+        vals[d, :k] = values[sel]
+        ones[d, :k] = 1
+        rid[d, :k] = rows[sel]
+    sharding = NamedSharding(mesh, P(AXIS))
+    path = resolve_hot_path(csr.hot_path, mesh.devices.flat[0].platform)
+    return CSR(*(put(x, sharding) for x in (ip, ix, vals, ones)), (F, b), put(rid, sharding), path)
+
+
+def shard_links(links: dict, layout: dict[str, str], mesh: Mesh) -> dict:
+    """A prior's feature-link arrays over the mesh by ``layout`` (key -> ``"rows"``,
+    ``"cols"`` or ``"replicated"``; :func:`bmczoo.priors.macau.sharded.link_layout`): a
+    sparse matrix by rows in per-device blocks (:func:`shard_csr`, column indices not
+    padded), a sparse matrix by columns (:func:`shard_csr_columns`), a dense array by rows
+    zero-padded to a multiple of the device count and row-sharded (padding rows add
+    nothing to a product over rows), the rest replicated."""
+    D = mesh.devices.size
+    out = {}
+    for key, x in links.items():
+        kind = layout[key]
+        if kind == "replicated":
+            out[key] = put(x, replicated(mesh))
+        elif isinstance(x, CSR) and kind == "rows":
+            view = SimpleNamespace(
+                indptr=np.asarray(x.indptr), index=np.asarray(x.index), values=np.asarray(x.values)
+            )
+            out[key] = shard_csr(view, x.shape, x.values.dtype, mesh, x.hot_path, pad_other=False)
+        elif isinstance(x, CSR):
+            out[key] = shard_csr_columns(x, mesh)
+        else:
+            x = np.asarray(x)
+            x = np.pad(x, [(0, padded_size(x.shape[0], D) - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
+            out[key] = put(x, NamedSharding(mesh, P(AXIS)))
+    return out
+
+
+def link_specs(links: dict, layout: dict[str, str]) -> dict:
+    """The ``shard_map`` specs of :func:`shard_links`' arrays: split ones by the device
+    axis (a sparse block's arrays by their leading axis), replicated ones whole."""
+    return {k: P() if layout[k] == "replicated" else P(AXIS) for k in links}
+
+
+def local_links(links: dict) -> dict:
+    """Inside ``shard_map``: the device's own link arrays (a sparse block without its
+    leading axis, :func:`local_csr`; the others as they are)."""
+    return {k: local_csr(v) if isinstance(v, CSR) else v for k, v in links.items()}
 
 
 def pad_rows(x: jax.Array, m_pad: int) -> jax.Array:

@@ -53,10 +53,14 @@ def _all_subclasses(cls):
 
 def registry() -> dict[str, type[Prior]]:
     """Every prior class of the zoo by its ``name`` (in the order the modules are found):
-    what the command line offers and the experiments can run."""
-    return {
-        sub.name: sub for sub in _all_subclasses(Prior) if sub.name and not inspect.isabstract(sub)
-    }
+    what the command line offers and the experiments can run.  A subclass that keeps its
+    parent's name (a variant defined elsewhere, e.g. in a test) does not replace the parent:
+    the first class of each name counts, as in :func:`get_prior`."""
+    out: dict[str, type[Prior]] = {}
+    for sub in _all_subclasses(Prior):
+        if sub.name and not inspect.isabstract(sub):
+            out.setdefault(sub.name, sub)
+    return out
 
 
 def get_prior(name: str, **hyper) -> Prior:

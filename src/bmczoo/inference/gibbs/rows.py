@@ -240,31 +240,52 @@ def sweep_factors(
     """The factor blocks of a sweep (:func:`_sweep_body`) on one device or sharded over the
     problem's mesh: ``z`` the standard normals of the rows (unpadded), ``tb`` (C,) the
     block precision, ``values`` (C, n) a latent likelihood's ``z`` in row order (or None).
-    Returns ``(M, N, b, c, badM, badN, stats)``."""
+    Returns ``(M, N, b, c, badM, badN, stats)``.
+
+    With feature links each device computes its rows' prior means and its part of the
+    link's statistics from its block of the link's arrays (the parts are added with the
+    other sums over rows)."""
     flags = SweepFlags(problem.options.overrelax, problem.biases is not None, problem.learned_tau)
-    factor_stats = prior.factor_stats
-    if problem.links:  # a feature link: per-row prior means, link statistics (one device)
-        factor_stats = tuple(
-            functools.partial(prior.link_factor_stats, links=problem.links, side=s)
-            for s in ("M", "N")
-        )
-        priors = prior.link_row_priors(state.prior_state, problem.links, *problem.dims)
-    else:
-        priors = prior.row_priors(state.prior_state)
-    cond = (priors, tb, 1.0 / state.bias_var)
+    inv_var = 1.0 / state.bias_var
     x = FactorRows(state.M, state.N, state.row_bias, state.col_bias)
     if problem.mesh is None:
+        priors, factor_stats = _row_prior(prior, state.prior_state, problem.links, problem.dims)
         vals = (None, None) if values is None else (values, values[:, problem.col_perm])
         return _sweep_body(
-            problem.rows, problem.cols, x, z, cond, sh.LOCAL, flags, factor_stats, vals
+            problem.rows,
+            problem.cols,
+            x,
+            z,
+            (priors, tb, inv_var),
+            sh.LOCAL,
+            flags,
+            factor_stats,
+            vals,
         )
     p1, p2 = padded_dims(problem)
     z = FactorRows(sh.pad_rows(z.M, p1), sh.pad_rows(z.N, p2), pad_vec(z.b, p1), pad_vec(z.c, p2))
     f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
     v = jax.sharding.PartitionSpec(None, sh.AXIS)
     comm = sh.sharded_comm(problem.dims)
+    D = problem.mesh.devices.size
+    blocks = (p1 // D, p2 // D)  # each device's rows of M and of N
+    links = problem.links
+    if links:  # the rows' priors are computed on each device from its block of the link
+        from ...priors.macau.sharded import link_layout
 
-    def body(rows, cols, x, z, cond):
+        link_spec = sh.link_specs(links, link_layout(links))
+        cond = (state.prior_state, tb, inv_var)
+    else:
+        link_spec = {}
+        cond = (prior.row_priors(state.prior_state), tb, inv_var)
+
+    def body(rows, cols, x, z, cond, links):
+        if links:
+            local = sh.local_links(links)
+            priors, factor_stats = _row_prior(prior, cond[0], local, blocks)
+            cond = (priors,) + cond[1:]
+        else:
+            factor_stats = prior.factor_stats
         return _sweep_body(
             sh.local_csr(rows), sh.local_csr(cols), x, z, cond, comm, flags, factor_stats
         )
@@ -274,7 +295,19 @@ def sweep_factors(
     return jax.shard_map(
         body,
         mesh=problem.mesh,
-        in_specs=(csr_spec, csr_spec, rows_spec, rows_spec, r),
+        in_specs=(csr_spec, csr_spec, rows_spec, rows_spec, r, link_spec),
         out_specs=(f, f, v, v, v, v, r),
         check_vma=False,
-    )(problem.rows, problem.cols, x, z, cond)
+    )(problem.rows, problem.cols, x, z, cond, links)
+
+
+def _row_prior(prior: Prior, prior_state: dict, links: dict, dims: tuple[int, int]):
+    """The rows' priors and the prior's statistics of the factors (one function per side
+    with links): with feature links, the per-row prior means and the link's statistics of
+    the rows ``links`` holds (all, or this device's block in a sharded sweep)."""
+    if not links:
+        return prior.row_priors(prior_state), prior.factor_stats
+    stats = tuple(
+        functools.partial(prior.link_factor_stats, links=links, side=s) for s in ("M", "N")
+    )
+    return prior.link_row_priors(prior_state, links, *dims), stats

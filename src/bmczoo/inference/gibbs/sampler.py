@@ -66,6 +66,16 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     return new._replace(stats=stats._replace(failure=failure, switches=switches))
 
 
+def _update_links(problem: GibbsProblem) -> dict:
+    """The link arrays the prior's block reads: all of them on one device; on a mesh the
+    replicated ones (those split by rows live in the factor blocks' devices)."""
+    if problem.mesh is None:
+        return problem.links
+    from ...priors.macau.sharded import link_layout, replicated_links
+
+    return replicated_links(problem.links, link_layout(problem.links))
+
+
 def _sweep_draws(state: GibbsState, problem: GibbsProblem):
     """The keys of a sweep from each chain's key: the next keys, the factor rows' standard
     normals (:class:`~bmczoo.inference.gibbs.rows.FactorRows`), and the keys of the prior,
@@ -122,7 +132,8 @@ def _chain_blocks(
             ]
         )
     if problem.links:
-        prior_state = prior.link_update(keys.prior, prior_state, sM, sN, m1, m2, problem.links)
+        links = _update_links(problem)
+        prior_state = prior.link_update(keys.prior, prior_state, sM, sN, m1, m2, links)
     else:
         prior_state = prior.gibbs_update(keys.prior, sM, sN, m1, m2)
     return tau, bias_var, prior_state

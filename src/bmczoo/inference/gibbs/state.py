@@ -101,7 +101,9 @@ class GibbsProblem:
         otherwise): the level index of each rating in row order (n,), the row-order position
         of each rating in column order (n,), and the random-walk scale of the cut points.
     links : the arrays of the prior's feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`;
-        empty without a link: then the sweep calls the prior's plain hooks).
+        empty without a link: then the sweep calls the prior's plain hooks); on a mesh
+        those with one entry per row of the linked factor hold per-device blocks of its rows
+        (:func:`bmczoo.inference.sharding.shard_links`).
     schedule : iteration bookkeeping (:class:`Schedule`; ``num_total`` sizes the RMSE
         traces, 0 disables them).
     options : the sweep's options (:class:`~bmczoo.inference.settings.SweepOptions`,
@@ -301,8 +303,8 @@ def build_problem(
             "implemented (drop devices=)"
         )
     entry_arrays = _entry_arrays(ratings, entries, dtype)
-    links = _links(prior, ratings, dtype, mesh)
     mesh, rows, cols = _rating_blocks(ratings, dtype, mesh)
+    links = _links(prior, ratings, dtype, mesh)
     column_moves = (
         resolve_column_moves(options.column_moves, prior)
         if prior is not None
@@ -351,17 +353,18 @@ def _rating_blocks(ratings: RatingData, dtype, mesh):
 
 
 def _links(prior, ratings: RatingData, dtype, mesh) -> dict:
-    """The arrays of the prior's feature links (empty without a link)."""
+    """The arrays of the prior's feature links (empty without a link); on a mesh, those
+    with one entry per row of the linked factor split by rows like the factor, the others
+    replicated (:func:`bmczoo.priors.macau.sharded.link_layout`)."""
     links = (
         prior.gibbs_links(ratings, dtype)
         if prior is not None and hasattr(prior, "gibbs_links")
         else {}
     )
     if links and mesh is not None:
-        raise ValueError(
-            f"{prior.name} with feature links runs on one device: its sharded link block is not "
-            "implemented (drop devices=)"
-        )
+        from ...priors.macau.sharded import link_layout
+
+        links = sh.shard_links(links, link_layout(links), mesh)
     return links
 
 
