@@ -39,7 +39,7 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     M, N, b, c, badM, badN, (sM, sN, part, sumsq) = sweep_factors(
         problem, state, prior, z, tb, values
     )
-    tau, bias_var = _noise_blocks(state, problem, (kt, kv), part, sumsq)
+    tau, bias_var, bias_state = _noise_blocks(state, problem, (kt, kv), part, sumsq, (b, c))
     m1, m2 = problem.dims
     if problem.links:
         prior_state = jax.vmap(
@@ -55,6 +55,7 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
         row_bias=b,
         col_bias=c,
         bias_var=bias_var,
+        bias_link=bias_state,
         key=keys,
         lik_state=lik_state,
     )
@@ -92,10 +93,12 @@ def _sweep_draws(state: GibbsState, problem: GibbsProblem):
     return keys, FactorRows(zM, zN, zb, zc), kg, kt, kv
 
 
-def _noise_blocks(state: GibbsState, problem: GibbsProblem, keys, part, sumsq):
+def _noise_blocks(state: GibbsState, problem: GibbsProblem, keys, part, sumsq, biases):
     """A learned ``tau`` from the squared error ``sum_sq + part`` and the bias variances from
-    the biases' sums of squares ``sumsq`` (C, 2) (unchanged without them); ``keys = (kt,
-    kv)``."""
+    the biases' sums of squares ``sumsq`` (C, 2) (unchanged without them); with
+    feature-driven biases, the link's blocks of the new ``biases = (b, c)`` instead
+    (:func:`bmczoo.bias_link.link_update`).  ``keys = (kt, kv)``.  Returns ``(tau,
+    bias_var, bias_link)``."""
     kt, kv = keys
     m1, m2 = problem.dims
     tau = state.tau
@@ -104,8 +107,14 @@ def _noise_blocks(state: GibbsState, problem: GibbsProblem, keys, part, sumsq):
         tau = jax.vmap(lambda k, e: problem.likelihood.sample_tau(k, e, problem.num_ratings))(
             kt, sse
         )
-    bias_var = state.bias_var
-    if problem.biases is not None:
+    bias_var, bias_state = state.bias_var, state.bias_link
+    if problem.bias_links:
+        from ... import bias_link
+
+        bias_var, bias_state = bias_link.link_update(
+            problem.biases, kv, biases, bias_var, bias_state, problem.bias_links
+        )
+    elif problem.biases is not None:
         bias_var = jax.vmap(
             lambda k, q: jnp.stack(
                 [
@@ -114,7 +123,7 @@ def _noise_blocks(state: GibbsState, problem: GibbsProblem, keys, part, sumsq):
                 ]
             )
         )(kv, sumsq)
-    return tau, bias_var
+    return tau, bias_var, bias_state
 
 
 def _moves(new: GibbsState, state: GibbsState, problem: GibbsProblem, prior: Prior):
@@ -162,7 +171,7 @@ def _variables(state: GibbsState) -> tuple[list[str], jax.Array]:
     variances, a latent likelihood's cut points), flattened per chain, for the failure record."""
     names, values = [], []
     extra = {k: v for k, v in state.lik_state.items() if k != "z"}
-    for name, x in {**state.prior_state, **extra}.items():
+    for name, x in {**state.prior_state, **extra, **state.bias_link}.items():
         size = int(np.prod(x.shape[1:], dtype=int))
         names += [f"{name}_{i + 1}" for i in range(size)] if size > 1 else [name]
         values.append(x.reshape(x.shape[0], -1))

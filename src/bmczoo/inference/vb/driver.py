@@ -295,6 +295,12 @@ def _best(runs: _Runs) -> tuple[int, VBState]:
 
 def fit_vb(prep: Prepared, info: FitInfo, progress_bar: bool) -> VBFit:
     """Closed-form mean-field VB (:class:`~bmczoo.inference.settings.VB`)."""
+    if info.biases is not None and info.biases.linked_sides:
+        raise NotImplementedError(
+            "VB with feature-driven biases (Biases(row_features=..., col_features=..., "
+            "implicit=...)) is not implemented: use method='gibbs', 'nuts' or 'svi', or "
+            "Biases() without features"
+        )
     runs = _Runs(prep, info)
     runs.resume()
     run_loop(runs, info.settings.checkpoint, info.settings.checkpoint_every, progress_bar)
