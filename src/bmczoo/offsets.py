@@ -245,14 +245,49 @@ class Biases:
         }
 
     @staticmethod
-    def vb_bias_update(resid_sum, counts, tau, shape, rate):
+    def vb_bias_update(resid_sum, counts, tau, shape, rate, prior_mean=None):
         """Optimal ``q`` of one side's biases: ``p_i = E[1/s^2] + tau n_i``, mean ``tau *
         resid_sum_i / p_i``, variance ``1/p_i``, with ``resid_sum_i = sum_k E[R_k - (other
         bias) - M_i . N_j]`` over row i's ratings; ``tau`` (scalar or (C,)) the block
-        precision, ``shape``/``rate`` (C,) the parameters of ``q(s^2)``."""
+        precision, ``shape``/``rate`` (C,) the parameters of ``q(s^2)``; ``prior_mean``
+        (C, m) the biases' prior means ``x_i^T E[w]`` with features (adds ``E[1/s^2]
+        prior_mean_i`` to the numerator; None: zero)."""
         tau = tau if getattr(tau, "ndim", 0) == 0 else tau[:, None]
-        p = (shape / rate)[:, None] + tau * counts
-        return tau * resid_sum / p, 1.0 / p
+        Einv = (shape / rate)[:, None]
+        p = Einv + tau * counts
+        num = tau * resid_sum
+        if prior_mean is not None:
+            num = num + Einv * prior_mean
+        return num / p, 1.0 / p
+
+    def vb_prior_means(self, q: dict) -> tuple:
+        """The biases' prior means (zero: ``(None, None)``; with features the VB core sees
+        :class:`bmczoo.bias_link_vb.VBBiasLink`, whose means are ``X E[w]``).
+
+        Parameters
+        ----------
+        q : dict
+            The biases' q-state.
+        """
+        return None, None
+
+    def vb_variances(self, q: dict, sums: dict, dims) -> dict:
+        """``q(s_b^2)`` and ``q(s_c^2)`` (:meth:`vb_variance_update`) given the sums of
+        :meth:`vb_elbo_term` and ``dims = (m1, m2)``.
+
+        Parameters
+        ----------
+        q : dict
+            The biases' q-state.
+        sums : dict
+            ``b_sq``, ``c_sq`` (and ``*_logvar``).
+        dims : tuple of int
+            ``(m1, m2)``.
+        """
+        out = {}
+        for s, m in zip("bc", dims):
+            out[f"s{s}_shape"], out[f"s{s}_rate"] = self.vb_variance_update(sums[f"{s}_sq"], m)
+        return out
 
     def vb_variance_update(self, sumsq, m: int):
         """``q(s^2) = InvGamma(a + m/2, b + sumsq/2)`` with ``sumsq = sum_i E[b_i^2]`` (C,):

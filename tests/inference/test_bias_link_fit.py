@@ -201,11 +201,6 @@ def test_checkpoint_resume_is_exact(fitted, tmp_path, monkeypatch):
         )
 
 
-def test_vb_with_feature_biases_is_refused():
-    train, _ = _problem()
-    with pytest.raises(NotImplementedError, match="VB with feature-driven biases"):
-        bmc.fit(train, K=2, method="vb", biases=BIASES, max_iter=2, progress_bar=False)
-
 
 def test_several_devices_are_refused():
     train, _ = _problem()
