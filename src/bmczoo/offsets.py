@@ -121,7 +121,7 @@ class Biases:
     I_F)``, ``lam_w ~ Gamma(a_w, b_w)`` (NumPyro sites ``row_bias_w``, ``row_bias_lam``;
     docs/user-guide/priors.md, "Side information, implicit feedback and cold start"): a row
     with features and no ratings gets the bias its features predict.  Gibbs draws ``w``,
-    then ``s_b^2``, then ``lam_w`` from their exact conditionals (:mod:`bmczoo.bias_link`).
+    then ``s_b^2``, then ``lam_w`` from their exact conditionals (``bmczoo.bias_link``).
 
     Parameters
     ----------
@@ -184,7 +184,7 @@ class Biases:
 
     def gibbs_links(self, ratings, dtype) -> dict:
         """The device arrays of the feature links for the fitted ``ratings`` (empty without
-        one; :func:`bmczoo.bias_link.gibbs_links`).
+        one; ``bmczoo.bias_link.gibbs_links``).
 
         Parameters
         ----------
@@ -262,7 +262,7 @@ class Biases:
 
     def vb_prior_means(self, q: dict) -> tuple:
         """The biases' prior means (zero: ``(None, None)``; with features the VB core sees
-        :class:`bmczoo.bias_link_vb.VBBiasLink`, whose means are ``X E[w]``).
+        ``bmczoo.bias_link_vb.VBBiasLink``, whose means are ``X E[w]``).
 
         Parameters
         ----------

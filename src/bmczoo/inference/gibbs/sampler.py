@@ -97,7 +97,7 @@ def _noise_blocks(state: GibbsState, problem: GibbsProblem, keys, part, sumsq, b
     """A learned ``tau`` from the squared error ``sum_sq + part`` and the bias variances from
     the biases' sums of squares ``sumsq`` (C, 2) (unchanged without them); with
     feature-driven biases, the link's blocks of the new ``biases = (b, c)`` instead
-    (:func:`bmczoo.bias_link.link_update`).  ``keys = (kt, kv)``.  Returns ``(tau,
+    (``bmczoo.bias_link.link_update``).  ``keys = (kt, kv)``.  Returns ``(tau,
     bias_var, bias_link)``."""
     kt, kv = keys
     m1, m2 = problem.dims

@@ -295,7 +295,7 @@ def update(
     runs on each device.  ``links``: the arrays of a prior's feature links
     (``prior.gibbs_links``; one device), updated as :class:`~bmczoo.priors.macau.VBLink`
     says, and those of feature-driven biases under ``biases/``
-    (:class:`~bmczoo.bias_link_vb.VBBiasLink`).
+    (``bmczoo.bias_link_vb.VBBiasLink``).
     """
     links, bias_links = split_links(links)
     prior = check_links(prior, links, sharded)

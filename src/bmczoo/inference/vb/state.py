@@ -146,7 +146,7 @@ def split_links(links: dict | None) -> tuple[dict, dict]:
 
 
 def check_bias_links(biases, bias_links, sharded):
-    """The biases as the VB core sees them (:func:`bmczoo.bias_link_vb.vb_biases`);
+    """The biases as the VB core sees them (``bmczoo.bias_link_vb.vb_biases``);
     feature-driven biases run on one device."""
     from ...bias_link_vb import vb_biases
 
