@@ -41,7 +41,7 @@ def matrix_completion(
     The components add sites: the prior's own (the Normal-Wishart prior:
     ``Lambda_M, mu_M, M, Lambda_N, mu_N, N`` and no gamma), the biases (``row_bias_var``,
     ``row_bias`` (m1,), ``col_bias_var``, ``col_bias`` (m2,), after ``N``; with features,
-    ``row_bias_lam`` and ``row_bias_w`` (F,) before ``row_bias``, :func:`sample_biases`;
+    ``row_bias_lam`` and ``row_bias_w`` (F,) before ``row_bias``, ``sample_biases``;
     the mean of ``obs`` becomes ``M_i . N_j + row_bias_i + col_bias_j``) and a learned likelihood's
     global sites (:class:`~bmczoo.likelihoods.LearnedNoise`: ``tau``, sampled outside the
     ``ratings`` plate, just before ``obs``).
