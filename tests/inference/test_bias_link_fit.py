@@ -201,7 +201,6 @@ def test_checkpoint_resume_is_exact(fitted, tmp_path, monkeypatch):
         )
 
 
-
 def test_several_devices_are_refused():
     train, _ = _problem()
     from bmczoo.inference import gibbs
