@@ -210,12 +210,14 @@ def _sweep_body(
 
     ``x`` the current rows, ``z`` their standard normals, ``cond = (priors, tb, inv_var,
     bias_means)`` the rows' priors ``(pM, pN)``, the block precision (C,), the bias
-    precisions (C, 2) and the biases' prior means ((C, m1) or None, (C, m2) or None);
+    precisions (C, 2) and the biases' prior means ((C, m1) or None, (C, m2) or None;
+    optional);
     ``factor_stats`` the prior's statistics of the factors (one function, or one per side);
     ``values``: per-chain values (C, n) in row and in column order that replace the
     ratings (a latent likelihood's ``z``), or None.  Returns the new local arrays,
     non-finite masks and the psum-ed statistics."""
-    (pM, pN), tb, inv_var, (mb, mc) = cond
+    (pM, pN), tb, inv_var, *means = cond  # the biases' prior means: absent, zero
+    mb, mc = means[0] if means else (None, None)
     N_all, c_all = comm.gather(x.N), comm.gather(x.c)
     side = Side(rows, x.M, N_all, x.b, c_all, values[0])
     M, b, badM, part1 = half_sweep(side, z.M, z.b, Conditional(pM, tb, inv_var[:, 0], mb), flags)
