@@ -377,7 +377,9 @@ def _links(prior, ratings: RatingData, dtype, mesh) -> dict:
 
 def _bias_links(biases, ratings: RatingData, dtype, mesh) -> dict:
     """The arrays of the biases' feature links (empty without one)."""
-    links = biases.gibbs_links(ratings, dtype) if biases is not None else {}
+    # a biases component without feature links need not have the hook
+    gibbs_links = getattr(biases, "gibbs_links", None)
+    links = gibbs_links(ratings, dtype) if gibbs_links is not None else {}
     if links and mesh is not None:
         raise ValueError(
             "Biases with features run on one device: their sharded link block is not "
