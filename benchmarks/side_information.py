@@ -22,7 +22,11 @@ the test data.  Implicit feedback is always built from the training pairs only.
   each user rated, the users who rated each movie, scaled by ``|R(i)|^-1/2``);
 * ``side+implicit``: both;
 * ``side+implicit+ordered``: the same prior with ``OrderedProbit()`` (levels 1..5 and cut
-  points learned); RMSE of its predictive mean ``sum_l l P(Y = l)``.
+  points learned); RMSE of its predictive mean ``sum_l l P(Y = l)``;
+* ``+fbias`` (``side+fbias``, ``side+implicit+fbias``, ``side+implicit+ordered+fbias``):
+  the same prior and likelihood with feature-driven biases, ``Biases(row_features=True,
+  col_features=True[, implicit=True])`` (``b_i ~ N(x_i^T w, s_b^2)``) in place of
+  ``biases=True``.
 
 **myFM** (when importable; ``--myfm-configs``): ``MyFMRegressor(rank=K)`` as in myFM's
 MovieLens documentation: one :class:`myfm.RelationBlock` per side (each user's row: its
@@ -85,8 +89,9 @@ from _peers import importable  # noqa: E402
 
 DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "ml-100k"
 
-#: bmczoo configurations: ``NormalWishart`` keywords and the likelihood's class name in
-#: ``bmczoo.likelihoods``.  Add entries here to benchmark more members.
+#: bmczoo configurations: ``NormalWishart`` keywords, the likelihood's class name in
+#: ``bmczoo.likelihoods`` and (optional) ``Biases`` keywords (absent: ``biases=True``).
+#: Add entries here to benchmark more members.
 CONFIGS: dict[str, dict] = {
     "ids": {"prior": {}, "likelihood": "LearnedNoise"},
     "side": {"prior": {"row_features": True, "col_features": True}, "likelihood": "LearnedNoise"},
@@ -98,6 +103,21 @@ CONFIGS: dict[str, dict] = {
     "side+implicit+ordered": {
         "prior": {"row_features": True, "col_features": True, "implicit": True},
         "likelihood": "OrderedProbit",
+    },
+    "side+fbias": {
+        "prior": {"row_features": True, "col_features": True},
+        "likelihood": "LearnedNoise",
+        "biases": {"row_features": True, "col_features": True},
+    },
+    "side+implicit+fbias": {
+        "prior": {"row_features": True, "col_features": True, "implicit": True},
+        "likelihood": "LearnedNoise",
+        "biases": {"row_features": True, "col_features": True, "implicit": True},
+    },
+    "side+implicit+ordered+fbias": {
+        "prior": {"row_features": True, "col_features": True, "implicit": True},
+        "likelihood": "OrderedProbit",
+        "biases": {"row_features": True, "col_features": True, "implicit": True},
     },
 }
 #: myFM configurations: (side features, implicit feedback, group_shapes, ordered probit).
@@ -116,7 +136,7 @@ SMURFF_CONFIGS: dict[str, tuple[bool, bool]] = {
     "macau-side+implicit": (True, True),
 }
 SPLITS = ("u3", "u1", "readme")
-COLD_CONFIGS = ("ids", "side", "side+implicit")
+COLD_CONFIGS = ("ids", "side", "side+implicit", "side+fbias", "side+implicit+fbias")
 COLD_MYFM = ("ids+side", "ids+implicit+side")
 COLD_SMURFF = ("macau-side",)
 ITEM_BIAS_SHRINKAGE = 25.0
@@ -169,13 +189,14 @@ def run_bmczoo(config: str, train, test, a) -> dict:
     spec = CONFIGS[config]
     prior = bmc.priors.NormalWishart(**spec["prior"])
     likelihood = getattr(bmc.likelihoods, spec["likelihood"])()
+    biases = bmc.offsets.Biases(**spec["biases"]) if "biases" in spec else True
     t0 = time.perf_counter()
     fit = bmc.fit(
         train,
         K=a.K,
         prior=prior,
         likelihood=likelihood,
-        biases=True,
+        biases=biases,
         num_warmup=a.warmup,
         num_samples=a.samples,
         thinning=1,
@@ -447,6 +468,11 @@ def main(argv=None) -> int:
     )
     p.add_argument("--cold-fraction", type=float, default=0.1)
     p.add_argument("--no-cold", action="store_true", help="skip the cold-start table")
+    p.add_argument(
+        "--cold-configs",
+        default=",".join(COLD_CONFIGS),
+        help=f"bmczoo configurations of the cold-start table (default {', '.join(COLD_CONFIGS)})",
+    )
     p.add_argument("--no-peers", action="store_true", help="skip myFM and SMURFF")
     p.add_argument(
         "--quick", action="store_true", help="smoke test: 10 burn-in + 20 kept iterations"
@@ -459,6 +485,7 @@ def main(argv=None) -> int:
     configs = _parse_list(a.configs, CONFIGS, "bmczoo configuration(s)", p)
     myfm_configs = _parse_list(a.myfm_configs, MYFM_CONFIGS, "myFM configuration(s)", p)
     smurff_configs = _parse_list(a.smurff_configs, SMURFF_CONFIGS, "SMURFF configuration(s)", p)
+    cold_configs = _parse_list(a.cold_configs, CONFIGS, "cold-start configuration(s)", p)
 
     import bmczoo as bmc
 
@@ -547,7 +574,7 @@ def main(argv=None) -> int:
         for name, v in item_baselines(ctrain, ctest, ITEM_BIAS_SHRINKAGE).items():
             res["cold_start"]["results"].append({"model": "baseline", "config": name, "rmse": v})
             print(f"  cold {name}: RMSE {v:.4f}", flush=True)
-        cold_jobs = [("bmczoo", run_bmczoo, [c for c in COLD_CONFIGS if c in CONFIGS])]
+        cold_jobs = [("bmczoo", run_bmczoo, cold_configs)]
         cold_jobs += [
             (label, fn, COLD_MYFM if label == "myFM" else COLD_SMURFF) for label, fn, _ in peers
         ]

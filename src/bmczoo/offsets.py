@@ -115,21 +115,89 @@ class Biases:
     Gibbs: each bias is a univariate Gaussian given the rest (precision
     ``1/s^2 + tau n_i``), each variance ``InvGamma(a + m/2, b + sum b_i^2 / 2)``.
 
+    With features (``row_features=``, ``col_features=``, ``implicit=``, the same
+    specifications as :class:`~bmczoo.priors.NormalWishart`'s), a side's biases have prior
+    means linear in the features: ``b_i ~ N(x_i^T w, s_b^2)``, ``w ~ N(0, (s_b^2 / lam_w)
+    I_F)``, ``lam_w ~ Gamma(a_w, b_w)`` (NumPyro sites ``row_bias_w``, ``row_bias_lam``;
+    docs/user-guide/priors.md, "Side information, implicit feedback and cold start"): a row
+    with features and no ratings gets the bias its features predict.  Gibbs draws ``w``,
+    then ``s_b^2``, then ``lam_w`` from their exact conditionals (``bmczoo.bias_link``).
+
     Parameters
     ----------
     a, b : float > 0
         Shape and scale of the inverse-gamma prior of both bias variances.
+    row_features, col_features : None, True or bmczoo.data.Features, optional
+        Features of the rows' / columns' bias means: True means the data's
+        ``row_features`` / ``col_features``, a :class:`~bmczoo.data.Features` table must
+        have one row per row (column) of the data; None: no features (mean 0).
+    implicit : bool or {"rows", "cols"}
+        Add the implicit-feedback features of the fitted pairs
+        (:func:`bmczoo.data.implicit_features`) to the rows' (``"rows"``), the columns'
+        (``"cols"``) or both sides' (True) bias means.
+    a_w, b_w : float > 0
+        Shape and rate of the Gamma prior of each side's ``lam_w``.
     """
 
     a: float = 1.0
     b: float = 1.0
+    row_features: object = None
+    col_features: object = None
+    implicit: object = False
+    a_w: float = 1.0
+    b_w: float = 1.0
     name = "biases"
 
     def __post_init__(self):
         from ._checks import check_real
+        from .priors import macau
 
-        object.__setattr__(self, "a", check_real("a", self.a, low=0.0, low_open=True))
-        object.__setattr__(self, "b", check_real("b", self.b, low=0.0, low_open=True))
+        for k in ("a", "b", "a_w", "b_w"):
+            object.__setattr__(self, k, check_real(k, getattr(self, k), low=0.0, low_open=True))
+        for k in ("row_features", "col_features"):
+            object.__setattr__(self, k, macau.check_spec("Biases", k, getattr(self, k)))
+        object.__setattr__(self, "implicit", macau.check_implicit("Biases", self.implicit))
+
+    @property
+    def linked_sides(self) -> tuple[str, ...]:
+        """The sides (``"rows"``, ``"cols"``) whose bias means are linear in features."""
+        imp = self.implicit
+        return tuple(
+            axis
+            for axis, spec in (("rows", self.row_features), ("cols", self.col_features))
+            if spec is not None or imp is True or imp == axis
+        )
+
+    def links(self) -> dict:
+        """A description of the feature links per linked side: the explicit features
+        (``"data"``, or the table's shape) and whether implicit feedback is added."""
+        out = {}
+        for axis, spec in (("rows", self.row_features), ("cols", self.col_features)):
+            if axis in self.linked_sides:
+                out[axis] = {
+                    "features": "data"
+                    if spec is True
+                    else (None if spec is None else list(spec.features.shape)),
+                    "implicit": self.implicit is True or self.implicit == axis,
+                }
+        return out
+
+    def gibbs_links(self, ratings, dtype) -> dict:
+        """The device arrays of the feature links for the fitted ``ratings`` (empty without
+        one; ``bmczoo.bias_link.gibbs_links``).
+
+        Parameters
+        ----------
+        ratings : bmczoo.data.RatingData
+            The fitted ratings (their features, and their pattern for implicit feedback).
+        dtype : dtype
+            The float dtype of the arrays.
+        """
+        if not self.linked_sides:
+            return {}
+        from . import bias_link
+
+        return bias_link.gibbs_links(self, ratings, dtype)
 
     def init_variance(self) -> float:
         """Starting value of ``s_b^2`` and ``s_c^2`` for the samplers and VB."""
@@ -178,14 +246,49 @@ class Biases:
         }
 
     @staticmethod
-    def vb_bias_update(resid_sum, counts, tau, shape, rate):
+    def vb_bias_update(resid_sum, counts, tau, shape, rate, prior_mean=None):
         """Optimal ``q`` of one side's biases: ``p_i = E[1/s^2] + tau n_i``, mean ``tau *
         resid_sum_i / p_i``, variance ``1/p_i``, with ``resid_sum_i = sum_k E[R_k - (other
         bias) - M_i . N_j]`` over row i's ratings; ``tau`` (scalar or (C,)) the block
-        precision, ``shape``/``rate`` (C,) the parameters of ``q(s^2)``."""
+        precision, ``shape``/``rate`` (C,) the parameters of ``q(s^2)``; ``prior_mean``
+        (C, m) the biases' prior means ``x_i^T E[w]`` with features (adds ``E[1/s^2]
+        prior_mean_i`` to the numerator; None: zero)."""
         tau = tau if getattr(tau, "ndim", 0) == 0 else tau[:, None]
-        p = (shape / rate)[:, None] + tau * counts
-        return tau * resid_sum / p, 1.0 / p
+        Einv = (shape / rate)[:, None]
+        p = Einv + tau * counts
+        num = tau * resid_sum
+        if prior_mean is not None:
+            num = num + Einv * prior_mean
+        return num / p, 1.0 / p
+
+    def vb_prior_means(self, q: dict) -> tuple:
+        """The biases' prior means (zero: ``(None, None)``; with features the VB core sees
+        ``bmczoo.bias_link_vb.VBBiasLink``, whose means are ``X E[w]``).
+
+        Parameters
+        ----------
+        q : dict
+            The biases' q-state.
+        """
+        return None, None
+
+    def vb_variances(self, q: dict, sums: dict, dims) -> dict:
+        """``q(s_b^2)`` and ``q(s_c^2)`` (:meth:`vb_variance_update`) given the sums of
+        :meth:`vb_elbo_term` and ``dims = (m1, m2)``.
+
+        Parameters
+        ----------
+        q : dict
+            The biases' q-state.
+        sums : dict
+            ``b_sq``, ``c_sq`` (and ``*_logvar``).
+        dims : tuple of int
+            ``(m1, m2)``.
+        """
+        out = {}
+        for s, m in zip("bc", dims):
+            out[f"s{s}_shape"], out[f"s{s}_rate"] = self.vb_variance_update(sums[f"{s}_sq"], m)
+        return out
 
     def vb_variance_update(self, sumsq, m: int):
         """``q(s^2) = InvGamma(a + m/2, b + sumsq/2)`` with ``sumsq = sum_i E[b_i^2]`` (C,):
@@ -230,7 +333,12 @@ class Biases:
         return total
 
     def describe(self) -> dict:
-        return {"name": self.name, "a": self.a, "b": self.b}
+        """The name and hyper-parameters (and, with features, ``a_w``, ``b_w`` and the
+        links' description: a fit without them is described as before)."""
+        out = {"name": self.name, "a": self.a, "b": self.b}
+        if self.linked_sides:
+            out.update(a_w=self.a_w, b_w=self.b_w, links=self.links())
+        return out
 
 
 def get_biases(biases) -> Biases | None:

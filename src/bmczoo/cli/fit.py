@@ -37,11 +37,12 @@ def _check_link_options(args, prior) -> None:
         )
 
 
-def _link_prior(args, prior, train):
-    """``prior`` with the feature links of ``--features`` (the data's side tables) and
-    ``--implicit``; ``CLIError`` when a requested side has no table."""
+def _link_keywords(args, train) -> dict:
+    """The feature-link keywords (``row_features``, ``col_features``, ``implicit``) of
+    ``--features`` (the data's side tables) and ``--implicit``; ``CLIError`` when a
+    requested side has no table."""
     if args.features is None and args.implicit is None:
-        return prior
+        return {}
     kw = {}
     if args.features is not None:
         names = {"row_features": "rows (users)", "col_features": "columns (items)"}
@@ -74,7 +75,17 @@ def _link_prior(args, prior, train):
         kw.update({n: True for n in sides})
     if args.implicit is not None:
         kw["implicit"] = True if args.implicit == "both" else args.implicit
-    return dataclasses.replace(prior, **kw)
+    return kw
+
+
+def _biases(args, link: dict):
+    """``bmc.fit``'s ``biases=``: ``--biases`` (True/False), or with ``--bias-features``
+    biases whose prior means are linear in the link's features (the same sides)."""
+    if not getattr(args, "bias_features", False):
+        return args.biases
+    import bmczoo as bmc
+
+    return bmc.offsets.Biases(**link)
 
 
 class _Paths(NamedTuple):
@@ -91,6 +102,11 @@ def _check_arguments(args):
 
     prior = make_prior(args.prior, parse_hyper(args.hyper))
     _check_link_options(args, prior)
+    if getattr(args, "bias_features", False) and args.features is None and args.implicit is None:
+        raise CLIError(
+            "--bias-features needs --features and/or --implicit (the features of the biases' "
+            "prior means are those of the prior's link)"
+        )
     likelihood = make_likelihood(
         args.likelihood, parse_hyper(args.likelihood_opt, option="--likelihood-opt")
     )
@@ -151,7 +167,8 @@ def _announce(args, prior, likelihood, loaded: loading.Loaded) -> None:
     model = "".join(
         [
             f", likelihood: {likelihood.name}" if args.likelihood != "tempered" else "",
-            ", biases" if args.biases else "",
+            ", biases" if args.biases and not getattr(args, "bias_features", False) else "",
+            ", feature-driven biases" if getattr(args, "bias_features", False) else "",
         ]
     )
     print(
@@ -160,7 +177,7 @@ def _announce(args, prior, likelihood, loaded: loading.Loaded) -> None:
     )
 
 
-def _run_fit(args, prior, likelihood, loaded: loading.Loaded, given: dict):
+def _run_fit(args, prior, likelihood, loaded: loading.Loaded, given: dict, biases):
     """``bmc.fit`` with the command line's model and method options; the simulator's fit
     predicts every entry (its metric is over the whole matrix)."""
     import numpy as np
@@ -182,7 +199,7 @@ def _run_fit(args, prior, likelihood, loaded: loading.Loaded, given: dict):
         progress_bar=not args.quiet,
         dtype=args.dtype,
         likelihood=likelihood,
-        biases=args.biases,
+        biases=biases,
         **given,
     )
 
@@ -193,10 +210,11 @@ def cmd_fit(args) -> int:
     prior, likelihood, given = _check_arguments(args)
     paths = _check_paths(args)
     loaded = _read_data(args)
-    prior = _link_prior(args, prior, loaded.train)
+    link = _link_keywords(args, loaded.train)
+    prior = dataclasses.replace(prior, **link) if link else prior
     _check_binary(likelihood, loaded.train)
     _announce(args, prior, likelihood, loaded)
-    fit = _run_fit(args, prior, likelihood, loaded, given)
+    fit = _run_fit(args, prior, likelihood, loaded, given, _biases(args, link))
     if loaded.sim is not None:
         metric = f"theta_rmse={fit.rmse_theta(loaded.sim.theta):.4f}"
     else:

@@ -177,6 +177,13 @@ def _fit_likelihood_options(f) -> None:
         action="store_true",
         help="add row and column biases b_i + c_j with inverse-gamma variances",
     )
+    f.add_argument(
+        "--bias-features",
+        action="store_true",
+        help="biases (implies --biases) whose prior means are linear in the features of "
+        "--features / --implicit, on the same sides: b_i ~ N(x_i^T w, s_b^2), so a user or "
+        "item without ratings gets the bias its features predict; default: off",
+    )
 
 
 def _fit_method_options(f) -> None:

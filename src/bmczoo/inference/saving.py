@@ -180,7 +180,7 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
         "method": info.method,
         "prior": prior_meta,
         "likelihood": info.likelihood.describe(),
-        "biases": None if info.biases is None else info.biases.describe(),
+        "biases": _biases_meta(info.biases, arrays),
         "K": int(info.K),
         "shape": [int(x) for x in info.shape],
         "shift": {
@@ -209,10 +209,21 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
 _FEATURE_ARRAYS = ("indptr", "indices", "values", "names", "groups")
 
 
-def _prior_links(prior, arrays: dict) -> dict | None:
+def _biases_meta(biases, arrays: dict) -> dict | None:
+    """The biases' description for the metadata; with features, their specification as a
+    prior's (:func:`_prior_links`, tables under ``b/<name>/...``)."""
+    if biases is None:
+        return None
+    out = biases.describe()
+    if biases.linked_sides:
+        out["links"] = _prior_links(biases, arrays, prefix="b")
+    return out
+
+
+def _prior_links(prior, arrays: dict, prefix: str = "p") -> dict | None:
     """The feature-link specification of ``prior`` for the metadata (None when it has no
     links); a :class:`~bmczoo.data.Features` table it holds goes into ``arrays`` under
-    ``p/<name>/...`` and is named ``"table"`` in the specification."""
+    ``<prefix>/<name>/...`` and is named ``"table"`` in the specification."""
     if not getattr(prior, "linked_sides", ()):
         return None
     out = {"implicit": prior.implicit}
@@ -225,14 +236,14 @@ def _prior_links(prior, arrays: dict) -> dict | None:
         out[name] = "table"
         for k in _FEATURE_ARRAYS:
             v = getattr(X, k)
-            arrays[f"p/{name}/{k}"] = (
+            arrays[f"{prefix}/{name}/{k}"] = (
                 np.asarray(v, dtype=str) if k in ("names", "groups") else np.asarray(v)
             )
     return out
 
 
-def _link_kwargs(links: dict | None, data: dict, path) -> dict:
-    """The prior's keyword arguments of the feature links saved by :func:`_prior_links`."""
+def _link_kwargs(links: dict | None, data: dict, path, prefix: str = "p") -> dict:
+    """The keyword arguments of the feature links saved by :func:`_prior_links`."""
     if not links:
         return {}
     from ..data import Features
@@ -242,7 +253,7 @@ def _link_kwargs(links: dict | None, data: dict, path) -> dict:
         spec = links.get(name)
         if spec == "table":
             try:
-                a = {k: data[f"p/{name}/{k}"] for k in _FEATURE_ARRAYS}
+                a = {k: data[f"{prefix}/{name}/{k}"] for k in _FEATURE_ARRAYS}
             except KeyError as err:
                 raise ValueError(
                     f"{str(path)!r}: the saved prior's {name} table lacks its array {err.args[0]!r}"
@@ -339,7 +350,8 @@ def load(path):
     if meta["biases"] is not None:
         b = dict(meta["biases"])
         b.pop("name", None)
-        biases = Biases(**b)
+        links = b.pop("links", None)
+        biases = Biases(**b, **_link_kwargs(links, data, path, prefix="b"))
     sh = meta["shift"]
     info = FitInfo(
         method=meta["method"],

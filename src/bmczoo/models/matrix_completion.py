@@ -40,8 +40,9 @@ def matrix_completion(
 
     The components add sites: the prior's own (the Normal-Wishart prior:
     ``Lambda_M, mu_M, M, Lambda_N, mu_N, N`` and no gamma), the biases (``row_bias_var``,
-    ``row_bias`` (m1,), ``col_bias_var``, ``col_bias`` (m2,), after ``N``; the mean of
-    ``obs`` becomes ``M_i . N_j + row_bias_i + col_bias_j``) and a learned likelihood's
+    ``row_bias`` (m1,), ``col_bias_var``, ``col_bias`` (m2,), after ``N``; with features,
+    ``row_bias_lam`` and ``row_bias_w`` (F,) before ``row_bias``, ``sample_biases``;
+    the mean of ``obs`` becomes ``M_i . N_j + row_bias_i + col_bias_j``) and a learned likelihood's
     global sites (:class:`~bmczoo.likelihoods.LearnedNoise`: ``tau``, sampled outside the
     ``ratings`` plate, just before ``obs``).
 
@@ -84,7 +85,7 @@ def matrix_completion(
     )
     M, N = _factors(prior, ratings, K, marginal)
     m1, m2 = ratings.shape
-    bias = None if biases is None else sample_biases(biases, m1, m2)
+    bias = None if biases is None else sample_biases(biases, m1, m2, ratings)
     _observe(likelihood, ratings, M, N, bias, observed, subsample_size)
 
 
@@ -153,15 +154,34 @@ def _marginal_factors(prior, m1: int, m2: int, K: int):
     return M, N
 
 
-def sample_biases(biases: Biases, m1: int, m2: int):
+def sample_biases(biases: Biases, m1: int, m2: int, ratings=None):
     """Sample statements of the bias component: ``row_bias_var ~ InvGamma(a, b)`` (shape
     ``a``, scale ``b``), ``row_bias ~ N(0, row_bias_var I_m1)``, then ``col_bias_var`` and
-    ``col_bias`` (m2,) the same way.  Returns ``(row_bias, col_bias)``."""
+    ``col_bias`` (m2,) the same way.  A side with features ``X`` (the biases'
+    ``row_features=`` / ``col_features=`` / ``implicit=``, read from ``ratings``) has
+    ``row_bias_lam ~ Gamma(a_w, b_w)`` and ``row_bias_w ~ N(0, (row_bias_var /
+    row_bias_lam) I_F)`` after its variance, and ``row_bias ~ N(X row_bias_w, row_bias_var
+    I_m1)``.  Returns ``(row_bias, col_bias)``."""
+    from ..priors import macau
+
     out = []
-    for side, m in (("row", m1), ("col", m2)):
+    for (side, m), spec, axis in zip(
+        (("row", m1), ("col", m2)), (biases.row_features, biases.col_features), ("rows", "cols")
+    ):
         var = numpyro.sample(f"{side}_bias_var", dist.InverseGamma(biases.a, biases.b))
+        loc = 0.0
+        if axis in biases.linked_sides:
+            if ratings is None:
+                raise ValueError("Biases with features: sample_biases needs the ratings")
+            X = macau.side_features(spec, biases.implicit, ratings, axis, owner="Biases")
+            lam = numpyro.sample(f"{side}_bias_lam", dist.Gamma(biases.a_w, biases.b_w))
+            w = numpyro.sample(
+                f"{side}_bias_w",
+                dist.Normal(0.0, jnp.sqrt(var / lam)).expand([X.n_features]).to_event(1),
+            )
+            loc = jnp.asarray(X.to_dense()) @ w
         out.append(
-            numpyro.sample(f"{side}_bias", dist.Normal(0.0, jnp.sqrt(var)).expand([m]).to_event(1))
+            numpyro.sample(f"{side}_bias", dist.Normal(loc, jnp.sqrt(var)).expand([m]).to_event(1))
         )
     return tuple(out)
 

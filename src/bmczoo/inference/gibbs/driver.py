@@ -37,7 +37,7 @@ _STORE_FACTORS_BUDGET = 256 * 2**20
 
 _ROWS = ("M", "N", "row_bias", "col_bias")
 #: state fields that are dicts of arrays, stored under ``state/<prefix>/<name>``
-_DICTS = {"prior_state": "prior", "lik_state": "lik"}
+_DICTS = {"prior_state": "prior", "lik_state": "lik", "bias_link": "bias"}
 
 
 #: the chain's fields stored one array each (the rows, the dicts and the key apart)

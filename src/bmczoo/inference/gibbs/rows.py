@@ -68,11 +68,13 @@ class Side(NamedTuple):
 
 class Conditional(NamedTuple):
     """The rows' conditional besides the data: ``prior = (precision, shift)`` the rows'
-    prior, ``tb`` (C,) the block precision, ``inv_var`` (C,) ``1/s^2`` of the biases."""
+    prior, ``tb`` (C,) the block precision, ``inv_var`` (C,) ``1/s^2`` of the biases,
+    ``bias_mean`` (C, m) the biases' prior means (feature-driven biases; None: zero)."""
 
     prior: tuple
     tb: jax.Array
     inv_var: jax.Array
+    bias_mean: jax.Array | None = None
 
 
 class SweepFlags(NamedTuple):
@@ -118,7 +120,10 @@ def half_sweep(side: Side, z, zb, cond: Conditional, flags: SweepFlags, cross: b
     if use_bias:
         count = jnp.diff(csr.indptr).astype(dtype)
         p = inv_var[:, None] + tb[:, None] * count
-        mean = tb[:, None] * (sumY - sumB - jnp.sum(own * sumO, axis=-1)) / p
+        data = tb[:, None] * (sumY - sumB - jnp.sum(own * sumO, axis=-1))
+        if cond.bias_mean is not None:  # b_i ~ N(x_i^T w, s^2): the prior mean's term
+            data = data + inv_var[:, None] * cond.bias_mean
+        mean = data / p
         bias_own = mean + zb * lax.rsqrt(p)
         r = r - bias_own[..., None] * sumO - sumBO
         if sse:
@@ -203,21 +208,24 @@ def _sweep_body(
 ):
     """Rows of M (and their biases), then rows of N (and theirs), on this device's rows.
 
-    ``x`` the current rows, ``z`` their standard normals, ``cond = (priors, tb, inv_var)``
-    the rows' priors ``(pM, pN)``, the block precision (C,) and the bias precisions (C, 2);
+    ``x`` the current rows, ``z`` their standard normals, ``cond = (priors, tb, inv_var,
+    bias_means)`` the rows' priors ``(pM, pN)``, the block precision (C,), the bias
+    precisions (C, 2) and the biases' prior means ((C, m1) or None, (C, m2) or None;
+    optional);
     ``factor_stats`` the prior's statistics of the factors (one function, or one per side);
     ``values``: per-chain values (C, n) in row and in column order that replace the
     ratings (a latent likelihood's ``z``), or None.  Returns the new local arrays,
     non-finite masks and the psum-ed statistics."""
-    (pM, pN), tb, inv_var = cond
+    (pM, pN), tb, inv_var, *means = cond  # the biases' prior means: absent, zero
+    mb, mc = means[0] if means else (None, None)
     N_all, c_all = comm.gather(x.N), comm.gather(x.c)
     side = Side(rows, x.M, N_all, x.b, c_all, values[0])
-    M, b, badM, part1 = half_sweep(side, z.M, z.b, Conditional(pM, tb, inv_var[:, 0]), flags)
+    M, b, badM, part1 = half_sweep(side, z.M, z.b, Conditional(pM, tb, inv_var[:, 0], mb), flags)
     M, b = comm.mask(M, 0), comm.mask(b, 0)
     M_all, b_all = comm.gather(M), comm.gather(b)
     side = Side(cols, x.N, M_all, x.c, b_all, values[1])
     N, c, badN, part2 = half_sweep(
-        side, z.N, z.c, Conditional(pN, tb, inv_var[:, 1]), flags, cross=True
+        side, z.N, z.c, Conditional(pN, tb, inv_var[:, 1], mc), flags, cross=True
     )
     N, c = comm.mask(N, 1), comm.mask(c, 1)
     stats_M, stats_N = (
@@ -247,6 +255,11 @@ def sweep_factors(
     other sums over rows)."""
     flags = SweepFlags(problem.options.overrelax, problem.biases is not None, problem.learned_tau)
     inv_var = 1.0 / state.bias_var
+    bias_means = (None, None)
+    if problem.bias_links:  # feature-driven biases: per-row prior means (one device)
+        from ... import bias_link
+
+        bias_means = bias_link.prior_means(state.bias_link, problem.bias_links)
     x = FactorRows(state.M, state.N, state.row_bias, state.col_bias)
     if problem.mesh is None:
         priors, factor_stats = _row_prior(prior, state.prior_state, problem.links, problem.dims)
@@ -256,7 +269,7 @@ def sweep_factors(
             problem.cols,
             x,
             z,
-            (priors, tb, inv_var),
+            (priors, tb, inv_var, bias_means),
             sh.LOCAL,
             flags,
             factor_stats,

@@ -45,7 +45,23 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     )
     tau, bias_var, prior_state = jax.vmap(
         _rng.draw_together(functools.partial(_chain_blocks, problem, prior))
-    )(ChainBlocks(kt, kv, kg), part, sumsq, sM, sN, state.tau, state.bias_var, state.prior_state)
+    )(
+        ChainBlocks(kt, kv, kg),
+        part,
+        sumsq,
+        sM,
+        sN,
+        state.tau,
+        state.bias_var,
+        state.prior_state,
+    )
+    bias_state = state.bias_link
+    if problem.bias_links:  # feature-driven biases: their link's blocks, all chains
+        from ... import bias_link
+
+        bias_var, bias_state = bias_link.link_update(
+            problem.biases, kv, (b, c), state.bias_var, state.bias_link, problem.bias_links
+        )
     new = state._replace(
         M=M,
         N=N,
@@ -54,6 +70,7 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
         row_bias=b,
         col_bias=c,
         bias_var=bias_var,
+        bias_link=bias_state,
         key=keys,
         lik_state=lik_state,
     )
@@ -103,7 +120,7 @@ def _sweep_draws(state: GibbsState, problem: GibbsProblem):
 
 class ChainBlocks(NamedTuple):
     """The keys of a chain's blocks after the factors: ``tau`` (None: fixed), the bias
-    variances (None: no biases) and the prior's variables."""
+    variances (None: neither biases nor a learned ``tau``) and the prior's variables."""
 
     tau: jax.Array | None
     bias_var: jax.Array | None
@@ -124,7 +141,7 @@ def _chain_blocks(
     if problem.learned_tau:
         sse = jnp.maximum(problem.sum_sq + part, 0.0)  # rounding can take a tiny SSE below zero
         tau = problem.likelihood.sample_tau(keys.tau, sse, problem.num_ratings)
-    if problem.biases is not None:
+    if problem.biases is not None and not problem.bias_links:  # linked: bias_link.link_update
         bias_var = jnp.stack(
             [
                 problem.biases.sample_variance(k, q, m)
@@ -184,7 +201,7 @@ def _variables(state: GibbsState) -> tuple[list[str], jax.Array]:
     variances, a latent likelihood's cut points), flattened per chain, for the failure record."""
     names, values = [], []
     extra = {k: v for k, v in state.lik_state.items() if k != "z"}
-    for name, x in {**state.prior_state, **extra}.items():
+    for name, x in {**state.prior_state, **extra, **state.bias_link}.items():
         size = int(np.prod(x.shape[1:], dtype=int))
         names += [f"{name}_{i + 1}" for i in range(size)] if size > 1 else [name]
         values.append(x.reshape(x.shape[0], -1))

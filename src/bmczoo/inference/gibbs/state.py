@@ -74,6 +74,7 @@ class EntryArrays(NamedTuple):
         "col_perm",
         "cut_step",
         "links",
+        "bias_links",
     ],
     meta_fields=[
         "schedule",
@@ -104,6 +105,8 @@ class GibbsProblem:
         empty without a link: then the sweep calls the prior's plain hooks); on a mesh
         those with one entry per row of the linked factor hold per-device blocks of its rows
         (:func:`bmczoo.inference.sharding.shard_links`).
+    bias_links : the arrays of the biases' feature links
+        (:meth:`~bmczoo.offsets.Biases.gibbs_links`; empty without one).
     schedule : iteration bookkeeping (:class:`Schedule`; ``num_total`` sizes the RMSE
         traces, 0 disables them).
     options : the sweep's options (:class:`~bmczoo.inference.settings.SweepOptions`,
@@ -144,6 +147,7 @@ class GibbsProblem:
     num_ratings: int = 0
     links: dict = dataclasses.field(default_factory=dict)
     link_sites: tuple = ()
+    bias_links: dict = dataclasses.field(default_factory=dict)
 
     @property
     def has_test(self) -> bool:
@@ -197,6 +201,9 @@ class GibbsState(NamedTuple):
     ``Lambda_M``, ``mu_N``, ``Lambda_N`` for the Normal-Wishart prior), ``tau`` (C,) the
     noise precision (constant unless the likelihood learns it), ``row_bias`` (C, m1),
     ``col_bias`` (C, m2) and ``bias_var`` (C, 2) (zero / unused without biases),
+    ``bias_link`` the variables of the biases' feature links (``row_bias_wt`` (C, F) the
+    coordinates of ``w`` in the eigenbasis, ``row_bias_lam`` (C,), the same with ``col_``;
+    empty without them, ``bmczoo.bias_link``),
     ``lik_state`` a latent likelihood's variables (``z`` (C, n) in row order, ``cuts``
     (C, L-1); empty otherwise), ``key`` (C,) PRNG keys, ``iteration`` number of sweeps
     done, and ``stats`` (:class:`RunStats`): the running sums, RMSE traces, failure record
@@ -212,6 +219,7 @@ class GibbsState(NamedTuple):
     row_bias: jax.Array
     col_bias: jax.Array
     bias_var: jax.Array
+    bias_link: dict
     lik_state: dict
     key: jax.Array
     iteration: jax.Array
@@ -303,6 +311,7 @@ def build_problem(
             "implemented (drop devices=)"
         )
     entry_arrays = _entry_arrays(ratings, entries, dtype)
+    bias_links = _bias_links(biases, ratings, dtype, mesh)
     mesh, rows, cols = _rating_blocks(ratings, dtype, mesh)
     links = _links(prior, ratings, dtype, mesh)
     column_moves = (
@@ -328,6 +337,7 @@ def build_problem(
         num_ratings=int(ratings.n),
         links=links,
         link_sites=tuple(getattr(prior, "link_sites", ())) if links else (),
+        bias_links=bias_links,
     )
     if mesh is not None:  # everything but the rating blocks is replicated
         rep = sh.replicated(mesh)
@@ -365,6 +375,19 @@ def _links(prior, ratings: RatingData, dtype, mesh) -> dict:
         from ...priors.macau.sharded import link_layout
 
         links = sh.shard_links(links, link_layout(links), mesh)
+    return links
+
+
+def _bias_links(biases, ratings: RatingData, dtype, mesh) -> dict:
+    """The arrays of the biases' feature links (empty without one)."""
+    # a biases component without feature links need not have the hook
+    gibbs_links = getattr(biases, "gibbs_links", None)
+    links = gibbs_links(ratings, dtype) if gibbs_links is not None else {}
+    if links and mesh is not None:
+        raise ValueError(
+            "Biases with features run on one device: their sharded link block is not "
+            "implemented (drop devices=)"
+        )
     return links
 
 
@@ -454,7 +477,8 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
     ``mu_M``, ``Lambda_M``, ...), ``theta`` (C, T) at the tracked entries, ``tau`` (C,)
     when learned, ``row_bias_var`` / ``col_bias_var`` (C,) with biases and, with
     ``store_factors``, ``M`` (C, m1, K) and ``N`` (C, m2, K) (and the biases ``row_bias``
-    (C, m1), ``col_bias`` (C, m2))."""
+    (C, m1), ``col_bias`` (C, m2)); feature-driven biases add ``row_bias_lam`` (C,) and,
+    with the factors, ``row_bias_w`` (C, F) (and the same with ``col_``)."""
     out = {k: v for k, v in state.prior_state.items() if k not in problem.link_sites}
     if (
         store_factors and problem.links
@@ -469,6 +493,12 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
     out.update({k: v for k, v in state.lik_state.items() if k != "z"})  # learned cut points
     if problem.biases is not None:
         out["row_bias_var"], out["col_bias_var"] = state.bias_var[:, 0], state.bias_var[:, 1]
+    for name, x in state.bias_link.items():  # w as large as a factor's row: with the factors
+        if not name.endswith("_wt"):
+            out[name] = x
+        elif store_factors:
+            V = problem.bias_links[f"{name[:3]}/V"]
+            out[name[:-1]] = jnp.einsum("fg,cg->cf", V, x)
     if store_factors:
         out["M"], out["N"] = factors(state, problem)
         if problem.biases is not None:
@@ -532,6 +562,12 @@ def init(
         )
     var0 = problem.biases.init_variance() if problem.biases is not None else 1.0
     lik_state, L = _likelihood_start(problem, C, dtype)
+    bias_link = {}
+    if problem.bias_links:
+        from ... import bias_link as bl
+
+        start = bl.link_state(problem.bias_links, dtype)
+        bias_link = {k: jnp.broadcast_to(v, (C,) + v.shape) for k, v in start.items()}
     state = GibbsState(
         M=M,
         N=N,
@@ -540,6 +576,7 @@ def init(
         row_bias=jnp.zeros((C, m1), dtype),
         col_bias=jnp.zeros((C, m2), dtype),
         bias_var=jnp.full((C, 2), var0, dtype),
+        bias_link=bias_link,
         lik_state=lik_state,
         key=keys,
         iteration=jnp.zeros((), jnp.int32),

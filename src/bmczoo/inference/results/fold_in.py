@@ -41,7 +41,7 @@ def fold_in_draws(fit, new, d, src):
     else:
         tau = np.full(S, float(info.tau))
     tb = np.asarray(info.likelihood.block_precision(tau), np.float64)
-    col_bias = rb_prec = None
+    col_bias = rb_prec = rb_mean = None
     if info.biases is not None:
         if d["col_bias"] is None or "row_bias_var" not in src:
             raise ValueError(
@@ -49,6 +49,7 @@ def fold_in_draws(fit, new, d, src):
             )
         col_bias = d["col_bias"]
         rb_prec = 1.0 / np.asarray(src["row_bias_var"], np.float64).reshape(S)
+        rb_mean = _linked_bias_mean(info.biases, new, src, S)
     means, covs = out.fold_in_components(
         new,
         N=d["N"],
@@ -56,7 +57,7 @@ def fold_in_draws(fit, new, d, src):
         prior_shift=shift,
         tb=tb,
         col_bias=col_bias,
-        row_bias_prec=rb_prec,
+        row_bias_prec=rb_prec if rb_mean is None else (rb_prec, rb_mean),
         offset=info.shift.offset,
     )
     return out.FoldInFit(
@@ -90,15 +91,33 @@ def _linked_row_prior(prior, new, src, S: int, K: int):
     return Lam, np.einsum("sul,skl->suk", mean, Lam)
 
 
+def _linked_bias_mean(biases, new, src, S: int):
+    """Per draw, the prior means ``x_u^T w`` (S, U) of the new rows' biases when the row
+    biases have features (None otherwise): ``x_u`` as the factor link's
+    (:func:`new_row_features` of the biases' specification)."""
+    if "rows" not in biases.linked_sides:
+        return None
+    if "row_bias_w" not in src:
+        raise ValueError(
+            "fold_in with feature-driven row biases needs the draws of row_bias_w, which this "
+            "fit does not hold (they are kept with the factor draws)"
+        )
+    w = np.asarray(src["row_bias_w"], np.float64).reshape(S, -1)
+    Xs = new_row_features(biases, new, w.shape[1])
+    return np.stack([Xs @ w[s] for s in range(S)])
+
+
 def new_row_features(prior, new, num_features: int):
     """The rows' link features of new rows (scipy CSR, U x F): ``new.row_features`` when
-    the prior links explicit features, then the implicit feedback of the new rows' pairs."""
+    the prior (or the biases: any component with ``row_features`` and ``implicit``) links
+    explicit features, then the implicit feedback of the new rows' pairs."""
     from ...priors import macau
 
     spec = prior.row_features
     if spec is not None and new.row_features is None:
         raise ValueError(
-            "fold_in: the fit's prior links the rows to their features, so the new rows need theirs: "
+            f"fold_in: the fit's {'biases' if prior.name == 'biases' else 'prior'} links the rows "
+            "to their features, so the new rows need theirs: "
             "pass RatingData(..., row_features=...) with the columns of the training table "
             "(bmczoo.data.Features.reindex aligns a table to another's columns)"
         )

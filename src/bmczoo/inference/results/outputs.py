@@ -378,16 +378,21 @@ def fold_in_components(
     covariances, ``prior_prec`` (S, K, K), ``prior_shift`` (S, K) (``Lambda mu``) or (S, U,
     K) (a feature link's per-row ``Lambda (mu + B^T x_u)``), ``tb``
     (S,) the block precision, ``col_bias`` (S, m2) / ``col_bias_var`` (m2,) or None,
-    ``row_bias_prec`` (S,) the prior precision of a new row bias (None: no biases).
+    ``row_bias_prec`` (S,) the prior precision of a new row bias (None: no biases), or
+    ``(precision (S,), mean (S, U))`` with its prior mean (feature-driven biases).
     Features ``f_j = [N_j, 1]`` (with biases), ``x_u = [M_u, b_u]``:
     ``P = blockdiag(Lambda, 1/s_b^2) + tb sum_j E[f_j f_j^T]``,
-    ``rhs = [Lambda mu, 0] + tb sum_j (R_uj - E[c_j]) E[f_j]``.
+    ``rhs = [Lambda mu, b0 / s_b^2] + tb sum_j (R_uj - E[c_j]) E[f_j]`` (``b0`` the
+    bias's prior mean).
     Returns the means (S, U, D) and covariances (S, U, D, D)."""
     import scipy.sparse as sp
 
     S, m2, K = N.shape
     U = new.shape[0]
     bias = row_bias_prec is not None
+    row_bias_mean = None
+    if isinstance(row_bias_prec, tuple):
+        row_bias_prec, row_bias_mean = row_bias_prec
     D = K + int(bias)
     rows, cols = np.asarray(new.rows), np.asarray(new.cols)
     R = np.asarray(new.values, np.float64) - offset
@@ -411,6 +416,8 @@ def fold_in_components(
             sh0[:, :K] = prior_shift[s]
         if bias:
             P0[K, K] = row_bias_prec[s]
+            if row_bias_mean is not None:
+                sh0[:, K] = row_bias_prec[s] * row_bias_mean[s]
         P = P0 + tb[s] * G
         means[s], covs[s] = _solve_conditionals(P, sh0 + tb[s] * r)
     return means, covs

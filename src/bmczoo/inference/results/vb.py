@@ -240,6 +240,10 @@ class VBFit(FitResult):
             rb_prec = np.asarray(
                 [float(self.q_biases["sb_shape"]) / float(self.q_biases["sb_rate"])]
             )
+            if "rows" in info.biases.linked_sides:
+                # E[(b_u - x_u^T w)^2 / s] in the new bias's q: prior mean x_u^T E[w]
+                Ew = np.asarray(self.q_biases["bw"], np.float64).reshape(-1)
+                rb_prec = (rb_prec, (new_row_features(info.biases, new, Ew.size) @ Ew)[None])
         W = self.covariances()[1]
         means, covs = out.fold_in_components(
             new,

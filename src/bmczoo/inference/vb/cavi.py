@@ -35,8 +35,10 @@ from .state import (
     Sharded,
     VBState,
     bias_specs,
+    check_bias_links,
     check_links,
     cuts_of,
+    split_links,
     is_linked,
     one_run,
     prior_q,
@@ -173,13 +175,16 @@ def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: sh.Comm, 
             cols, m_all, comm.gather(V), PN, tau, sN, bias["c_mean"], comm.gather(bias["b_mean"])
         )
         # q(b_i) given q(M), q(N), q(c), then q(c_j) given the new q(b); then q(s_b^2), q(s_c^2)
+        # (with features first q(w), q(lam_w) of each linked side: bmczoo.bias_link_vb)
         dt = m.dtype
+        mb, mc = biases.vb_prior_means(bias)
         b_mean, b_var = biases.vb_bias_update(
             _bias_resid_sum(rows, comm.gather(n), m, Ec),
             _counts(rows, dt)[None],
             tau,
             bias["sb_shape"],
             bias["sb_rate"],
+            mb,
         )
         c_mean, c_var = biases.vb_bias_update(
             _bias_resid_sum(cols, m_all, n, comm.gather(b_mean)),
@@ -187,11 +192,10 @@ def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: sh.Comm, 
             tau,
             bias["sc_shape"],
             bias["sc_rate"],
+            mc,
         )
         bias = {**bias, "b_mean": b_mean, "b_var": b_var, "c_mean": c_mean, "c_var": c_var}
-        sums = _bias_sums(bias, comm)
-        bias["sb_shape"], bias["sb_rate"] = biases.vb_variance_update(sums["b_sq"], dims[0])
-        bias["sc_shape"], bias["sc_rate"] = biases.vb_variance_update(sums["c_sq"], dims[1])
+        bias.update(biases.vb_variances(bias, _bias_sums(bias, comm), dims))
     ES = comm.psum(_expected_S(comm.mask(m, 0), comm.mask(V, 0), comm.mask(n, 1), comm.mask(W, 1)))
     stats = _factor_stats(prior, m, V, n, W, comm)
     return m, V, n, W, ES, bias, stats
@@ -290,9 +294,12 @@ def update(
     are the per-device blocks of :func:`bmczoo.inference.sharding.shard_csr`; the same body
     runs on each device.  ``links``: the arrays of a prior's feature links
     (``prior.gibbs_links``; one device), updated as :class:`~bmczoo.priors.macau.VBLink`
-    says.
+    says, and those of feature-driven biases under ``biases/``
+    (``bmczoo.bias_link_vb.VBBiasLink``).
     """
+    links, bias_links = split_links(links)
     prior = check_links(prior, links, sharded)
+    biases = check_bias_links(biases, bias_links, sharded)
     lik = Tempered() if likelihood is None else likelihood
     if bool(state.bias) != (biases is not None):
         raise ValueError(

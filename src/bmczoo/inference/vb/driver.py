@@ -32,8 +32,10 @@ from ..sharding import put, to_host
 from .cavi import update
 from .elbo import elbo
 from .state import (
+    BIAS_LINKS,
     Sharded,
     VBState,
+    check_bias_links,
     check_links,
     init,
     prior_q,
@@ -50,7 +52,7 @@ __all__ = ["fit_vb"]
 class _Data(NamedTuple):
     """The arrays an iteration reads: the ratings by rows and by columns, the likelihood
     precision, the test entries, a latent likelihood's ``(levels, col_perm)`` and a
-    prior's feature links."""
+    prior's and the biases' feature links (the biases' under ``biases/``)."""
 
     rows: Any
     cols: Any
@@ -127,7 +129,16 @@ def _links(prep: Prepared, info: FitInfo, sharded: Sharded | None) -> dict:
     return links
 
 
-def _start(info: FitInfo, problem, links: dict) -> VBState:
+def _bias_links(prep: Prepared, info: FitInfo, sharded: Sharded | None) -> dict:
+    """The arrays of the biases' feature links (empty without them; one device)."""
+    if info.biases is None or not info.biases.linked_sides:
+        return {}
+    links = info.biases.gibbs_links(prep.fit_data, info.dtype)
+    check_bias_links(info.biases, links, sharded)
+    return links
+
+
+def _start(info: FitInfo, problem, links: dict, bias_links: dict) -> VBState:
     """The runs' starting state: run r from key ``split(key(seed), R)[r]`` (with one run
     the key itself); learned cut points start at the data's quantiles."""
     runs = info.settings.restarts
@@ -140,7 +151,7 @@ def _start(info: FitInfo, problem, links: dict) -> VBState:
         info.K,
         info.dtype,
         likelihood=info.likelihood,
-        biases=info.biases,
+        biases=check_bias_links(info.biases, bias_links, None),
         links=links,
     )
     lik = info.likelihood
@@ -172,14 +183,16 @@ class _Runs(Job):
             likelihood=info.likelihood if latent else None,
         )
         self.links = _links(prep, info, self.sharded)
-        self.state = self.shard(_start(info, self.problem, self.links))
+        self.bias_links = _bias_links(prep, info, self.sharded)
+        self.state = self.shard(_start(info, self.problem, self.links, self.bias_links))
         n_test = prep.test_values.shape[0]
         test_rc = [jnp.asarray(x[:n_test]) for x in (prep.pred_rows, prep.pred_cols)]
         if s.devices is not None:
             rep = NamedSharding(s.devices, PartitionSpec())
             test_rc = [put(x, rep) for x in test_rc]
         p = self.problem
-        self.data = _Data(p.rows, p.cols, p.tau, *test_rc, (p.levels, p.col_perm), self.links)
+        links = {**self.links, **{BIAS_LINKS + k: v for k, v in self.bias_links.items()}}
+        self.data = _Data(p.rows, p.cols, p.tau, *test_rc, (p.levels, p.col_perm), links)
         self.compiled, self.compile_seconds = None, 0.0
         self.elbos, self.rmses, self.seconds, self.converged = [], [], [], False
         self.settings = _checkpoint_settings(prep, info)
@@ -309,6 +322,9 @@ def fit_vb(prep: Prepared, info: FitInfo, progress_bar: bool) -> VBFit:
     q_prior = one(prior.vb_params(qp, stats_M, stats_N, m1, m2))
     q_noise = one(info.likelihood.vb_params(state.noise)) if state.noise else {}
     bias = one(state.bias) if state.bias else {}
+    for s, label in (("b", "row"), ("c", "col")):  # E[w] of feature-driven biases (fold-in)
+        if f"{s}w_mean" in bias:
+            bias[f"{s}w"] = np.asarray(runs.bias_links[f"{label}/V"]) @ bias[f"{s}w_mean"]
     return VBFit(
         info=info,
         m=np.asarray(state.m[0]),

@@ -13,7 +13,17 @@ from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import CSR
 from .cavi import log_Z, parts_body, parts_of
-from .state import Sharded, VBState, check_links, cuts_of, one_run, prior_q, ratings_mean
+from .state import (
+    Sharded,
+    VBState,
+    check_bias_links,
+    check_links,
+    cuts_of,
+    one_run,
+    prior_q,
+    ratings_mean,
+    split_links,
+)
 
 __all__ = ["elbo", "expected_sq_error"]
 
@@ -50,7 +60,9 @@ def elbo(
     plus ``E[log p(tau)] - E[log q(tau)]``).  ``sharded``/``links`` as in
     :func:`~bmczoo.inference.vb.cavi.update`.
     """
+    links, bias_links = split_links(links)
     prior = check_links(prior, links, sharded)
+    biases = check_bias_links(biases, bias_links, sharded)
     lik = Tempered() if likelihood is None else likelihood
     if lik is not None and lik.latent:
         return _latent_elbo(state, rows, prior, lik, biases, latent)

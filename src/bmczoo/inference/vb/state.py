@@ -130,6 +130,35 @@ def check_links(prior, links, sharded):
     return prior
 
 
+#: the prefix of the biases' link arrays among the links of an update (the prior's have none)
+BIAS_LINKS = "biases/"
+
+
+def split_links(links: dict | None) -> tuple[dict, dict]:
+    """``(the prior's link arrays, the biases' link arrays)`` of an update's ``links``: the
+    biases' are those under ``biases/`` (their own names after it)."""
+    links = links or {}
+    n = len(BIAS_LINKS)
+    return (
+        {k: v for k, v in links.items() if not k.startswith(BIAS_LINKS)},
+        {k[n:]: v for k, v in links.items() if k.startswith(BIAS_LINKS)},
+    )
+
+
+def check_bias_links(biases, bias_links, sharded):
+    """The biases as the VB core sees them (``bmczoo.bias_link_vb.vb_biases``);
+    feature-driven biases run on one device."""
+    from ...bias_link_vb import vb_biases
+
+    biases = vb_biases(biases, bias_links)
+    if bias_links and sharded is not None:
+        raise ValueError(
+            "Biases with features run on one device: their sharded VB update is not "
+            "implemented (drop devices=)"
+        )
+    return biases
+
+
 def init(
     keys: jax.Array,
     shape: tuple[int, int],

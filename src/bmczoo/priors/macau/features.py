@@ -50,11 +50,12 @@ def check_implicit(owner: str, value):
     raise ValueError(f"{owner}: implicit must be False, True, 'rows' or 'cols', got {value!r}")
 
 
-def side_features(spec, implicit, ratings, axis: str):
+def side_features(spec, implicit, ratings, axis: str, owner: str = "NormalWishart"):
     """The feature table of one side (``axis`` ``"rows"`` for ``M``, ``"cols"`` for
     ``N``) of ``ratings``: the explicit features of ``spec`` (True: the data's), then the
     implicit-feedback features of the pairs of ``ratings`` when ``implicit`` covers this
-    side (:func:`bmczoo.data.implicit_features`); None when the side has none."""
+    side (:func:`bmczoo.data.implicit_features`); None when the side has none.  ``owner``
+    names the component in the error messages."""
     from ...data import hstack_features, implicit_features
 
     name = "row_features" if axis == "rows" else "col_features"
@@ -64,7 +65,7 @@ def side_features(spec, implicit, ratings, axis: str):
         X = getattr(ratings, name, None)
         if X is None:
             raise ValueError(
-                f"NormalWishart({name}=True): the data has no {name} (the MovieLens loaders attach "
+                f"{owner}({name}=True): the data has no {name} (the MovieLens loaders attach "
                 f"the side files found beside the ratings; or pass a bmczoo.data.Features)"
             )
         parts.append(X)
@@ -72,7 +73,7 @@ def side_features(spec, implicit, ratings, axis: str):
         parts.append(spec.features)
     for X in parts:
         if X.n_rows != m:
-            raise ValueError(f"NormalWishart: {name} has {X.n_rows} rows, the data has {m} {axis}")
+            raise ValueError(f"{owner}: {name} has {X.n_rows} rows, the data has {m} {axis}")
     if implicit is True or implicit == axis:
         parts.append(implicit_features(ratings, axis))
     if not parts:
