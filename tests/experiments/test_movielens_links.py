@@ -208,3 +208,21 @@ def test_linked_row_end_to_end(side_dir, tmp_path, monkeypatch):
     assert sorted(k["stage"] for k in keys) == ["test", "validation"]
     assert all(k["links"] == MOVIELENS_LINKED[0][4] for k in keys)
     assert f"| 100k | {LABEL} | gibbs | — |" in format_table([result])
+
+
+def test_feature_driven_biases_in_a_task():
+    """Biases with feature links become plain keywords in a task (its cache key and label
+    hold no array) and are rebuilt as the same component; a table of their own is refused."""
+    from bmczoo.data import Features
+
+    for biases in (
+        Biases(row_features=True, implicit="cols"),
+        Biases(col_features=True, implicit=True, a_w=2.0),
+        Biases(),
+    ):
+        pairs = tasks.biases_pairs(biases)
+        hash(pairs)  # a task is hashable
+        json.dumps(dict(pairs))  # and its cache key plain JSON
+        assert Biases(**tasks._settings_of(pairs)) == biases
+    with pytest.raises(ValueError, match="data's row_features"):
+        tasks.biases_pairs(Biases(row_features=Features.from_dense(np.eye(3))))

@@ -86,7 +86,30 @@ def biases_pairs(biases) -> Pairs:
     if isinstance(biases, (Mapping, tuple)):
         return as_pairs(biases)
     component = get_biases(biases)
-    return () if component is None else as_pairs(component.describe())
+    if component is None:
+        return ()
+    settings = component.describe()
+    links = settings.pop("links", None)
+    if links:
+        settings.update(_bias_link_keywords(links))
+    return as_pairs(settings)
+
+
+def _bias_link_keywords(links: dict) -> dict:
+    """The keywords of a :class:`~bmczoo.offsets.Biases` with feature links from its
+    description's ``links``: plain values (``True``: the data's side table), as a task's
+    prior links are; ``ValueError`` for a feature table of the biases' own."""
+    out = {}
+    for side, name in (("rows", "row_features"), ("cols", "col_features")):
+        features = links.get(side, {}).get("features")
+        if features not in (None, "data"):
+            raise ValueError(
+                f"an experiment's biases take the data's {name} (True), not a table of their own"
+            )
+        out[name] = True if features == "data" else None
+    implicit = tuple(s for s in ("rows", "cols") if links.get(s, {}).get("implicit"))
+    out["implicit"] = True if len(implicit) == 2 else (implicit[0] if implicit else False)
+    return out
 
 
 #: the prior keywords of a feature link a task may set, with the values it takes (plain
