@@ -7,6 +7,7 @@ an integer or a real number), a value of the right type outside its range raises
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
@@ -125,6 +126,12 @@ def check_prior(prior) -> Prior:
         names = ", ".join(cls.__name__ for cls in registry().values())
         raise TypeError(f"prior must be one of bmczoo.priors ({names}), got {prior!r}")
     return prior
+
+
+def x64_context(dtype):
+    """``jax.enable_x64`` for a float64 fit (its programs and the work on its results run
+    in float64 whatever the global setting), nothing for float32."""
+    return jax.enable_x64(True) if jnp.dtype(dtype) == jnp.float64 else contextlib.nullcontext()
 
 
 def check_dtype(dtype=None) -> np.dtype:

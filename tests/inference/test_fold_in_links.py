@@ -185,3 +185,44 @@ def test_vb_fold_in_uses_the_features():
     bare = bmc.RatingData(new.rows, new.cols, new.values, shape=new.shape)
     without = np.sqrt(np.mean((plain.fold_in(bare).predict(rr, cc) - theta_new.ravel()) ** 2))
     assert with_features < 0.6 * without, (with_features, without)
+
+
+def test_float64_fit_folds_in_in_float64_without_global_x64():
+    """A float64 fit's fold-in runs in float64 whatever the global setting: VB's linked
+    fold-in mixed float32 and float64 arrays (a TypeError) and Gibbs' rounded to float32."""
+    import jax
+
+    from bmczoo.data import Features
+
+    assert not jax.config.jax_enable_x64
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    rows, cols = np.nonzero(rng.random((40, 30)) < 0.3)
+    data = bmc.RatingData(
+        rows, cols, rng.normal(size=rows.size), shape=(40, 30), row_features=Features.from_dense(X)
+    )
+    new = bmc.RatingData(
+        np.array([0, 1]),
+        np.array([3, 4]),
+        np.array([0.5, -0.2]),
+        shape=(2, 30),
+        row_features=Features.from_dense(X[:2]),
+    )
+    r, c = np.array([0, 1]), np.array([5, 6])
+    for method, kw in (
+        ("gibbs", dict(num_warmup=10, num_samples=10, num_chains=1, thinning=1)),
+        ("vb", dict(max_iter=20)),
+    ):
+        fit = bmc.fit(
+            data,
+            K=2,
+            method=method,
+            prior=bmc.priors.NormalWishart(row_features=True),
+            dtype="float64",
+            progress_bar=False,
+            **kw,
+        )
+        pred = fit.fold_in(new).predict(r, c)
+        with jax.enable_x64(True):
+            ref = fit.fold_in(new).predict(r, c)
+        np.testing.assert_allclose(pred, ref, rtol=1e-12, err_msg=method)

@@ -9,7 +9,6 @@ These use NumPyro's own machinery throughout; only the result objects are ours.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from functools import partial
 
@@ -20,7 +19,7 @@ import optax
 from numpyro.infer import MCMC, NUTS, SVI, Predictive, Trace_ELBO
 from numpyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal, AutoNormal
 
-from .._checks import check_positive_int
+from .._checks import check_positive_int, x64_context
 from ..models import matrix_completion
 from . import settings as st
 from .results.outputs import draws_theta_moments, flat_draws
@@ -82,11 +81,6 @@ def run_mcmc_detached(mcmc: MCMC, rng_key, data, *args, **kwargs) -> MCMC:
     finally:
         for obj in (mcmc.sampler, mcmc, alias):
             _empty(obj)
-
-
-def x64_context(dtype):
-    """float64 runs under ``jax.enable_x64`` (NumPyro samples in the default float dtype)."""
-    return jax.enable_x64(True) if jnp.dtype(dtype) == jnp.float64 else contextlib.nullcontext()
 
 
 def run_nuts(

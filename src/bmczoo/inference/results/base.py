@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..._arviz import FitArrays, arrays_to_arviz
-from ..._checks import check_ratings
+from ..._checks import check_ratings, x64_context
 from ...data.ratings import check_entries
 from ...offsets import Shift
 from ...priors import Prior
@@ -332,7 +332,8 @@ class FitResult(out.PredictiveMixin):
             raise ValueError(
                 f"new rows must be over the fit's {self.shape[1]} items, got shape {new.shape}"
             )
-        return self._fold_in(new)
+        with x64_context(self.info.dtype):  # a float64 fit folds in in float64
+            return self._fold_in(new)
 
     def _fold_in(self, new):
         raise ValueError(f"fold_in is not available for {type(self).__name__}")
