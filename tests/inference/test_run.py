@@ -10,6 +10,15 @@ import pytest
 from bmczoo.inference import run
 
 
+@pytest.fixture(autouse=True)
+def python_s_own_ctrl_c():
+    """Python's default SIGINT handler for each test (the command line's tests, run in the
+    same process, take SIGINT for the rest of it), the previous one restored after."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 class _Counter(run.Job):
     """Counts iterations; its "compiled call" takes the state (as a donating call does)
     and returns the next one, and presses Ctrl-C in the middle of call ``press_at``."""
