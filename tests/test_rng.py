@@ -113,7 +113,16 @@ def _member_fit(member, tiny_ratings):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("member", list(SWEEP_MEMBERS))
+@pytest.mark.parametrize(
+    "member",
+    # the default suite covers the Wishart, noise, bias and link draws; slow: the others
+    [
+        m
+        if m in ("normal-wishart+noise+biases", "normal-wishart+link")
+        else pytest.param(m, marks=pytest.mark.slow)
+        for m in SWEEP_MEMBERS
+    ],
+)
 def test_sweeps_with_draws_together_equal_one_call_per_site(member, tiny_ratings, monkeypatch):
     """The Gibbs sweep makes the small draws of its blocks after the factors together: the
     fit's draws are those of one jax.random call per site up to float64 rounding, for every
