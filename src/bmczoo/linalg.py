@@ -62,6 +62,7 @@ __all__ = [
     "CSR",
     "csr_from_view",
     "csr_matmul",
+    "device_array",
     "pattern_product",
     "set_hot_path",
     "get_hot_path",
@@ -210,17 +211,26 @@ def csr_from_view(view, shape: tuple[int, int], dtype, hot_path: str | None = No
         None: the :func:`set_hot_path` setting; ``"auto"`` is resolved by the platform of
         the default device.
     """
-    values = jnp.asarray(view.values, dtype=dtype)
-    index = jnp.asarray(view.index, dtype=jnp.int32)
+    values = device_array(view.values, dtype)
+    index = device_array(view.index, jnp.int32)
     return CSR(
-        indptr=jnp.asarray(view.indptr, dtype=jnp.int32),
+        indptr=device_array(view.indptr, jnp.int32),
         index=index,
         values=values,
-        ones=jnp.ones_like(values),
+        ones=device_array(np.ones(values.shape, values.dtype)),
         shape=tuple(shape),
-        row_ids=jnp.asarray(row_ids_from_indptr(view.indptr)),
+        row_ids=device_array(row_ids_from_indptr(view.indptr)),
         hot_path=resolve_hot_path(hot_path, _platform(index)),
     )
+
+
+def device_array(x, dtype=None) -> jax.Array:
+    """``jnp.asarray(x, dtype)`` for a host array: converted by NumPy and copied to the
+    default device, where ``jnp.asarray`` compiles an XLA program for each conversion (a
+    few hundredths of a second each, before the first sweep)."""
+    if isinstance(x, jax.Array):
+        return jnp.asarray(x, dtype)
+    return jax.device_put(np.asarray(x, dtype=dtype))
 
 
 def csr_matmul(indptr, index, data, shape, dense):

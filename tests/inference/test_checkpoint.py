@@ -365,3 +365,27 @@ def test_donated_tells_arrays_given_up_to_a_call():
     y, keys2 = step(x, keys)
     assert donated({"x": x}) and donated(keys)
     assert not donated({"y": y, "k": keys2})
+
+
+def test_a_resumed_run_compiles_no_start(tmp_path, monkeypatch):
+    """A fresh run compiles its start beside the sweeps; a run resumed from its checkpoint
+    starts from the saved state and compiles the sweeps only (and equals the first)."""
+    from bmczoo import _xla
+    from bmczoo.inference.gibbs import driver
+
+    train, test = _data()
+    path = tmp_path / "run.npz"
+    kw = _gibbs_kw(test, num_samples=8, thinning=1)
+    compiled, compile = [], _xla.compile
+
+    def counting(lowered):
+        compiled.append(lowered)
+        return compile(lowered)
+
+    monkeypatch.setattr(driver._xla, "compile", counting)
+    first = bmc.fit(train, checkpoint=path, **kw)
+    assert len(compiled) == 2  # the start and the sweeps
+    compiled.clear()
+    again = bmc.fit(train, checkpoint=path, **kw)
+    assert len(compiled) == 1
+    np.testing.assert_array_equal(first.samples["gamma"], again.samples["gamma"])

@@ -84,3 +84,60 @@ def test_without_a_checkpoint_ctrl_c_is_python_s_own(tmp_path):
         run.run_loop(job, None, checkpoint_every=100, progress_bar=False)
     assert str(info.value) == "" and job.saved == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_in_background_returns_the_value_computed_beside_the_block():
+    import threading
+
+    seen = {}
+
+    def fn():
+        seen["thread"] = threading.current_thread().name
+        return 41 + 1
+
+    with run.in_background(fn) as task:
+        here = threading.current_thread().name
+    assert task.result() == 42
+    assert seen["thread"] != here
+
+
+def test_in_background_raises_the_function_s_error_in_the_caller():
+    def fn():
+        raise ValueError("the start failed")
+
+    with run.in_background(fn) as task:
+        pass
+    with pytest.raises(ValueError, match="the start failed"):
+        task.result()
+
+
+def test_in_background_runs_under_the_caller_s_x64_setting():
+    import jax
+    import jax.numpy as jnp
+
+    def fn():
+        return jnp.asarray(1.0).dtype  # the default float of the thread's setting
+
+    with jax.enable_x64(True):
+        with run.in_background(fn) as task:
+            pass
+    assert task.result() == jnp.float64
+    with jax.enable_x64(False):
+        with run.in_background(fn) as task:
+            pass
+    assert task.result() == jnp.float32
+
+
+def test_in_background_waits_for_its_thread_when_the_block_raises():
+    import time
+
+    done = []
+
+    def fn():
+        time.sleep(0.2)
+        done.append(True)
+
+    with pytest.raises(KeyError):
+        with run.in_background(fn):
+            raise KeyError("the block failed")
+    assert done == [True]

@@ -25,12 +25,56 @@ from tqdm.auto import tqdm
 
 from .checkpoint import STOP
 
-__all__ = ["Job", "donated", "run_loop"]
+__all__ = ["Job", "donated", "in_background", "run_loop"]
 
 
 def donated(*trees) -> bool:
     """Whether an array of ``trees`` was given up to a compiled call (donated)."""
     return any(x.is_deleted() for x in jax.tree.leaves(trees) if isinstance(x, jax.Array))
+
+
+class _Background:
+    """The result of :func:`in_background`'s function: :meth:`result` waits for it."""
+
+    def __init__(self, fn):
+        self._value = self._error = None
+        x64 = bool(jax.config.jax_enable_x64)  # a thread-local setting: the caller's is used
+
+        def call():
+            try:
+                with jax.enable_x64(x64):
+                    self._value = fn()
+            except BaseException as error:  # re-raised in the caller's thread
+                self._error = error
+
+        self._thread = threading.Thread(target=call, name="bmczoo-background", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self):
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+@contextlib.contextmanager
+def in_background(fn):
+    """``with in_background(fn) as r``: ``fn()`` runs in a second thread (under the caller's
+    ``jax_enable_x64``) while the block runs; ``r.result()`` waits for it and returns its
+    value or raises its exception.  Leaving the block, also by an exception, waits for the
+    thread.
+
+    XLA compiles and runs a program without holding Python's lock: a program compiled in
+    the thread takes the CPU time the block spends tracing and lowering another in Python.
+    """
+    task = _Background(fn)
+    try:
+        yield task
+    finally:
+        task.join()
 
 
 class Job(abc.ABC):

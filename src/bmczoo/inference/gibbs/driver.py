@@ -24,7 +24,7 @@ from .. import settings as st
 from ..checkpoint import check_settings, fingerprint, load_npz, save_npz
 from ..problem import Prepared, run_settings, track_entries
 from ..results import FitInfo, GibbsFit
-from ..run import Job, donated, run_loop
+from ..run import Job, donated, in_background, run_loop
 from ..sharding import to_host
 from ..thinning import num_kept
 
@@ -143,7 +143,7 @@ def _draw_buffer(state, problem, store_factors: bool, size: int, draws: list[dic
     for i, d in enumerate(draws):
         for k, b in buf.items():
             b[i] = d[k]
-    return {k: jnp.asarray(v) for k, v in buf.items()}
+    return {k: jax.device_put(v) for k, v in buf.items()}  # no XLA program per array
 
 
 def _buffer_draws(buffer, n: int) -> list[dict]:
@@ -171,21 +171,28 @@ def _pooled_rmse(state, problem) -> float | None:
 
 class _Chains(Job):
     """The chains of one run as :func:`~bmczoo.inference.run.run_loop` drives them: sweeps
-    in chunks, the state and the draw buffer donated to each call."""
+    in chunks, the state and the draw buffer donated to each call.  With ``start``,
+    ``state`` holds only the start's shapes (:func:`jax.eval_shape`) and ``start()``
+    computes it while the sweeps' program is traced and compiled (not called when the run
+    resumes from its checkpoint)."""
 
     unit = "sweep"
     chunked = True
 
-    def __init__(self, state, problem, prior, s: st.Gibbs, store_factors: bool, settings: dict):
+    def __init__(
+        self, state, problem, prior, s: st.Gibbs, store_factors: bool, settings: dict, start=None
+    ):
         self.problem, self.prior, self.store_factors = problem, prior, store_factors
         self.checkpoint, self.settings = s.checkpoint, settings
         self.num_warmup, self.total = s.num_warmup, s.num_warmup + s.num_samples
         draws: list[dict] = []
         if s.checkpoint is not None and Path(s.checkpoint).exists():
             state, draws = _resume(s.checkpoint, settings, problem)
+            start = None
         size = num_kept(self.total, s.num_warmup, s.num_samples, s.thinning)
         self.buffer = _draw_buffer(state, problem, store_factors, max(size, 1), draws)
-        self.state, self.it = state, int(state.iteration)
+        self.state, self._start = state, start
+        self.it = 0 if start is not None else int(state.iteration)
 
     def done(self) -> int:
         return self.it
@@ -203,12 +210,19 @@ class _Chains(Job):
             functools.partial(_run_sweeps, prior=self.prior, store_factors=self.store_factors),
             donate_argnums=(0, 1),
         )
-        zero = jnp.asarray(0, jnp.int32)
-        self._run = _xla.compile(run.lower(self.state, self.buffer, self.problem, zero))
+        zero = np.asarray(0, np.int32)  # a host scalar: no XLA program of its own
+        # the start (a program of its own) is compiled and run in a second thread while
+        # this one traces and lowers the sweeps in Python
+        with in_background(self._start or (lambda: None)) as started:
+            lowered = run.lower(self.state, self.buffer, self.problem, zero)
+            self._run = _xla.compile(lowered)
+            if self._start is not None:
+                self.state = started.result()
+        self._start = None
 
     def advance(self, n: int) -> None:
         self.state, self.buffer = self._run(
-            self.state, self.buffer, self.problem, jnp.asarray(n, jnp.int32)
+            self.state, self.buffer, self.problem, np.asarray(n, np.int32)
         )
         self.it = int(self.state.iteration)  # waits for the chunk
 
@@ -245,18 +259,21 @@ def run_gibbs(
     store_factors: bool = False,
     settings: dict | None = None,
     progress_bar: bool = True,
+    start=None,
 ) -> tuple[gibbs.GibbsState, dict[str, np.ndarray], dict]:
     """Run the ``num_warmup + num_samples`` sweeps of ``s`` from ``state`` (or from
     ``s.checkpoint`` when that file exists and was written with the same ``settings``),
     collecting :func:`gibbs.draws` (with the factors if ``store_factors``) at each kept
-    iteration (the iterations NumPyro's ``MCMC`` keeps).
+    iteration (the iterations NumPyro's ``MCMC`` keeps).  With ``start`` (a function
+    returning the state), ``state`` may hold only the state's shapes
+    (:func:`jax.eval_shape`): the start is computed while the sweeps compile.
 
     Returns the final state, the collected draws, each (chain, draw, ...), and the
     timings: ``compile_seconds`` (the sweeps' program) and ``sweep_seconds`` (per sweep
     run, averaged over the run).  A non-finite draw raises ``FloatingPointError``
     (:func:`gibbs.check_failure`) at the next checkpoint or at the end.
     """
-    job = _Chains(state, problem, prior, s, store_factors, dict(settings or {}))
+    job = _Chains(state, problem, prior, s, store_factors, dict(settings or {}), start)
     t_compile, calls = run_loop(job, s.checkpoint, s.checkpoint_every, progress_bar)
     draws = _buffer_draws(job.buffer, int(job.state.stats.num_kept))
     swept, sweep_time = sum(n for n, _ in calls), sum(t for _, t in calls)
@@ -356,16 +373,25 @@ def _gibbs_chains(prep: Prepared, info: FitInfo, track, store: bool, progress_ba
     s: st.Gibbs = info.settings
     gamma0 = _init_gamma(s, info.K, info.dtype)
     problem = _gibbs_problem(prep, info, s, track)
-    key = jax.random.key(info.seed)
-    keys = key[None] if s.num_chains == 1 else jax.random.split(key, s.num_chains)
     extra = {} if gamma0 is None else {"gamma": gamma0}
+    C, start = s.num_chains, None
+
+    def init(extra):
+        key = jax.random.key(info.seed)
+        keys = key[None] if C == 1 else jax.random.split(key, C)
+        return gibbs.init(keys, problem, info.prior, info.K, **extra)
+
     if problem.mesh is None:
-        # one compiled program instead of an XLA compilation per operation of the start;
-        # the problem enters as constants (only its scalars and shapes are read)
-        start = jax.jit(lambda k, x: gibbs.init(k, problem, info.prior, info.K, **x))
-        core = _xla.compile(start.lower(keys, extra))(keys, extra)
+        # one compiled program (the keys included) instead of an XLA compilation per
+        # operation of the start, compiled and run while the sweeps compile; the problem
+        # enters as constants (only its scalars and shapes are read)
+        init = jax.jit(init)
+        core = jax.eval_shape(init, extra)
+
+        def start():
+            return _xla.compile(init.lower(extra))(extra)
     else:
-        core = gibbs.init(keys, problem, info.prior, info.K, **extra)
+        core = init(extra)
     settings = _checkpoint_settings(prep, info, track, store, gamma0)
     return run_gibbs(
         core,
@@ -375,6 +401,7 @@ def _gibbs_chains(prep: Prepared, info: FitInfo, track, store: bool, progress_ba
         store_factors=store,
         settings=settings,
         progress_bar=progress_bar,
+        start=start,
     )
 
 

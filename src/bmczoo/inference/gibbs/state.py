@@ -17,7 +17,7 @@ from ... import _rng
 from ...data import RatingData
 from ...priors import Prior
 from .. import sharding as sh
-from ...linalg import CSR, csr_from_view
+from ...linalg import CSR, csr_from_view, device_array
 from ..settings import SweepOptions, resolve_column_moves
 
 __all__ = [
@@ -322,9 +322,9 @@ def build_problem(
     problem = GibbsProblem(
         rows=rows,
         cols=cols,
-        tau=jnp.asarray(tau, dtype),
+        tau=device_array(tau, dtype),
         entries=entry_arrays,
-        sum_sq=jnp.asarray(
+        sum_sq=device_array(
             _sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype
         ),
         **_latent_data(likelihood, ratings, dtype),
@@ -397,14 +397,14 @@ def _entry_arrays(ratings: RatingData, entries: Entries, dtype) -> EntryArrays:
     pr, pc, tr, tc, tv = _entries(ratings, entries.predict, entries.track, entries.test_values)
     lo, hi = entries.clip if entries.clip is not None else (-np.inf, np.inf)
     return EntryArrays(
-        pred_rows=jnp.asarray(pr, jnp.int32),
-        pred_cols=jnp.asarray(pc, jnp.int32),
-        test_values=jnp.asarray(tv, dtype),
-        offset=jnp.asarray(entries.offset, dtype),
-        clip_lo=jnp.asarray(lo, dtype),
-        clip_hi=jnp.asarray(hi, dtype),
-        track_rows=jnp.asarray(tr, jnp.int32),
-        track_cols=jnp.asarray(tc, jnp.int32),
+        pred_rows=device_array(pr, jnp.int32),
+        pred_cols=device_array(pc, jnp.int32),
+        test_values=device_array(tv, dtype),
+        offset=device_array(entries.offset, dtype),
+        clip_lo=device_array(lo, dtype),
+        clip_hi=device_array(hi, dtype),
+        track_rows=device_array(tr, jnp.int32),
+        track_cols=device_array(tc, jnp.int32),
     )
 
 
@@ -420,8 +420,8 @@ def _latent_data(likelihood, ratings: RatingData, dtype) -> dict:
     """``levels`` (row order), ``col_perm`` and ``cut_step`` of a latent likelihood (empty
     arrays otherwise)."""
     if not (likelihood is not None and likelihood.latent):
-        e = jnp.zeros(0, jnp.int32)
-        return {"levels": e, "col_perm": e, "cut_step": jnp.zeros(0, dtype)}
+        e = device_array(np.zeros(0, np.int32))
+        return {"levels": e, "col_perm": e, "cut_step": device_array(np.zeros(0), dtype)}
     rv, cv = ratings.row_view, ratings.col_view
     levels = likelihood.level_index(rv.values)
     row_pos = np.empty(ratings.n, np.int64)
