@@ -33,6 +33,45 @@ def test_flat_draws_equal_jax_random(shape, dtype):
         )
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_normals_together_equal_one_vmapped_call_per_request(dtype, compiled):
+    """One threefry hash for several requests (chains' keys of different counts, sizes
+    1, 0 and above 2^16) gives the values of ``jax.random.normal`` per request bit for bit."""
+    keys = jax.random.split(jax.random.key(5), 4)
+    requests = [
+        (jax.random.split(keys[0], 3), 17),
+        (jax.random.split(keys[1], 3), 1),
+        (keys[2:3], 70_000),
+        (jax.random.split(keys[3], 2), 0),
+    ]
+
+    def together():
+        return _rng.normals_together(requests, dtype)
+
+    def one_by_one():
+        return [
+            jax.vmap(lambda k, n=n: jax.random.normal(k, (n,), dtype))(k) for k, n in requests
+        ]
+
+    with jax.enable_x64(dtype == jnp.float64):
+        run = jax.jit if compiled else (lambda f: f)
+        got, want = run(together)(), run(one_by_one)()
+        for (k, n), x, y in zip(requests, got, want):
+            assert x.shape == y.shape == (k.shape[0], n) and x.dtype == y.dtype
+            np.testing.assert_array_equal(x, y)
+
+
+def test_normals_together_follow_another_generator_one_by_one():
+    """With a generator whose first values depend on the number drawn (the original
+    threefry), each request is drawn by ``jax.random.normal`` itself."""
+    with jax.threefry_partitionable(False):
+        keys = jax.random.split(jax.random.key(2), 3)
+        (got,) = _rng.normals_together([(keys, 6)], jnp.float32)
+        want = jax.vmap(lambda k: jax.random.normal(k, (6,)))(keys)
+    np.testing.assert_array_equal(got, want)
+
+
 # ------------------------------------------------------------------------- draw_together
 def _sites(k, scale):
     """Gamma and normal sites of different sizes, one normal too large to be drawn together."""

@@ -8,11 +8,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ... import _rng
 from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import CSR, row_ids
 from ..settings import check_spike_and_slab
-from .rows import Conditional, Side, SweepFlags, half_sweep, normals
+from .rows import Conditional, Side, SweepFlags, half_sweep
 from .state import GibbsProblem, GibbsState, padded_dims
 
 __all__ = ["ANNEAL_STREAM", "annealed_switch", "annealed_path"]
@@ -127,11 +128,8 @@ def annealed_path(
         M, N, gamma, work = carry
         gamma, work = perturb(t + 1, M, N, gamma, work)
         kk = jax.vmap(lambda key: jax.random.split(jax.random.fold_in(key, t), 3))(keys)
-        z = (
-            normals(kk[:, 0], m1, K, dt),
-            normals(kk[:, 1], m2, K, dt),
-            normals(kk[:, 2], m1, K, dt),
-        )
+        z = _rng.normals_together([(kk[:, 0], m1 * K), (kk[:, 1], m2 * K), (kk[:, 2], m1 * K)], dt)
+        z = tuple(x.reshape(C, -1, K) for x in z)
         priors = prior.row_priors({**state.prior_state, "gamma": gamma})
         M, N = _path_kernel(problem, priors, M, N, z, tb, values)
         return M, N, gamma, work

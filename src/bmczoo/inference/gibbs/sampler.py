@@ -20,7 +20,7 @@ from .. import thinning
 from .anneal import ANNEAL_STREAM, annealed_switch
 from .columns import COLUMN_STREAM, column_moves
 from .latent import LATENT_STREAM, latent_block, latent_cuts, level_probs
-from .rows import FactorRows, normals, sweep_factors
+from .rows import FactorRows, sweep_factors
 from .state import GibbsProblem, GibbsState, RunStats, entries
 
 __all__ = ["sweep", "step", "check_failure", "is_kept"]
@@ -109,12 +109,15 @@ def _sweep_draws(state: GibbsState, problem: GibbsProblem):
         # keeps the keys of the plain sweep
         more = jax.vmap(lambda k: jax.random.split(k, 5))(kg)
         kg, kt, kb, kc, kv = (more[:, i] for i in range(5))
-    zM, zN = normals(kM, m1, K, dtype), normals(kN, m2, K, dtype)
+    # the factors' and the biases' normals (each key's own draw) from one threefry hash
+    C = keys.shape[0]
+    sites = [(kM, m1 * K), (kN, m2 * K)] + ([(kb, m1), (kc, m2)] if use_bias else [])
+    z = _rng.normals_together(sites, dtype)
+    zM, zN = z[0].reshape(C, m1, K), z[1].reshape(C, m2, K)
     if use_bias:
-        zb = jax.vmap(lambda k: jax.random.normal(k, (m1,), dtype))(kb)
-        zc = jax.vmap(lambda k: jax.random.normal(k, (m2,), dtype))(kc)
+        zb, zc = z[2], z[3]
     else:
-        zb, zc = jnp.zeros((zM.shape[0], m1), dtype), jnp.zeros((zM.shape[0], m2), dtype)
+        zb, zc = jnp.zeros((C, m1), dtype), jnp.zeros((C, m2), dtype)
     return keys, FactorRows(zM, zN, zb, zc), kg, kt, kv
 
 
