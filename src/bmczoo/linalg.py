@@ -346,11 +346,13 @@ def _packed_position(K: int) -> np.ndarray:
 def pack_upper(S: jax.Array) -> jax.Array:
     """Upper triangles of symmetric (..., K, K) matrices, row by row: (..., K(K+1)/2).
 
-    Static slices and one concatenation (fused by XLA with the producer of ``S``, e.g.
-    :func:`outer`, so only the needed products are computed).
+    One gather with a constant index (fused by XLA with the producer of ``S``, e.g.
+    :func:`outer`, so only the needed products are computed): one kernel, where a slice
+    per row of the triangle compiles to a kernel each.
     """
     K = S.shape[-1]
-    return jnp.concatenate([S[..., i, i:] for i in range(K)], axis=-1)
+    iu, ju = np.triu_indices(K)
+    return jnp.take(S.reshape(*S.shape[:-2], K * K), iu * K + ju, axis=-1)
 
 
 def unpack_upper(G: jax.Array, K: int) -> jax.Array:
