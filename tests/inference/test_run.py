@@ -141,3 +141,25 @@ def test_in_background_waits_for_its_thread_when_the_block_raises():
         with run.in_background(fn):
             raise KeyError("the block failed")
     assert done == [True]
+
+
+def test_in_background_uses_the_caller_s_default_device():
+    """On the second of two host devices (a child process: the device count is fixed when
+    JAX starts)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import jax, jax.numpy as jnp\n"
+        "from bmczoo.inference import run\n"
+        "device = jax.devices()[1]\n"
+        "with jax.default_device(device):\n"
+        "    with run.in_background(lambda: jnp.zeros(2)) as task:\n"
+        "        pass\n"
+        "assert task.result().devices() == {device}, task.result().devices()\n"
+    )
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env["JAX_PLATFORMS"] = "cpu"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

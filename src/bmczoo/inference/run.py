@@ -38,11 +38,12 @@ class _Background:
 
     def __init__(self, fn):
         self._value = self._error = None
-        x64 = bool(jax.config.jax_enable_x64)  # a thread-local setting: the caller's is used
+        # thread-local settings: the caller's are used
+        x64, device = bool(jax.config.jax_enable_x64), jax.config.jax_default_device
 
         def call():
             try:
-                with jax.enable_x64(x64):
+                with jax.enable_x64(x64), jax.default_device(device):
                     self._value = fn()
             except BaseException as error:  # re-raised in the caller's thread
                 self._error = error
@@ -63,7 +64,7 @@ class _Background:
 @contextlib.contextmanager
 def in_background(fn):
     """``with in_background(fn) as r``: ``fn()`` runs in a second thread (under the caller's
-    ``jax_enable_x64``) while the block runs; ``r.result()`` waits for it and returns its
+    ``jax_enable_x64`` and default device) while the block runs; ``r.result()`` waits for it and returns its
     value or raises its exception.  Leaving the block, also by an exception, waits for the
     thread.
 
