@@ -50,9 +50,7 @@ def test_normals_together_equal_one_vmapped_call_per_request(dtype, compiled):
         return _rng.normals_together(requests, dtype)
 
     def one_by_one():
-        return [
-            jax.vmap(lambda k, n=n: jax.random.normal(k, (n,), dtype))(k) for k, n in requests
-        ]
+        return [jax.vmap(lambda k, n=n: jax.random.normal(k, (n,), dtype))(k) for k, n in requests]
 
     with jax.enable_x64(dtype == jnp.float64):
         run = jax.jit if compiled else (lambda f: f)
