@@ -4,6 +4,7 @@
     python benchmarks/bench_compile.py --members recommended --chains 4
     python benchmarks/bench_compile.py --cached               # plus a second process on a warm cache
     python benchmarks/bench_compile.py --xla-defaults         # plus XLA's default compilation
+    python benchmarks/bench_compile.py --against ../other --rounds 3   # paired with another checkout
 
 Each cell runs in a fresh Python process (nothing compiled before it, JAX's persistent
 compilation cache off unless ``--cached``): it loads ML-100K (``--ml-path``), splits it
@@ -17,6 +18,11 @@ folder (``bmc.enable_compilation_cache``): its compile column is what a second r
 same fit spends compiling.  ``--xla-defaults`` runs each cell once more, compiled with
 XLA's default options instead of bmczoo's (LLVM's first optimisation level on the CPU,
 :mod:`bmczoo._xla`), and adds its compile seconds, seconds per sweep and test RMSE.
+``--against DIR`` runs each cell also with another checkout of bmczoo (``DIR/src`` first
+on ``PYTHONPATH``), the two processes alternated ``--rounds`` times, and adds the other's
+median time outside the sweeps, the ratio of the medians (this checkout's over the other's)
+and whether the test RMSEs agree (the same draws give the same RMSE): a comparison in the
+same hour on a machine whose speed drifts.
 
 Members:
 
@@ -37,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_100K = REPO.parent / "shared" / "data" / "ml-100k"
@@ -72,9 +80,18 @@ print(json.dumps({"whole": whole, "compile": t["compile_seconds"], "sweep": t["s
 
 
 def run_child(
-    member: str, chains: int, ml_path: str, cache: str, xla_defaults: bool = False
+    member: str,
+    chains: int,
+    ml_path: str,
+    cache: str,
+    xla_defaults: bool = False,
+    source: str | None = None,
 ) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    if source is not None:  # another checkout's package first
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(source) / "src"), *filter(None, [env.get("PYTHONPATH")])]
+        )
     extra = ["xla-defaults"] if xla_defaults else []
     out = subprocess.run(
         [sys.executable, "-c", CHILD, member, str(chains), ml_path, cache, *extra],
@@ -86,6 +103,25 @@ def run_child(
     if out.returncode:
         raise RuntimeError(f"{member}, {chains} chains failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _outside(r: dict) -> float:
+    return r["whole"] - r["sweep"] * r["sweeps"]
+
+
+def _paired(member: str, chains: int, a) -> tuple[dict, str]:
+    """``--rounds`` runs of this checkout and of ``--against`` alternated: this checkout's
+    run of median time outside the sweeps, and the comparison's table cells."""
+    mine, other = [], []
+    for _ in range(a.rounds):
+        mine.append(run_child(member, chains, a.ml_path, ""))
+        other.append(run_child(member, chains, a.ml_path, "", source=a.against))
+    mine.sort(key=_outside)
+    median = mine[len(mine) // 2]
+    m_out = float(np.median([_outside(r) for r in mine]))
+    o_out = float(np.median([_outside(r) for r in other]))
+    same = all(abs(r["rmse"] - mine[0]["rmse"]) < 1e-9 for r in mine + other)
+    return median, f" {o_out:.1f} | {m_out / o_out:.2f} | {'yes' if same else 'no'} |"
 
 
 def main(argv=None) -> int:
@@ -107,6 +143,14 @@ def main(argv=None) -> int:
         action="store_true",
         help="also time each cell compiled with XLA's default options instead of bmczoo's",
     )
+    ap.add_argument(
+        "--against",
+        metavar="DIR",
+        help="another checkout of bmczoo: each cell run with both, alternated (see above)",
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="alternated pairs per cell with --against"
+    )
     a = ap.parse_args(argv)
     print(
         f"bench_compile: ML-100K 80/20, K=10, 100 + 400 sweeps; {platform.processor() or platform.machine()}, "
@@ -118,12 +162,17 @@ def main(argv=None) -> int:
         head += " cached: compile (s) | cached: outside (s) |"
     if a.xla_defaults:
         head += " XLA defaults: compile (s) | XLA defaults: ms/sweep | XLA defaults: test RMSE |"
+    if a.against:
+        head += " other: outside (s) | outside, ratio of medians | same RMSE |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for member in a.members:
         for chains in a.chains:
+            if a.against:
+                r, ratio = _paired(member, chains, a)
             with tempfile.TemporaryDirectory() as cache:
-                r = run_child(member, chains, a.ml_path, cache if a.cached else "")
+                if not a.against:
+                    r = run_child(member, chains, a.ml_path, cache if a.cached else "")
                 sweeps = r["sweep"] * r["sweeps"]
                 row = (
                     f"| {member} | {chains} | {r['whole']:.1f} | {1000 * r['sweep']:.2f} | {sweeps:.1f} | "
@@ -135,6 +184,8 @@ def main(argv=None) -> int:
             if a.xla_defaults:
                 d = run_child(member, chains, a.ml_path, "", xla_defaults=True)
                 row += f" {d['compile']:.1f} | {1000 * d['sweep']:.2f} | {d['rmse']:.4f} |"
+            if a.against:
+                row += ratio
             print(row, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
