@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["normal", "normals_together", "uniform", "gamma", "draw_together"]
+__all__ = ["normal", "normals_together", "uniform", "gamma", "inverse_gamma", "draw_together"]
 
 
 def normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
@@ -143,6 +143,16 @@ def gamma(key: jax.Array, a, shape: tuple[int, ...] = (), dtype=jnp.float32) -> 
     if _TAPE.mode is not None and math.prod(shape) <= TOGETHER_MAX:
         return _TAPE.request("gamma", key, jnp.broadcast_to(jnp.asarray(a, dtype), shape))
     return jax.random.gamma(key, a, shape, dtype=dtype)
+
+
+def inverse_gamma(key: jax.Array, shape, scale, dtype=jnp.float32) -> jax.Array:
+    """A variance ``~ InvGamma(shape, scale)``, one per value of ``scale`` (through
+    :func:`gamma`), kept in the positive normal floats: a gamma variate at its extreme must
+    not make a variance 0 or infinite (an infinite or zero precision)."""
+    scale = jnp.asarray(scale, dtype)
+    g = gamma(key, jnp.asarray(shape, dtype), jnp.shape(scale), dtype=dtype)
+    fi = jnp.finfo(dtype)
+    return jnp.clip(scale / g, fi.tiny, fi.max)
 
 
 def _partitionable(key) -> bool:

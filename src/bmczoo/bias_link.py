@@ -17,6 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from . import _rng
 from .priors import macau
 
 __all__ = [
@@ -97,14 +98,6 @@ def variance_conditional(resid_sq, wt, lam, m: int, a: float, b: float):
     return a + 0.5 * (m + F), b + 0.5 * (resid_sq + lam * jnp.sum(wt * wt, axis=-1))
 
 
-def _inv_gamma(key, shape, scale, dtype):
-    """One ``InvGamma(shape, scale)`` draw, kept in the positive normal floats (as
-    :meth:`~bmczoo.offsets.Biases.sample_variance`)."""
-    g = jax.random.gamma(key, jnp.asarray(shape, dtype), dtype=dtype)
-    fi = jnp.finfo(dtype)
-    return jnp.clip(scale / g, fi.tiny, fi.max)
-
-
 def _side_update(keys, link: dict, bias, var, lam, hyper):
     """The blocks of one linked side, all chains: ``w | b, s^2, lam_w``, then ``s^2 | b,
     w, lam_w``, then ``lam_w | w, s^2``; ``keys`` (C,), ``bias`` (C, m), ``var`` and
@@ -119,7 +112,7 @@ def _side_update(keys, link: dict, bias, var, lam, hyper):
     wt = jax.vmap(lambda v, lm, g, zz: w_draw(link, v, lm, g, zz))(var, lam, Gt, z)
     resid = bias - macau.coords_mean(link, wt[..., None])[..., 0]
     shape, scale = variance_conditional(jnp.sum(resid * resid, axis=-1), wt, lam, m, a, b)
-    var = jax.vmap(lambda k, sc: _inv_gamma(k, shape, sc, dt))(split[:, 1], scale)
+    var = jax.vmap(lambda k, sc: _rng.inverse_gamma(k, shape, sc, dt))(split[:, 1], scale)
 
     def lam_draw(k, w, v):
         sh, rate = macau.lam_conditional(w[:, None], jnp.reshape(1.0 / v, (1, 1)), a_w, b_w)

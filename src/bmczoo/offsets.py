@@ -205,17 +205,9 @@ class Biases:
 
     def sample_variance(self, key, sumsq, m: int):
         """``s^2 | b ~ InvGamma(a + m/2, b + sumsq/2)`` (``sumsq = sum_i b_i^2``)."""
-        import jax.numpy as jnp
-
         from . import _rng
 
-        g = _rng.gamma(
-            key, jnp.asarray(self.a + 0.5 * m, sumsq.dtype), jnp.shape(sumsq), dtype=sumsq.dtype
-        )
-        # kept in the positive normal floats: a gamma variate at its extreme must not make
-        # the variance 0 or infinite (an infinite or zero bias precision)
-        fi = jnp.finfo(sumsq.dtype)
-        return jnp.clip((self.b + 0.5 * sumsq) / g, fi.tiny, fi.max)
+        return _rng.inverse_gamma(key, self.a + 0.5 * m, self.b + 0.5 * sumsq, sumsq.dtype)
 
     # ------------------------------------------------------------------ VB
     # q(b_i) = N(b_mean_i, b_var_i), q(c_j) = N(c_mean_j, c_var_j), q(s_b^2) =
