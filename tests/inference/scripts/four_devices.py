@@ -30,6 +30,28 @@ def data():
     return tr.subset(np.flatnonzero(keep))
 
 
+def compare(out: dict, name: str, one, others: dict) -> None:
+    """Into ``out``: the largest relative difference of every draw of ``one`` (a fit on one
+    device) from each fit of ``others`` (tag -> fit), of the predictions and the RMSE
+    traces, and whether their draws have the same names and shapes (no padding rows); keys
+    ``{name}/{tag}/...`` (``{tag}/...`` without a name)."""
+    pre = f"{name}/" if name else ""
+    out[f"{pre}keys"] = sorted(one.samples)
+    for tag, other in others.items():
+        out[f"{pre}{tag}/same_keys"] = sorted(other.samples) == sorted(one.samples)
+        for k in one.samples:
+            a, b = np.asarray(one.samples[k]), np.asarray(other.samples[k])
+            out[f"{pre}{tag}/shape/{k}"] = list(a.shape) == list(b.shape)
+            scale = max(float(np.max(np.abs(a))), 1.0)
+            out[f"{pre}{tag}/{k}"] = float(np.max(np.abs(a - b))) / scale
+        out[f"{pre}{tag}/pred_mean"] = float(np.max(np.abs(one.pred_mean - other.pred_mean)))
+        out[f"{pre}{tag}/rmse_draw"] = float(
+            np.max(np.abs(np.asarray(one.rmse_draw) - np.asarray(other.rmse_draw)))
+        )
+        if one.switches is not None:  # the same switches accepted (the counts are equal)
+            out[f"{pre}{tag}/switches"] = float(np.max(np.abs(one.switches - other.switches)))
+
+
 # the Gibbs runs of each part (name, prior, settings).  The discrete prior runs the column
 # moves (reflected spike/slab flips: psum-ed marginals and Gram matrices, padded draws);
 # "more": the gamma prior's over-relaxed row updates (they read the current factors) and
@@ -95,18 +117,7 @@ def main():
                 **extra,
                 **kw,
             )
-        for tag, other in (("four", four), ("three_checkpointed", four_ck)):
-            for k in one.samples:
-                scale = max(float(np.max(np.abs(one.samples[k]))), 1.0)
-                out[f"{name}/{tag}/{k}"] = (
-                    float(np.max(np.abs(one.samples[k] - other.samples[k]))) / scale
-                )
-            out[f"{name}/{tag}/pred_mean"] = float(np.max(np.abs(one.pred_mean - other.pred_mean)))
-            out[f"{name}/{tag}/shape_M"] = list(other.samples["M"].shape) == list(
-                one.samples["M"].shape
-            )
-            if one.switches is not None:  # the same switches accepted (the counts are equal)
-                out[f"{name}/{tag}/switches"] = float(np.max(np.abs(one.switches - other.switches)))
+        compare(out, name, one, {"four": four, "three_checkpointed": four_ck})
         if one.switches is not None:
             out[f"{name}/accepted"] = int(np.min(one.switches[:, 0]))
     for name, prior in (("vb_ig", bmc.priors.InverseGamma()),) if part == "" else ():

@@ -20,7 +20,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import bmczoo as bmc  # noqa: E402
-from four_devices import data  # noqa: E402  (this folder is on sys.path: the 43 x 30 problem of test_sharding)
+from four_devices import compare, data  # noqa: E402  (this folder is on sys.path: the 43 x 30 problem of test_sharding)
 
 
 def main():
@@ -53,18 +53,7 @@ def main():
             checkpoint_every=9,
             **kw,
         )
-    out["keys"] = sorted(one.samples)
-    for tag, other in (("four", four), ("three_checkpointed", three_ck)):
-        out[f"{tag}/same_keys"] = sorted(other.samples) == sorted(one.samples)
-        for k in one.samples:
-            a, b = np.asarray(one.samples[k]), np.asarray(other.samples[k])
-            out[f"{tag}/shape/{k}"] = list(a.shape) == list(b.shape)
-            scale = max(float(np.max(np.abs(a))), 1.0)
-            out[f"{tag}/{k}"] = float(np.max(np.abs(a - b))) / scale
-        out[f"{tag}/pred_mean"] = float(np.max(np.abs(one.pred_mean - other.pred_mean)))
-        out[f"{tag}/rmse_draw"] = float(
-            np.max(np.abs(np.asarray(one.rmse_draw) - np.asarray(other.rmse_draw)))
-        )
+    compare(out, "", one, {"four": four, "three_checkpointed": three_ck})
     json.dump(out, sys.stdout)
 
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import bmczoo as bmc  # noqa: E402
-from four_devices import data  # noqa: E402  (this folder is on sys.path: the 43 x 30 problem of test_sharding)
+from four_devices import compare, data  # noqa: E402  (this folder is on sys.path: the 43 x 30 problem of test_sharding)
 
 RUNS = {
     "side+implicit": dict(
@@ -45,22 +45,6 @@ def with_features(train):
     rf = bmc.data.Features.from_dense(rng.normal(size=(m1, 3)))
     cf = bmc.data.Features.from_dense(rng.integers(0, 2, size=(m2, 4)).astype(float))
     return train.with_features(rf, cf)
-
-
-def compare(out: dict, name: str, one, others: dict) -> None:
-    """The largest relative differences of every draw, the predictions and RMSE traces."""
-    out[f"{name}/keys"] = sorted(one.samples)
-    for tag, other in others.items():
-        out[f"{name}/{tag}/same_keys"] = sorted(other.samples) == sorted(one.samples)
-        for k in one.samples:
-            a, b = np.asarray(one.samples[k]), np.asarray(other.samples[k])
-            out[f"{name}/{tag}/shape/{k}"] = list(a.shape) == list(b.shape)
-            scale = max(float(np.max(np.abs(a))), 1.0)
-            out[f"{name}/{tag}/{k}"] = float(np.max(np.abs(a - b))) / scale
-        out[f"{name}/{tag}/pred_mean"] = float(np.max(np.abs(one.pred_mean - other.pred_mean)))
-        out[f"{name}/{tag}/rmse_draw"] = float(
-            np.max(np.abs(np.asarray(one.rmse_draw) - np.asarray(other.rmse_draw)))
-        )
 
 
 def main():
