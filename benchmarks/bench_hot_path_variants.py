@@ -11,6 +11,9 @@ precision ``sum_j N_j N_j^T`` per row
   * ``bcsr-tri``       only the K(K+1)/2 upper-triangle entries (symmetry)
   * ``bcsr-tri-pad``   triangle + padding to a multiple of 8 columns (what kernels.py does)
   * ``segsum-tri``     ``segment_sum`` over the ratings of an n x K(K+1)/2 array
+  * ``buckets-gemm``   rows grouped by degree (``(2^k, 2^(k+1)]``), each group's rated
+                       factor rows gathered into a padded (B, D, K) block and multiplied
+                       by a batched GEMM ``g^T g`` (reads n K floats instead of n K(K+1)/2)
   * ``bcsr-prec+rhs``  precision and rhs in ONE sparse product: the rhs needs the rating
                        values and the precision the pattern, so the sparse matrix is
                        ``[A_1 | A_Y]`` (2n non-zeros) against a block-diagonal operand
@@ -168,6 +171,32 @@ def main(argv=None) -> int:
             ):
                 out, med, best, tc = timeit(fn, F, csr)
                 report(size, side, "precision", name, med, best, tc, rel(out, ref))
+            buckets = _degree_buckets(np.asarray(view.indptr), np.asarray(view.index), mo)
+            back = jnp.asarray(np.argsort(np.concatenate([r for _, r in buckets])))
+            blocks = [jnp.asarray(idx) for idx, _ in buckets]
+
+            def buckets_gemm(F, blocks):
+                Fp = jnp.concatenate([F[0], jnp.zeros((1, K), F.dtype)])  # the padding row
+                parts = []
+                for idx in blocks:
+                    x = Fp[idx]  # (B, D, K)
+                    parts.append(jnp.einsum("bdk,bdl->bkl", x, x))
+                G = jnp.concatenate(parts)[back][None]
+                return G + g[:, None, :, None] * jnp.eye(K)
+
+            out, med, best, tc = timeit(buckets_gemm, F, blocks)
+            padded = sum(b.size for b in blocks) / n
+            report(
+                size,
+                side,
+                "precision",
+                "buckets-gemm",
+                med,
+                best,
+                tc,
+                rel(out, ref),
+                f"{padded:.2f}x the ratings gathered",
+            )
             if n * T * 4 / 2**20 <= args.segsum_max_mb:
                 out, med, best, tc = timeit(segsum_tri, F, csr, rowid)
                 report(size, side, "precision", "segsum-tri", med, best, tc, rel(out, ref))
@@ -355,6 +384,29 @@ def main(argv=None) -> int:
 
 
 # ------------------------------------------------------------------ rejected variants
+def _degree_buckets(indptr: np.ndarray, index: np.ndarray, pad: int):
+    """Rows grouped by degree in ``(2^k, 2^(k+1)]`` (every row, empty ones in a bucket of
+    width one): per group a (B, D) index of each row's columns, padded with ``pad``, and
+    the group's rows."""
+    deg = np.diff(indptr)
+    groups, lo = [], -1
+    for hi in [0] + [2**k for k in range(0, 40)]:
+        rows = np.flatnonzero((deg > lo) & (deg <= hi))
+        lo = hi
+        if rows.size == 0:
+            continue
+        D = max(int(deg[rows].max()), 1)
+        idx = np.full((rows.size, D), pad, np.int32)
+        pos = np.arange(D)[None, :]
+        take = pos < deg[rows][:, None]
+        src = indptr[rows][:, None] + np.minimum(pos, np.maximum(deg[rows][:, None] - 1, 0))
+        idx[take] = index[src[take]]
+        groups.append((idx, rows))
+        if lo >= deg.max():
+            break
+    return groups
+
+
 def _cholesky_unrolled(P):
     """Cholesky-Crout unrolled into element-wise ops over the batch (K <= 16)."""
     import jax.numpy as jnp
