@@ -4,6 +4,7 @@
     python benchmarks/bench_compile.py --members recommended --chains 4
     python benchmarks/bench_compile.py --cached               # plus a second process on a warm cache
     python benchmarks/bench_compile.py --xla-defaults         # plus XLA's default compilation
+    python benchmarks/bench_compile.py --rounds 3             # the median of three runs per cell
     python benchmarks/bench_compile.py --against ../other --rounds 3   # paired with another checkout
 
 Each cell runs in a fresh Python process (nothing compiled before it, JAX's persistent
@@ -18,6 +19,7 @@ folder (``bmc.enable_compilation_cache``): its compile column is what a second r
 same fit spends compiling.  ``--xla-defaults`` runs each cell once more, compiled with
 XLA's default options instead of bmczoo's (LLVM's first optimisation level on the CPU,
 :mod:`bmczoo._xla`), and adds its compile seconds, seconds per sweep and test RMSE.
+``--rounds N`` runs each cell N times and shows the run of median time outside the sweeps.
 ``--against DIR`` runs each cell also with another checkout of bmczoo (``DIR/src`` first
 on ``PYTHONPATH``), the two processes alternated ``--rounds`` times, and adds the other's
 median time outside the sweeps, the ratio of the medians (this checkout's over the other's)
@@ -110,14 +112,18 @@ def _outside(r: dict) -> float:
 
 
 def _paired(member: str, chains: int, a) -> tuple[dict, str]:
-    """``--rounds`` runs of this checkout and of ``--against`` alternated: this checkout's
-    run of median time outside the sweeps, and the comparison's table cells."""
+    """``--rounds`` runs of this checkout (alternated with ``--against``'s when given): the
+    run of median time outside the sweeps, and the comparison's table cells ("" without
+    ``--against``)."""
     mine, other = [], []
     for _ in range(a.rounds):
         mine.append(run_child(member, chains, a.ml_path, ""))
-        other.append(run_child(member, chains, a.ml_path, "", source=a.against))
+        if a.against:
+            other.append(run_child(member, chains, a.ml_path, "", source=a.against))
     mine.sort(key=_outside)
     median = mine[len(mine) // 2]
+    if not a.against:
+        return median, ""
     m_out = float(np.median([_outside(r) for r in mine]))
     o_out = float(np.median([_outside(r) for r in other]))
     same = all(abs(r["rmse"] - mine[0]["rmse"]) < 1e-9 for r in mine + other)
@@ -149,9 +155,15 @@ def main(argv=None) -> int:
         help="another checkout of bmczoo: each cell run with both, alternated (see above)",
     )
     ap.add_argument(
-        "--rounds", type=int, default=3, help="alternated pairs per cell with --against"
+        "--rounds",
+        type=int,
+        default=1,
+        help="runs per cell, the one of median time outside the sweeps shown (with "
+        "--against: alternated pairs)",
     )
     a = ap.parse_args(argv)
+    if a.cached and (a.against or a.rounds > 1):
+        ap.error("--cached times one run per cell: not with --rounds > 1 or --against")
     print(
         f"bench_compile: ML-100K 80/20, K=10, 100 + 400 sweeps; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
@@ -168,10 +180,10 @@ def main(argv=None) -> int:
     print("|" + "---|" * (head.count("|") - 1))
     for member in a.members:
         for chains in a.chains:
-            if a.against:
+            if a.against or a.rounds > 1:
                 r, ratio = _paired(member, chains, a)
             with tempfile.TemporaryDirectory() as cache:
-                if not a.against:
+                if not (a.against or a.rounds > 1):
                     r = run_child(member, chains, a.ml_path, cache if a.cached else "")
                 sweeps = r["sweep"] * r["sweeps"]
                 row = (
