@@ -64,9 +64,9 @@ class _Background:
 @contextlib.contextmanager
 def in_background(fn):
     """``with in_background(fn) as r``: ``fn()`` runs in a second thread (under the caller's
-    ``jax_enable_x64`` and default device) while the block runs; ``r.result()`` waits for it and returns its
-    value or raises its exception.  Leaving the block, also by an exception, waits for the
-    thread.
+    ``jax_enable_x64`` and default device) while the block runs; ``r.result()`` waits for
+    it and returns its value or raises its exception.  Leaving the block, also by an
+    exception, waits for the thread.
 
     XLA compiles and runs a program without holding Python's lock: a program compiled in
     the thread takes the CPU time the block spends tracing and lowering another in Python.

@@ -14,7 +14,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import _rng
 from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import (
@@ -34,7 +33,6 @@ __all__ = [
     "Side",
     "Conditional",
     "SweepFlags",
-    "normals",
     "half_sweep",
     "row_sums",
     "sweep_factors",
@@ -84,13 +82,6 @@ class SweepFlags(NamedTuple):
     rho: float
     use_bias: bool
     sse: bool
-
-
-def normals(keys, m: int, K: int, dtype) -> jax.Array:
-    """One (m, K) standard normal draw per chain from that chain's key."""
-    # chain c does not depend on C, nor on the number of devices: a sharded sweep slices
-    # these same draws
-    return jax.vmap(lambda k: _rng.normal(k, (m, K), dtype))(keys)
 
 
 def half_sweep(side: Side, z, zb, cond: Conditional, flags: SweepFlags, cross: bool = False):

@@ -109,7 +109,9 @@ def _sweep_draws(state: GibbsState, problem: GibbsProblem):
         # keeps the keys of the plain sweep
         more = jax.vmap(lambda k: jax.random.split(k, 5))(kg)
         kg, kt, kb, kc, kv = (more[:, i] for i in range(5))
-    # the factors' and the biases' normals (each key's own draw) from one threefry hash
+    # the factors' and the biases' normals (each key's own draw) from one threefry hash;
+    # chain c's do not depend on C, nor on the number of devices: a sharded sweep slices
+    # these same draws
     C = keys.shape[0]
     sites = [(kM, m1 * K), (kN, m2 * K)] + ([(kb, m1), (kc, m2)] if use_bias else [])
     z = _rng.normals_together(sites, dtype)
