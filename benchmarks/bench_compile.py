@@ -111,13 +111,13 @@ def _outside(r: dict) -> float:
     return r["whole"] - r["sweep"] * r["sweeps"]
 
 
-def _paired(member: str, chains: int, a) -> tuple[dict, str]:
-    """``--rounds`` runs of this checkout (alternated with ``--against``'s when given): the
-    run of median time outside the sweeps, and the comparison's table cells ("" without
-    ``--against``)."""
+def _median_run(member: str, chains: int, a, cache: str) -> tuple[dict, str]:
+    """``--rounds`` runs of this checkout (``cache`` their compilation cache folder, "" for
+    none), alternated with ``--against``'s when given: the run of median time outside the
+    sweeps, and the comparison's table cells ("" without ``--against``)."""
     mine, other = [], []
     for _ in range(a.rounds):
-        mine.append(run_child(member, chains, a.ml_path, ""))
+        mine.append(run_child(member, chains, a.ml_path, cache))
         if a.against:
             other.append(run_child(member, chains, a.ml_path, "", source=a.against))
     mine.sort(key=_outside)
@@ -180,11 +180,8 @@ def main(argv=None) -> int:
     print("|" + "---|" * (head.count("|") - 1))
     for member in a.members:
         for chains in a.chains:
-            if a.against or a.rounds > 1:
-                r, ratio = _paired(member, chains, a)
             with tempfile.TemporaryDirectory() as cache:
-                if not (a.against or a.rounds > 1):
-                    r = run_child(member, chains, a.ml_path, cache if a.cached else "")
+                r, compared = _median_run(member, chains, a, cache if a.cached else "")
                 sweeps = r["sweep"] * r["sweeps"]
                 row = (
                     f"| {member} | {chains} | {r['whole']:.1f} | {1000 * r['sweep']:.2f} | {sweeps:.1f} | "
@@ -196,9 +193,7 @@ def main(argv=None) -> int:
             if a.xla_defaults:
                 d = run_child(member, chains, a.ml_path, "", xla_defaults=True)
                 row += f" {d['compile']:.1f} | {1000 * d['sweep']:.2f} | {d['rmse']:.4f} |"
-            if a.against:
-                row += ratio
-            print(row, flush=True)
+            print(row + compared, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -101,6 +101,15 @@ def test_in_background_returns_the_value_computed_beside_the_block():
     assert seen["thread"] != here
 
 
+def test_in_background_without_a_function_starts_no_thread():
+    import threading
+
+    before = threading.active_count()
+    with run.in_background(None) as task:
+        assert threading.active_count() == before
+    assert task.result() is None
+
+
 def test_in_background_raises_the_function_s_error_in_the_caller():
     def fn():
         raise ValueError("the start failed")

@@ -34,10 +34,13 @@ def donated(*trees) -> bool:
 
 
 class _Background:
-    """The result of :func:`in_background`'s function: :meth:`result` waits for it."""
+    """The result of :func:`in_background`'s function: :meth:`result` waits for it (None
+    at once without a function)."""
 
     def __init__(self, fn):
-        self._value = self._error = None
+        self._value = self._error = self._thread = None
+        if fn is None:
+            return
         # thread-local settings: the caller's are used
         x64, device = bool(jax.config.jax_enable_x64), jax.config.jax_default_device
 
@@ -52,7 +55,8 @@ class _Background:
         self._thread.start()
 
     def join(self) -> None:
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
     def result(self):
         self.join()
@@ -65,8 +69,8 @@ class _Background:
 def in_background(fn):
     """``with in_background(fn) as r``: ``fn()`` runs in a second thread (under the caller's
     ``jax_enable_x64`` and default device) while the block runs; ``r.result()`` waits for
-    it and returns its value or raises its exception.  Leaving the block, also by an
-    exception, waits for the thread.
+    it and returns its value or raises its exception (None when ``fn`` is None: no
+    thread).  Leaving the block, also by an exception, waits for the thread.
 
     XLA compiles and runs a program without holding Python's lock: a program compiled in
     the thread takes the CPU time the block spends tracing and lowering another in Python.

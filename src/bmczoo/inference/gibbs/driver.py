@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import _xla
+from ...linalg import device_array
 from ...offsets import shift_clip
 from .. import gibbs
 from .. import settings as st
@@ -143,7 +144,7 @@ def _draw_buffer(state, problem, store_factors: bool, size: int, draws: list[dic
     for i, d in enumerate(draws):
         for k, b in buf.items():
             b[i] = d[k]
-    return {k: jax.device_put(v) for k, v in buf.items()}  # no XLA program per array
+    return {k: device_array(v) for k, v in buf.items()}
 
 
 def _buffer_draws(buffer, n: int) -> list[dict]:
@@ -213,7 +214,7 @@ class _Chains(Job):
         zero = np.asarray(0, np.int32)  # a host scalar: no XLA program of its own
         # the start (a program of its own) is compiled and run in a second thread while
         # this one traces and lowers the sweeps in Python
-        with in_background(self._start or (lambda: None)) as started:
+        with in_background(self._start) as started:
             lowered = run.lower(self.state, self.buffer, self.problem, zero)
             self._run = _xla.compile(lowered)
             if self._start is not None:
