@@ -209,17 +209,29 @@ def _chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, num_s
 
 
 def column_geweke(
-    prior, *, num_chains, num_steps, num_marginal=50_000, seed=0, with_sweep=False, anneal_steps=0
+    prior,
+    *,
+    num_chains,
+    num_steps,
+    num_marginal=50_000,
+    seed=0,
+    with_sweep=False,
+    anneal_steps=0,
+    fuse=False,
 ):
     """Geweke z-scores of the column moves (``anneal_steps > 0``: of the annealed switch
-    instead, every sweep): ``(z, z_crit, report)``."""
+    instead, every sweep; ``fuse``: the moves inside the sweep, with ``with_sweep``):
+    ``(z, z_crit, report)``."""
     template = bmc.RatingData(gw.ROWS, gw.COLS, np.zeros(gw.N_OBS), (gw.M1, gw.M2))
     problem = gibbs.build_problem(
         template,
         gw.TAU,
         dtype=jnp.float64,
         options=SweepOptions(
-            column_moves=not anneal_steps, anneal_steps=anneal_steps, anneal_every=1
+            column_moves=not anneal_steps,
+            fuse_column_moves=fuse,
+            anneal_steps=anneal_steps,
+            anneal_every=1,
         ),
     )
     init = gw.joint_draws(prior, num_chains, seed + 1)

@@ -73,6 +73,16 @@ def test_four_devices_other_priors():
 
 
 @pytest.mark.slow
+def test_four_devices_fused_moves():
+    """The column moves inside the sweep (``fuse_column_moves``: psum-ed marginals, the
+    padded move draws split by rows, the sums transformed on each device), sharded, equal
+    one device: the discrete prior's reflected flips, the inverse-gamma prior's walk every
+    other sweep with biases and learned noise."""
+    diffs = _check_equal(_four_devices("fused"))
+    assert {k.split("/")[0] for k in diffs} == {"discrete_fused", "ig_fused_biases"}
+
+
+@pytest.mark.slow
 def test_four_devices_annealed_switch():
     """The annealed switch sharded (and resumed from a checkpoint on three devices) equals
     one device, with biases and learned noise; its switches were accepted in every chain

@@ -286,6 +286,7 @@ METHOD_OPTIONS = {
     "store_factors": "store_factors",
     "column_moves": "column_moves",
     "column_moves_every": "column_moves_every",
+    "fuse_column_moves": "fuse_column_moves",
     "anneal_steps": "anneal_steps",
     "anneal_every": "anneal_every",
 }

@@ -252,6 +252,13 @@ def _fit_gibbs_options(f) -> None:
         "one)",
     )
     f.add_argument(
+        "--fuse-column-moves",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="gibbs: run the column moves inside the sweep, reusing its sparse products "
+        "(faster; other draws, equally exact; default: at the end of the sweep)",
+    )
+    f.add_argument(
         "--column-moves-every",
         type=int,
         default=None,

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._checks import check_choice, check_int, check_path, check_real
+from .._checks import check_bool, check_choice, check_int, check_path, check_real
 
 __all__ = [
     "Settings",
@@ -176,6 +176,10 @@ class SweepOptions:
         The moves that change ``gamma_h`` with its column; None: wherever the prior has one.
     column_moves_every : int
         Sweeps between two rounds of column moves (1: every sweep).
+    fuse_column_moves : bool
+        Run each side's column moves inside the sweep, between the sparse products of its
+        half sweep and its draw (they reuse those products: the moves cost no pass over
+        the ratings); False: at the end of the sweep.  Both are exact; their draws differ.
     anneal_steps, anneal_every : int
         Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
     """
@@ -183,6 +187,7 @@ class SweepOptions:
     overrelax: float = 0.0
     column_moves: bool | None = None
     column_moves_every: int = 1
+    fuse_column_moves: bool = False
     anneal_steps: int = 0
     anneal_every: int = 50
 
@@ -195,6 +200,9 @@ class SweepOptions:
         object.__setattr__(self, "column_moves", check_column_moves(self.column_moves))
         object.__setattr__(
             self, "column_moves_every", check_column_moves_every(self.column_moves_every)
+        )
+        object.__setattr__(
+            self, "fuse_column_moves", check_bool("fuse_column_moves", self.fuse_column_moves)
         )
         steps, every = check_anneal(self.anneal_steps, self.anneal_every)
         object.__setattr__(self, "anneal_steps", steps)
@@ -228,7 +236,9 @@ class Gibbs(Settings):
     ``column_proposal``: the discrete, inverse-gamma and gamma priors); None (the
     default): on wherever the prior has a move, the plain sweep for the others; False:
     the paper's plain sweep; ``column_moves_every``: the moves end every that many sweeps
-    (1, the default: every sweep); ``anneal_steps`` > 0 (the discrete prior): every
+    (1, the default: every sweep); ``fuse_column_moves``: the moves run inside the sweep
+    instead, each side's between its sparse products and its draw, reusing them (False,
+    the default: at its end; both exact, different draws); ``anneal_steps`` > 0 (the discrete prior): every
     ``anneal_every`` sweeps, one spike/slab switch annealed over that many steps
     (:func:`bmczoo.inference.gibbs.annealed_switch`; 0, the default: none);
     ``init_gamma``: starting gamma (default the prior's); ``track``: entries
@@ -253,6 +263,8 @@ class Gibbs(Settings):
         The moves that change ``gamma_h`` with its column; None: wherever the prior has one.
     column_moves_every : int
         Sweeps between two rounds of column moves (1: every sweep).
+    fuse_column_moves : bool
+        The column moves inside the sweep, reusing its sparse products (False: at its end).
     anneal_steps, anneal_every : int
         Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
     init_gamma : optional
@@ -277,6 +289,7 @@ class Gibbs(Settings):
     overrelax: float = 0.0
     column_moves: bool | None = None
     column_moves_every: int = 1
+    fuse_column_moves: bool = False
     anneal_steps: int = 0
     anneal_every: int = 50
     init_gamma: Any = None

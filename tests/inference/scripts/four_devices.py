@@ -3,7 +3,8 @@
 starts): the same fits on one device and sharded over four; prints the largest
 differences as JSON.  Without an argument: the discrete prior with the column moves, and
 VB; with ``more``: the gamma prior over-relaxed and the inverse-gamma prior with the moves
-and biases; with ``anneal``: the annealed switch's run."""
+and biases; with ``fused``: the column moves inside the sweep (``fuse_column_moves``); with
+``anneal``: the annealed switch's run."""
 
 from __future__ import annotations
 
@@ -60,12 +61,32 @@ def compare(out: dict, name: str, one, others: dict) -> None:
 # device, with learned noise; eps close to C so that its three-step switches are accepted
 # on these data, without the column moves (with eps ~ C their reflections are aimed by
 # eigenvectors of a nearly degenerate Gram matrix, which amplifies the psum's rounding: two
-# float64 runs part after ~30 sweeps).  VB runs with the first part only.
+# float64 runs part after ~30 sweeps); "fused": the moves inside the sweep, the discrete
+# prior's (a full T applied to the sums) and the inverse-gamma prior's every other sweep
+# with biases and learned noise.  VB runs with the first part only.
 PARTS = {
     "": (("discrete", bmc.priors.Discrete(1.0, 0.5, 0.3), dict(column_moves=True)),),
     "more": (
         ("gamma", bmc.priors.Gamma(beta=10.0), dict(overrelax=-0.7)),
         ("ig_moves_biases", bmc.priors.InverseGamma(), dict(column_moves=True, biases=True)),
+    ),
+    "fused": (
+        (
+            "discrete_fused",
+            bmc.priors.Discrete(1.0, 0.5, 0.3),
+            dict(column_moves=True, fuse_column_moves=True),
+        ),
+        (
+            "ig_fused_biases",
+            bmc.priors.InverseGamma(),
+            dict(
+                column_moves=True,
+                fuse_column_moves=True,
+                column_moves_every=2,
+                biases=True,
+                likelihood=bmc.likelihoods.LearnedNoise(),
+            ),
+        ),
     ),
     "anneal": (
         (
@@ -102,7 +123,7 @@ def main():
     )
     part = sys.argv[1] if len(sys.argv) > 1 else ""
     if part not in PARTS:
-        raise SystemExit(f"unknown argument {part!r}: none, 'more' or 'anneal'")
+        raise SystemExit(f"unknown argument {part!r}: none, 'more', 'fused' or 'anneal'")
     runs = PARTS[part]
     for name, prior, extra in runs:
         one = bmc.fit(train, prior=prior, **extra, **kw)

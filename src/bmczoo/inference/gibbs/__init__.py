@@ -20,8 +20,9 @@ variance), and, when test values are given, the RMSE per iteration of the curren
 and of the running posterior mean.
 
 Optional moves at the end of a sweep: the column moves (:func:`column_moves`;
-docs/algorithms.md, "Column moves") and, for the discrete prior, the annealed spike/slab
-switch (:func:`annealed_switch`, every ``anneal_every`` sweeps).
+docs/algorithms.md, "Column moves"; or inside it, :func:`fused_moves`) and, for the
+discrete prior, the annealed spike/slab switch (:func:`annealed_switch`, every
+``anneal_every`` sweeps).
 
 The modules, by role: :mod:`.state` (the problem, the state, :func:`init`),
 :mod:`.rows` (the factor blocks), :mod:`.columns` (the column moves), :mod:`.anneal`
@@ -31,7 +32,7 @@ The modules, by role: :mod:`.state` (the problem, the state, :func:`init`),
 """
 
 from .anneal import annealed_path, annealed_switch
-from .columns import column_log_marginal, column_moves
+from .columns import column_log_marginal, column_moves, fused_moves
 from .kernel import ConjugateGibbs, ConjugateGibbsState
 from .latent import latent_block, latent_cuts, level_probs, ratings_theta
 from .sampler import check_failure, is_kept, step, sweep
@@ -70,6 +71,7 @@ __all__ = [
     "factors",
     "draws",
     "column_moves",
+    "fused_moves",
     "column_log_marginal",
     "annealed_switch",
     "annealed_path",

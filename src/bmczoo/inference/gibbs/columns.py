@@ -12,16 +12,24 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ... import _rng
 from ...priors import Prior
 from .. import sharding as sh
-from ...linalg import CSR, unpack_upper
-from .rows import FactorRows, Side, row_sums
+from ...linalg import CSR, _packed_position, unpack_upper
+from .rows import FactorRows, FusedMoves, Side, row_sums
 from .state import GibbsProblem, GibbsState, padded_dims
 
-__all__ = ["COLUMN_STREAM", "ColumnMove", "FlipDraws", "column_moves", "column_log_marginal"]
+__all__ = [
+    "COLUMN_STREAM",
+    "ColumnMove",
+    "FlipDraws",
+    "column_moves",
+    "column_log_marginal",
+    "fused_moves",
+]
 
 #: the column moves' key stream (folded into the sweep's key)
 COLUMN_STREAM = 0x636F6C  # "col"
@@ -124,10 +132,67 @@ def column_moves(
     return state._replace(M=M, N=N, prior_state={**state.prior_state, "gamma": gamma})
 
 
+def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array):
+    """The column moves inside the sweep (``fuse_column_moves=True``), as the ``moves``
+    argument of :func:`~bmczoo.inference.gibbs.rows.sweep_factors`: ``(FusedMoves,
+    (gamma, draws, due))``.
+
+    Each half sweep runs its side's moves (those of :func:`column_moves`: its own factor
+    integrated out column by column, the other rescaled, or reflected for the discrete
+    prior) between the sparse products it needs anyway and its draw, which then
+    conditions on the moved ``gamma`` and the rescaled other factor: the sums for ``N T``
+    are exact linear maps of those for ``N``
+    (:func:`~bmczoo.inference.gibbs.rows.transform_sums`), so the moves cost no pass over
+    the ratings.  Each block is an exact update (the moves, then the rows' conditional), so
+    the posterior stays invariant; the draws differ from :func:`column_moves` at the end of
+    the sweep.  ``keys`` (C,) the moves' keys; the same random numbers as
+    :func:`column_moves` with them.  With ``column_moves_every > 1`` the moves run inside
+    every that many sweeps (``due``)."""
+    if "gamma" not in state.prior_state or not prior.has_column_move:
+        raise ValueError(
+            f"the {prior.name or type(prior).__name__} prior has no column move "
+            "(column_moves=True needs a prior with column scales that defines column_proposal)"
+        )
+    m1, m2 = problem.dims
+    K, dt = state.M.shape[-1], state.M.dtype
+    k = jax.vmap(jax.random.split)(keys)
+    reflected = prior.column_block(state.gamma) is not None
+    draws = (
+        _move_draws(k[:, 0], K, m1, dt, reflected),
+        _move_draws(k[:, 1], K, m2, dt, reflected),
+    )
+    every = problem.options.column_moves_every
+    due = None if every == 1 else (state.iteration + 1) % every == 0
+    use_bias = problem.biases is not None
+    others = (m2, m1)  # the true number of rows of the rescaled factor, per side
+    prior_state = state.prior_state
+
+    def side(which, side, sums, gamma, tb, draws, psum, due):
+        move = ColumnMove(prior, m1 + m2, others[which], use_bias, psum)
+
+        def run(gamma):
+            return _moves_from_sums(
+                side, sums.G, sums.r, sums.sumO, sums.sumBO, gamma, tb, draws, move, Gp=sums.Gp
+            )
+
+        if due is None:
+            return run(gamma)
+        C = gamma.shape[0]
+        skip = (
+            jnp.broadcast_to(jnp.eye(K, dtype=dt), (C, K, K)) if reflected else jnp.ones((C, K), dt)
+        )
+        return lax.cond(due, run, lambda g: (side.own, skip, g), gamma)
+
+    def row_priors(gamma):
+        return prior.row_priors({**prior_state, "gamma": gamma})
+
+    return FusedMoves(side, row_priors), (state.gamma, draws, due)
+
+
 def _sharded_column_moves(problem: GibbsProblem, x: FactorRows, gamma, tb, draws, setup):
     """:func:`column_moves` over the problem's mesh (``draws``: both sides' unpadded draws)."""
     p1, p2 = padded_dims(problem)
-    d1, d2 = _pad_draws(draws[0], p1), _pad_draws(draws[1], p2)
+    d1, d2 = pad_draws(draws[0], p1), pad_draws(draws[1], p2)
     f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
     v = jax.sharding.PartitionSpec(None, sh.AXIS)
     dspec = {
@@ -169,8 +234,9 @@ def _move_draws(keys, K: int, m: int, dt, reflected: bool) -> dict:
     return out
 
 
-def _pad_draws(draws: dict, m_pad: int) -> dict:
-    """Zero draws for the padding rows (they have no ratings, so they stay exactly zero)."""
+def pad_draws(draws: dict, m_pad: int) -> dict:
+    """The row draws of :func:`_move_draws` padded to ``m_pad`` rows: zero draws for the
+    padding rows (they have no ratings, so they stay exactly zero)."""
     return {
         k: jnp.pad(x, ((0, 0), (0, 0), (0, m_pad - x.shape[2]))) if k in ("z", "z2") else x
         for k, x in draws.items()
@@ -212,10 +278,13 @@ def column_log_marginal(gamma, A, B, tb):
     terms free of ``gamma`` and ``f``, per chain: ``sum_i -1/2 log(1 + gamma tb A_i) +
     tb^2 B_i^2 gamma / (2 (1 + gamma tb A_i))`` with ``A_i = sum_k f_k^2``, ``B_i = sum_k
     r_k f_k`` over row i's ratings.  gamma, tb (C,), A, B (C, m) -> (C,)."""
+    return jnp.sum(_log_marginal_terms(gamma, A, B, tb), axis=-1)
+
+
+def _log_marginal_terms(gamma, A, B, tb):
+    """The per-row terms (C, m) of :func:`column_log_marginal`."""
     gA = gamma[:, None] * tb[:, None] * A
-    return jnp.sum(
-        -0.5 * jnp.log1p(gA) + 0.5 * (tb[:, None] * B) ** 2 * gamma[:, None] / (1.0 + gA), axis=-1
-    )
+    return -0.5 * jnp.log1p(gA) + 0.5 * (tb[:, None] * B) ** 2 * gamma[:, None] / (1.0 + gA)
 
 
 def _log_jacobian(m: int, log_s):
@@ -242,14 +311,26 @@ def _column_side(side: Side, gamma, tb, draws: dict, move: ColumnMove):
     ``B_i = t^T Y_i - (G0_i t)^T (T x_i) + a_i A_i`` (``x_i`` the row of ``own``): O(m K^2)
     per column, with no pass over the ratings.  ``draws``: :func:`_move_draws`."""
     csr, own, other, bias_own, bias_other, values = side
-    K = own.shape[-1]
     G0, Y, sumO, sumBO, _, _ = row_sums(csr, other, bias_other, move.use_bias, values)
-    G0 = unpack_upper(G0, K)
+    return _moves_from_sums(
+        side, unpack_upper(G0, own.shape[-1]), Y, sumO, sumBO, gamma, tb, draws, move
+    )
+
+
+def _moves_from_sums(
+    side: Side, G0, Y, sumO, sumBO, gamma, tb, draws: dict, move: ColumnMove, Gp=None
+):
+    """:func:`_column_side` from the per-row sums of :func:`row_sums` (``G0`` unpacked);
+    given the packed ``Gp`` (the fused moves), the plain moves by :func:`_plain_fused`
+    (``T`` as its diagonal)."""
+    own, other, bias_own = side.own, side.other, side.bias_own
     if move.use_bias:  # the residual of the biases too, as in half_sweep
         Y = Y - bias_own[..., None] * sumO - sumBO
     S0 = jnp.einsum("cjk,cjl->ckl", other, other)
     if "xi" in draws:  # the reflected flip (see _reflected_flip): T mixes the slab's columns
         return _reflected_side(own, gamma, (G0, Y, S0), tb, draws, move)
+    if Gp is not None:
+        return _plain_fused(own, gamma, (Gp, Y, S0), tb, draws, move)
     return _plain_side(own, gamma, (G0, Y, S0), tb, draws, move)
 
 
@@ -334,15 +415,72 @@ def _flip_log_ratio(g, g2, log_s, A, B, ff, tb, m_other: int, psum=lambda x: x):
     ``s = sqrt(g2/g)``; kept general for proposals that rescale otherwise) and the marginal
     likelihoods (summed over this device's rows, then ``psum``)."""
     s = jnp.exp(log_s)
-    log_f = (
-        -0.5 * m_other * (jnp.log(g2) - jnp.log(g))
-        - 0.5 * ff * (s * s / g2 - 1.0 / g)
-        + _log_jacobian(m_other, log_s)
-    )
+    log_f = _flip_log_prior(g, g2, log_s, ff, m_other)
     return log_f + psum(
         column_log_marginal(g2, (s * s)[:, None] * A, s[:, None] * B, tb)
         - column_log_marginal(g, A, B, tb)
     )
+
+
+def _flip_log_prior(g, g2, log_s, ff, m_other: int):
+    """The part of :func:`_flip_log_ratio` free of the own column: the rescaled column's
+    prior (``ff = sum_j f_j^2``) and the Jacobian; elementwise in ``g, g2, log_s, ff``."""
+    s = jnp.exp(log_s)
+    return (
+        -0.5 * m_other * (jnp.log(g2) - jnp.log(g))
+        - 0.5 * ff * (s * s / g2 - 1.0 / g)
+        + _log_jacobian(m_other, log_s)
+    )
+
+
+def _plain_fused(own, gamma, sums0, tb, draws: dict, move: ColumnMove):
+    """:func:`_plain_side`'s moves with the same random numbers (other rounding), arranged
+    for the fused moves, whose loop over the columns dominates their cost on a small
+    problem: a column's proposal, the prior of its rescaled column and its ``A_i`` do not
+    depend on the earlier columns' moves (``gamma_h`` and column ``h`` of the other factor
+    change only at step ``h``), so they are computed for all columns at once; the loop
+    carries the residual sums ``R_i = Y_i - G0_i (t * x_i)`` (``B_i = R_ih + A_i x_ih``
+    at step ``h``) and updates them with column ``h`` of ``G0_i`` read from the packed
+    triangle (``sums0 = (Gp, Y, S0)``): elementwise passes only, where the reductions over
+    the short last axis that :func:`_column_sums_diagonal` needs run slowly on CPU.
+    Returns the new ``own``, the diagonal (C, K) of ``T`` and ``gamma``."""
+    Gp, Y, S0 = sums0
+    C, _, K = own.shape
+    pos = _packed_position(K)  # column h of G0_i = Gp[..., pos[h]] (symmetric)
+    prior, m_other, psum = move.prior, move.m_other, move.psum
+    g2, log_s, log_r = prior.column_proposal(gamma, draws["zq"], move.d)
+    base = log_r + _flip_log_prior(gamma, g2, log_s, jnp.diagonal(S0, axis1=1, axis2=2), m_other)
+    s = jnp.exp(log_s)
+    A_all = jnp.take(Gp, np.diagonal(pos), axis=-1)
+    R = Y - sum(jnp.take(Gp, pos[h], axis=-1) * own[:, :, h, None] for h in range(K))
+    z, log_u = draws["z"], draws["log_u"]
+    pos_dev = jnp.asarray(pos, jnp.int32)
+
+    def body(h, carry):
+        own, R, tdiag, new_gamma = carry
+        A, x, sh = A_all[:, :, h], own[:, :, h], s[:, h]
+        B = R[:, :, h] + A * x
+        log_m = jnp.sum(
+            _log_marginal_terms(g2[:, h], (sh * sh)[:, None] * A, sh[:, None] * B, tb)
+            - _log_marginal_terms(gamma[:, h], A, B, tb),
+            axis=-1,
+        )
+        accept = log_u[:, h] < base[:, h] + psum(log_m)
+        s_eff = jnp.where(accept, sh, jnp.ones_like(sh))
+        g_new = jnp.where(accept, g2[:, h], gamma[:, h])
+        x_new = _integrated_draw(g_new, s_eff, A, B, tb, z[:, h])
+        # column h of the other factor times s_eff, x_ih -> x_new: R_i -= G0_i e_h (change)
+        R = R - jnp.take(Gp, pos_dev[h], axis=-1) * (s_eff[:, None] * x_new - x)[:, :, None]
+        return (
+            own.at[:, :, h].set(x_new),
+            R,
+            tdiag.at[:, h].set(s_eff),
+            new_gamma.at[:, h].set(g_new),
+        )
+
+    init = (own, R, jnp.ones((C, K), own.dtype), gamma)
+    own, _, tdiag, gamma = lax.fori_loop(0, K, body, init)
+    return own, tdiag, gamma
 
 
 def _integrated_draw(g, s, A, B, tb, z):

@@ -349,6 +349,8 @@ def _checkpoint_settings(prep: Prepared, info: FitInfo, track, store: bool, gamm
         moves["column_moves"] = True
         if s.column_moves_every > 1:
             moves["column_moves_every"] = s.column_moves_every
+        if s.fuse_column_moves:
+            moves["fuse_column_moves"] = True
     if s.anneal_steps:
         moves.update(anneal_steps=s.anneal_steps, anneal_every=s.anneal_every)
     return run_settings(

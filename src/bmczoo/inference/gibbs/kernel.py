@@ -104,6 +104,10 @@ class ConjugateGibbs(MCMCKernel):
         (:attr:`~bmczoo.priors.Prior.has_column_move`); False: the paper's plain sweep.
     column_moves_every : int
         Sweeps between two rounds of column moves (default 1: every sweep).
+    fuse_column_moves : bool
+        Run the column moves inside the sweep, each side's between the sparse products of
+        its half sweep and its draw, reusing them (:func:`bmczoo.inference.gibbs.fused_moves`);
+        False (the default): at the end of the sweep.
     anneal_steps, anneal_every : int
         The annealed spike/slab switch of the discrete prior
         (:func:`bmczoo.inference.gibbs.annealed_switch`): its number of steps (0, the
@@ -134,6 +138,7 @@ class ConjugateGibbs(MCMCKernel):
         anneal_steps: int = 0,
         anneal_every: int = 50,
         column_moves_every: int = 1,
+        fuse_column_moves: bool = False,
     ):
         self._model = model
         self._num_samples = num_samples
@@ -149,6 +154,7 @@ class ConjugateGibbs(MCMCKernel):
             overrelax=overrelax,
             column_moves=column_moves,
             column_moves_every=column_moves_every,
+            fuse_column_moves=fuse_column_moves,
             anneal_steps=anneal_steps,
             anneal_every=anneal_every,
         )

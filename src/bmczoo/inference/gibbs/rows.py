@@ -7,6 +7,7 @@ over a mesh (:mod:`bmczoo.inference.sharding`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -84,7 +85,60 @@ class SweepFlags(NamedTuple):
     sse: bool
 
 
-def half_sweep(side: Side, z, zb, cond: Conditional, flags: SweepFlags, cross: bool = False):
+class RowSums(NamedTuple):
+    """The per-row sums of half a sweep (:func:`row_sums`): ``Gp`` the packed upper
+    triangles of ``G_i = sum_j N_j N_j^T`` (C, m, K(K+1)/2; None when only ``G`` is kept),
+    ``G`` the same unpacked (C, m, K, K), ``r`` (C, m, K), and with biases ``sumO``,
+    ``sumBO`` (C, m, K), ``sumB`` and ``sumY`` (C, m) (else None)."""
+
+    Gp: jax.Array | None
+    G: jax.Array
+    r: jax.Array
+    sumO: jax.Array | None
+    sumBO: jax.Array | None
+    sumB: jax.Array | None
+    sumY: jax.Array | None
+
+
+def side_sums(side: Side, use_bias: bool) -> RowSums:
+    """:func:`row_sums` of ``side`` as a :class:`RowSums` (``G`` unpacked as well)."""
+    Gp, r, sumO, sumBO, sumB, sumY = row_sums(
+        side.csr, side.other, side.bias_other, use_bias, side.values
+    )
+    return RowSums(Gp, unpack_upper(Gp, side.other.shape[-1]), r, sumO, sumBO, sumB, sumY)
+
+
+def transform_sums(sums: RowSums, T) -> RowSums:
+    """The sums of :func:`side_sums` for the other factor multiplied on the right by ``T``
+    (``N' = N T``): ``G' = T^T G T``, ``r' = T^T r``, ``sumO'``, ``sumBO'`` likewise.
+    ``T`` (C, K) stands for a diagonal matrix (a plain column move only rescales
+    columns), else (C, K, K).  Exact linear maps of the sums, so that the fused column
+    moves (:func:`bmczoo.inference.gibbs.columns.fused_side`) need no second pass over
+    the ratings."""
+
+    def vec(x):
+        if x is None:
+            return None
+        return x * T[:, None, :] if T.ndim == 2 else jnp.einsum("cmk,ckl->cml", x, T)
+
+    if T.ndim == 2:
+        Gp = sums.Gp * pack_upper(outer(T[:, None, :]))
+        G = sums.G * T[:, None, :, None] * T[:, None, None, :]
+    else:  # two batched products over the chains (not one per row: see _packed_quadratic)
+        G = jnp.einsum("ckl,cmkq->cmlq", T, jnp.einsum("cmkp,cpq->cmkq", sums.G, T))
+        Gp = None
+    return RowSums(Gp, G, vec(sums.r), vec(sums.sumO), vec(sums.sumBO), sums.sumB, sums.sumY)
+
+
+def half_sweep(
+    side: Side,
+    z,
+    zb,
+    cond: Conditional,
+    flags: SweepFlags,
+    cross: bool = False,
+    sums: RowSums | None = None,
+):
     """Half a sweep: the biases of the rows being updated (with biases), then their factor
     rows (exact Gaussian conditionals, docs/algorithms.md, "Rows of the factors" and
     "Normal-Wishart rows").
@@ -98,15 +152,17 @@ def half_sweep(side: Side, z, zb, cond: Conditional, flags: SweepFlags, cross: b
 
     Returns the new rows, the new biases, a (C, m) non-finite mask and, with ``flags.sse``,
     this side's part of ``SSE - sum Y^2`` (C,) (``cross``: the terms that need both sides'
-    final values, computed on the second side).
+    final values, computed on the second side).  ``sums``: the per-row sums when already at
+    hand (:func:`side_sums`; the fused column moves transform them, :func:`transform_sums`).
     """
     csr, own, other, bias_own, bias_other, values = side
     rho, use_bias, sse = flags
     tb, inv_var = cond.tb, cond.inv_var
     C, m_other, K = other.shape
     dtype = other.dtype
-    Gp, r, sumO, sumBO, sumB, sumY = row_sums(csr, other, bias_other, use_bias, values)
-    G = unpack_upper(Gp, K)
+    if sums is None:
+        sums = side_sums(side, use_bias)
+    Gp, G, r, sumO, sumBO, sumB, sumY = sums
     part = jnp.zeros((C,), dtype)
     if use_bias:
         count = jnp.diff(csr.indptr).astype(dtype)
@@ -131,6 +187,8 @@ def half_sweep(side: Side, z, zb, cond: Conditional, flags: SweepFlags, cross: b
         # sum_k theta_k^2 - 2 sum_k r_k theta_k over the ratings, from this side's sums; the
         # quadratic forms x_i^T G_i x_i from the packed upper triangles in one fused pass (XLA
         # on CPU runs an einsum over the (C, m, K, K) matrices as many tiny matrix products)
+        if Gp is None:  # transformed by a full T: packed again here
+            Gp = pack_upper(G)
         part = part + _packed_quadratic(Gp, x) - 2.0 * jnp.sum(x * r, axis=(1, 2))
     # a failed Cholesky factorisation gives NaN factors, hence NaN draws
     return x, bias_own, ~jnp.all(jnp.isfinite(x), axis=-1), part
@@ -196,6 +254,8 @@ def _sweep_body(
     flags: SweepFlags,
     factor_stats,
     values=(None, None),
+    moves: FusedMoves | None = None,
+    move_arrays=None,
 ):
     """Rows of M (and their biases), then rows of N (and theirs), on this device's rows.
 
@@ -205,18 +265,43 @@ def _sweep_body(
     optional);
     ``factor_stats`` the prior's statistics of the factors (one function, or one per side);
     ``values``: per-chain values (C, n) in row and in column order that replace the
-    ratings (a latent likelihood's ``z``), or None.  Returns the new local arrays,
-    non-finite masks and the psum-ed statistics."""
+    ratings (a latent likelihood's ``z``), or None.  ``moves`` (:class:`FusedMoves`) runs
+    each side's column moves between its sums and its draw, ``move_arrays = (gamma,
+    (draws of M's side, of N's side), due)``; the rows' priors then come from the moved
+    ``gamma`` (``cond[0]`` unused).  Returns the new local arrays, non-finite masks and
+    the psum-ed statistics (with ``moves``, also the moved ``gamma``)."""
     (pM, pN), tb, inv_var, *means = cond  # the biases' prior means: absent, zero
     mb, mc = means[0] if means else (None, None)
     N_all, c_all = comm.gather(x.N), comm.gather(x.c)
+    xN = x.N
     side = Side(rows, x.M, N_all, x.b, c_all, values[0])
-    M, b, badM, part1 = half_sweep(side, z.M, z.b, Conditional(pM, tb, inv_var[:, 0], mb), flags)
+    sums = None
+    if moves is not None:
+        # the column moves with M integrated and N rescaled, from the sums this half sweep
+        # needs anyway; M is then drawn given the rescaled N, whose sums are exact linear
+        # maps of these (transform_sums)
+        gamma, draws, due = move_arrays
+        sums = side_sums(side, flags.use_bias)
+        own, T, gamma = moves.side(0, side, sums, gamma, tb, draws[0], comm.psum, due)
+        sums = transform_sums(sums, T)
+        side = side._replace(own=own)
+        xN = _times(x.N, T)
+        pM = moves.row_priors(gamma)[0]
+    M, b, badM, part1 = half_sweep(
+        side, z.M, z.b, Conditional(pM, tb, inv_var[:, 0], mb), flags, sums=sums
+    )
     M, b = comm.mask(M, 0), comm.mask(b, 0)
     M_all, b_all = comm.gather(M), comm.gather(b)
-    side = Side(cols, x.N, M_all, x.c, b_all, values[1])
+    side = Side(cols, xN, M_all, x.c, b_all, values[1])
+    if moves is not None:  # the same with the roles swapped: N integrated, M rescaled
+        sums = side_sums(side, flags.use_bias)
+        own, T, gamma = moves.side(1, side, sums, gamma, tb, draws[1], comm.psum, due)
+        sums = transform_sums(sums, T)
+        side = side._replace(own=own)
+        M = _times(M, T)
+        pN = moves.row_priors(gamma)[1]
     N, c, badN, part2 = half_sweep(
-        side, z.N, z.c, Conditional(pN, tb, inv_var[:, 1], mc), flags, cross=True
+        side, z.N, z.c, Conditional(pN, tb, inv_var[:, 1], mc), flags, cross=True, sums=sums
     )
     N, c = comm.mask(N, 1), comm.mask(c, 1)
     stats_M, stats_N = (
@@ -230,16 +315,42 @@ def _sweep_body(
             jnp.stack([jnp.sum(b * b, axis=-1), jnp.sum(c * c, axis=-1)], axis=-1),
         )
     )
+    if moves is not None:
+        return M, N, b, c, badM, badN, stats, gamma
     return M, N, b, c, badM, badN, stats
 
 
+def _times(F, T):
+    """``F T`` for the factor rows ``F`` (C, m, K) and ``T`` of :func:`transform_sums`."""
+    return F * T[:, None, :] if T.ndim == 2 else jnp.einsum("cjk,ckl->cjl", F, T)
+
+
+class FusedMoves(NamedTuple):
+    """Column moves inside the sweep (``fuse_column_moves``): ``side(which, side, sums,
+    gamma, tb, draws, psum, due)`` runs one side's moves (``which`` 0: M integrated and
+    N rescaled; 1: the roles swapped) from that half sweep's :class:`RowSums` and returns
+    the new ``own``, the ``T`` of :func:`transform_sums` and ``gamma``;
+    ``row_priors(gamma)`` the rows' priors ``(pM, pN)`` at a moved ``gamma``."""
+
+    side: Callable
+    row_priors: Callable
+
+
 def sweep_factors(
-    problem: GibbsProblem, state: GibbsState, prior: Prior, z: FactorRows, tb, values=None
+    problem: GibbsProblem,
+    state: GibbsState,
+    prior: Prior,
+    z: FactorRows,
+    tb,
+    values=None,
+    moves: tuple | None = None,
 ):
     """The factor blocks of a sweep (:func:`_sweep_body`) on one device or sharded over the
     problem's mesh: ``z`` the standard normals of the rows (unpadded), ``tb`` (C,) the
-    block precision, ``values`` (C, n) a latent likelihood's ``z`` in row order (or None).
-    Returns ``(M, N, b, c, badM, badN, stats)``.
+    block precision, ``values`` (C, n) a latent likelihood's ``z`` in row order (or None),
+    ``moves = (FusedMoves, (gamma, draws, due))`` the column moves inside the sweep (the
+    draws unpadded; or None).  Returns ``(M, N, b, c, badM, badN, stats)``, and the moved
+    ``gamma`` last with ``moves``.
 
     With feature links each device computes its rows' prior means and its part of the
     link's statistics from its block of the link's arrays (the parts are added with the
@@ -252,6 +363,7 @@ def sweep_factors(
 
         bias_means = bias_link.prior_means(state.bias_link, problem.bias_links)
     x = FactorRows(state.M, state.N, state.row_bias, state.col_bias)
+    spec, move_arrays = (None, None) if moves is None else moves
     if problem.mesh is None:
         priors, factor_stats = _row_prior(prior, state.prior_state, problem.links, problem.dims)
         vals = (None, None) if values is None else (values, values[:, problem.col_perm])
@@ -265,6 +377,8 @@ def sweep_factors(
             flags,
             factor_stats,
             vals,
+            spec,
+            move_arrays,
         )
     p1, p2 = padded_dims(problem)
     z = FactorRows(sh.pad_rows(z.M, p1), sh.pad_rows(z.N, p2), pad_vec(z.b, p1), pad_vec(z.c, p2))
@@ -283,7 +397,19 @@ def sweep_factors(
         link_spec = {}
         cond = (prior.row_priors(state.prior_state), tb, inv_var)
 
-    def body(rows, cols, x, z, cond, links):
+    move_spec = None
+    if moves is not None:  # the moves' row draws padded and split by rows, as the rows' normals
+        from .columns import pad_draws
+
+        gamma, (d1, d2), due = move_arrays
+        move_arrays = (gamma, (pad_draws(d1, p1), pad_draws(d2, p2)), due)
+        dspec = {
+            name: jax.sharding.PartitionSpec(None, None, sh.AXIS) if name in ("z", "z2") else r
+            for name in d1
+        }
+        move_spec = (r, (dspec, dspec), None if due is None else r)
+
+    def body(rows, cols, x, z, cond, links, move_arrays):
         if links:
             local = sh.local_links(links)
             priors, factor_stats = _row_prior(prior, cond[0], local, blocks)
@@ -291,7 +417,16 @@ def sweep_factors(
         else:
             factor_stats = prior.factor_stats
         return _sweep_body(
-            sh.local_csr(rows), sh.local_csr(cols), x, z, cond, comm, flags, factor_stats
+            sh.local_csr(rows),
+            sh.local_csr(cols),
+            x,
+            z,
+            cond,
+            comm,
+            flags,
+            factor_stats,
+            moves=spec,
+            move_arrays=move_arrays,
         )
 
     csr_spec = jax.sharding.PartitionSpec(sh.AXIS)
@@ -299,10 +434,10 @@ def sweep_factors(
     return jax.shard_map(
         body,
         mesh=problem.mesh,
-        in_specs=(csr_spec, csr_spec, rows_spec, rows_spec, r, link_spec),
-        out_specs=(f, f, v, v, v, v, r),
+        in_specs=(csr_spec, csr_spec, rows_spec, rows_spec, r, link_spec, move_spec),
+        out_specs=(f, f, v, v, v, v, r) + (() if moves is None else (r,)),
         check_vma=False,
-    )(problem.rows, problem.cols, x, z, cond, links)
+    )(problem.rows, problem.cols, x, z, cond, links, move_arrays)
 
 
 def _row_prior(prior: Prior, prior_state: dict, links: dict, dims: tuple[int, int]):

@@ -18,7 +18,7 @@ from ...offsets import shift_clip
 from ...priors import Prior
 from .. import thinning
 from .anneal import ANNEAL_STREAM, annealed_switch
-from .columns import COLUMN_STREAM, column_moves
+from .columns import COLUMN_STREAM, column_moves, fused_moves
 from .latent import LATENT_STREAM, latent_block, latent_cuts, level_probs
 from .rows import FactorRows, sweep_factors
 from .state import GibbsProblem, GibbsState, RunStats, entries
@@ -40,9 +40,15 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
             state, problem, jax.vmap(lambda k: jax.random.fold_in(k, LATENT_STREAM))(state.key)
         )
         values = lik_state["z"]
-    M, N, b, c, badM, badN, (sM, sN, part, sumsq) = sweep_factors(
-        problem, state, prior, z, tb, values
+    fused = None
+    opts = problem.options
+    if opts.column_moves and opts.fuse_column_moves:
+        fused = fused_moves(state, problem, prior, _column_keys(state))
+    M, N, b, c, badM, badN, (sM, sN, part, sumsq), *moved = sweep_factors(
+        problem, state, prior, z, tb, values, fused
     )
+    if fused is not None:  # the rows were drawn at the moved gamma; the prior's block redraws it
+        state = state._replace(prior_state={**state.prior_state, "gamma": moved[0]})
     tau, bias_var, prior_state = jax.vmap(
         _rng.draw_together(functools.partial(_chain_blocks, problem, prior))
     )(
@@ -166,9 +172,8 @@ def _moves(new: GibbsState, state: GibbsState, problem: GibbsProblem, prior: Pri
     problem asks for them and they are due (``state`` the state before the sweep).
     Returns the state and the switch counts (C, 2) of the sweep (None without the switch)."""
     opts = problem.options
-    if opts.column_moves:
-        # its own key stream (folded from the sweep's key): the other blocks draw as without it
-        kc = jax.vmap(lambda k: jax.random.fold_in(k, COLUMN_STREAM))(state.key)
+    if opts.column_moves and not opts.fuse_column_moves:
+        kc = _column_keys(state)
         if opts.column_moves_every == 1:
             new = column_moves(new, problem, prior, kc)
         else:  # every column_moves_every-th sweep: each sweep and each round leaves the posterior invariant
@@ -183,6 +188,12 @@ def _moves(new: GibbsState, state: GibbsState, problem: GibbsProblem, prior: Pri
             due, lambda s: annealed_switch(s, problem, prior, ka), lambda s: (s, none), new
         )
     return new, None
+
+
+def _column_keys(state: GibbsState):
+    """The column moves' keys: their own stream (folded from the sweep's key), so that the
+    other blocks draw as without them."""
+    return jax.vmap(lambda k: jax.random.fold_in(k, COLUMN_STREAM))(state.key)
 
 
 def _first_failure(failure, iteration, masks):
