@@ -19,7 +19,9 @@ Models (``--models``, comma-separated):
   recommended member);
 * ``ig-moves``: the inverse-gamma prior with the column moves (``bmc.fit``'s default for
   that prior);
-* ``discrete-moves``: ``Discrete(1.0, 0.05, 0.07)`` with the column moves.
+* ``discrete-moves``: ``Discrete(1.0, 0.05, 0.07)`` with the column moves;
+* ``ig-fused``, ``discrete-fused``: the same with the moves inside the sweep
+  (``fuse_column_moves=True``).
 
 ``--column-moves`` is the same as listing ``ig-moves`` in place of ``plain``.
 
@@ -41,9 +43,10 @@ MovieLens 100K ratings (``--no-real`` skips it).
 
 After the main table a ratio table gives, for each (size, K, chains): each model's
 median and best time per sweep, its ratio to the plain sweep (targets: ``full`` <= 1.4,
-``ig-moves`` <= 1.3, ``discrete-moves`` <= 1.5), SMURFF's time per iteration and
-SMURFF / model, how many times faster than SMURFF the model's sweep of all C chains is
-(target: >= 3 for ``plain`` and ``full`` at K = 10 and 32, judged at one chain).
+``ig-moves`` and ``ig-fused`` <= 1.3, ``discrete-moves`` and ``discrete-fused`` <= 1.5),
+SMURFF's time per iteration and SMURFF / model, how many times faster than SMURFF the
+model's sweep of all C chains is (target: >= 3 for ``plain`` and ``full`` at K = 10 and
+32, judged at one chain).
 Targets are judged on the ratio of medians; the ratio of the best times is printed
 beside it.  ``--json`` writes the arguments, the load averages, every measurement and
 the ratio table.
@@ -77,7 +80,13 @@ REAL_100K = HERE.parent.parent / "shared" / "data" / "ml-100k" / "u.data"
 TARGETS = {"100k": 0.005, "1m": 0.040, "10m": 0.6, "real-100k": 0.005}
 MEM_TARGET_MB = {"10m": 2048}
 #: largest time per sweep of each model relative to the plain sweep's (same size, K, chains)
-PLAIN_RATIO_TARGETS = {"full": 1.4, "ig-moves": 1.3, "discrete-moves": 1.5}
+PLAIN_RATIO_TARGETS = {
+    "full": 1.4,
+    "ig-moves": 1.3,
+    "discrete-moves": 1.5,
+    "ig-fused": 1.3,
+    "discrete-fused": 1.5,
+}
 #: least SMURFF time per iteration / model time per sweep, at one chain, for these (model, K)
 SMURFF_RATIO_TARGETS = {
     ("plain", 10): 3.0,
@@ -110,11 +119,12 @@ def _data(name: str, seed: int):
 
 # --------------------------------------------------------------------------- workers
 #: models a run can time (see the module docstring)
-MODELS = ("plain", "full", "ig-moves", "discrete-moves")
+MODELS = ("plain", "full", "ig-moves", "discrete-moves", "ig-fused", "discrete-fused")
 
 
 def _model(model: str):
-    """``(prior, likelihood, biases, column_moves)`` of a model of :data:`MODELS`."""
+    """``(prior, likelihood, biases, column_moves)`` of a model of :data:`MODELS`
+    (``column_moves``: False, True, or ``"fused"``: inside the sweep)."""
     import bmczoo as bmc
 
     if model == "full":
@@ -128,6 +138,10 @@ def _model(model: str):
         return bmc.priors.InverseGamma(), None, None, True
     if model == "discrete-moves":
         return bmc.priors.Discrete(1.0, 0.05, 0.07), None, None, True
+    if model == "ig-fused":
+        return bmc.priors.InverseGamma(), None, None, "fused"
+    if model == "discrete-fused":
+        return bmc.priors.Discrete(1.0, 0.05, 0.07), None, None, "fused"
     if model == "plain":
         return bmc.priors.InverseGamma(), None, None, False
     raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
@@ -160,7 +174,9 @@ def worker_bmczoo(
         dtype=jnp.float32,
         likelihood=likelihood,
         biases=biases,
-        options=SweepOptions(column_moves=column_moves),
+        options=SweepOptions(
+            column_moves=bool(column_moves), fuse_column_moves=column_moves == "fused"
+        ),
     )
     n = data.n
     del data

@@ -1,7 +1,7 @@
 """Does the rank posterior of the discrete prior mix?  Plain Gibbs vs Gibbs with column moves.
 
     python benchmarks/bench_rank_mixing.py [--seeds 0] [--chains 4] [--warmup 200] [--samples 1000]
-                                           [--samplers plain,moves,anneal] [--moves-every 1]
+                                           [--samplers plain,moves,fused,anneal] [--moves-every 1]
                                            [--anneal-steps 50] [--anneal-every 10]
 
 The rank-3 simulation (``simulate_paper(200, rank=3)``: 200 x 200, rank 3, 20%
@@ -17,7 +17,8 @@ wall seconds of the whole fit, compilation included; n/a when every chain stays 
 count: then nothing mixes).  R-hat is n/a when every chain is constant.  Per sampler and seed, the R-hat of
 the active-column count (and of the effective rank) over all starts' chains pooled, and the
 largest total-variation distance between two starts' rank posteriors.  The sampler
-``moves`` runs the column moves every ``--moves-every`` sweeps (``column_moves_every``).
+``moves`` runs the column moves every ``--moves-every`` sweeps (``column_moves_every``),
+at the end of the sweep; ``fused`` the same inside the sweep (``fuse_column_moves=True``).
 The sampler ``anneal`` is ``moves`` plus the annealed spike/slab switch (``--anneal-steps`` every
 ``--anneal-every`` sweeps; the discrete prior).
 """
@@ -55,6 +56,7 @@ def run_one(sim, prior, sampler: str, start, a, seed: int):
         predict=every,
         store_factors="auto",
         **({} if sampler == "plain" else {"column_moves_every": a.moves_every}),
+        fuse_column_moves=(sampler == "fused"),
         **(
             dict(anneal_steps=a.anneal_steps, anneal_every=a.anneal_every)
             if sampler == "anneal"
@@ -107,7 +109,8 @@ def main() -> None:
         "--moves-every",
         type=int,
         default=1,
-        help="sweeps between two rounds of column moves (samplers 'moves' and 'anneal'; default 1)",
+        help="sweeps between two rounds of column moves (samplers 'moves', 'fused' and 'anneal'; "
+        "default 1)",
     )
     ap.add_argument(
         "--anneal-steps",

@@ -212,6 +212,14 @@ def test_fused_moves_through_fit_kernel_cli_and_errors(tiny_ratings):
         fuse_column_moves=True,
     )
     assert np.all(np.isfinite(probit.samples["gamma"]))
+    annealed = bmc.fit(
+        tiny_ratings,
+        **{**run, "prior": bmc.priors.Discrete(1.0, 0.3, 0.05)},
+        fuse_column_moves=True,
+        anneal_steps=2,
+        anneal_every=2,
+    )
+    assert np.all(np.isfinite(annealed.samples["M"]))
     for bad in ("yes", 1, None):
         with pytest.raises(TypeError, match="fuse_column_moves"):
             bmc.inference.Gibbs(fuse_column_moves=bad)
@@ -221,3 +229,27 @@ def test_fused_moves_through_fit_kernel_cli_and_errors(tiny_ratings):
 
     args = build_parser().parse_args(["fit", "--data", "x.csv", "--fuse-column-moves"])
     assert args.fuse_column_moves is True
+
+
+def test_checkpoint_of_fused_moves(tiny_ratings, tmp_path):
+    """A checkpointed run with the moves inside the sweep has the draws of the run without
+    a checkpoint (bit for bit on a CPU); its checkpoint is refused to a run with the moves
+    at the end, naming the option."""
+    run = dict(
+        K=2,
+        prior=bmc.priors.InverseGamma(),
+        num_warmup=4,
+        num_samples=8,
+        thinning=1,
+        num_chains=2,
+        progress_bar=False,
+        seed=5,
+        fuse_column_moves=True,
+    )
+    whole = bmc.fit(tiny_ratings, **run)
+    path = tmp_path / "c.npz"
+    saved = bmc.fit(tiny_ratings, **run, checkpoint=path, checkpoint_every=4)
+    for k in whole.samples:
+        np.testing.assert_array_equal(np.asarray(saved.samples[k]), np.asarray(whole.samples[k]))
+    with pytest.raises(ValueError, match="fuse_column_moves"):
+        bmc.fit(tiny_ratings, **{**run, "fuse_column_moves": False}, checkpoint=path)
