@@ -146,8 +146,8 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
     the ratings.  Each block is an exact update (the moves, then the rows' conditional), so
     the posterior stays invariant; the draws differ from :func:`column_moves` at the end of
     the sweep.  ``keys`` (C,) the moves' keys; the same random numbers as
-    :func:`column_moves` with them.  With ``column_moves_every > 1`` the moves run inside
-    every that many sweeps (``due``)."""
+    :func:`column_moves` with them (padded on a mesh).  With ``column_moves_every > 1``
+    the moves run inside every that many sweeps (``due``)."""
     if "gamma" not in state.prior_state or not prior.has_column_move:
         raise ValueError(
             f"the {prior.name or type(prior).__name__} prior has no column move "
@@ -161,6 +161,9 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
         _move_draws(k[:, 0], K, m1, dt, reflected),
         _move_draws(k[:, 1], K, m2, dt, reflected),
     )
+    if problem.mesh is not None:  # padded as the rows: the same draws on one device and sharded
+        p1, p2 = padded_dims(problem)
+        draws = (_pad_draws(draws[0], p1), _pad_draws(draws[1], p2))
     every = problem.options.column_moves_every
     due = None if every == 1 else (state.iteration + 1) % every == 0
     use_bias = problem.biases is not None
@@ -192,7 +195,7 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
 def _sharded_column_moves(problem: GibbsProblem, x: FactorRows, gamma, tb, draws, setup):
     """:func:`column_moves` over the problem's mesh (``draws``: both sides' unpadded draws)."""
     p1, p2 = padded_dims(problem)
-    d1, d2 = pad_draws(draws[0], p1), pad_draws(draws[1], p2)
+    d1, d2 = _pad_draws(draws[0], p1), _pad_draws(draws[1], p2)
     f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
     v = jax.sharding.PartitionSpec(None, sh.AXIS)
     dspec = {
@@ -234,7 +237,7 @@ def _move_draws(keys, K: int, m: int, dt, reflected: bool) -> dict:
     return out
 
 
-def pad_draws(draws: dict, m_pad: int) -> dict:
+def _pad_draws(draws: dict, m_pad: int) -> dict:
     """The row draws of :func:`_move_draws` padded to ``m_pad`` rows: zero draws for the
     padding rows (they have no ratings, so they stay exactly zero)."""
     return {

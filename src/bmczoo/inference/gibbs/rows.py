@@ -113,7 +113,7 @@ def transform_sums(sums: RowSums, T) -> RowSums:
     (``N' = N T``): ``G' = T^T G T``, ``r' = T^T r``, ``sumO'``, ``sumBO'`` likewise.
     ``T`` (C, K) stands for a diagonal matrix (a plain column move only rescales
     columns), else (C, K, K).  Exact linear maps of the sums, so that the fused column
-    moves (:func:`bmczoo.inference.gibbs.columns.fused_side`) need no second pass over
+    moves (:func:`bmczoo.inference.gibbs.fused_moves`) need no second pass over
     the ratings."""
 
     def vec(x):
@@ -254,8 +254,7 @@ def _sweep_body(
     flags: SweepFlags,
     factor_stats,
     values=(None, None),
-    moves: FusedMoves | None = None,
-    move_arrays=None,
+    moves: tuple | None = None,
 ):
     """Rows of M (and their biases), then rows of N (and theirs), on this device's rows.
 
@@ -265,10 +264,10 @@ def _sweep_body(
     optional);
     ``factor_stats`` the prior's statistics of the factors (one function, or one per side);
     ``values``: per-chain values (C, n) in row and in column order that replace the
-    ratings (a latent likelihood's ``z``), or None.  ``moves`` (:class:`FusedMoves`) runs
-    each side's column moves between its sums and its draw, ``move_arrays = (gamma,
-    (draws of M's side, of N's side), due)``; the rows' priors then come from the moved
-    ``gamma`` (``cond[0]`` unused).  Returns the new local arrays, non-finite masks and
+    ratings (a latent likelihood's ``z``), or None.  ``moves = (FusedMoves, (gamma,
+    (draws of M's side, of N's side), due))`` runs each side's column moves between its
+    sums and its draw; the rows' priors then come from the moved ``gamma`` (``cond[0]``
+    unused).  Returns the new local arrays, non-finite masks and
     the psum-ed statistics (with ``moves``, also the moved ``gamma``)."""
     (pM, pN), tb, inv_var, *means = cond  # the biases' prior means: absent, zero
     mb, mc = means[0] if means else (None, None)
@@ -280,7 +279,7 @@ def _sweep_body(
         # the column moves with M integrated and N rescaled, from the sums this half sweep
         # needs anyway; M is then drawn given the rescaled N, whose sums are exact linear
         # maps of these (transform_sums)
-        gamma, draws, due = move_arrays
+        moves, (gamma, draws, due) = moves
         sums = side_sums(side, flags.use_bias)
         own, T, gamma = moves.side(0, side, sums, gamma, tb, draws[0], comm.psum, due)
         sums = transform_sums(sums, T)
@@ -349,8 +348,8 @@ def sweep_factors(
     problem's mesh: ``z`` the standard normals of the rows (unpadded), ``tb`` (C,) the
     block precision, ``values`` (C, n) a latent likelihood's ``z`` in row order (or None),
     ``moves = (FusedMoves, (gamma, draws, due))`` the column moves inside the sweep (the
-    draws unpadded; or None).  Returns ``(M, N, b, c, badM, badN, stats)``, and the moved
-    ``gamma`` last with ``moves``.
+    draws padded as the rows are on the problem's mesh; or None).  Returns ``(M, N, b, c,
+    badM, badN, stats)``, and the moved ``gamma`` last with ``moves``.
 
     With feature links each device computes its rows' prior means and its part of the
     link's statistics from its block of the link's arrays (the parts are added with the
@@ -363,23 +362,29 @@ def sweep_factors(
 
         bias_means = bias_link.prior_means(state.bias_link, problem.bias_links)
     x = FactorRows(state.M, state.N, state.row_bias, state.col_bias)
-    spec, move_arrays = (None, None) if moves is None else moves
-    if problem.mesh is None:
-        priors, factor_stats = _row_prior(prior, state.prior_state, problem.links, problem.dims)
-        vals = (None, None) if values is None else (values, values[:, problem.col_perm])
-        return _sweep_body(
-            problem.rows,
-            problem.cols,
-            x,
-            z,
-            (priors, tb, inv_var, bias_means),
-            sh.LOCAL,
-            flags,
-            factor_stats,
-            vals,
-            spec,
-            move_arrays,
-        )
+    if problem.mesh is not None:
+        return _sharded_factors(problem, state, prior, (x, z), (tb, inv_var), flags, moves)
+    priors, factor_stats = _row_prior(prior, state.prior_state, problem.links, problem.dims)
+    vals = (None, None) if values is None else (values, values[:, problem.col_perm])
+    return _sweep_body(
+        problem.rows,
+        problem.cols,
+        x,
+        z,
+        (priors, tb, inv_var, bias_means),
+        sh.LOCAL,
+        flags,
+        factor_stats,
+        vals,
+        moves,
+    )
+
+
+def _sharded_factors(problem, state, prior, rows_normals, precisions, flags, moves):
+    """:func:`sweep_factors` over the problem's mesh: ``rows_normals = (x, z)`` the rows
+    and their normals (unpadded), ``precisions = (tb, inv_var)``."""
+    x, z = rows_normals
+    tb, inv_var = precisions
     p1, p2 = padded_dims(problem)
     z = FactorRows(sh.pad_rows(z.M, p1), sh.pad_rows(z.N, p2), pad_vec(z.b, p1), pad_vec(z.c, p2))
     f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
@@ -396,18 +401,14 @@ def sweep_factors(
     else:
         link_spec = {}
         cond = (prior.row_priors(state.prior_state), tb, inv_var)
-
+    spec, move_arrays = (None, None) if moves is None else moves
     move_spec = None
-    if moves is not None:  # the moves' row draws padded and split by rows, as the rows' normals
-        from .columns import pad_draws
-
-        gamma, (d1, d2), due = move_arrays
-        move_arrays = (gamma, (pad_draws(d1, p1), pad_draws(d2, p2)), due)
-        dspec = {
+    if moves is not None:  # the moves' row draws split by rows, as the rows' normals
+        draw_spec = {
             name: jax.sharding.PartitionSpec(None, None, sh.AXIS) if name in ("z", "z2") else r
-            for name in d1
+            for name in move_arrays[1][0]
         }
-        move_spec = (r, (dspec, dspec), None if due is None else r)
+        move_spec = (r, (draw_spec, draw_spec), None if move_arrays[2] is None else r)
 
     def body(rows, cols, x, z, cond, links, move_arrays):
         if links:
@@ -416,18 +417,9 @@ def sweep_factors(
             cond = (priors,) + cond[1:]
         else:
             factor_stats = prior.factor_stats
-        return _sweep_body(
-            sh.local_csr(rows),
-            sh.local_csr(cols),
-            x,
-            z,
-            cond,
-            comm,
-            flags,
-            factor_stats,
-            moves=spec,
-            move_arrays=move_arrays,
-        )
+        local_csr = (sh.local_csr(rows), sh.local_csr(cols))
+        moves = None if spec is None else (spec, move_arrays)
+        return _sweep_body(*local_csr, x, z, cond, comm, flags, factor_stats, moves=moves)
 
     csr_spec = jax.sharding.PartitionSpec(sh.AXIS)
     rows_spec = FactorRows(f, f, v, v)
