@@ -19,7 +19,7 @@ from ... import _rng
 from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import CSR, _packed_position, unpack_upper
-from .rows import FactorRows, FusedMoves, Side, row_sums
+from .rows import FactorRows, FusedMoves, Side, row_sums, transform_sums
 from .state import GibbsProblem, GibbsState, padded_dims
 
 __all__ = [
@@ -155,17 +155,28 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
         )
     m1, m2 = problem.dims
     K, dt = state.M.shape[-1], state.M.dtype
-    k = jax.vmap(jax.random.split)(keys)
     reflected = prior.column_block(state.gamma) is not None
-    draws = (
-        _move_draws(k[:, 0], K, m1, dt, reflected),
-        _move_draws(k[:, 1], K, m2, dt, reflected),
-    )
-    if problem.mesh is not None:  # padded as the rows: the same draws on one device and sharded
-        p1, p2 = padded_dims(problem)
-        draws = (_pad_draws(draws[0], p1), _pad_draws(draws[1], p2))
+
+    def make_draws(keys):
+        k = jax.vmap(jax.random.split)(keys)
+        draws = (
+            _move_draws(k[:, 0], K, m1, dt, reflected),
+            _move_draws(k[:, 1], K, m2, dt, reflected),
+        )
+        if problem.mesh is not None:  # padded as the rows: the same draws on one device and sharded
+            p1, p2 = padded_dims(problem)
+            draws = (_pad_draws(draws[0], p1), _pad_draws(draws[1], p2))
+        return draws
+
     every = problem.options.column_moves_every
-    due = None if every == 1 else (state.iteration + 1) % every == 0
+    if every == 1:
+        due, draws = None, make_draws(keys)
+    else:  # a sweep without its moves draws none of their numbers
+        due = (state.iteration + 1) % every == 0
+        zeros = jax.tree.map(
+            lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(make_draws, keys)
+        )
+        draws = lax.cond(due, make_draws, lambda _: zeros, keys)
     use_bias = problem.biases is not None
     others = (m2, m1)  # the true number of rows of the rescaled factor, per side
     prior_state = state.prior_state
@@ -174,9 +185,10 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
         move = ColumnMove(prior, m1 + m2, others[which], use_bias, psum)
 
         def run(gamma):
-            return _moves_from_sums(
+            own, T, gamma = _moves_from_sums(
                 side, sums.G, sums.r, sums.sumO, sums.sumBO, gamma, tb, draws, move, Gp=sums.Gp
             )
+            return own, T, gamma, transform_sums(sums, T)
 
         if due is None:
             return run(gamma)
@@ -184,7 +196,7 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
         skip = (
             jnp.broadcast_to(jnp.eye(K, dtype=dt), (C, K, K)) if reflected else jnp.ones((C, K), dt)
         )
-        return lax.cond(due, run, lambda g: (side.own, skip, g), gamma)
+        return lax.cond(due, run, lambda g: (side.own, skip, g, sums), gamma)
 
     def row_priors(gamma):
         return prior.row_priors({**prior_state, "gamma": gamma})

@@ -87,8 +87,7 @@ class SweepFlags(NamedTuple):
 
 class RowSums(NamedTuple):
     """The per-row sums of half a sweep (:func:`row_sums`): ``Gp`` the packed upper
-    triangles of ``G_i = sum_j N_j N_j^T`` (C, m, K(K+1)/2; None when only ``G`` is kept),
-    ``G`` the same unpacked (C, m, K, K), ``r`` (C, m, K), and with biases ``sumO``,
+    triangles of ``G_i = sum_j N_j N_j^T`` (C, m, K(K+1)/2), ``G`` the same unpacked (C, m, K, K), ``r`` (C, m, K), and with biases ``sumO``,
     ``sumBO`` (C, m, K), ``sumB`` and ``sumY`` (C, m) (else None)."""
 
     Gp: jax.Array | None
@@ -126,7 +125,7 @@ def transform_sums(sums: RowSums, T) -> RowSums:
         G = sums.G * T[:, None, :, None] * T[:, None, None, :]
     else:  # two batched products over the chains (not one per row: see _packed_quadratic)
         G = jnp.einsum("ckl,cmkq->cmlq", T, jnp.einsum("cmkp,cpq->cmkq", sums.G, T))
-        Gp = None
+        Gp = pack_upper(G)
     return RowSums(Gp, G, vec(sums.r), vec(sums.sumO), vec(sums.sumBO), sums.sumB, sums.sumY)
 
 
@@ -187,8 +186,6 @@ def half_sweep(
         # sum_k theta_k^2 - 2 sum_k r_k theta_k over the ratings, from this side's sums; the
         # quadratic forms x_i^T G_i x_i from the packed upper triangles in one fused pass (XLA
         # on CPU runs an einsum over the (C, m, K, K) matrices as many tiny matrix products)
-        if Gp is None:  # transformed by a full T: packed again here
-            Gp = pack_upper(G)
         part = part + _packed_quadratic(Gp, x) - 2.0 * jnp.sum(x * r, axis=(1, 2))
     # a failed Cholesky factorisation gives NaN factors, hence NaN draws
     return x, bias_own, ~jnp.all(jnp.isfinite(x), axis=-1), part
@@ -281,8 +278,7 @@ def _sweep_body(
         # maps of these (transform_sums)
         moves, (gamma, draws, due) = moves
         sums = side_sums(side, flags.use_bias)
-        own, T, gamma = moves.side(0, side, sums, gamma, tb, draws[0], comm.psum, due)
-        sums = transform_sums(sums, T)
+        own, T, gamma, sums = moves.side(0, side, sums, gamma, tb, draws[0], comm.psum, due)
         side = side._replace(own=own)
         xN = _times(x.N, T)
         pM = moves.row_priors(gamma)[0]
@@ -294,8 +290,7 @@ def _sweep_body(
     side = Side(cols, xN, M_all, x.c, b_all, values[1])
     if moves is not None:  # the same with the roles swapped: N integrated, M rescaled
         sums = side_sums(side, flags.use_bias)
-        own, T, gamma = moves.side(1, side, sums, gamma, tb, draws[1], comm.psum, due)
-        sums = transform_sums(sums, T)
+        own, T, gamma, sums = moves.side(1, side, sums, gamma, tb, draws[1], comm.psum, due)
         side = side._replace(own=own)
         M = _times(M, T)
         pN = moves.row_priors(gamma)[1]
@@ -328,7 +323,8 @@ class FusedMoves(NamedTuple):
     """Column moves inside the sweep (``fuse_column_moves``): ``side(which, side, sums,
     gamma, tb, draws, psum, due)`` runs one side's moves (``which`` 0: M integrated and
     N rescaled; 1: the roles swapped) from that half sweep's :class:`RowSums` and returns
-    the new ``own``, the ``T`` of :func:`transform_sums` and ``gamma``;
+    the new ``own``, the ``T`` of :func:`transform_sums`, ``gamma`` and the sums
+    transformed by ``T``;
     ``row_priors(gamma)`` the rows' priors ``(pM, pN)`` at a moved ``gamma``."""
 
     side: Callable
