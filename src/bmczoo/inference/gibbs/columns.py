@@ -134,7 +134,7 @@ def column_moves(
 
 def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array):
     """The column moves inside the sweep (``fuse_column_moves=True``), as the ``moves``
-    argument of :func:`~bmczoo.inference.gibbs.rows.sweep_factors`: ``(FusedMoves,
+    argument of ``rows.sweep_factors``: ``(FusedMoves,
     (gamma, draws, due))``.
 
     Each half sweep runs its side's moves (those of :func:`column_moves`: its own factor
@@ -147,7 +147,24 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
     the posterior stays invariant; the draws differ from :func:`column_moves` at the end of
     the sweep.  ``keys`` (C,) the moves' keys; the same random numbers as
     :func:`column_moves` with them (padded on a mesh).  With ``column_moves_every > 1``
-    the moves run inside every that many sweeps (``due``)."""
+    the moves run inside every that many sweeps (``due``).
+
+    Parameters
+    ----------
+    state : GibbsState
+        The chains' state before the sweep.
+    problem : GibbsProblem
+        The ratings, the model's components and the run's settings.
+    prior : bmczoo.priors.Prior
+        The prior; it must have column scales and a column move.
+    keys : jax.Array, shape (C,)
+        The moves' PRNG keys, one per chain.
+
+    Returns
+    -------
+    tuple
+        ``(FusedMoves, (gamma, draws, due))``: the moves and their arrays.
+    """
     if "gamma" not in state.prior_state or not prior.has_column_move:
         raise ValueError(
             f"the {prior.name or type(prior).__name__} prior has no column move "

@@ -108,12 +108,25 @@ def side_sums(side: Side, use_bias: bool) -> RowSums:
 
 
 def transform_sums(sums: RowSums, T) -> RowSums:
-    """The sums of :func:`side_sums` for the other factor multiplied on the right by ``T``
+    """The sums of ``side_sums`` for the other factor multiplied on the right by ``T``
     (``N' = N T``): ``G' = T^T G T``, ``r' = T^T r``, ``sumO'``, ``sumBO'`` likewise.
     ``T`` (C, K) stands for a diagonal matrix (a plain column move only rescales
     columns), else (C, K, K).  Exact linear maps of the sums, so that the fused column
     moves (:func:`bmczoo.inference.gibbs.fused_moves`) need no second pass over
-    the ratings."""
+    the ratings.
+
+    Parameters
+    ----------
+    sums : RowSums
+        The sums for the other factor ``N``.
+    T : jax.Array, shape (C, K) or (C, K, K)
+        The diagonal of ``T``, or ``T``, per chain.
+
+    Returns
+    -------
+    RowSums
+        The sums for ``N T``.
+    """
 
     def vec(x):
         if x is None:
