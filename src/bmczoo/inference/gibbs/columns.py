@@ -173,18 +173,7 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
     m1, m2 = problem.dims
     K, dt = state.M.shape[-1], state.M.dtype
     reflected = prior.column_block(state.gamma) is not None
-
-    def make_draws(keys):
-        k = jax.vmap(jax.random.split)(keys)
-        draws = (
-            _move_draws(k[:, 0], K, m1, dt, reflected),
-            _move_draws(k[:, 1], K, m2, dt, reflected),
-        )
-        if problem.mesh is not None:  # padded as the rows: the same draws on one device and sharded
-            p1, p2 = padded_dims(problem)
-            draws = (_pad_draws(draws[0], p1), _pad_draws(draws[1], p2))
-        return draws
-
+    make_draws = functools.partial(_fused_draws, problem=problem, like=state.M, reflected=reflected)
     every = problem.options.column_moves_every
     if every == 1:
         due, draws = None, make_draws(keys)
@@ -219,6 +208,18 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
         return prior.row_priors({**prior_state, "gamma": gamma})
 
     return FusedMoves(side, row_priors), (state.gamma, draws, due)
+
+
+def _fused_draws(keys, *, problem: GibbsProblem, like, reflected: bool):
+    """Both sides' :func:`_move_draws` as :func:`column_moves` makes them from ``keys``
+    (the factor ``like`` gives K and the dtype), padded as the rows on a mesh."""
+    (m1, m2), K, dt = problem.dims, like.shape[-1], like.dtype
+    k = jax.vmap(jax.random.split)(keys)
+    draws = (_move_draws(k[:, 0], K, m1, dt, reflected), _move_draws(k[:, 1], K, m2, dt, reflected))
+    if problem.mesh is None:
+        return draws
+    p1, p2 = padded_dims(problem)  # the same draws on one device and sharded
+    return _pad_draws(draws[0], p1), _pad_draws(draws[1], p2)
 
 
 def _sharded_column_moves(problem: GibbsProblem, x: FactorRows, gamma, tb, draws, setup):
