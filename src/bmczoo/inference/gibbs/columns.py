@@ -134,8 +134,7 @@ def column_moves(
 
 def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array):
     """The column moves inside the sweep (``fuse_column_moves=True``), as the ``moves``
-    argument of ``rows.sweep_factors``: ``(FusedMoves,
-    (gamma, draws, due))``.
+    argument of ``rows.sweep_factors``: ``(FusedMoves, (gamma, draws, due))``.
 
     Each half sweep runs its side's moves (those of :func:`column_moves`: its own factor
     integrated out column by column, the other rescaled, or reflected for the discrete
