@@ -180,17 +180,21 @@ def test_geweke_detects_untransformed_sums(monkeypatch):
 
 
 # --------------------------------------------------------------------------- settings
+#: a short fit of the tiny problem
+RUN = dict(
+    K=2,
+    prior=bmc.priors.InverseGamma(),
+    num_warmup=3,
+    num_samples=6,
+    thinning=1,
+    num_chains=2,
+    progress_bar=False,
+    seed=3,
+)
+
+
 def test_fused_moves_through_fit_kernel_cli_and_errors(tiny_ratings):
-    run = dict(
-        K=2,
-        prior=bmc.priors.InverseGamma(),
-        num_warmup=3,
-        num_samples=6,
-        thinning=1,
-        num_chains=2,
-        progress_bar=False,
-        seed=3,
-    )
+    run = RUN
     fused = bmc.fit(tiny_ratings, **run, fuse_column_moves=True)
     end = bmc.fit(tiny_ratings, **run)
     assert fused.info.settings.fuse_column_moves is True
@@ -232,17 +236,7 @@ def test_checkpoint_of_fused_moves(tiny_ratings, tmp_path):
     """A checkpointed run with the moves inside the sweep has the draws of the run without
     a checkpoint (bit for bit on a CPU); its checkpoint is refused to a run with the moves
     at the end, naming the option."""
-    run = dict(
-        K=2,
-        prior=bmc.priors.InverseGamma(),
-        num_warmup=4,
-        num_samples=8,
-        thinning=1,
-        num_chains=2,
-        progress_bar=False,
-        seed=5,
-        fuse_column_moves=True,
-    )
+    run = {**RUN, "num_warmup": 4, "num_samples": 8, "seed": 5, "fuse_column_moves": True}
     whole = bmc.fit(tiny_ratings, **run)
     path = tmp_path / "c.npz"
     saved = bmc.fit(tiny_ratings, **run, checkpoint=path, checkpoint_every=4)

@@ -103,18 +103,11 @@ def column_moves(
     GibbsState
         The state after the move.
     """
-    if "gamma" not in state.prior_state or not prior.has_column_move:
-        raise ValueError(
-            f"the {prior.name or type(prior).__name__} prior has no column move "
-            "(column_moves=True needs a prior with column scales that defines column_proposal)"
-        )
+    _check_column_move(state, prior)
     m1, m2 = problem.dims
-    K, dt = state.M.shape[-1], state.M.dtype
     tb = problem.block_precision(state.tau)
-    k = jax.vmap(jax.random.split)(keys)
     reflected = prior.column_block(state.gamma) is not None
-    # the same draws on one device and sharded (the row draws padded and sliced there)
-    d1, d2 = _move_draws(k[:, 0], K, m1, dt, reflected), _move_draws(k[:, 1], K, m2, dt, reflected)
+    d1, d2 = _both_draws(keys, problem=problem, like=state.M, reflected=reflected)
     setup = (prior, (m1, m2), problem.biases is not None)
     x = FactorRows(state.M, state.N, state.row_bias, state.col_bias)
     if problem.mesh is None:
@@ -164,15 +157,11 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
     tuple
         ``(FusedMoves, (gamma, draws, due))``: the moves and their arrays.
     """
-    if "gamma" not in state.prior_state or not prior.has_column_move:
-        raise ValueError(
-            f"the {prior.name or type(prior).__name__} prior has no column move "
-            "(column_moves=True needs a prior with column scales that defines column_proposal)"
-        )
+    _check_column_move(state, prior)
     m1, m2 = problem.dims
     K, dt = state.M.shape[-1], state.M.dtype
     reflected = prior.column_block(state.gamma) is not None
-    make_draws = functools.partial(_fused_draws, problem=problem, like=state.M, reflected=reflected)
+    make_draws = functools.partial(_both_draws, problem=problem, like=state.M, reflected=reflected)
     every = problem.options.column_moves_every
     if every == 1:
         due, draws = None, make_draws(keys)
@@ -209,9 +198,19 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
     return FusedMoves(side, row_priors), (state.gamma, draws, due)
 
 
-def _fused_draws(keys, *, problem: GibbsProblem, like, reflected: bool):
-    """Both sides' :func:`_move_draws` as :func:`column_moves` makes them from ``keys``
-    (the factor ``like`` gives K and the dtype), padded as the rows on a mesh."""
+def _check_column_move(state: GibbsState, prior: Prior) -> None:
+    """Raise unless ``prior`` has column scales in ``state`` and a column move."""
+    if "gamma" not in state.prior_state or not prior.has_column_move:
+        raise ValueError(
+            f"the {prior.name or type(prior).__name__} prior has no column move "
+            "(column_moves=True needs a prior with column scales that defines column_proposal)"
+        )
+
+
+def _both_draws(keys, *, problem: GibbsProblem, like, reflected: bool):
+    """Both sides' :func:`_move_draws` from the moves' ``keys`` (the factor ``like`` gives
+    K and the dtype), padded as the rows on a mesh: the same draws on one device and
+    sharded (the row draws padded there and sliced)."""
     (m1, m2), K, dt = problem.dims, like.shape[-1], like.dtype
     k = jax.vmap(jax.random.split)(keys)
     draws = (_move_draws(k[:, 0], K, m1, dt, reflected), _move_draws(k[:, 1], K, m2, dt, reflected))
@@ -222,9 +221,8 @@ def _fused_draws(keys, *, problem: GibbsProblem, like, reflected: bool):
 
 
 def _sharded_column_moves(problem: GibbsProblem, x: FactorRows, gamma, tb, draws, setup):
-    """:func:`column_moves` over the problem's mesh (``draws``: both sides' unpadded draws)."""
-    p1, p2 = padded_dims(problem)
-    d1, d2 = _pad_draws(draws[0], p1), _pad_draws(draws[1], p2)
+    """:func:`column_moves` over the problem's mesh (``draws``: both sides' padded draws)."""
+    d1, d2 = draws
     f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
     v = jax.sharding.PartitionSpec(None, sh.AXIS)
     dspec = {
