@@ -9,7 +9,9 @@ The README's split (``compare_peers.load_split``, seed 0, 80/20), the paper's
 Per sampler: test RMSE (the test entries predicted during the run), the rank posterior
 (threshold sqrt(C eps)), each chain's mode and mean count, the R-hat of the active-column
 count (n/a when every chain is constant) and the wall seconds of the fit (compilation
-included).  The sampler ``anneal`` is ``moves`` plus the annealed spike/slab switch
+included).  ``moves`` runs the column moves at the end of every sweep
+(``fuse_column_moves=False``, ``column_moves_every=1``, the sampler of the documented runs,
+whatever ``bmc.fit``'s defaults).  The sampler ``anneal`` is ``moves`` plus the annealed spike/slab switch
 (``anneal_steps``/``anneal_every``, :func:`bmczoo.inference.gibbs.annealed_switch`); per
 chain the number of sweeps at which its count changed (after warm-up) is printed too, and
 for ``anneal`` the accepted and attempted switches (warm-up included, ``fit.run_stats()``).
@@ -107,6 +109,8 @@ def main(argv=None) -> int:
             progress_bar=False,
             seed=0,
             column_moves=(sampler != "plain"),
+            column_moves_every=1,
+            fuse_column_moves=False,
             **anneal,
             test=test,  # predicted during the run: long chains store no factor draws
             dtype=a.dtype,

@@ -244,10 +244,11 @@ def test_format_table_shows_the_start():
 
 
 def test_column_moves_setting_is_keyed_only_when_on(monkeypatch):
-    """``Settings(column_moves=True)`` (the default, as ``bmc.fit``'s; ``reproduce
-    --no-column-moves`` turns it off) puts the setting in the cache key (the plain runs'
-    keys stay as they were, checked above) and passes ``column_moves=True`` to the Gibbs
-    fits of priors that have a move, False to the others and to every fit of a plain run."""
+    """``Settings(column_moves=True)`` (the default; ``reproduce --no-column-moves`` turns
+    it off) puts the setting in the cache key (the plain runs' keys stay as they were,
+    checked above) and passes ``column_moves=True`` to the Gibbs fits of priors that have
+    a move, False to the others and to every fit of a plain run; the moves at the end of
+    every sweep, whatever ``bmc.fit``'s defaults (the sampler of the documented tables)."""
     from bmczoo.experiments.tasks import FULL, QUICK
 
     assert FULL.column_moves and QUICK.column_moves
@@ -271,6 +272,7 @@ def test_column_moves_setting_is_keyed_only_when_on(monkeypatch):
 
     def fake_fit(train, **kw):
         seen.append((type(kw["prior"]).__name__, kw["column_moves"]))
+        assert kw["column_moves_every"] == 1 and kw["fuse_column_moves"] is False
         raise Stop
 
     monkeypatch.setattr("bmczoo.inference.fit", fake_fit)

@@ -21,7 +21,9 @@ def test_moves_every_k_sweeps_equal_the_moves_by_hand(tiny_ratings, every):
     prior = bmc.priors.Discrete(1.0, 0.3, 0.05)
     keys = jax.random.split(jax.random.key(7), 2)
     scheduled = gibbs.build_problem(
-        tiny_ratings, 1.0, options=SweepOptions(column_moves=True, column_moves_every=every)
+        tiny_ratings,
+        1.0,
+        options=SweepOptions(column_moves=True, column_moves_every=every, fuse_column_moves=False),
     )
     plain = gibbs.build_problem(tiny_ratings, 1.0)
     a = b = gibbs.init(keys, scheduled, prior, 3)
@@ -55,7 +57,7 @@ def test_schedule_through_fit_kernel_and_errors(tiny_ratings):
     )
     every2 = bmc.fit(tiny_ratings, **run, column_moves_every=2)
     assert every2.info.settings.column_moves_every == 2
-    every1 = bmc.fit(tiny_ratings, **run)
+    every1 = bmc.fit(tiny_ratings, **run, column_moves_every=1)
     assert every1.info.settings.column_moves_every == 1
     assert not np.array_equal(
         np.asarray(every1.samples["gamma"]), np.asarray(every2.samples["gamma"])

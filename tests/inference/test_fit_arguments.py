@@ -256,15 +256,22 @@ def test_types_raise_type_error_values_value_error(train, kw, exc, name):
 
 def test_settings_objects_are_validated_once_and_pick_the_driver(train):
     s = bmc.inference.Gibbs(
-        num_warmup=2, num_samples=4, thinning=2, num_chains=2, column_moves=True
+        num_warmup=2,
+        num_samples=4,
+        thinning=2,
+        num_chains=2,
+        column_moves=True,
+        column_moves_every=1,
     )
     f = bmc.fit(train, 2, method=s, progress_bar=False)
     assert isinstance(f, bmc.inference.GibbsFit) and f.info.settings is s and f.num_kept == 2
-    # column_moves=None (the default) is resolved for the prior: a copy, the rest as given
+    # column_moves=None and column_moves_every=None (the defaults) are resolved for the
+    # prior: a copy, the rest as given
     auto = bmc.inference.Gibbs(num_warmup=2, num_samples=4, thinning=2, num_chains=2)
     g = bmc.fit(train, 2, method=auto, prior=bmc.priors.Fixed(), progress_bar=False)
     assert (
-        g.info.settings.as_dict() == {**auto.as_dict(), "column_moves": False}
+        g.info.settings.as_dict()
+        == {**auto.as_dict(), "column_moves": False, "column_moves_every": 1}
         and auto.column_moves is None
     )
     v = bmc.fit(train, 2, method=bmc.inference.VB(max_iter=3), progress_bar=False)

@@ -195,8 +195,8 @@ RUN = dict(
 
 def test_fused_moves_through_fit_kernel_cli_and_errors(tiny_ratings):
     run = RUN
-    fused = bmc.fit(tiny_ratings, **run, fuse_column_moves=True)
-    end = bmc.fit(tiny_ratings, **run)
+    fused = bmc.fit(tiny_ratings, **run)  # the default
+    end = bmc.fit(tiny_ratings, **run, fuse_column_moves=False)
     assert fused.info.settings.fuse_column_moves is True
     assert end.info.settings.fuse_column_moves is False
     assert np.all(np.isfinite(fused.samples["gamma"]))
@@ -228,8 +228,30 @@ def test_fused_moves_through_fit_kernel_cli_and_errors(tiny_ratings):
             bmc.inference.ConjugateGibbs(fuse_column_moves=bad)
     from bmczoo.cli.parser import build_parser
 
-    args = build_parser().parse_args(["fit", "--data", "x.csv", "--fuse-column-moves"])
-    assert args.fuse_column_moves is True
+    args = build_parser().parse_args(["fit", "--data", "x.csv", "--no-fuse-column-moves"])
+    assert args.fuse_column_moves is False
+
+
+@pytest.mark.parametrize(
+    "prior, every", [(bmc.priors.Discrete(1.0, 0.3, 0.05), 4), (bmc.priors.InverseGamma(), 1)]
+)
+def test_default_schedule_is_the_priors(tiny_ratings, prior, every):
+    """``column_moves_every=None`` (the default) is the prior's ``column_moves_every``:
+    the fit records it and draws as with it given; given, it overrides the prior's."""
+    run = {**RUN, "prior": prior, "num_warmup": 2}
+    default = bmc.fit(tiny_ratings, **run)
+    given = bmc.fit(tiny_ratings, **run, column_moves_every=every, fuse_column_moves=True)
+    assert default.info.settings.column_moves_every == every == prior.column_moves_every
+    for k in default.samples:
+        np.testing.assert_array_equal(np.asarray(default.samples[k]), np.asarray(given.samples[k]))
+    other = bmc.fit(tiny_ratings, **run, column_moves_every=every + 1)
+    assert other.info.settings.column_moves_every == every + 1
+    if every == 1:  # the scale walk is accepted on this problem (the flips need not be)
+        assert not np.array_equal(np.asarray(other.samples["M"]), np.asarray(default.samples["M"]))
+    assert SweepOptions().for_prior(prior).column_moves_every == every
+    assert bmc.inference.Gibbs().column_moves_every is None  # resolved per prior by fit
+    plain = bmc.fit(tiny_ratings, **{**run, "prior": bmc.priors.Fixed()})
+    assert plain.info.settings.column_moves is False
 
 
 def test_checkpoint_of_fused_moves(tiny_ratings, tmp_path):

@@ -246,7 +246,7 @@ def _fit_gibbs_options(f) -> None:
         "--column-moves",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="gibbs: end each sweep with the moves that change gamma_h together with its column "
+        help="gibbs: add to each sweep the moves that change gamma_h together with its column "
         "(the discrete prior's aimed spike/slab flip, the continuous priors' scale walk); "
         "--no-column-moves: the paper's plain sweep (default: the moves wherever the prior has "
         "one)",
@@ -255,15 +255,17 @@ def _fit_gibbs_options(f) -> None:
         "--fuse-column-moves",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="gibbs: run the column moves inside the sweep, reusing its sparse products "
-        "(faster; other draws, equally exact; default: at the end of the sweep)",
+        help="gibbs: run the column moves inside the sweep, reusing its sparse products (the "
+        "default); --no-fuse-column-moves: at the end of the sweep (slower; other draws, equally "
+        "exact)",
     )
     f.add_argument(
         "--column-moves-every",
         type=int,
         default=None,
         metavar="S",
-        help="gibbs: run the column moves every S sweeps (default 1: every sweep)",
+        help="gibbs: run the column moves every S sweeps (default: the prior's, every fourth "
+        "sweep for the discrete prior, every sweep for the others)",
     )
     f.add_argument(
         "--anneal-steps",
@@ -467,8 +469,8 @@ def _add_reproduce(sub) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="the Gibbs fits of the discrete, inverse-gamma and gamma priors end each sweep with "
-        "the column moves (bmc.fit's default); --no-column-moves: the paper's plain sweep for "
-        "every prior, cached apart from the runs with the moves",
+        "the column moves; --no-column-moves: the paper's plain sweep for every prior, cached "
+        "apart from the runs with the moves",
     )
     _add_debug_option(r)
     r.set_defaults(func=cmd_reproduce)

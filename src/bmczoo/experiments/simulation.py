@@ -78,7 +78,7 @@ def run_simulation_cell(
     progress_bar : bool
         The sampler's progress bar.
     column_moves : bool
-        The column moves for the priors that have one (``bmc.fit``'s default); False:
+        The column moves (at the end of every sweep) for the priors that have one; False:
         the paper's plain sweep.
 
     Returns

@@ -181,8 +181,8 @@ class Settings:
     seeds : the simulated datasets (one unit per seed; MovieLens uses seed 0 only).
     num_warmup, num_samples, thinning : the Gibbs chains.
     vb_max_iter : the VB iterations.
-    column_moves : the Gibbs fits of priors with column moves run them (True, the
-        default, as ``bmc.fit``); False: the paper's plain sweep for every prior
+    column_moves : the Gibbs fits of priors with column moves run them at the end of
+        every sweep (True, the default); False: the paper's plain sweep for every prior
         (``reproduce --no-column-moves``).  Part of the cache key only when True, so the
         plain runs keep the keys they had before the setting existed.
     """

@@ -152,14 +152,23 @@ def check_spike_and_slab(prior) -> None:
         )
 
 
-def check_column_moves_every(value) -> int:
-    """``column_moves_every``: the column moves run every that many sweeps (an int >= 1)."""
-    return check_int("column_moves_every", value, minimum=1)
+def check_column_moves_every(value) -> int | None:
+    """``column_moves_every``: the column moves run every that many sweeps (an int >= 1;
+    None: the prior's :attr:`~bmczoo.priors.Prior.column_moves_every`)."""
+    return None if value is None else check_int("column_moves_every", value, minimum=1)
 
 
 def resolve_column_moves(value, prior) -> bool:
     """``column_moves`` for ``prior``: None means where the prior has a column move."""
     return bool(prior.has_column_move) if value is None else bool(value)
+
+
+def resolve_column_moves_every(value, prior) -> int:
+    """``column_moves_every`` for ``prior``: None means the prior's own schedule (1 without
+    a prior)."""
+    if value is not None:
+        return value
+    return 1 if prior is None else int(getattr(prior, "column_moves_every", 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,20 +183,22 @@ class SweepOptions:
         Adler's over-relaxation of the row draws, in (-1, 1); 0 is plain Gibbs.
     column_moves : bool or None
         The moves that change ``gamma_h`` with its column; None: wherever the prior has one.
-    column_moves_every : int
-        Sweeps between two rounds of column moves (1: every sweep).
+    column_moves_every : int or None
+        Sweeps between two rounds of column moves (1: every sweep); None: the prior's
+        :attr:`~bmczoo.priors.Prior.column_moves_every` (4 for the discrete prior, else 1).
     fuse_column_moves : bool
         Run each side's column moves inside the sweep, between the sparse products of its
-        half sweep and its draw (they reuse those products: the moves cost no pass over
-        the ratings); False: at the end of the sweep.  Both are exact; their draws differ.
+        half sweep and its draw (the default: they reuse those products and cost no pass
+        over the ratings); False: at the end of the sweep.  Both are exact; their draws
+        differ.
     anneal_steps, anneal_every : int
         Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
     """
 
     overrelax: float = 0.0
     column_moves: bool | None = None
-    column_moves_every: int = 1
-    fuse_column_moves: bool = False
+    column_moves_every: int | None = None
+    fuse_column_moves: bool = True
     anneal_steps: int = 0
     anneal_every: int = 50
 
@@ -210,7 +221,8 @@ class SweepOptions:
 
     def for_prior(self, prior) -> "SweepOptions":
         """The options for ``prior``: ``column_moves=None`` resolved (True where the prior
-        has a column move); an error when ``prior`` lacks what an option needs."""
+        has a column move) and ``column_moves_every=None`` (the prior's schedule); an
+        error when ``prior`` lacks what an option needs."""
         if self.anneal_steps:
             check_spike_and_slab(prior)
         if self.column_moves and not prior.has_column_move:
@@ -219,9 +231,11 @@ class SweepOptions:
                 "needs a prior with column scales that defines column_proposal; None: the moves "
                 "where the prior has one)"
             )
-        if self.column_moves is not None:
-            return self
-        return dataclasses.replace(self, column_moves=resolve_column_moves(None, prior))
+        return dataclasses.replace(
+            self,
+            column_moves=resolve_column_moves(self.column_moves, prior),
+            column_moves_every=resolve_column_moves_every(self.column_moves_every, prior),
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -235,10 +249,11 @@ class Gibbs(Settings):
     together with its column (docs/algorithms.md, "Column moves"; priors that define
     ``column_proposal``: the discrete, inverse-gamma and gamma priors); None (the
     default): on wherever the prior has a move, the plain sweep for the others; False:
-    the paper's plain sweep; ``column_moves_every``: the moves end every that many sweeps
-    (1, the default: every sweep); ``fuse_column_moves``: the moves run inside the sweep
-    instead, each side's between its sparse products and its draw, reusing them (False,
-    the default: at its end; both exact, different draws); ``anneal_steps`` > 0 (the discrete prior): every
+    the paper's plain sweep; ``column_moves_every``: the moves run every that many sweeps
+    (None, the default: the prior's schedule, every fourth sweep for the discrete prior and
+    every sweep for the others); ``fuse_column_moves``: the moves run inside the sweep,
+    each side's between its sparse products and its draw, reusing them (True, the default;
+    False: at its end; both exact, different draws); ``anneal_steps`` > 0 (the discrete prior): every
     ``anneal_every`` sweeps, one spike/slab switch annealed over that many steps
     (:func:`bmczoo.inference.gibbs.annealed_switch`; 0, the default: none);
     ``init_gamma``: starting gamma (default the prior's); ``track``: entries
@@ -261,10 +276,11 @@ class Gibbs(Settings):
         Adler's over-relaxation of the row draws, in (-1, 1); 0 is plain Gibbs.
     column_moves : bool or None
         The moves that change ``gamma_h`` with its column; None: wherever the prior has one.
-    column_moves_every : int
-        Sweeps between two rounds of column moves (1: every sweep).
+    column_moves_every : int or None
+        Sweeps between two rounds of column moves (1: every sweep; None: the prior's).
     fuse_column_moves : bool
-        The column moves inside the sweep, reusing its sparse products (False: at its end).
+        The column moves inside the sweep, reusing its sparse products (the default; False:
+        at its end).
     anneal_steps, anneal_every : int
         Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
     init_gamma : optional
@@ -288,8 +304,8 @@ class Gibbs(Settings):
     chain_method: str = "vectorized"
     overrelax: float = 0.0
     column_moves: bool | None = None
-    column_moves_every: int = 1
-    fuse_column_moves: bool = False
+    column_moves_every: int | None = None
+    fuse_column_moves: bool = True
     anneal_steps: int = 0
     anneal_every: int = 50
     init_gamma: Any = None
@@ -307,11 +323,19 @@ class Gibbs(Settings):
         return self._sweep_options
 
     def for_prior(self, prior) -> "Gibbs":
-        """``column_moves=None`` resolved: True where ``prior`` has a column move."""
+        """``column_moves=None`` resolved (True where ``prior`` has a column move) and
+        ``column_moves_every=None`` (the prior's schedule)."""
         options = self.sweep_options.for_prior(prior)
-        if self.column_moves is not None:
+        if (options.column_moves, options.column_moves_every) == (
+            self.column_moves,
+            self.column_moves_every,
+        ):
             return self
-        return dataclasses.replace(self, column_moves=options.column_moves)
+        return dataclasses.replace(
+            self,
+            column_moves=options.column_moves,
+            column_moves_every=options.column_moves_every,
+        )
 
     def __post_init__(self):
         _check_mcmc(self)

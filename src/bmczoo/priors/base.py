@@ -313,6 +313,11 @@ class Prior(abc.ABC):
     #: step of the log-scale random walk of :meth:`log_walk_proposal`
     column_step: ClassVar[float] = 0.5
 
+    #: sweeps between two rounds of column moves when ``column_moves_every`` is not given
+    #: (:class:`~bmczoo.inference.Gibbs`); a prior whose moves mix its rank with fewer rounds
+    #: sets it higher
+    column_moves_every: ClassVar[int] = 1
+
     def log_walk_proposal(self, gamma: jax.Array, z: jax.Array, d: int):
         """The column proposal of a continuous prior: ``gamma' = gamma exp(step z)`` with
         ``s = sqrt(gamma'/gamma)``; ``log_ratio = log p(gamma') - log p(gamma) + log gamma'

@@ -99,15 +99,16 @@ class ConjugateGibbs(MCMCKernel):
     overrelax : float
         Coefficient in (-1, 1) of the over-relaxed row updates (0: plain Gibbs draws).
     column_moves : bool or None
-        End each sweep with the column moves (:func:`bmczoo.inference.gibbs.column_moves`);
+        Add the column moves to each sweep (:func:`bmczoo.inference.gibbs.fused_moves`);
         None (the default): wherever the prior has a move
         (:attr:`~bmczoo.priors.Prior.has_column_move`); False: the paper's plain sweep.
-    column_moves_every : int
-        Sweeps between two rounds of column moves (default 1: every sweep).
+    column_moves_every : int or None
+        Sweeps between two rounds of column moves (1: every sweep); None (the default): the
+        prior's :attr:`~bmczoo.priors.Prior.column_moves_every` (4 for the discrete prior).
     fuse_column_moves : bool
         Run the column moves inside the sweep, each side's between the sparse products of
-        its half sweep and its draw, reusing them (:func:`bmczoo.inference.gibbs.fused_moves`);
-        False (the default): at the end of the sweep.
+        its half sweep and its draw, reusing them (:func:`bmczoo.inference.gibbs.fused_moves`;
+        True, the default); False: at the end of the sweep.
     anneal_steps, anneal_every : int
         The annealed spike/slab switch of the discrete prior
         (:func:`bmczoo.inference.gibbs.annealed_switch`): its number of steps (0, the
@@ -137,8 +138,8 @@ class ConjugateGibbs(MCMCKernel):
         column_moves: bool | None = None,
         anneal_steps: int = 0,
         anneal_every: int = 50,
-        column_moves_every: int = 1,
-        fuse_column_moves: bool = False,
+        column_moves_every: int | None = None,
+        fuse_column_moves: bool = True,
     ):
         self._model = model
         self._num_samples = num_samples

@@ -18,7 +18,7 @@ from ...data import RatingData
 from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import CSR, csr_from_view, device_array
-from ..settings import SweepOptions, resolve_column_moves
+from ..settings import SweepOptions, resolve_column_moves, resolve_column_moves_every
 
 __all__ = [
     "GibbsProblem",
@@ -329,7 +329,11 @@ def build_problem(
         ),
         **_latent_data(likelihood, ratings, dtype),
         schedule=Schedule(*(int(v) for v in schedule)),
-        options=dataclasses.replace(options, column_moves=column_moves),
+        options=dataclasses.replace(
+            options,
+            column_moves=column_moves,
+            column_moves_every=resolve_column_moves_every(options.column_moves_every, prior),
+        ),
         dims=(int(m1), int(m2)),
         mesh=mesh,
         likelihood=likelihood,
