@@ -1,7 +1,7 @@
 """The discrete prior's rank on MovieLens 100K: plain Gibbs vs Gibbs with column moves.
 
     python benchmarks/rank_movielens.py [--data PATH] [--chains 2] [--warmup 100] [--samples 900]
-                                        [--samplers plain,moves] [--K 10] [--start slab|spike|slab:r]
+                                        [--samplers plain,moves,default,anneal] [--K 10] [--start slab|spike|slab:r]
                                         [--dtype float32|float64] [--anneal-steps 50] [--anneal-every 10]
 
 The README's split (``compare_peers.load_split``, seed 0, 80/20), the paper's
@@ -10,8 +10,9 @@ Per sampler: test RMSE (the test entries predicted during the run), the rank pos
 (threshold sqrt(C eps)), each chain's mode and mean count, the R-hat of the active-column
 count (n/a when every chain is constant) and the wall seconds of the fit (compilation
 included).  ``moves`` runs the column moves at the end of every sweep
-(``fuse_column_moves=False``, ``column_moves_every=1``, the sampler of the documented runs,
-whatever ``bmc.fit``'s defaults).  The sampler ``anneal`` is ``moves`` plus the annealed spike/slab switch
+(``fuse_column_moves=False``, ``column_moves_every=1``), ``default`` as ``bmc.fit`` does
+by default (inside the sweep, every fourth sweep for this prior).  The sampler ``anneal``
+is ``moves`` plus the annealed spike/slab switch
 (``anneal_steps``/``anneal_every``, :func:`bmczoo.inference.gibbs.annealed_switch`); per
 chain the number of sweeps at which its count changed (after warm-up) is printed too, and
 for ``anneal`` the accepted and attempted switches (warm-up included, ``fit.run_stats()``).
@@ -56,7 +57,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--samples", type=int, default=900)
-    ap.add_argument("--samplers", default="plain,moves")
+    ap.add_argument(
+        "--samplers", default="plain,moves", help="comma-separated: plain, moves, default, anneal"
+    )
     ap.add_argument("--K", type=int, default=10)
     ap.add_argument(
         "--start",
@@ -109,8 +112,7 @@ def main(argv=None) -> int:
             progress_bar=False,
             seed=0,
             column_moves=(sampler != "plain"),
-            column_moves_every=1,
-            fuse_column_moves=False,
+            **({} if sampler == "default" else dict(column_moves_every=1, fuse_column_moves=False)),
             **anneal,
             test=test,  # predicted during the run: long chains store no factor draws
             dtype=a.dtype,
@@ -127,7 +129,7 @@ def main(argv=None) -> int:
         changes = [int(np.sum(np.diff(c) != 0)) for c in counts]
         r_hat = mix["r_hat"]
         print(
-            f"{sampler:>6s}: test RMSE {fit.rmse(test):.4f}; P(r), r = 0..{a.K}: "
+            f"{sampler:>7s}: test RMSE {fit.rmse(test):.4f}; P(r), r = 0..{a.K}: "
             + " ".join(f"{p:.2f}" for p in law)
             + f"; chain modes {','.join(map(str, mix['chain_modes']))}"
             + f" (means {','.join(f'{v:.2f}' for v in mix['chain_means'])}); R-hat "
