@@ -53,6 +53,7 @@ def main(argv=None) -> int:
         "--sweeps", type=int, default=500, help="Gibbs: warm-up 100 + the rest kept (default 500)"
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--chains", type=int, default=1, help="Gibbs chains (default 1)")
     ap.add_argument(
         "--no-column-moves",
         action="store_true",
@@ -65,7 +66,8 @@ def main(argv=None) -> int:
     train = bmc.RatingData(rows[tr], cols[tr], vals[tr], shape)
     test = bmc.RatingData(rows[te], cols[te], vals[te], shape)
     print(
-        f"{a.data}: {train.n} train / {test.n} test ratings, K={a.K}, Gibbs {a.sweeps} sweeps (100 warm-up)"
+        f"{a.data}: {train.n} train / {test.n} test ratings, K={a.K}, Gibbs {a.chains} chain(s) "
+        f"x {a.sweeps} sweeps (100 warm-up)"
     )
     print(
         f"\n| member | {' | '.join(f'{int(p * 100)}%' for p in PROBS)} | log pred. density | test RMSE |"
@@ -78,6 +80,7 @@ def main(argv=None) -> int:
                 num_warmup=100,
                 num_samples=a.sweeps - 100,
                 thinning=1,
+                num_chains=a.chains,
                 column_moves=False if a.no_column_moves else None,
             )
             if kw["method"] == "gibbs"
