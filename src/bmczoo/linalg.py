@@ -80,6 +80,7 @@ __all__ = [
     "outer",
     "pack_upper",
     "unpack_upper",
+    "packed_position",
 ]
 
 #: dense operands of the sparse products are padded to a multiple of this many columns
@@ -334,8 +335,10 @@ def outer(F: jax.Array) -> jax.Array:
 
 
 @functools.lru_cache(maxsize=None)
-def _packed_position(K: int) -> np.ndarray:
-    """(K, K) position of entry ``(i, j)`` in the packed upper triangle (symmetric)."""
+def packed_position(K: int) -> np.ndarray:
+    """(K, K) position of entry ``(i, j)`` in the packed upper triangle of
+    :func:`pack_upper` (symmetric): ``G[..., packed_position(K)[h]]`` is column ``h`` of
+    the matrix packed in ``G``."""
     iu, ju = np.triu_indices(K)
     pos = np.zeros((K, K), dtype=np.int64)
     pos[iu, ju] = np.arange(iu.size)
@@ -361,7 +364,7 @@ def unpack_upper(G: jax.Array, K: int) -> jax.Array:
     One gather with a constant index along the last axis (measured faster on CPU than
     assembling the rows from static slices).
     """
-    pos = _packed_position(K).reshape(-1)
+    pos = packed_position(K).reshape(-1)
     return jnp.take(G, pos, axis=-1).reshape(*G.shape[:-1], K, K)
 
 

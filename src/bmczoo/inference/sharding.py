@@ -262,6 +262,13 @@ def link_specs(links: dict, layout: dict[str, str]) -> dict:
     return {k: P() if layout[k] == "replicated" else P(AXIS) for k in links}
 
 
+def move_draw_specs(draws: dict) -> dict:
+    """Partition specs of one side's column-move draws (``columns._move_draws``): the
+    per-row normals ``z``, ``z2`` (C, K, rows) split by rows, as the rows' own normals;
+    the per-column numbers replicated."""
+    return {name: P(None, None, AXIS) if name in ("z", "z2") else P() for name in draws}
+
+
 def local_links(links: dict) -> dict:
     """Inside ``shard_map``: the device's own link arrays (a sparse block without its
     leading axis, :func:`local_csr`; the others as they are)."""

@@ -18,7 +18,7 @@ from jax import lax
 from ... import _rng
 from ...priors import Prior
 from .. import sharding as sh
-from ...linalg import CSR, _packed_position, unpack_upper
+from ...linalg import CSR, packed_position, unpack_upper
 from .rows import FactorRows, FusedMoves, Side, row_sums, transform_sums
 from .state import GibbsProblem, GibbsState, padded_dims
 
@@ -225,10 +225,7 @@ def _sharded_column_moves(problem: GibbsProblem, x: FactorRows, gamma, tb, draws
     d1, d2 = draws
     f, r = jax.sharding.PartitionSpec(None, sh.AXIS, None), jax.sharding.PartitionSpec()
     v = jax.sharding.PartitionSpec(None, sh.AXIS)
-    dspec = {
-        name: jax.sharding.PartitionSpec(None, None, sh.AXIS) if name in ("z", "z2") else r
-        for name in d1
-    }
+    dspec = sh.move_draw_specs(d1)
     comm = sh.sharded_comm(problem.dims)
 
     def body(rows, cols, x, gamma, tb, draws):
@@ -476,7 +473,7 @@ def _plain_fused(own, gamma, sums0, tb, draws: dict, move: ColumnMove):
     Returns the new ``own``, the diagonal (C, K) of ``T`` and ``gamma``."""
     Gp, Y, S0 = sums0
     C, _, K = own.shape
-    pos = _packed_position(K)  # column h of G0_i = Gp[..., pos[h]] (symmetric)
+    pos = packed_position(K)  # column h of G0_i = Gp[..., pos[h]] (symmetric)
     prior, m_other, psum = move.prior, move.m_other, move.psum
     g2, log_s, log_r = prior.column_proposal(gamma, draws["zq"], move.d)
     base = log_r + _flip_log_prior(gamma, g2, log_s, jnp.diagonal(S0, axis1=1, axis2=2), m_other)

@@ -412,11 +412,8 @@ def _sharded_factors(problem, state, prior, rows_normals, precisions, flags, mov
         cond = (prior.row_priors(state.prior_state), tb, inv_var)
     spec, move_arrays = (None, None) if moves is None else moves
     move_spec = None
-    if moves is not None:  # the moves' row draws split by rows, as the rows' normals
-        draw_spec = {
-            name: jax.sharding.PartitionSpec(None, None, sh.AXIS) if name in ("z", "z2") else r
-            for name in move_arrays[1][0]
-        }
+    if moves is not None:
+        draw_spec = sh.move_draw_specs(move_arrays[1][0])
         move_spec = (r, (draw_spec, draw_spec), None if move_arrays[2] is None else r)
 
     def body(rows, cols, x, z, cond, links, move_arrays):
