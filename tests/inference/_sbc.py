@@ -281,7 +281,8 @@ def run_sbc(
 ) -> SBCResult:
     """SBC of the Gibbs sampler (float64; call under ``jax.enable_x64``).
 
-    ``column_moves=None``: the moves where the prior has one (``bmc.fit``'s default);
+    ``column_moves=None``: the moves where the prior has one, inside the sweep and on the
+    prior's schedule (``bmc.fit``'s default);
     ``anneal_steps``/``anneal_every``: the annealed spike/slab switch.  ``sampler_prior``
     and ``sampler_likelihood`` (default ``prior``, ``likelihood``) are what the sampler is
     given (wrong variants for the power checks); the truth always comes from ``prior`` and
@@ -307,6 +308,7 @@ def run_sbc(
         options=SweepOptions(
             column_moves=bool(moves), anneal_steps=anneal_steps, anneal_every=anneal_every
         ),
+        prior=sampler_prior,  # its schedule of moves (Prior.column_moves_every)
     )
     truth = prior_draws(design, prior, likelihood, num_replications, seed)
     ps_true = {k: truth[k] for k in ("gamma", "Lambda_M") if k in truth}

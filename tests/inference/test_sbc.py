@@ -18,7 +18,7 @@ wrong kernel of ``test_column_moves.py``'s power check) must fail, as must a lea
 noise block with shape ``a + n`` instead of ``a + n/2`` (``test_geweke_components.py``).
 
 The samplers run as each prior's default (``bmc.fit``'s ``column_moves=None``: the moves
-where the prior has one), and the discrete prior once more with the annealed spike/slab
+where the prior has one, inside the sweep, every fourth sweep for the discrete prior), and the discrete prior once more with the annealed spike/slab
 switch added as ``bmc.fit(anneal_steps=5, anneal_every=2)`` runs it (after the moves,
 every other sweep).  The switch without the moves (the plain sweep, a 5-step switch
 every sweep) does not calibrate here: from the slab start it keeps too many columns in
