@@ -245,7 +245,7 @@ class Gibbs(Settings):
     ``num_warmup + num_samples`` sweeps per chain, every ``thinning``-th post-warm-up draw
     kept; ``chain_method`` as in NumPyro's ``MCMC`` (``"vectorized"`` advances all chains
     in one batched sweep); ``overrelax`` in (-1, 1): Adler over-relaxed row updates (0:
-    plain Gibbs); ``column_moves``: end each sweep with the moves that change ``gamma_h``
+    plain Gibbs); ``column_moves``: add to each sweep the moves that change ``gamma_h``
     together with its column (docs/algorithms.md, "Column moves"; priors that define
     ``column_proposal``: the discrete, inverse-gamma and gamma priors); None (the
     default): on wherever the prior has a move, the plain sweep for the others; False:

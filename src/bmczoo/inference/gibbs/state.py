@@ -291,9 +291,11 @@ def build_problem(
     ``entries`` (:class:`Entries`) the requested entries, test values and tracked entries;
     ``schedule`` (:class:`Schedule`) the warm-up, thinning and number of sweeps.
     ``options`` (:class:`~bmczoo.inference.settings.SweepOptions`, checked when built; the
-    default: the plain sweep) over-relaxes the row updates, ends sweeps with the column
-    moves of :func:`~bmczoo.inference.gibbs.column_moves` (``column_moves=None``: where
-    ``prior`` has one) and adds the annealed spike/slab switch
+    default: the plain sweep) over-relaxes the row updates, adds the column moves
+    (:func:`~bmczoo.inference.gibbs.fused_moves` inside the sweep, or
+    :func:`~bmczoo.inference.gibbs.column_moves` at its end; ``column_moves=None``: where
+    ``prior`` has one; ``column_moves_every=None``: on ``prior``'s schedule, every sweep
+    without a prior) and adds the annealed spike/slab switch
     (:func:`~bmczoo.inference.gibbs.annealed_switch`).  ``mesh`` (a
     :class:`jax.sharding.Mesh` or a list of devices) shards the sweep.  ``likelihood`` (a
     learned ``tau`` gets its block; ``tau`` is then its starting value) and ``biases`` (a
