@@ -19,7 +19,7 @@ from bmczoo.inference import gibbs
 from bmczoo.inference.gibbs import anneal
 from bmczoo.inference.settings import SweepOptions
 
-from .test_column_moves import DISCRETE, column_geweke
+from .test_column_moves import DISCRETE, TINY_RUN, column_geweke
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -93,17 +93,7 @@ def test_geweke_annealed_switch_long():
 
 # --------------------------------------------------------------------------- schedule, settings
 def _fit(data, **kw):
-    run = dict(
-        K=2,
-        prior=bmc.priors.Discrete(1.0, 0.3, 0.05),
-        num_warmup=3,
-        num_samples=6,
-        thinning=1,
-        num_chains=2,
-        progress_bar=False,
-        seed=3,
-    )
-    return bmc.fit(data, **{**run, **kw})
+    return bmc.fit(data, **{**TINY_RUN, **kw})
 
 
 def test_switch_runs_every_anneal_every_sweeps(tiny_ratings, tmp_path):

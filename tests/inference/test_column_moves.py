@@ -37,6 +37,19 @@ pytestmark = pytest.mark.usefixtures("x64")
 
 DISCRETE = gw.PRIORS["discrete"]  # Discrete(C=2, p=0.4, eps=0.3), K = 2, 6 x 5, 15 ratings
 
+#: a short ``bmc.fit`` of ``tiny_ratings`` (the settings tests of the moves, their
+#: schedule, the annealed switch and the moves inside the sweep)
+TINY_RUN = dict(
+    K=2,
+    prior=bmc.priors.Discrete(1.0, 0.3, 0.05),
+    num_warmup=3,
+    num_samples=6,
+    thinning=1,
+    num_chains=2,
+    progress_bar=False,
+    seed=3,
+)
+
 
 # --------------------------------------------------------------------------- exactness
 def test_column_log_marginal_matches_brute_force():
@@ -386,16 +399,7 @@ def test_moves_are_the_default_where_the_prior_has_one(tiny_ratings):
     ):
         assert bmc.inference.Gibbs().for_prior(prior).column_moves is on, prior
         assert bmc.inference.Gibbs(column_moves=False).for_prior(prior).column_moves is False
-    run = dict(
-        K=2,
-        prior=bmc.priors.Discrete(1.0, 0.3, 0.05),
-        num_warmup=3,
-        num_samples=6,
-        thinning=1,
-        num_chains=2,
-        progress_bar=False,
-        seed=3,
-    )
+    run = TINY_RUN
     default, moves, plain = (
         bmc.fit(tiny_ratings, **run, **kw)
         for kw in ({}, {"column_moves": True}, {"column_moves": False})

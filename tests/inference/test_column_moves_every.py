@@ -13,6 +13,8 @@ from bmczoo.inference import gibbs
 from bmczoo.inference.gibbs.columns import COLUMN_STREAM
 from bmczoo.inference.settings import SweepOptions
 
+from .test_column_moves import TINY_RUN
+
 pytestmark = pytest.mark.usefixtures("x64")
 
 
@@ -45,16 +47,7 @@ def test_moves_every_k_sweeps_equal_the_moves_by_hand(tiny_ratings, every):
 
 
 def test_schedule_through_fit_kernel_and_errors(tiny_ratings):
-    run = dict(
-        K=2,
-        prior=bmc.priors.Discrete(1.0, 0.3, 0.05),
-        num_warmup=3,
-        num_samples=6,
-        thinning=1,
-        num_chains=2,
-        progress_bar=False,
-        seed=3,
-    )
+    run = TINY_RUN
     every2 = bmc.fit(tiny_ratings, **run, column_moves_every=2)
     assert every2.info.settings.column_moves_every == 2
     every1 = bmc.fit(tiny_ratings, **run, column_moves_every=1)

@@ -180,17 +180,8 @@ def test_geweke_detects_untransformed_sums(monkeypatch):
 
 
 # --------------------------------------------------------------------------- settings
-#: a short fit of the tiny problem
-RUN = dict(
-    K=2,
-    prior=bmc.priors.InverseGamma(),
-    num_warmup=3,
-    num_samples=6,
-    thinning=1,
-    num_chains=2,
-    progress_bar=False,
-    seed=3,
-)
+#: a short fit of the tiny problem, with the inverse-gamma prior
+RUN = {**tcm.TINY_RUN, "prior": bmc.priors.InverseGamma()}
 
 
 def test_fused_moves_through_fit_kernel_cli_and_errors(tiny_ratings):

@@ -168,7 +168,7 @@ def resolve_column_moves_every(value, prior) -> int:
     a prior)."""
     if value is not None:
         return value
-    return 1 if prior is None else int(getattr(prior, "column_moves_every", 1))
+    return 1 if prior is None else int(prior.column_moves_every)
 
 
 @dataclasses.dataclass(frozen=True)
