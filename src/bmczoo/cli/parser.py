@@ -323,7 +323,8 @@ def _fit_output_options(f) -> None:
         choices=["auto", "yes", "no"],
         default=None,
         help="gibbs/nuts: keep the factor draws M, N (needed by recommend, fold-in and "
-        "predictions at new entries from a saved model; default auto: when they take < 256 MiB)",
+        "predictions at new entries from a saved model; default auto: when they take < 256 MiB, "
+        "a feature link's B and the biases counted)",
     )
     f.add_argument(
         "--overwrite",

@@ -258,7 +258,9 @@ class Gibbs(Settings):
     (:func:`bmczoo.inference.gibbs.annealed_switch`; 0, the default: none);
     ``init_gamma``: starting gamma (default the prior's); ``track``: entries
     whose theta is kept per draw (a number of random training entries, or (rows, cols));
-    ``store_factors``: keep M, N of each kept draw (``"auto"``: when they take < 256 MiB);
+    ``store_factors``: keep M, N of each kept draw, with the biases, a feature link's ``B``
+    and feature-driven biases' weights (``"auto"``: when those of all kept draws of all
+    chains take < 256 MiB);
     ``checkpoint``/``checkpoint_every``: save and resume (``.npz``); ``devices``: shard
     each sweep over these devices.
 
@@ -288,7 +290,9 @@ class Gibbs(Settings):
     track : int or (rows, cols)
         Entries whose theta is kept per draw.
     store_factors : bool or "auto"
-        Keep ``M``, ``N`` of each kept draw.
+        Keep ``M``, ``N`` of each kept draw (and the other draws of a factor's size: the
+        biases, a feature link's ``B``, feature-driven biases' weights); ``"auto"``: when
+        they take < 256 MiB for all kept draws of all chains.
     checkpoint : str or os.PathLike, optional
         Checkpoint file (``.npz``).
     checkpoint_every : int

@@ -11,6 +11,7 @@ sharded run, and the draws collected so far.
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import jax
@@ -305,17 +306,21 @@ def _init_gamma(s: st.Gibbs, K: int, dtype):
     return jnp.broadcast_to(jnp.asarray(np.broadcast_to(g, (K,)), dtype), (s.num_chains, K))
 
 
-def _store_factors(s: st.Gibbs, shape, K: int, dtype) -> bool:
+def _store_factors(s: st.Gibbs, core, problem) -> bool:
+    """``store_factors`` resolved: ``"auto"`` keeps the factor-sized draws (``M``, ``N``,
+    the biases, a feature link's ``B``, feature-driven biases' weights: what
+    :func:`gibbs.draws` adds with the factors) when those of all kept draws of all chains
+    take less than :data:`_STORE_FACTORS_BUDGET`."""
     if s.store_factors != "auto":
         return bool(s.store_factors)
-    size = (
-        s.num_chains
-        * (s.num_samples // s.thinning)
-        * (shape[0] + shape[1])
-        * K
-        * jnp.dtype(dtype).itemsize
+    with_factors, without = (
+        jax.eval_shape(functools.partial(gibbs.draws, store_factors=f), core, problem)
+        for f in (True, False)
     )
-    return size < _STORE_FACTORS_BUDGET
+    per_draw = sum(
+        math.prod(v.shape) * v.dtype.itemsize for k, v in with_factors.items() if k not in without
+    )
+    return (s.num_samples // s.thinning) * per_draw < _STORE_FACTORS_BUDGET
 
 
 def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
@@ -368,7 +373,7 @@ def _checkpoint_settings(prep: Prepared, info: FitInfo, track, store: bool, gamm
     )
 
 
-def _gibbs_chains(prep: Prepared, info: FitInfo, track, store: bool, progress_bar: bool):
+def _gibbs_chains(prep: Prepared, info: FitInfo, track, progress_bar: bool):
     """The chains of NumPyro's ``MCMC`` with the conjugate kernel (the same keys, hence the
     same draws up to the rounding of another compilation: docs/scaling.md, "Compilation")
     run by :func:`run_gibbs`: one compiled program for warm-up and sampling, a progress
@@ -395,6 +400,7 @@ def _gibbs_chains(prep: Prepared, info: FitInfo, track, store: bool, progress_ba
             return _xla.compile(init.lower(extra))(extra)
     else:
         core = init(extra)
+    store = _store_factors(s, core, problem)
     settings = _checkpoint_settings(prep, info, track, store, gamma0)
     return run_gibbs(
         core,
@@ -412,8 +418,7 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
     """Conjugate Gibbs (:class:`~bmczoo.inference.settings.Gibbs`)."""
     s: st.Gibbs = info.settings
     track = track_entries(prep.train, s.track, info.seed)
-    store = _store_factors(s, info.shape, info.K, info.dtype)
-    core, samples, timings = _gibbs_chains(prep, info, track, store, progress_bar)
+    core, samples, timings = _gibbs_chains(prep, info, track, progress_bar)
     gibbs.check_failure(core, dtype=info.dtype)
     C, stats = s.num_chains, core.stats
     pred_sum = np.asarray(stats.pred_sum, np.float64).reshape(C, -1)
