@@ -320,3 +320,21 @@ def test_sweep_residual_sum_matches_the_ratings(x64, K, use_bias):
             fit = fit + b2[ch, i] + c2[ch, j]
         want = np.sum((Y[i, j] - fit) ** 2) - np.sum(Y[i, j] ** 2)
         np.testing.assert_allclose(part[ch], want, rtol=1e-10, atol=1e-10)
+
+
+def test_features_product_equals_the_dense_product():
+    """``features_product`` (the NumPyro models' links) is ``X @ W`` without the dense
+    table, for tables with empty rows, vectors and matrices ``W``, and its gradient."""
+    from bmczoo.data import Features
+
+    rng = np.random.default_rng(0)
+    dense = rng.normal(size=(9, 6)) * (rng.random((9, 6)) < 0.4)
+    dense[[0, 4, 8]] = 0.0  # empty rows, first and last included
+    X = Features.from_dense(dense)
+    with jax.enable_x64(True):
+        for W in (rng.normal(size=6), rng.normal(size=(6, 3))):
+            W = jnp.asarray(W)
+            np.testing.assert_allclose(kr.features_product(X, W), dense @ W, rtol=1e-13, atol=1e-13)
+        G = rng.normal(size=(9, 3))
+        grad = jax.grad(lambda W: jnp.sum(kr.features_product(X, W) * G))(jnp.zeros((6, 3)))
+        np.testing.assert_allclose(grad, dense.T @ G, rtol=1e-13, atol=1e-13)

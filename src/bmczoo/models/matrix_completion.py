@@ -10,6 +10,7 @@ import numpyro.distributions as dist
 
 from .._checks import check_bool, check_K, check_positive_int, check_prior, check_ratings
 from ..likelihoods import Likelihood, Tempered
+from ..linalg import features_product
 from ..data import RatingData
 from ..offsets import Biases, get_biases
 from ..priors import Prior
@@ -179,7 +180,7 @@ def sample_biases(biases: Biases, m1: int, m2: int, ratings=None):
                 f"{side}_bias_w",
                 dist.Normal(0.0, jnp.sqrt(var / lam)).expand([X.n_features]).to_event(1),
             )
-            loc = jnp.asarray(X.to_dense()) @ w
+            loc = features_product(X, w)
         out.append(
             numpyro.sample(f"{side}_bias", dist.Normal(loc, jnp.sqrt(var)).expand([m]).to_event(1))
         )

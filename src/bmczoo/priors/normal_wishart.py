@@ -27,6 +27,7 @@ from ._wishart import (  # noqa: F401 - importable from here
     nw_vb_term,
     wishart_draw,
 )
+from ..linalg import features_product
 from .base import Prior, as_real_scalar, check_positive, set_fields
 
 __all__ = ["NormalWishart", "wishart_draw", "nw_posterior", "nw_vb_term"]
@@ -232,7 +233,7 @@ class NormalWishart(Prior):
                     .expand([X.n_features])
                     .to_event(1),
                 )
-                loc = mu + jnp.asarray(X.to_dense()) @ B
+                loc = mu + features_product(X, B)
             F = numpyro.sample(
                 side, dist.MultivariateNormal(loc, precision_matrix=Lam).expand([m]).to_event(1)
             )
