@@ -16,6 +16,7 @@ import numpy as np
 from ... import _rng
 from ...data import RatingData
 from ...priors import Prior
+from ...priors.macau.arrays import shared_link_arrays
 from .. import sharding as sh
 from ...linalg import CSR, csr_from_view, device_array
 from ..settings import SweepOptions, resolve_column_moves, resolve_column_moves_every
@@ -301,9 +302,8 @@ def build_problem(
     learned ``tau`` gets its block; ``tau`` is then its starting value) and ``biases`` (a
     :class:`~bmczoo.offsets.Biases` or None) are the model's other components.
     ``prior``: the arrays of its feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`;
-    docs/algorithms.md, "Feature links (side information)") are built from ``ratings`` (a
-    prior with a link must be given here).
-    """
+    docs/algorithms.md, "Feature links") are built from ``ratings`` (a linked prior must be
+    given here), once for a table the biases link too."""
     m1, m2 = ratings.shape
     likelihood = bind_likelihood(likelihood, ratings)
     latent = likelihood is not None and likelihood.latent
@@ -313,9 +313,10 @@ def build_problem(
             "implemented (drop devices=)"
         )
     entry_arrays = _entry_arrays(ratings, entries, dtype)
-    bias_links = _bias_links(biases, ratings, dtype, mesh)
-    mesh, rows, cols = _rating_blocks(ratings, dtype, mesh)
-    links = _links(prior, ratings, dtype, mesh)
+    with shared_link_arrays():  # a table linked by the prior and the biases: once
+        bias_links = _bias_links(biases, ratings, dtype, mesh)
+        mesh, rows, cols = _rating_blocks(ratings, dtype, mesh)
+        links = _links(prior, ratings, dtype, mesh)
     column_moves = (
         resolve_column_moves(options.column_moves, prior)
         if prior is not None

@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ... import _xla
+from ...priors.macau.arrays import shared_link_arrays
 from ..checkpoint import check_settings, load_npz, save_npz
 from ..gibbs import build_problem
 from ..results.levels import level_log_probs_np
@@ -182,8 +183,9 @@ class _Runs(Job):
             mesh=s.devices,
             likelihood=info.likelihood if latent else None,
         )
-        self.links = _links(prep, info, self.sharded)
-        self.bias_links = _bias_links(prep, info, self.sharded)
+        with shared_link_arrays():  # a table linked by the prior and the biases: once
+            self.links = _links(prep, info, self.sharded)
+            self.bias_links = _bias_links(prep, info, self.sharded)
         self.state = self.shard(_start(info, self.problem, self.links, self.bias_links))
         n_test = prep.test_values.shape[0]
         test_rc = [jnp.asarray(x[:n_test]) for x in (prep.pred_rows, prep.pred_cols)]

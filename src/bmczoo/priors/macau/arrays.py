@@ -5,6 +5,9 @@ basis is not formed: :mod:`.eigen`)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import threading
 from types import SimpleNamespace
 
 import jax
@@ -23,6 +26,39 @@ def _csr(indptr, index, values, shape, dtype):
     """A device CSR of the Gibbs hot path (:mod:`bmczoo.linalg`) for a sparse
     table given by rows."""
     return csr_from_view(SimpleNamespace(indptr=indptr, index=index, values=values), shape, dtype)
+
+
+class _Shared(threading.local):
+    cache: dict | None = None
+
+
+_SHARED = _Shared()
+
+
+@contextlib.contextmanager
+def shared_link_arrays():
+    """Inside the block, :func:`link_arrays` of equal tables (the same entries, dtype and
+    decomposition) is computed once: a fit whose prior and biases link the same table
+    (the users' implicit feedback, say) decomposes it once.  The arrays are kept only
+    until the outermost block ends."""
+    if _SHARED.cache is not None:
+        yield
+        return
+    _SHARED.cache = {}
+    try:
+        yield
+    finally:
+        _SHARED.cache = None
+
+
+def _fingerprint(X) -> tuple:
+    """What identifies a feature table's link arrays: its shape and a hash of its entries."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in (X.indptr, X.indices, X.values):
+        a = np.ascontiguousarray(a)
+        h.update(str(a.dtype).encode())
+        h.update(a.data)
+    return X.shape, h.hexdigest()
 
 
 def link_arrays(X, dtype, *, side: str = "rows", gram: bool | None = None) -> dict:
@@ -67,6 +103,16 @@ def link_arrays(X, dtype, *, side: str = "rows", gram: bool | None = None) -> di
     m, F = X.shape
     gram = eigen.use_gram(m, F) if gram is None else bool(gram)
     eigen.check_size(m, F, gram, side)
+    if _SHARED.cache is None:
+        return _link_arrays(X, dtype, gram)
+    key = (_fingerprint(X), np.dtype(dtype).name, gram)
+    if key not in _SHARED.cache:
+        _SHARED.cache[key] = _link_arrays(X, dtype, gram)
+    return dict(_SHARED.cache[key])
+
+
+def _link_arrays(X, dtype, gram: bool) -> dict:
+    m, F = X.shape
     order = np.argsort(X.indices, kind="stable")  # the entries grouped by feature: X^T by rows
     t_indptr = np.zeros(F + 1, np.int64)
     np.cumsum(np.bincount(X.indices, minlength=F), out=t_indptr[1:])
