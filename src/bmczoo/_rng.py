@@ -7,6 +7,10 @@ generated for the flattened index in both cases), so these wrappers change compi
 only: ``normal(key, (m, K))`` equals ``jax.random.normal(key, (m, K))`` bit for bit.
 Likewise :func:`draw_together` draws a function's small gamma and normal arrays in one call
 per kind instead of one per call site, with the same values.
+
+The gamma variates come from ``jax.random.gamma`` (``"jax"``, the default) or from
+:func:`standard_gamma` (``"one-hash"``: the same law, a third of the compile time, other
+values), as the sweep being traced selects (:func:`using_gamma_sampler`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["normal", "normals_together", "uniform", "gamma", "inverse_gamma", "draw_together"]
+__all__ = [
+    "normal",
+    "normals_together",
+    "uniform",
+    "gamma",
+    "inverse_gamma",
+    "draw_together",
+    "standard_gamma",
+    "GAMMA_SAMPLERS",
+    "using_gamma_sampler",
+]
 
 
 def normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
@@ -72,6 +86,18 @@ def normals_together(requests: list[tuple[jax.Array, int]], dtype) -> list[jax.A
     bits1, bits2 = threefry2x32_p.bind(
         jnp.concatenate(k1), jnp.concatenate(k2), jnp.zeros_like(lo), lo
     )
+    z = np.array(np.sqrt(2), dtype) * lax.erf_inv(_symmetric_unit(bits1, bits2, dtype))
+    out, at = [], 0
+    for C, n in sizes:
+        out.append(z[at : at + C * n].reshape(C, n))
+        at += C * n
+    return out
+
+
+def _unit(bits1, bits2, dtype) -> jax.Array:
+    """JAX's conversion of a threefry hash's two words to uniforms on ``[0, 1)`` of
+    ``dtype`` (their xor for 32-bit floats, both words for 64-bit ones)."""
+    dtype = jnp.dtype(dtype)
     finfo = jnp.finfo(dtype)
     nbits, nmant = finfo.bits, finfo.nmant
     if nbits == 32:
@@ -80,18 +106,130 @@ def normals_together(requests: list[tuple[jax.Array, int]], dtype) -> list[jax.A
         wide = np.uint64
         bits = (bits1.astype(wide) << wide(32)) | bits2.astype(wide)
     uint = bits.dtype
-    # jax.random.uniform on [nextafter(-1, 0), 1), then jax.random.normal's transform
     one = np.array(1.0, dtype).view(uint)
     floats = lax.bitcast_convert_type((bits >> uint.type(nbits - nmant)) | one, dtype)
+    return floats - np.array(1.0, dtype)
+
+
+def _symmetric_unit(bits1, bits2, dtype) -> jax.Array:
+    """``jax.random.uniform`` on ``[nextafter(-1, 0), 1)`` from a hash's words, as
+    ``jax.random.normal`` draws it before its ``sqrt(2) erfinv``."""
     low = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype), dtype=dtype)
     width = np.array(1.0, dtype) - low
-    u = lax.max(jnp.asarray(low), (floats - np.array(1.0, dtype)) * width + low)
-    z = np.array(np.sqrt(2), dtype) * lax.erf_inv(u)
-    out, at = [], 0
-    for C, n in sizes:
-        out.append(z[at : at + C * n].reshape(C, n))
-        at += C * n
-    return out
+    return lax.max(jnp.asarray(low), _unit(bits1, bits2, dtype) * width + low)
+
+
+#: the most rounds of :func:`standard_gamma`: a value not accepted by then (probability
+#: below ``0.05 ** 64`` for a finite shape) comes out NaN, a non-finite draw the sampler
+#: reports, rather than a loop that could run forever on a non-finite shape
+GAMMA_MAX_ROUNDS = 64
+
+
+def standard_gamma(key: jax.Array, a: jax.Array) -> jax.Array:
+    """``Gamma(a, 1)`` variates, one per value of the shape parameters ``a`` (of a floating
+    dtype), by Marsaglia and Tsang's method with one threefry hash per round.
+
+    ``jax.random.gamma`` draws the same law with a per-value rejection loop whose rounds
+    split keys and hash several times in sequence; XLA's CPU backend compiles that loop in
+    about a second per call site, this one in a third of it.  Round ``r`` hashes the key
+    with the counters ``(r, 3 i + j)``, ``j < 3``, for value ``i``: a normal and a uniform
+    for the proposal and its acceptance and, for ``a < 1``, the uniform ``U`` of
+    ``Gamma(a) = Gamma(a + 1) U^(1/a)``.  A value's draw depends only on the key, its index
+    and its shape, not on how many values are drawn with it (so
+    :func:`draw_together` gives each request the values of its own call).  A shape that is
+    not positive and finite gives NaN.  Keys of another generator than JAX's
+    partitionable threefry are drawn by ``jax.random.gamma``.
+    """
+    a = jnp.asarray(a)
+    if not _partitionable(key):
+        return jax.random.gamma(key, a, a.shape, dtype=a.dtype)
+    from jax.extend.random import threefry2x32_p
+
+    dtype, shape = a.dtype, a.shape
+    a = a.reshape(-1)
+    n = a.shape[0]
+    if n == 0:
+        return jnp.zeros(shape, dtype)
+    data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    k1 = jnp.broadcast_to(data[0], (3 * n,))
+    k2 = jnp.broadcast_to(data[1], (3 * n,))
+    counters = lax.iota(np.uint32, 3 * n)
+    valid = jnp.isfinite(a) & (a > 0)
+    boost = a < 1
+    d = jnp.where(boost, a + 1, a) - np.array(1 / 3, dtype)
+    d = jnp.where(valid, d, np.array(1.0, dtype))
+    c = lax.rsqrt(9 * d)
+
+    def round_(carry):
+        r, value = carry
+        hi = jnp.broadcast_to(r.astype(np.uint32), (3 * n,))
+        w1, w2 = (b.reshape(n, 3) for b in threefry2x32_p.bind(k1, k2, hi, counters))
+        x = np.array(np.sqrt(2), dtype) * lax.erf_inv(_symmetric_unit(w1[:, 0], w2[:, 0], dtype))
+        u = _unit(w1, w2, dtype)
+        y = c * x
+        accept = (y > -1) & (jnp.log1p(-u[:, 1]) < 3 * d * _log1p_remainder(y))
+        t = 1 + y
+        g = d * (t * t * t)
+        # Gamma(a) = Gamma(a + 1) U^(1/a), U on (0, 1]
+        g = jnp.where(boost, g * jnp.exp(jnp.log1p(-u[:, 2]) / a), g)
+        # the decision is used once: a value is drawn when it is no longer NaN (an
+        # elementwise test computed twice could round differently in two fused kernels)
+        return r + 1, jnp.where(valid & jnp.isnan(value) & accept, g, value)
+
+    def more(carry):
+        r, value = carry
+        return (r < GAMMA_MAX_ROUNDS) & jnp.any(valid & jnp.isnan(value))
+
+    _, value = lax.while_loop(more, round_, (jnp.int32(0), jnp.full((n,), jnp.nan, dtype)))
+    return value.reshape(shape)
+
+
+def _log1p_remainder(y: jax.Array) -> jax.Array:
+    """``log1p(y) - y + y^2/2 - y^3/3`` for ``y > -1``, without the cancellation of that sum
+    near 0 (where it is ``-y^4/4 + ...``): Marsaglia and Tsang's acceptance test
+    ``log U < x^2/2 + d - d v + d log v`` with ``v = (1 + y)^3``, ``y = c x``,
+    ``c^2 d = 1/9`` is ``log U < 3 d (log1p(y) - y + y^2/2 - y^3/3)``; written the first
+    way its terms of size ``d`` cancel to a few thousandths and round to different
+    decisions for shapes in the thousands (learned noise, Wishart degrees of freedom)."""
+    small = jnp.abs(y) < 0.1
+    ys = jnp.where(small, y, 0)
+    series = jnp.zeros_like(y)
+    for k in range(20, 3, -1):  # Horner: sum_{k>=4} (-1)^(k+1) y^(k-4) / k, to 1e-17 at |y| < 0.1
+        series = series * ys + (1.0 if k % 2 else -1.0) / k
+    yl = jnp.where(small, 0.5, y)
+    direct = jnp.log1p(yl) - yl + yl * yl / 2 - yl * yl * yl / 3
+    return jnp.where(small, series * ys**4, direct)
+
+
+#: the gamma samplers: ``"jax"`` (``jax.random.gamma``) and ``"one-hash"`` (:func:`standard_gamma`)
+GAMMA_SAMPLERS = ("jax", "one-hash")
+
+
+class _Sampler(threading.local):
+    name = "jax"
+
+
+_SAMPLER = _Sampler()
+
+
+@contextlib.contextmanager
+def using_gamma_sampler(name: str):
+    """The gamma sampler (one of :data:`GAMMA_SAMPLERS`) of the draws traced in the block
+    (:func:`gamma`, :func:`inverse_gamma` and :func:`draw_together`'s gamma draws)."""
+    if name not in GAMMA_SAMPLERS:
+        raise ValueError(f"gamma_sampler must be one of {GAMMA_SAMPLERS}, got {name!r}")
+    before, _SAMPLER.name = _SAMPLER.name, name
+    try:
+        yield
+    finally:
+        _SAMPLER.name = before
+
+
+def _standard_gamma(key: jax.Array, a: jax.Array) -> jax.Array:
+    """``Gamma(a, 1)`` variates of the selected sampler, one per value of ``a``."""
+    if _SAMPLER.name == "one-hash":
+        return standard_gamma(key, a)
+    return jax.random.gamma(key, a, a.shape, dtype=a.dtype)
 
 
 # ------------------------------------------------------------------------ draws together
@@ -137,12 +275,14 @@ TOGETHER_MAX = 4096
 
 
 def gamma(key: jax.Array, a, shape: tuple[int, ...] = (), dtype=jnp.float32) -> jax.Array:
-    """``jax.random.gamma(key, a, shape, dtype)``; inside a function wrapped by
-    :func:`draw_together`, drawn with the function's other gamma variates (the same values)."""
+    """``Gamma(a, 1)`` variates of ``shape`` from the selected sampler
+    (:func:`using_gamma_sampler`; by default ``jax.random.gamma(key, a, shape, dtype)``);
+    inside a function wrapped by :func:`draw_together`, drawn with the function's other
+    gamma variates (the same values)."""
     shape = tuple(shape)
     if _TAPE.mode is not None and math.prod(shape) <= TOGETHER_MAX:
         return _TAPE.request("gamma", key, jnp.broadcast_to(jnp.asarray(a, dtype), shape))
-    return jax.random.gamma(key, a, shape, dtype=dtype)
+    return _standard_gamma(key, jnp.broadcast_to(jnp.asarray(a, dtype), shape))
 
 
 def inverse_gamma(key: jax.Array, shape, scale, dtype=jnp.float32) -> jax.Array:
@@ -168,7 +308,7 @@ def _draw(kind: str, keys, params):
     """One vmapped call over the requests' keys: gamma variates of shape parameters
     ``params`` (R, n), or ``n`` standard normals per key."""
     if kind == "gamma":
-        return jax.vmap(lambda k, a: jax.random.gamma(k, a, dtype=params.dtype))(keys, params)
+        return jax.vmap(_standard_gamma)(keys, params)
     n = params.shape[1]
     return jax.vmap(lambda k: jax.random.normal(k, (n,), params.dtype))(keys)
 
@@ -201,7 +341,7 @@ def _at_site(kind: str, key, params):
     if params.size == 0:
         return jnp.zeros(params.shape, params.dtype)
     if kind == "gamma":
-        return jax.random.gamma(key, params, params.shape, dtype=params.dtype)
+        return _standard_gamma(key, params)
     return jax.random.normal(key, (params.size,), params.dtype).reshape(params.shape)
 
 

@@ -273,6 +273,7 @@ def test_column_moves_setting_is_keyed_only_when_on(monkeypatch):
     def fake_fit(train, **kw):
         seen.append((type(kw["prior"]).__name__, kw["column_moves"]))
         assert kw["column_moves_every"] == 1 and kw["fuse_column_moves"] is False
+        assert kw["gamma_sampler"] == "jax"  # the cached tables' stream, whatever the default
         raise Stop
 
     monkeypatch.setattr("bmczoo.inference.fit", fake_fit)

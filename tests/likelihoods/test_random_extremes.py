@@ -15,9 +15,11 @@ The tests feed them in two ways:
   float32 and float64, with an exact float64 reference at the reachable extremes;
 * the other primitives run with JAX's bit generator replaced by one that returns all-zero
   or all-one bits (``_random_bits``; JAX's caches are cleared before and after, so that
-  the jitted functions are traced with the replacement and not kept), so their uniforms and normals are the generator's own extremes; ``jax.random.gamma``
-  (a rejection loop, which would never end on constant bits) is replaced by the extreme
-  values Marsaglia-Tsang can return, from the same bounds.
+  the jitted functions are traced with the replacement and not kept), so their uniforms
+  and normals are the generator's own extremes; the gamma sampler (either of
+  ``bmczoo._rng.GAMMA_SAMPLERS``: a rejection loop, which would never accept on constant
+  bits) is replaced by the extreme values its Marsaglia-Tsang rounds can return, from the
+  same bounds.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import scipy.special as ss
 from scipy.optimize import brentq
 
 import bmczoo as bmc
+from bmczoo import _rng
 from bmczoo.likelihoods import truncnorm as tn
 
 INF = np.inf
@@ -50,7 +53,7 @@ def _constant_bits(fill):
     return bits
 
 
-def _mt_gamma_extreme(alpha, dtype, smallest):
+def _jax_gamma_extreme(alpha, dtype, smallest):
     """The smallest or largest draw of JAX's Marsaglia-Tsang gamma sampler of shape ``alpha``.
 
     A draw is ``d V boost`` with ``d = alpha' - 1/3`` (``alpha' = alpha``, or ``alpha + 1``
@@ -70,20 +73,57 @@ def _mt_gamma_extreme(alpha, dtype, smallest):
     return np.asarray(d * (1 + x_max / np.sqrt(9 * d)) ** 3, dtype)
 
 
+def _log1p_remainder(t):
+    """``log1p(y) - y + y^2/2 - y^3/3`` at ``y = t - 1``, in float64 (``t`` in (0, 1])."""
+    y = t - 1
+    return math.log(t) - y + y * y / 2 - y**3 / 3
+
+
+def _one_hash_gamma_extreme(alpha, dtype, smallest):
+    """The smallest or largest draw of ``bmczoo._rng.standard_gamma`` of shape ``alpha``.
+
+    A draw is ``d (1 + y)^3 boost`` as above with ``y = x / sqrt(9 d)``; it is accepted
+    when ``log s' < 3 d (log1p(y) - y + y^2/2 - y^3/3)`` for ``s' = 1 - uniform``, at best
+    ``log 2^-nmant``: the smallest ``1 + y`` is where the right-hand side reaches that
+    value.  The largest is ``1 + c x_max`` (accepted: the right-hand side is above ``-11``
+    there)."""
+    nmant = np.finfo(dtype).nmant
+    alpha = np.asarray(alpha, np.float64)
+    d = np.where(alpha >= 1, alpha, alpha + 1) - 1.0 / 3.0
+    if not smallest:
+        return _jax_gamma_extreme(alpha, dtype, False)
+    floor = -nmant * math.log(2)
+    t = np.vectorize(
+        lambda dd: brentq(lambda t: 3 * dd * _log1p_remainder(t) - floor, 1e-300, 1.0)
+    )(d)
+    boost = np.where(alpha >= 1, 1.0, 2.0 ** (-nmant / alpha))
+    return np.asarray(d * t**3 * boost, dtype)
+
+
+GAMMA_EXTREMES = {"jax": _jax_gamma_extreme, "one-hash": _one_hash_gamma_extreme}
+
+
+@pytest.fixture(params=_rng.GAMMA_SAMPLERS)
+def gamma_sampler(request):
+    """The sweep's gamma sampler, selected for the test."""
+    with _rng.using_gamma_sampler(request.param):
+        yield request.param
+
+
 @pytest.fixture(params=["zeros", "ones"])
-def extreme_bits(request, monkeypatch):
-    """JAX's random bits all zero or all one; gammas at their extremes."""
+def extreme_bits(request, monkeypatch, gamma_sampler):
+    """JAX's random bits all zero or all one; gammas at their extremes (of each sampler)."""
     import jax._src.random.core as core
 
     zeros = request.param == "zeros"
     monkeypatch.setattr(core, "_random_bits", _constant_bits(0 if zeros else -1))
 
-    def gamma(key, a, shape=None, dtype=None):
-        dt = np.dtype(dtype or jnp.float32)
-        shape = np.shape(a) if shape is None else tuple(shape)
-        return jnp.asarray(np.broadcast_to(_mt_gamma_extreme(np.asarray(a), dt, zeros), shape), dt)
+    extreme = GAMMA_EXTREMES[gamma_sampler]
 
-    monkeypatch.setattr(jax.random, "gamma", gamma)
+    def gamma(key, a):
+        return jnp.asarray(extreme(np.asarray(a), np.dtype(a.dtype), zeros), a.dtype)
+
+    monkeypatch.setattr(_rng, "_standard_gamma", gamma)
     # jitted functions traced before (or during) the test would keep their bits: retrace
     jax.clear_caches()
     yield request.param
@@ -351,16 +391,15 @@ def test_normal_wishart_draws_finite_and_positive_definite(dtype, extreme_bits, 
     their median (all K at 1e-22 at once, which constant bits cannot produce in JAX's
     rejection loop, would overflow the triangular solve)."""
     K = 5
-    extreme = jax.random.gamma
+    extreme = _rng._standard_gamma
 
-    def gamma(key, a, shape=None, dtype=None):
-        a = np.asarray(a, np.float64)
-        g = np.asarray(extreme(key, a, shape, dtype), np.float64)
-        median = np.broadcast_to(ss.gammaincinv(a, 0.5), g.shape).copy()
+    def gamma(key, a):
+        g = np.asarray(extreme(key, a), np.float64)
+        median = np.broadcast_to(ss.gammaincinv(np.asarray(a, np.float64), 0.5), g.shape).copy()
         median[..., -1] = g[..., -1]
-        return jnp.asarray(median, g.dtype if dtype is None else dtype)
+        return jnp.asarray(median, a.dtype)
 
-    monkeypatch.setattr(jax.random, "gamma", gamma)
+    monkeypatch.setattr(_rng, "_standard_gamma", gamma)
     prior = bmc.priors.NormalWishart()
     rng = np.random.default_rng(0)
     for m in (1, 3, 2000):

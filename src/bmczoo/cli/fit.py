@@ -289,4 +289,5 @@ METHOD_OPTIONS = {
     "fuse_column_moves": "fuse_column_moves",
     "anneal_steps": "anneal_steps",
     "anneal_every": "anneal_every",
+    "gamma_sampler": "gamma_sampler",
 }

@@ -283,6 +283,14 @@ def _fit_gibbs_options(f) -> None:
         metavar="S",
         help="gibbs: sweeps between two annealed switches (default 50)",
     )
+    f.add_argument(
+        "--gamma-sampler",
+        choices=["jax", "one-hash"],
+        default=None,
+        help="gibbs: the sampler of the sweep's gamma variates: jax (jax.random.gamma, the "
+        "default) or one-hash (the same law, one threefry hash per rejection round: a faster "
+        "first compilation, other draws)",
+    )
 
 
 def _fit_output_options(f) -> None:

@@ -96,6 +96,8 @@ def fit_value(task: FitTask, *, progress_bar: bool = False) -> float:
         # the experiments' sampler is fixed whatever bmc.fit's defaults: the moves at the end
         # of every sweep (the cache keys and docs/paper.md's tables describe it)
         extra.update(column_moves_every=1, fuse_column_moves=False)
+        # and jax.random.gamma's variates, whatever bmc.fit's default gamma sampler
+        extra["gamma_sampler"] = "jax"
         # the paper's tables are single-chain runs: one chain whatever bmc.fit's default
         f = fit(
             train,

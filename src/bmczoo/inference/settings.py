@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._checks import check_bool, check_choice, check_int, check_path, check_real
+from .._rng import GAMMA_SAMPLERS
 
 __all__ = [
     "Settings",
@@ -193,6 +194,12 @@ class SweepOptions:
         differ.
     anneal_steps, anneal_every : int
         Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
+    gamma_sampler : {"jax", "one-hash"}
+        The sampler of the sweep's gamma variates (the inverse-gamma and gamma priors'
+        scales, the Wishart draws, a learned noise precision, the bias variances):
+        ``"jax"`` (``jax.random.gamma``, the default) or ``"one-hash"``
+        (:func:`bmczoo._rng.standard_gamma`: the same law with one threefry hash per
+        rejection round, a faster first compilation; other draws).
     """
 
     overrelax: float = 0.0
@@ -201,6 +208,7 @@ class SweepOptions:
     fuse_column_moves: bool = True
     anneal_steps: int = 0
     anneal_every: int = 50
+    gamma_sampler: str = "jax"
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -218,6 +226,7 @@ class SweepOptions:
         steps, every = check_anneal(self.anneal_steps, self.anneal_every)
         object.__setattr__(self, "anneal_steps", steps)
         object.__setattr__(self, "anneal_every", every)
+        check_choice("gamma_sampler", self.gamma_sampler, GAMMA_SAMPLERS)
 
     def for_prior(self, prior) -> "SweepOptions":
         """The options for ``prior``: ``column_moves=None`` resolved (True where the prior
@@ -256,7 +265,9 @@ class Gibbs(Settings):
     False: at its end; both exact, different draws); ``anneal_steps`` > 0 (the discrete prior): every
     ``anneal_every`` sweeps, one spike/slab switch annealed over that many steps
     (:func:`bmczoo.inference.gibbs.annealed_switch`; 0, the default: none);
-    ``init_gamma``: starting gamma (default the prior's); ``track``: entries
+    ``gamma_sampler``: ``"jax"`` (the default) or ``"one-hash"`` (the sweep's gamma
+    variates from one threefry hash per rejection round: the first fit compiles faster,
+    the draws differ); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
     whose theta is kept per draw (a number of random training entries, or (rows, cols));
     ``store_factors``: keep M, N of each kept draw, with the biases, a feature link's ``B``
     and feature-driven biases' weights (``"auto"``: when those of all kept draws of all
@@ -285,6 +296,8 @@ class Gibbs(Settings):
         at its end).
     anneal_steps, anneal_every : int
         Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
+    gamma_sampler : {"jax", "one-hash"}
+        The sampler of the sweep's gamma variates (:class:`SweepOptions`).
     init_gamma : optional
         Starting column scales (default the prior's).
     track : int or (rows, cols)
@@ -312,6 +325,7 @@ class Gibbs(Settings):
     fuse_column_moves: bool = True
     anneal_steps: int = 0
     anneal_every: int = 50
+    gamma_sampler: str = "jax"
     init_gamma: Any = None
     track: Any = 8
     store_factors: Any = "auto"

@@ -113,6 +113,9 @@ class ConjugateGibbs(MCMCKernel):
         The annealed spike/slab switch of the discrete prior
         (:func:`bmczoo.inference.gibbs.annealed_switch`): its number of steps (0, the
         default: none) and every how many sweeps it runs (default 50).
+    gamma_sampler : {"jax", "one-hash"}
+        The sampler of the sweep's gamma variates
+        (:class:`~bmczoo.inference.settings.SweepOptions`; default ``"jax"``).
 
     After ``mcmc.run``, :func:`bmczoo.inference.gibbs.check_failure` on
     ``mcmc.last_state.core`` raises if any draw was non-finite (``bmc.fit`` does this).
@@ -140,6 +143,7 @@ class ConjugateGibbs(MCMCKernel):
         anneal_every: int = 50,
         column_moves_every: int | None = None,
         fuse_column_moves: bool = True,
+        gamma_sampler: str = "jax",
     ):
         self._model = model
         self._num_samples = num_samples
@@ -158,6 +162,7 @@ class ConjugateGibbs(MCMCKernel):
             fuse_column_moves=fuse_column_moves,
             anneal_steps=anneal_steps,
             anneal_every=anneal_every,
+            gamma_sampler=gamma_sampler,
         )
         self._prior = None
         self._batched = False

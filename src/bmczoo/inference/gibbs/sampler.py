@@ -30,7 +30,13 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     """One Gibbs sweep: (row biases,) rows of M, (column biases,) rows of N, then (tau,)
     the prior's variables (and the bias variances), then the moves; of the accumulators,
     records only the sweep's own events: the first non-finite draw in ``stats.failure`` and
-    the annealed switches in ``stats.switches``."""
+    the annealed switches in ``stats.switches``.  Its gamma variates come from the sampler
+    of ``problem.options.gamma_sampler``."""
+    with _rng.using_gamma_sampler(problem.options.gamma_sampler):
+        return _sweep(state, problem, prior)
+
+
+def _sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     keys, z, kg, kt, kv = _sweep_draws(state, problem)
     tb = problem.block_precision(state.tau)
     lik_state, values = state.lik_state, None
