@@ -6,6 +6,7 @@
     python benchmarks/bench_compile.py --xla-defaults         # plus XLA's default compilation
     python benchmarks/bench_compile.py --rounds 3             # the median of three runs per cell
     python benchmarks/bench_compile.py --against ../other --rounds 3   # paired with another checkout
+    python benchmarks/bench_compile.py --gamma-sampler one-hash --versus-gamma-sampler jax --rounds 3
 
 Each cell runs in a fresh Python process (nothing compiled before it, JAX's persistent
 compilation cache off unless ``--cached``): it loads ML-100K (``--ml-path``), splits it
@@ -24,7 +25,9 @@ XLA's default options instead of bmczoo's (LLVM's first optimisation level on th
 on ``PYTHONPATH``), the two processes alternated ``--rounds`` times, and adds the other's
 median time outside the sweeps, the ratio of the medians (this checkout's over the other's)
 and whether the test RMSEs agree (the same draws give the same RMSE): a comparison in the
-same hour on a machine whose speed drifts.
+same hour on a machine whose speed drifts.  ``--gamma-sampler NAME`` fits with that
+``gamma_sampler`` (default: ``bmc.fit``'s); ``--versus-gamma-sampler NAME`` compares it with
+another sampler of this checkout the same way as ``--against`` (the RMSEs differ: other draws).
 
 Members:
 
@@ -55,8 +58,8 @@ MEMBERS = ("plain", "inverse-gamma", "discrete", "recommended", "ordered")
 CHILD = r"""
 import json, sys, time
 import bmczoo as bmc
-member, chains, path, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-if sys.argv[5:] == ["xla-defaults"]:
+member, chains, path, cache, sampler = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+if sys.argv[6:] == ["xla-defaults"]:
     from bmczoo import _xla
 
     _xla.CPU_COMPILER_OPTIONS.clear()
@@ -70,6 +73,8 @@ kw = {
     "recommended": dict(prior=P.NormalWishart(), likelihood=L.LearnedNoise(), biases=True),
     "ordered": dict(prior=P.NormalWishart(), likelihood=L.OrderedProbit(), biases=True),
 }[member]
+if sampler:
+    kw["gamma_sampler"] = sampler
 train, test = bmc.datasets.load_movielens("100k", path, download=False).split(0.2, seed=0)
 t0 = time.perf_counter()
 fit = bmc.fit(train, K=10, test=test, method="gibbs", num_warmup=100, num_samples=400, num_chains=chains,
@@ -88,6 +93,7 @@ def run_child(
     cache: str,
     xla_defaults: bool = False,
     source: str | None = None,
+    sampler: str = "",
 ) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     if source is not None:  # another checkout's package first
@@ -96,7 +102,7 @@ def run_child(
         )
     extra = ["xla-defaults"] if xla_defaults else []
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, member, str(chains), ml_path, cache, *extra],
+        [sys.executable, "-c", CHILD, member, str(chains), ml_path, cache, sampler, *extra],
         env=env,
         capture_output=True,
         text=True,
@@ -117,12 +123,14 @@ def _median_run(member: str, chains: int, a, cache: str) -> tuple[dict, str]:
     sweeps, and the comparison's table cells ("" without ``--against``)."""
     mine, other = [], []
     for _ in range(a.rounds):
-        mine.append(run_child(member, chains, a.ml_path, cache))
+        mine.append(run_child(member, chains, a.ml_path, cache, sampler=a.gamma_sampler))
         if a.against:
             other.append(run_child(member, chains, a.ml_path, "", source=a.against))
+        elif a.versus_gamma_sampler:
+            other.append(run_child(member, chains, a.ml_path, "", sampler=a.versus_gamma_sampler))
     mine.sort(key=_outside)
     median = mine[len(mine) // 2]
-    if not a.against:
+    if not other:
         return median, ""
     m_out = float(np.median([_outside(r) for r in mine]))
     o_out = float(np.median([_outside(r) for r in other]))
@@ -161,8 +169,24 @@ def main(argv=None) -> int:
         help="runs per cell, the one of median time outside the sweeps shown (with "
         "--against: alternated pairs)",
     )
+    ap.add_argument(
+        "--gamma-sampler",
+        choices=["jax", "one-hash"],
+        default="",
+        help="the fits' gamma_sampler (default: bmc.fit's)",
+    )
+    ap.add_argument(
+        "--versus-gamma-sampler",
+        choices=["jax", "one-hash"],
+        default="",
+        metavar="NAME",
+        help="each cell also run with this gamma_sampler, alternated --rounds times, like "
+        "--against (the ratio of the medians: --gamma-sampler's over this one's)",
+    )
     a = ap.parse_args(argv)
-    if a.cached and (a.against or a.rounds > 1):
+    if a.against and a.versus_gamma_sampler:
+        ap.error("--against and --versus-gamma-sampler: one comparison at a time")
+    if a.cached and (a.against or a.versus_gamma_sampler or a.rounds > 1):
         ap.error("--cached times one run per cell: not with --rounds > 1 or --against")
     print(
         f"bench_compile: ML-100K 80/20, K=10, 100 + 400 sweeps; {platform.processor() or platform.machine()}, "
@@ -174,7 +198,7 @@ def main(argv=None) -> int:
         head += " cached: compile (s) | cached: outside (s) |"
     if a.xla_defaults:
         head += " XLA defaults: compile (s) | XLA defaults: ms/sweep | XLA defaults: test RMSE |"
-    if a.against:
+    if a.against or a.versus_gamma_sampler:
         head += " other: outside (s) | outside, ratio of medians | same RMSE |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
@@ -188,10 +212,12 @@ def main(argv=None) -> int:
                     f"{r['whole'] - sweeps:.1f} | {r['compile']:.1f} | {r['rmse']:.4f} |"
                 )
                 if a.cached:
-                    w = run_child(member, chains, a.ml_path, cache)
+                    w = run_child(member, chains, a.ml_path, cache, sampler=a.gamma_sampler)
                     row += f" {w['compile']:.2f} | {w['whole'] - w['sweep'] * w['sweeps']:.1f} |"
             if a.xla_defaults:
-                d = run_child(member, chains, a.ml_path, "", xla_defaults=True)
+                d = run_child(
+                    member, chains, a.ml_path, "", xla_defaults=True, sampler=a.gamma_sampler
+                )
                 row += f" {d['compile']:.1f} | {1000 * d['sweep']:.2f} | {d['rmse']:.4f} |"
             print(row + compared, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
