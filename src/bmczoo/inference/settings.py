@@ -297,7 +297,8 @@ class Gibbs(Settings):
     anneal_steps, anneal_every : int
         Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
     gamma_sampler : {"jax", "one-hash"}
-        The sampler of the sweep's gamma variates (:class:`SweepOptions`).
+        The sampler of the sweep's gamma variates: ``jax.random.gamma`` (the default) or
+        ``bmczoo._rng.standard_gamma`` (a faster first compilation, other draws).
     init_gamma : optional
         Starting column scales (default the prior's).
     track : int or (rows, cols)

@@ -114,8 +114,9 @@ class ConjugateGibbs(MCMCKernel):
         (:func:`bmczoo.inference.gibbs.annealed_switch`): its number of steps (0, the
         default: none) and every how many sweeps it runs (default 50).
     gamma_sampler : {"jax", "one-hash"}
-        The sampler of the sweep's gamma variates
-        (:class:`~bmczoo.inference.settings.SweepOptions`; default ``"jax"``).
+        The sampler of the sweep's gamma variates: ``jax.random.gamma`` (the default) or
+        ``bmczoo._rng.standard_gamma`` (one threefry hash per rejection round: a faster
+        first compilation, other draws of the same law).
 
     After ``mcmc.run``, :func:`bmczoo.inference.gibbs.check_failure` on
     ``mcmc.last_state.core`` raises if any draw was non-finite (``bmc.fit`` does this).
