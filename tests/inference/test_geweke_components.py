@@ -166,13 +166,17 @@ def _chains(problem, row_order, col_order, keys, state, Y, *, prior, num_steps):
     return jax.vmap(chain)(keys, state, Y)
 
 
-def successive_conditional(prior, likelihood, biases, *, sampler=None, num_chains, num_steps, seed):
+def successive_conditional(
+    prior, likelihood, biases, *, sampler=None, options=None, num_chains, num_steps, seed
+):
     """``sampler = (prior, likelihood, biases)`` given to the sweep (wrong variants for the
-    power checks); the data are always refreshed from the model."""
+    power checks), ``options`` its ``SweepOptions`` (default: the plain sweep); the data
+    are always refreshed from the model."""
     s_prior, s_lik, s_bias = sampler or (prior, likelihood, biases)
     template = bmc.RatingData(ROWS, COLS, np.zeros(N_OBS), (M1, M2))
+    extra = {} if options is None else {"options": options}
     problem = gibbs.build_problem(
-        template, TAU_FIXED, dtype=jnp.float64, likelihood=s_lik, biases=s_bias
+        template, TAU_FIXED, dtype=jnp.float64, likelihood=s_lik, biases=s_bias, **extra
     )
     d = joint_draws(prior, likelihood, biases, num_chains, np.random.default_rng(seed + 1))
 
@@ -219,6 +223,7 @@ def geweke_z(
     biases,
     *,
     sampler=None,
+    options=None,
     num_chains=100,
     num_steps=200,
     num_marginal=40_000,
@@ -229,6 +234,7 @@ def geweke_z(
         likelihood,
         biases,
         sampler=sampler,
+        options=options,
         num_chains=num_chains,
         num_steps=num_steps,
         seed=seed,
@@ -330,6 +336,15 @@ def test_geweke_new_blocks(name):
     assert np.max(np.abs(z)) < z_crit, (
         f"{name}: max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
     )
+
+
+def test_geweke_with_the_one_hash_gamma_sampler():
+    """The three blocks with every gamma variate (the Wishart draws, ``tau``, the bias
+    variances) from ``bmczoo._rng.standard_gamma`` (``gamma_sampler="one-hash"``)."""
+    from bmczoo.inference.settings import SweepOptions
+
+    z, z_crit = geweke_z(NW, LEARNED, BIASES, options=SweepOptions(gamma_sampler="one-hash"))
+    assert np.max(np.abs(z)) < z_crit, f"max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}"
 
 
 @pytest.mark.parametrize(
