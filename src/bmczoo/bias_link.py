@@ -116,7 +116,7 @@ def _side_update(keys, link: dict, bias, var, lam, hyper):
 
     def lam_draw(k, w, v):
         sh, rate = macau.lam_conditional(w[:, None], jnp.reshape(1.0 / v, (1, 1)), a_w, b_w)
-        return jax.random.gamma(k, jnp.asarray(sh, dt), dtype=dt) / rate
+        return _rng.gamma(k, jnp.asarray(sh, dt), dtype=dt) / rate
 
     lam = jax.vmap(lam_draw)(split[:, 2], wt, var)
     return wt, var, lam
