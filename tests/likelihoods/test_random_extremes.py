@@ -111,16 +111,16 @@ def gamma_sampler(request):
 
 
 @pytest.fixture(params=["zeros", "ones"])
-def extreme_bits(request, monkeypatch, gamma_sampler):
-    """JAX's random bits all zero or all one; gammas at their extremes (of each sampler)."""
+def extreme_bits(request, monkeypatch):
+    """JAX's random bits all zero or all one; gammas at the extremes of the sampler selected
+    when they are drawn (the tests of gamma draws take the ``gamma_sampler`` fixture)."""
     import jax._src.random.core as core
 
     zeros = request.param == "zeros"
     monkeypatch.setattr(core, "_random_bits", _constant_bits(0 if zeros else -1))
 
-    extreme = GAMMA_EXTREMES[gamma_sampler]
-
     def gamma(key, a):
+        extreme = GAMMA_EXTREMES[_rng._SAMPLER.name]
         return jnp.asarray(extreme(np.asarray(a), np.dtype(a.dtype), zeros), a.dtype)
 
     monkeypatch.setattr(_rng, "_standard_gamma", gamma)
@@ -345,7 +345,7 @@ def _assert_positive_finite(x, label):
     [bmc.priors.InverseGamma(1.0, 0.01), bmc.priors.Gamma(10.0), bmc.priors.Gamma(1000.0)],
     ids=["inverse-gamma", "gamma-10", "gamma-1000"],
 )
-def test_column_scale_draws_positive_and_finite(dtype, extreme_bits, prior):
+def test_column_scale_draws_positive_and_finite(dtype, gamma_sampler, extreme_bits, prior):
     """``gamma_h | S_h`` (inverse gamma; GIG(1/2) through the inverse Gaussian) is finite and
     positive for every sum of squares and generator extreme."""
     S = _stats(dtype)
@@ -361,7 +361,7 @@ def test_discrete_draws_stay_on_the_grid(dtype, extreme_bits):
         assert np.all((g == dtype(prior.C)) | (g == dtype(prior.eps))), g
 
 
-def test_noise_and_bias_variance_draws_positive_and_finite(dtype, extreme_bits):
+def test_noise_and_bias_variance_draws_positive_and_finite(dtype, gamma_sampler, extreme_bits):
     """``tau`` of the learned noise and ``s^2`` of the biases."""
     stats = _stats(dtype)
     for lik in (
@@ -378,7 +378,9 @@ def test_noise_and_bias_variance_draws_positive_and_finite(dtype, extreme_bits):
 
 
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
-def test_normal_wishart_draws_finite_and_positive_definite(dtype, extreme_bits, scale, monkeypatch):
+def test_normal_wishart_draws_finite_and_positive_definite(
+    dtype, gamma_sampler, extreme_bits, scale, monkeypatch
+):
     """``(mu, Lambda)`` of both factors (Bartlett decomposition): finite, ``Lambda``
     symmetric and positive semi-definite up to the rounding of the Gram product
     ``X X^T`` (eigenvalues >= ``-4 K eps`` times the largest), for factors of very different
