@@ -279,10 +279,10 @@ def gamma(key: jax.Array, a, shape: tuple[int, ...] = (), dtype=jnp.float32) -> 
     (:func:`using_gamma_sampler`; by default ``jax.random.gamma(key, a, shape, dtype)``);
     inside a function wrapped by :func:`draw_together`, drawn with the function's other
     gamma variates (the same values)."""
-    shape = tuple(shape)
-    if _TAPE.mode is not None and math.prod(shape) <= TOGETHER_MAX:
-        return _TAPE.request("gamma", key, jnp.broadcast_to(jnp.asarray(a, dtype), shape))
-    return _standard_gamma(key, jnp.broadcast_to(jnp.asarray(a, dtype), shape))
+    a = jnp.broadcast_to(jnp.asarray(a, dtype), tuple(shape))
+    if _TAPE.mode is not None and a.size <= TOGETHER_MAX:
+        return _TAPE.request("gamma", key, a)
+    return _standard_gamma(key, a)
 
 
 def inverse_gamma(key: jax.Array, shape, scale, dtype=jnp.float32) -> jax.Array:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from .._rng import GAMMA_SAMPLERS
 from .components import DEFAULT_PRIOR, likelihoods, prior_help, priors
 from .errors import CLIError
 from .fit import cmd_fit
@@ -285,7 +286,7 @@ def _fit_gibbs_options(f) -> None:
     )
     f.add_argument(
         "--gamma-sampler",
-        choices=["jax", "one-hash"],
+        choices=list(GAMMA_SAMPLERS),
         default=None,
         help="gibbs: the sampler of the sweep's gamma variates: jax (jax.random.gamma, the "
         "default) or one-hash (the same law, one threefry hash per rejection round: a faster "
