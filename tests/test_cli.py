@@ -86,6 +86,17 @@ def test_module_entry_point_help():
     assert r.returncode == 0 and "--prior" in r.stdout
 
 
+def test_gamma_sampler_choices_are_the_library_s():
+    """--gamma-sampler's choices are a literal (the CLI imports no JAX) equal to
+    bmczoo._rng.GAMMA_SAMPLERS."""
+    from bmczoo import _rng
+    from bmczoo.cli import build_parser
+
+    fit_parser = build_parser()._subparsers._group_actions[0].choices["fit"]
+    action = next(a for a in fit_parser._actions if "--gamma-sampler" in a.option_strings)
+    assert tuple(action.choices) == _rng.GAMMA_SAMPLERS
+
+
 def test_priors_come_from_the_registry(capsys):
     """--prior offers every prior of the registry, its help lists each one's defaults
     (the class's cli_defaults), and a fit starts from them."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from .._rng import GAMMA_SAMPLERS
 from .components import DEFAULT_PRIOR, likelihoods, prior_help, priors
 from .errors import CLIError
 from .fit import cmd_fit
@@ -286,7 +285,9 @@ def _fit_gibbs_options(f) -> None:
     )
     f.add_argument(
         "--gamma-sampler",
-        choices=list(GAMMA_SAMPLERS),
+        # A literal, not bmczoo._rng's tuple: importing the CLI must not import JAX
+        # (tests/test_cli.py checks that the two agree).
+        choices=["jax", "one-hash"],
         default=None,
         help="gibbs: the sampler of the sweep's gamma variates: jax (jax.random.gamma, the "
         "default) or one-hash (the same law, one threefry hash per rejection round: a faster "
