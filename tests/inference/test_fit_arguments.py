@@ -198,7 +198,7 @@ _VALUE = {
     "init_gamma": 1.0,
     "track": 2,
     "store_factors": True,
-    "gamma_sampler": "one-hash",
+    "gamma_sampler": "jax",
     "checkpoint": "x.npz",
     "checkpoint_every": 5,
     "max_iter": 2,

@@ -289,9 +289,9 @@ def _fit_gibbs_options(f) -> None:
         # (tests/test_cli.py checks that the two agree).
         choices=["jax", "one-hash"],
         default=None,
-        help="gibbs: the sampler of the sweep's gamma variates: jax (jax.random.gamma, the "
-        "default) or one-hash (the same law, one threefry hash per rejection round: a faster "
-        "first compilation, other draws)",
+        help="gibbs: the sampler of the sweep's gamma variates: one-hash (the default: one "
+        "threefry hash per rejection round, a faster first compilation) or jax "
+        "(jax.random.gamma: the same law, other draws)",
     )
 
 

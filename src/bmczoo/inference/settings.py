@@ -197,9 +197,9 @@ class SweepOptions:
     gamma_sampler : {"jax", "one-hash"}
         The sampler of the sweep's gamma variates (the inverse-gamma and gamma priors'
         scales, the Wishart draws, a learned noise precision, the bias variances):
-        ``"jax"`` (``jax.random.gamma``, the default) or ``"one-hash"``
-        (:func:`bmczoo._rng.standard_gamma`: the same law with one threefry hash per
-        rejection round, a faster first compilation; other draws).
+        ``"one-hash"`` (the default: :func:`bmczoo._rng.standard_gamma`, one threefry hash
+        per rejection round, a faster first compilation) or ``"jax"``
+        (``jax.random.gamma``: the same law, other draws).
     """
 
     overrelax: float = 0.0
@@ -208,7 +208,7 @@ class SweepOptions:
     fuse_column_moves: bool = True
     anneal_steps: int = 0
     anneal_every: int = 50
-    gamma_sampler: str = "jax"
+    gamma_sampler: str = "one-hash"
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -265,9 +265,9 @@ class Gibbs(Settings):
     False: at its end; both exact, different draws); ``anneal_steps`` > 0 (the discrete prior): every
     ``anneal_every`` sweeps, one spike/slab switch annealed over that many steps
     (:func:`bmczoo.inference.gibbs.annealed_switch`; 0, the default: none);
-    ``gamma_sampler``: ``"jax"`` (the default) or ``"one-hash"`` (the sweep's gamma
-    variates from one threefry hash per rejection round: the first fit compiles faster,
-    the draws differ); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
+    ``gamma_sampler``: ``"one-hash"`` (the default: the sweep's gamma variates from one
+    threefry hash per rejection round, a faster first compilation) or ``"jax"``
+    (``jax.random.gamma``: the same law, other draws); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
     whose theta is kept per draw (a number of random training entries, or (rows, cols));
     ``store_factors``: keep M, N of each kept draw, with the biases, a feature link's ``B``
     and feature-driven biases' weights (``"auto"``: when those of all kept draws of all
@@ -297,8 +297,8 @@ class Gibbs(Settings):
     anneal_steps, anneal_every : int
         Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
     gamma_sampler : {"jax", "one-hash"}
-        The sampler of the sweep's gamma variates: ``jax.random.gamma`` (the default) or
-        ``bmczoo._rng.standard_gamma`` (a faster first compilation, other draws).
+        The sampler of the sweep's gamma variates: ``bmczoo._rng.standard_gamma`` (the
+        default, a faster first compilation) or ``jax.random.gamma`` (other draws).
     init_gamma : optional
         Starting column scales (default the prior's).
     track : int or (rows, cols)
@@ -326,7 +326,7 @@ class Gibbs(Settings):
     fuse_column_moves: bool = True
     anneal_steps: int = 0
     anneal_every: int = 50
-    gamma_sampler: str = "jax"
+    gamma_sampler: str = "one-hash"
     init_gamma: Any = None
     track: Any = 8
     store_factors: Any = "auto"

@@ -358,7 +358,7 @@ def _checkpoint_settings(prep: Prepared, info: FitInfo, track, store: bool, gamm
             moves["fuse_column_moves"] = True
     if s.anneal_steps:
         moves.update(anneal_steps=s.anneal_steps, anneal_every=s.anneal_every)
-    if s.gamma_sampler != "jax":  # a checkpoint of the default sampler has no such key
+    if s.gamma_sampler != "jax":  # a checkpoint of the "jax" sampler has no such key
         moves["gamma_sampler"] = s.gamma_sampler
     return run_settings(
         prep,

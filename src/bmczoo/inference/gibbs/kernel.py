@@ -114,9 +114,9 @@ class ConjugateGibbs(MCMCKernel):
         (:func:`bmczoo.inference.gibbs.annealed_switch`): its number of steps (0, the
         default: none) and every how many sweeps it runs (default 50).
     gamma_sampler : {"jax", "one-hash"}
-        The sampler of the sweep's gamma variates: ``jax.random.gamma`` (the default) or
-        ``bmczoo._rng.standard_gamma`` (one threefry hash per rejection round: a faster
-        first compilation, other draws of the same law).
+        The sampler of the sweep's gamma variates: ``bmczoo._rng.standard_gamma`` (the
+        default: one threefry hash per rejection round, a faster first compilation) or
+        ``jax.random.gamma`` (the same law, other draws).
 
     After ``mcmc.run``, :func:`bmczoo.inference.gibbs.check_failure` on
     ``mcmc.last_state.core`` raises if any draw was non-finite (``bmc.fit`` does this).
@@ -144,7 +144,7 @@ class ConjugateGibbs(MCMCKernel):
         anneal_every: int = 50,
         column_moves_every: int | None = None,
         fuse_column_moves: bool = True,
-        gamma_sampler: str = "jax",
+        gamma_sampler: str = "one-hash",
     ):
         self._model = model
         self._num_samples = num_samples
