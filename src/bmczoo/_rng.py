@@ -8,9 +8,11 @@ only: ``normal(key, (m, K))`` equals ``jax.random.normal(key, (m, K))`` bit for 
 Likewise :func:`draw_together` draws a function's small gamma and normal arrays in one call
 per kind instead of one per call site, with the same values.
 
-The gamma variates come from ``jax.random.gamma`` (``"jax"``, the default) or from
+The gamma variates come from ``jax.random.gamma`` (``"jax"``) or from
 :func:`standard_gamma` (``"one-hash"``: the same law, a third of the compile time, other
-values), as the sweep being traced selects (:func:`using_gamma_sampler`).
+values), as the sweep being traced selects (:func:`using_gamma_sampler`; the Gibbs
+sweep's option ``gamma_sampler`` defaults to ``"one-hash"``, draws outside a sweep use
+``"jax"``).
 """
 
 from __future__ import annotations
@@ -276,7 +278,7 @@ TOGETHER_MAX = 4096
 
 def gamma(key: jax.Array, a, shape: tuple[int, ...] = (), dtype=jnp.float32) -> jax.Array:
     """``Gamma(a, 1)`` variates of ``shape`` from the selected sampler
-    (:func:`using_gamma_sampler`; by default ``jax.random.gamma(key, a, shape, dtype)``);
+    (:func:`using_gamma_sampler`; outside it ``jax.random.gamma(key, a, shape, dtype)``);
     inside a function wrapped by :func:`draw_together`, drawn with the function's other
     gamma variates (the same values)."""
     a = jnp.broadcast_to(jnp.asarray(a, dtype), tuple(shape))
