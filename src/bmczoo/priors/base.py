@@ -106,8 +106,8 @@ def indicator_above(draws: dict, threshold: float) -> np.ndarray:
 class Prior(abc.ABC):
     """Base class of the zoo's priors on ``gamma_h`` (iid over ``h = 1..K``).
 
-    Class attributes
-    ----------------
+    Attributes
+    ----------
     name : the registry / command-line name (``bmczoo fit --prior NAME``).
     cli_defaults : hyper-parameters the command line and the experiments use when none
         are given (e.g. the paper's values); empty means the dataclass defaults.
