@@ -86,27 +86,34 @@ def test_module_entry_point_help():
     assert r.returncode == 0 and "--prior" in r.stdout
 
 
+def _fit_parser():
+    """The ``fit`` subcommand's parser."""
+    from bmczoo.cli import build_parser
+
+    return build_parser()._subparsers._group_actions[0].choices["fit"]
+
+
+def _fit_option(flag: str):
+    """The ``fit`` subcommand's argparse action of ``flag``."""
+    return next(a for a in _fit_parser()._actions if flag in a.option_strings)
+
+
 def test_gamma_sampler_choices_are_the_library_s():
     """--gamma-sampler's choices are a literal (the CLI imports no JAX) equal to
     bmczoo._rng.GAMMA_SAMPLERS."""
     from bmczoo import _rng
-    from bmczoo.cli import build_parser
 
-    fit_parser = build_parser()._subparsers._group_actions[0].choices["fit"]
-    action = next(a for a in fit_parser._actions if "--gamma-sampler" in a.option_strings)
-    assert tuple(action.choices) == _rng.GAMMA_SAMPLERS
+    assert tuple(_fit_option("--gamma-sampler").choices) == _rng.GAMMA_SAMPLERS
 
 
 def test_priors_come_from_the_registry(capsys):
     """--prior offers every prior of the registry, its help lists each one's defaults
     (the class's cli_defaults), and a fit starts from them."""
     import bmczoo as bmc
-    from bmczoo.cli import build_parser
     from bmczoo.cli.components import make_prior
 
     reg = bmc.priors.registry()
-    fit_parser = build_parser()._subparsers._group_actions[0].choices["fit"]
-    action = next(a for a in fit_parser._actions if "--prior" in a.option_strings)
+    action = _fit_option("--prior")
     assert list(action.choices) == sorted(reg) and action.default in reg
     with pytest.raises(SystemExit):
         main(["fit", "--help"])
@@ -300,13 +307,11 @@ def test_fit_help_states_the_settings_defaults():
     ("gibbs/nuts: ... (default 100)")."""
     import re
 
-    from bmczoo.cli import build_parser
     from bmczoo.cli.fit import METHOD_OPTIONS
     from bmczoo.inference import settings as st
 
     classes = st.SETTINGS
-    fit_parser = build_parser()._subparsers._group_actions[0].choices["fit"]
-    by_dest = {a.dest: a for a in fit_parser._actions}
+    by_dest = {a.dest: a for a in _fit_parser()._actions}
     # the command line offers exactly the methods bmc.fit has settings for
     assert sorted(by_dest["method"].choices) == sorted(st.SETTINGS)
     checked = 0
