@@ -96,6 +96,36 @@ def test_prefix_property():
         np.testing.assert_allclose(_rng.standard_gamma(k, x), row, rtol=1e-6)
 
 
+@pytest.mark.usefixtures("x64")
+def test_rows_drawn_as_one_problem_equal_one_call_per_row():
+    """``draw_together``'s gamma draws with the one-hash sampler: its requests, drawn as one
+    flat problem (no vmap), are each row's own call bit for bit, also where the rows need
+    different numbers of rounds (tiny and huge shapes, invalid values, padding)."""
+    keys = jax.random.split(jax.random.key(8), 4)
+    a = np.random.default_rng(1).uniform(0.05, 30.0, (4, 40))
+    a[1, :5] = [1e-3, 5e4, np.nan, -1.0, 0.0]
+    a[3] = 1.0  # the padding's shape parameter
+    A = jnp.asarray(a)
+    rows = jax.jit(_rng._standard_gamma_rows)(jax.random.key_data(keys), A)
+    one = jax.jit(_rng.standard_gamma)
+    for k, x, row in zip(keys, A, rows):
+        np.testing.assert_array_equal(one(k, x), row)
+    # and through draw_together, requests of different sizes
+    def sites(k):
+        k1, k2, k3 = jax.random.split(k, 3)
+        return (
+            _rng.gamma(k1, A[0, :7], (7,), jnp.float64),
+            _rng.gamma(k2, A[1, :3], (3,), jnp.float64),
+            _rng.gamma(k3, jnp.asarray(2.5), (), jnp.float64),
+        )
+
+    with _rng.using_gamma_sampler("one-hash"):
+        together = jax.jit(_rng.draw_together(sites))(keys[0])
+        plain = jax.jit(sites)(keys[0])
+    for x, y in zip(together, plain):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_shapes_and_invalid_values():
     key = jax.random.key(4)
     assert _rng.standard_gamma(key, jnp.zeros((0, 3))).shape == (0, 3)

@@ -145,17 +145,36 @@ def standard_gamma(key: jax.Array, a: jax.Array) -> jax.Array:
     a = jnp.asarray(a)
     if not _partitionable(key):
         return jax.random.gamma(key, a, a.shape, dtype=a.dtype)
+    if a.size == 0:
+        return jnp.zeros(a.shape, a.dtype)
+    return _standard_gamma_rows(_key_words(key)[None], a.reshape(1, -1)).reshape(a.shape)
+
+
+def _key_words(keys: jax.Array) -> jax.Array:
+    """The two uint32 words of each key (typed or raw), shaped ``keys.shape + (2,)`` for
+    raw keys ``(..., 2)``."""
+    if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(keys)
+    return keys
+
+
+def _standard_gamma_rows(words: jax.Array, a: jax.Array) -> jax.Array:
+    """:func:`standard_gamma` of each row: ``words`` (R, 2) the keys' words, ``a`` (R, n) the
+    shape parameters; row ``r`` equals ``standard_gamma(key r, a[r])`` bit for bit.
+
+    The rows are one flat problem (each value hashed with its row's key), not a ``vmap``
+    over the rows: the rejection loop is traced once, without batching it.  A row that is
+    done keeps its values while the others go on (they are no longer NaN), and the rounds
+    run in step, so the values are those of one call per row.
+    """
     from jax.extend.random import threefry2x32_p
 
-    dtype, shape = a.dtype, a.shape
+    dtype = a.dtype
+    R, n = a.shape
+    k1 = jnp.broadcast_to(words[:, :1], (R, 3 * n)).reshape(-1)
+    k2 = jnp.broadcast_to(words[:, 1:], (R, 3 * n)).reshape(-1)
+    counters = jnp.broadcast_to(lax.iota(np.uint32, 3 * n)[None], (R, 3 * n)).reshape(-1)
     a = a.reshape(-1)
-    n = a.shape[0]
-    if n == 0:
-        return jnp.zeros(shape, dtype)
-    data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
-    k1 = jnp.broadcast_to(data[0], (3 * n,))
-    k2 = jnp.broadcast_to(data[1], (3 * n,))
-    counters = lax.iota(np.uint32, 3 * n)
     valid = jnp.isfinite(a) & (a > 0)
     boost = a < 1
     d = jnp.where(boost, a + 1, a) - np.array(1 / 3, dtype)
@@ -164,8 +183,8 @@ def standard_gamma(key: jax.Array, a: jax.Array) -> jax.Array:
 
     def round_(carry):
         r, value = carry
-        hi = jnp.broadcast_to(r.astype(np.uint32), (3 * n,))
-        w1, w2 = (b.reshape(n, 3) for b in threefry2x32_p.bind(k1, k2, hi, counters))
+        hi = jnp.broadcast_to(r.astype(np.uint32), counters.shape)
+        w1, w2 = (b.reshape(R * n, 3) for b in threefry2x32_p.bind(k1, k2, hi, counters))
         x = np.array(np.sqrt(2), dtype) * lax.erf_inv(_symmetric_unit(w1[:, 0], w2[:, 0], dtype))
         u = _unit(w1, w2, dtype)
         y = c * x
@@ -182,8 +201,9 @@ def standard_gamma(key: jax.Array, a: jax.Array) -> jax.Array:
         r, value = carry
         return (r < GAMMA_MAX_ROUNDS) & jnp.any(valid & jnp.isnan(value))
 
-    _, value = lax.while_loop(more, round_, (jnp.int32(0), jnp.full((n,), jnp.nan, dtype)))
-    return value.reshape(shape)
+    start = (jnp.int32(0), jnp.full((R * n,), jnp.nan, dtype))
+    _, value = lax.while_loop(more, round_, start)
+    return value.reshape(R, n)
 
 
 def _log1p_remainder(y: jax.Array) -> jax.Array:
@@ -309,10 +329,12 @@ def _partitionable(key) -> bool:
 def _draw(kind: str, keys, params):
     """One vmapped call over the requests' keys: gamma variates of shape parameters
     ``params`` (R, n), or ``n`` standard normals per key."""
+    # one flat draw (no vmap over the requests: batching a traced loop costs Python time)
     if kind == "gamma":
+        if _SAMPLER.name == "one-hash" and _partitionable(keys):
+            return _standard_gamma_rows(_key_words(keys), params)
         return jax.vmap(_standard_gamma)(keys, params)
-    n = params.shape[1]
-    return jax.vmap(lambda k: jax.random.normal(k, (n,), params.dtype))(keys)
+    return normals_together([(keys, params.shape[1])], params.dtype)[0]
 
 
 def _draw_kind(kind: str, items: list) -> list:
@@ -333,10 +355,13 @@ def _draw_kind(kind: str, items: list) -> list:
         ]
     )
     drawn = _draw(kind, keys, params)
-    values = [_at_site(kind, k, p) for k, p in items]
-    for row, i in enumerate(group):
-        values[i] = drawn[row, : items[i][1].size].reshape(items[i][1].shape)
-    return values
+    rows = {i: row for row, i in enumerate(group)}
+    # only the requests left out of the shared call are drawn at their site (tracing a
+    # site's draw costs Python time even where its value is dropped)
+    return [
+        drawn[rows[i], : p.size].reshape(p.shape) if i in rows else _at_site(kind, k, p)
+        for i, (k, p) in enumerate(items)
+    ]
 
 
 def _at_site(kind: str, key, params):
