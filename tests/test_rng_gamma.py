@@ -110,6 +110,7 @@ def test_rows_drawn_as_one_problem_equal_one_call_per_row():
     one = jax.jit(_rng.standard_gamma)
     for k, x, row in zip(keys, A, rows):
         np.testing.assert_array_equal(one(k, x), row)
+
     # and through draw_together, requests of different sizes
     def sites(k):
         k1, k2, k3 = jax.random.split(k, 3)
