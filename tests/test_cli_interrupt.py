@@ -41,15 +41,17 @@ pytestmark = pytest.mark.slow
 BMCZOO = Path(sys.executable).with_name("bmczoo")
 ML100K = Path(os.environ.get("BMCZOO_ML100K", "/work/shared/data/ml-100k/u.data"))
 
-# a small Gibbs fit whose sampling outlasts the signal: 4,100 sweeps of the paper's model at m = 40
+# a small Gibbs fit whose sampling outlasts the latest signal (5 s after the ``prior:``
+# line) on a fast machine too: 60,100 sweeps of the paper's model at m = 40 (about 10 s
+# after that line on a 2-core machine whose first fit compiles in a second), 200 kept draws
 SMALL = ["--data", "sim:40", "-K", "2", "--quiet"]
 GIBBS = SMALL + [
     "--num-warmup",
     "100",
     "--num-samples",
-    "4000",
+    "60000",
     "--thinning",
-    "20",
+    "300",
     "--checkpoint-every",
     "200",
 ]
@@ -275,7 +277,8 @@ def test_interrupt_while_writing_outputs(delay, cached_env, tmp_path):
 
     model = tmp_path / "model.npz"
     t = Try(
-        GIBBS + ["--num-samples", "200", "--save", model, "--out", tmp_path / "out"],
+        GIBBS
+        + ["--num-samples", "200", "--thinning", "20", "--save", model, "--out", tmp_path / "out"],
         cached_env,
         tmp_path,
     )
