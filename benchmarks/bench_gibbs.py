@@ -7,7 +7,9 @@ Every (size, K, chains, model) is measured in a fresh subprocess: it builds synt
 ratings with skewed (lognormal users, Zipf-like items) degrees and the MovieLens shape,
 ``bmczoo.RatingData`` and the Gibbs problem (float32), compiles a ``jax.lax.fori_loop``
 of ``gibbs.step`` and times several sweeps per repeat (``--repeats`` repeats after
-compilation; the tables show the median and the best per-sweep time).  Peak memory is
+compilation; the tables show the median and the best per-sweep time), with BLAS on one
+thread as ``bmc.fit`` runs its sweeps (:mod:`bmczoo._blas`; ``--blas-threads-default``
+times them with OpenBLAS's default threads instead).  Peak memory is
 the subprocess's resident-set high-water mark (``ru_maxrss``), so runs do not
 contaminate each other.  ``--K`` and ``--chains`` take comma-separated lists.
 
@@ -149,8 +151,25 @@ def _model(model: str):
 
 
 def worker_bmczoo(
-    name: str, K: int, chains: int, repeats: int, sweeps: int, seed: int, model: str = "plain"
+    name: str,
+    K: int,
+    chains: int,
+    repeats: int,
+    sweeps: int,
+    seed: int,
+    model: str = "plain",
+    blas_limit: bool = True,
 ) -> dict:
+    from bmczoo import _blas
+
+    _blas.LIMIT = blas_limit
+    with _blas.one_blas_thread():  # as bmc.fit runs its sweeps
+        return _time_bmczoo(name, K, chains, repeats, sweeps, seed, model) | {
+            "blas_limit": blas_limit
+        }
+
+
+def _time_bmczoo(name, K, chains, repeats, sweeps, seed, model) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -593,6 +612,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--timeout", type=float, default=1800, help="seconds per subprocess (default 1800)"
     )
+    ap.add_argument(
+        "--blas-threads-default",
+        action="store_true",
+        help="time bmczoo's sweeps with OpenBLAS's default threads instead of the one thread "
+        "bmc.fit gives it while its sweeps run (bmczoo._blas)",
+    )
     ap.add_argument("--model", default="plain", help=argparse.SUPPRESS)
     ap.add_argument("--worker", type=str, default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -611,7 +636,16 @@ def main(argv=None) -> int:
         engine, name = args.worker.split(":", 1)
         K, chains = ranks[0], chain_counts[0]
         if engine == "bmczoo":
-            res = worker_bmczoo(name, K, chains, args.repeats, args.sweeps, args.seed, args.model)
+            res = worker_bmczoo(
+                name,
+                K,
+                chains,
+                args.repeats,
+                args.sweeps,
+                args.seed,
+                args.model,
+                blas_limit=not args.blas_threads_default,
+            )
         elif engine == "smurff":
             res = worker_smurff(
                 name, K, args.repeats, args.smurff_iters, args.seed, args.smurff_threads
@@ -675,7 +709,7 @@ def main(argv=None) -> int:
         str(args.smurff_iters),
         "--smurff-threads",
         str(args.smurff_threads),
-    ]
+    ] + (["--blas-threads-default"] if args.blas_threads_default else [])
     results = []
     for engine, name, model, K, C in jobs:
         print(f"  running {engine} ({model}) on {name}, K={K}, chains={C} ...", flush=True)

@@ -172,3 +172,45 @@ def test_in_background_uses_the_caller_s_default_device():
     env["JAX_PLATFORMS"] = "cpu"
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+class _BlasThreads(_Counter):
+    """Records the BLAS libraries' thread counts (threadpoolctl) during compile and calls."""
+
+    def __init__(self, total: int):
+        super().__init__(total)
+        self.seen: list[set[int]] = []
+
+    def _look(self):
+        from threadpoolctl import threadpool_info
+
+        self.seen.append({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+
+    def compile(self) -> None:
+        self._look()
+
+    def advance(self, n: int) -> None:
+        self._look()
+        super().advance(n)
+
+
+def test_blas_runs_on_one_thread_during_a_run_and_as_before_after_it(monkeypatch):
+    """OpenBLAS's threads would compete with XLA's (bmczoo._blas): one thread during the
+    compilation and every call, the previous limits after the run, and no limit with
+    ``LIMIT`` off."""
+    import scipy.linalg.cython_lapack  # noqa: F401  (JAX's LAPACK: loaded before the start)
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from bmczoo import _blas
+
+    with threadpool_limits(limits=2, user_api="blas"):  # a known start, whatever the machine
+        before = {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+        assert any("scipy.libs" in p or "scipy/" in p for p in before), before
+        job = _BlasThreads(total=5)
+        run.run_loop(job, None, checkpoint_every=100, progress_bar=False)
+        assert job.seen and all(s == {1} for s in job.seen), job.seen
+        assert {i["filepath"]: i["num_threads"] for i in threadpool_info()} == before
+        monkeypatch.setattr(_blas, "LIMIT", False)
+        job = _BlasThreads(total=5)
+        run.run_loop(job, None, checkpoint_every=100, progress_bar=False)
+        assert all(s == {2} for s in job.seen), job.seen

@@ -23,6 +23,7 @@ import time
 import jax
 from tqdm.auto import tqdm
 
+from .._blas import one_blas_thread
 from .checkpoint import STOP
 
 __all__ = ["Job", "donated", "in_background", "run_loop"]
@@ -246,7 +247,8 @@ def run_loop(
     progress_bar: bool,
 ) -> tuple[float, list[tuple[int, float]]]:
     """Run ``job`` to its end, with a checkpoint every ``checkpoint_every`` iterations and
-    at the end when ``checkpoint`` is a path (a Ctrl-C then saves the work done).
+    at the end when ``checkpoint`` is a path (a Ctrl-C then saves the work done).  BLAS
+    runs on one thread meanwhile (:func:`bmczoo._blas.one_blas_thread`).
 
     Returns
     -------
@@ -255,6 +257,12 @@ def run_loop(
     calls : list of (int, float)
         The iterations and wall seconds of each compiled call run.
     """
+    # OpenBLAS's own threads would compete with XLA's for the cores (bmczoo._blas)
+    with one_blas_thread():
+        return _run_loop(job, checkpoint, checkpoint_every, progress_bar)
+
+
+def _run_loop(job: Job, checkpoint, checkpoint_every: int, progress_bar: bool):
     saving = checkpoint is not None
     every = checkpoint_every if saving else job.total
     progress = Progress(job, progress_bar)
