@@ -156,6 +156,34 @@ def test_gibbs_side_products_paths_equal(x64, C, K):
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=RTOL, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("K", [1, 3, 10, 33])
+def test_chains_stacked_or_one_product_each_are_equal(x64, monkeypatch, dtype, K):
+    """On the CPU the chains' sparse products are one product with the chains as columns
+    or, above ``STACK_MAX_BYTES``, one per chain: the same values bit for bit (each output
+    column sums the same terms in the same order), with empty rows and columns."""
+    from bmczoo.inference.gibbs import rows
+
+    C = 3
+    data, rng = _ratings(seed=5, m1=14, m2=12, n=60)
+    csr = kr.csr_from_view(data.row_view, data.shape, dtype, hot_path="bcsr")
+    other = jnp.asarray(rng.normal(size=(C, data.shape[1], K)), dtype)
+    dense = jnp.concatenate([kr.pack_upper(kr.outer(other)), other], -1)
+
+    def product(data_):
+        f = jax.jit(lambda d: rows._pattern_product(csr, data_, d))
+        n_calls = f.lower(dense).as_text().count("cpu_csr_sparse_dense")
+        return np.asarray(f(dense)), n_calls
+
+    for entries in (csr.ones, csr.values):
+        stacked, n_stacked = product(entries)
+        monkeypatch.setattr(rows, "STACK_MAX_BYTES", 0)
+        each, n_each = product(entries)
+        monkeypatch.undo()
+        assert (n_stacked, n_each) == (1, C)  # the two layouts were compiled
+        np.testing.assert_array_equal(each, stacked)
+
+
 def _fit_both(train, **kw):
     out = {}
     for path in ("bcsr", "segment"):
