@@ -327,11 +327,12 @@ def _partitionable(key) -> bool:
 
 
 def _draw(kind: str, keys, params):
-    """One vmapped call over the requests' keys: gamma variates of shape parameters
-    ``params`` (R, n), or ``n`` standard normals per key."""
-    # one flat draw (no vmap over the requests: batching a traced loop costs Python time)
+    """One call for the requests' keys (partitionable, as :func:`draw_together` checks):
+    gamma variates of shape parameters ``params`` (R, n), or ``n`` standard normals per
+    key.  The one-hash gammas and the normals are one flat draw (batching a traced loop
+    with ``vmap`` costs Python time); ``jax.random.gamma`` is vmapped."""
     if kind == "gamma":
-        if _SAMPLER.name == "one-hash" and _partitionable(keys):
+        if _SAMPLER.name == "one-hash":
             return _standard_gamma_rows(_key_words(keys), params)
         return jax.vmap(_standard_gamma)(keys, params)
     return normals_together([(keys, params.shape[1])], params.dtype)[0]
