@@ -77,6 +77,7 @@ __all__ = [
     "cholesky_rows",
     "sample_rows",
     "overrelaxed_rows",
+    "draw_rows",
     "solve_rows",
     "outer",
     "pack_upper",
@@ -473,6 +474,63 @@ def overrelaxed_rows(
     LTx = jnp.einsum("...kj,...k->...j", L, x)  # L^T x (L lower triangular)
     u = (1.0 - rho) * _tri(L, rhs, False) + math.sqrt(1.0 - rho * rho) * z + rho * LTx
     return _tri(L, u, True)
+
+
+def draw_rows(
+    P: jax.Array, rhs: jax.Array, z: jax.Array, x: jax.Array | None = None, rho: float = 0.0
+) -> jax.Array:
+    """``overrelaxed_rows(cholesky_rows(P), rhs, z, x, rho)`` (``sample_rows`` for
+    ``rho = 0``) with one Cholesky factorisation and one triangular solve per row.
+
+    The Cholesky factor of the bordered matrix ``[[P, rhs], [rhs^T, s]]`` is
+    ``[[L, 0], [y^T, t]]`` with ``L y = rhs``: the factorisation gives the first solve
+    ``y = L^{-1} rhs`` as its last row (forward substitution inside the factorisation),
+    and the bordered factor solves ``L^T x = u`` against ``[u, 0]`` (its last component
+    is 0, so the border drops out).  On the CPU every row's triangular solve is a LAPACK
+    call of its own, whose cost at ``K <= 64`` is mostly the call's.  ``s`` is a quarter
+    of the dtype's largest value: any finite ``y`` leaves the border positive definite;
+    a ``P`` that is not positive definite (or a non-finite ``y``) gives NaN rows, as
+    :func:`cholesky_rows` does.  Only the lower triangle of ``P`` is read.
+
+    Parameters
+    ----------
+    P : jax.Array, shape (..., K, K)
+        Symmetric precisions.
+    rhs : jax.Array, shape (..., K)
+        Right-hand sides: the conditional means are ``P^{-1} rhs``.
+    z : jax.Array, shape (..., K)
+        Standard normals.
+    x : jax.Array, shape (..., K), optional
+        The current rows (only with ``rho != 0``).
+    rho : float
+        Adler's over-relaxation (static; see :func:`overrelaxed_rows`).
+
+    Returns
+    -------
+    jax.Array, shape (..., K)
+        The new rows.
+    """
+    K = P.shape[-1]
+    dtype = P.dtype
+    corner = jnp.full((*rhs.shape[:-1], 1), np.finfo(dtype).max / 4, dtype)
+    bordered = jnp.concatenate(
+        [
+            jnp.concatenate([P, rhs[..., None, :]], axis=-2),
+            jnp.concatenate([rhs, corner], axis=-1)[..., :, None],
+        ],
+        axis=-1,
+    )
+    L = cholesky_rows(bordered)  # (..., K + 1, K + 1)
+    u = L[..., K, :K]  # y = L^{-1} rhs
+    if rho != 0.0:
+        # L^T x from the bordered factor against (x, 0): its border row meets the 0
+        LTx = jnp.einsum(
+            "...kj,...k->...j", L, jnp.concatenate([x, jnp.zeros_like(corner)], axis=-1)
+        )
+        u = (1.0 - rho) * u + math.sqrt(1.0 - rho * rho) * z + rho * LTx[..., :K]
+    else:
+        u = u + z
+    return _tri(L, jnp.concatenate([u, jnp.zeros_like(corner)], axis=-1), True)[..., :K]
 
 
 def solve_rows(L: jax.Array, rhs: jax.Array) -> jax.Array:

@@ -438,11 +438,12 @@ def test_geweke_detects_overrelaxation_without_the_noise_correction(monkeypatch)
     from bmczoo import linalg as kernels
     from bmczoo.inference.gibbs import rows
 
-    def wrong(L, rhs, z, x, rho):
+    def wrong(P, rhs, z, x, rho):
+        L = kernels.cholesky_rows(P)
         LTx = jnp.einsum("...kj,...k->...j", L, x)
         return kernels._tri(L, (1.0 - rho) * kernels._tri(L, rhs, False) + z + rho * LTx, True)
 
-    monkeypatch.setattr(rows, "overrelaxed_rows", wrong)
+    monkeypatch.setattr(rows, "draw_rows", wrong)
     # other chain/step counts than the tests above: a fresh trace picks up the patch
     res = geweke(
         PRIORS["discrete"], num_chains=100, num_steps=201, num_marginal=50_000, overrelax=-0.7

@@ -19,9 +19,8 @@ from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import (
     CSR,
-    cholesky_rows,
     outer,
-    overrelaxed_rows,
+    draw_rows,
     pack_upper,
     pattern_product,
     prior_precision_term,
@@ -195,7 +194,7 @@ def half_sweep(
     rhs = tb[:, None, None] * r
     if shift is not None:  # (C, K), or per row (C, m, K) with a feature link
         rhs = rhs + (shift if shift.ndim == 3 else shift[:, None, :])
-    x = overrelaxed_rows(cholesky_rows(P), rhs, z, own, rho)
+    x = draw_rows(P, rhs, z, own, rho)
     if sse and cross:
         # sum_k theta_k^2 - 2 sum_k r_k theta_k over the ratings, from this side's sums; the
         # quadratic forms x_i^T G_i x_i from the packed upper triangles in one fused pass (XLA
