@@ -106,6 +106,12 @@ def test_gamma_sampler_choices_are_the_library_s():
     assert tuple(_fit_option("--gamma-sampler").choices) == _rng.GAMMA_SAMPLERS
 
 
+def test_row_draw_choices_are_the_library_s():
+    from bmczoo import linalg
+
+    assert tuple(_fit_option("--row-draw").choices) == linalg.ROW_DRAWS
+
+
 def test_priors_come_from_the_registry(capsys):
     """--prior offers every prior of the registry, its help lists each one's defaults
     (the class's cli_defaults), and a fit starts from them."""

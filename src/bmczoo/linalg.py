@@ -25,7 +25,9 @@ order differs from a naive dense computation):
   cost less than 10, 56 much less than 55);
 * the Cholesky factorisation is LAPACK's (``lax.linalg.cholesky`` without
   ``jnp.linalg.cholesky``'s symmetrisation pass: the precisions are symmetric by
-  construction), the solves ``lax.linalg.triangular_solve``.  Unrolling them into
+  construction), the solves ``lax.linalg.triangular_solve``; a Gibbs draw factorises the
+  precision bordered by its right-hand side, which gives the first of its two solves
+  (:func:`draw_rows`: one LAPACK call less per row).  Unrolling them into
   element-wise XLA operations over the batch of rows is 2-4x faster on those steps at
   100K-1M scale (not at 10M for the factorisation) but adds ~2 s of CPU to compiling one
   Gibbs step (K = 10; more for larger K), a net loss for the typical run of ~1000 sweeps
@@ -78,12 +80,18 @@ __all__ = [
     "sample_rows",
     "overrelaxed_rows",
     "draw_rows",
+    "ROW_DRAWS",
     "solve_rows",
     "outer",
     "pack_upper",
     "unpack_upper",
     "packed_position",
 ]
+
+#: how a sweep draws its rows (``SweepOptions.row_draw``): :func:`draw_rows` (one
+#: factorisation of the bordered precision, one solve) or the factorisation of ``P`` and
+#: two solves (:func:`overrelaxed_rows`; the same law, other rounding)
+ROW_DRAWS = ("bordered", "two-solves")
 
 #: dense operands of the sparse products are padded to a multiple of this many columns
 COLUMN_MULTIPLE = 8
@@ -490,7 +498,7 @@ def draw_rows(
     call of its own, whose cost at ``K <= 64`` is mostly the call's.  ``s`` is a quarter
     of the dtype's largest value: any finite ``y`` leaves the border positive definite;
     a ``P`` that is not positive definite (or a non-finite ``y``) gives NaN rows, as
-    :func:`cholesky_rows` does.  Only the lower triangle of ``P`` is read.
+    ``cholesky_rows`` does.  Only the lower triangle of ``P`` is read.
 
     Parameters
     ----------
@@ -503,7 +511,7 @@ def draw_rows(
     x : jax.Array, shape (..., K), optional
         The current rows (only with ``rho != 0``).
     rho : float
-        Adler's over-relaxation (static; see :func:`overrelaxed_rows`).
+        Adler's over-relaxation (static; see ``overrelaxed_rows``).
 
     Returns
     -------

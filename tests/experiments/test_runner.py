@@ -274,6 +274,7 @@ def test_column_moves_setting_is_keyed_only_when_on(monkeypatch):
         seen.append((type(kw["prior"]).__name__, kw["column_moves"]))
         assert kw["column_moves_every"] == 1 and kw["fuse_column_moves"] is False
         assert kw["gamma_sampler"] == "jax"  # the cached tables' stream, whatever the default
+        assert kw["row_draw"] == "two-solves"  # and their rows' rounding
         raise Stop
 
     monkeypatch.setattr("bmczoo.inference.fit", fake_fit)

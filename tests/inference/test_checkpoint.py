@@ -304,6 +304,9 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
         bmc.fit(train.with_values(train.values + 1.0), checkpoint=path, **{**kw, "center": False})
     with pytest.raises(ValueError, match="different run: method"):
         bmc.fit(train, checkpoint=path, method="vb", K=3, progress_bar=False, seed=3, test=test)
+    # the rows' draw: the same law, other rounding, so not the uninterrupted run
+    with pytest.raises(ValueError, match="different run: .*row_draw"):
+        bmc.fit(train, checkpoint=path, **{**kw, "row_draw": "two-solves"})
 
 
 def test_bad_checkpoint_arguments(tmp_path):

@@ -290,4 +290,5 @@ METHOD_OPTIONS = {
     "anneal_steps": "anneal_steps",
     "anneal_every": "anneal_every",
     "gamma_sampler": "gamma_sampler",
+    "row_draw": "row_draw",
 }

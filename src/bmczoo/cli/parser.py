@@ -293,6 +293,15 @@ def _fit_gibbs_options(f) -> None:
         "threefry hash per rejection round, a faster first compilation) or jax "
         "(jax.random.gamma: the same law, other draws)",
     )
+    f.add_argument(
+        "--row-draw",
+        # a literal, as --gamma-sampler's (tests/test_cli.py checks it against the library's)
+        choices=["bordered", "two-solves"],
+        default=None,
+        help="gibbs: how each row is drawn: bordered (the default: one Cholesky "
+        "factorisation of the precision bordered by the right-hand side and one triangular "
+        "solve) or two-solves (the same law, other rounding)",
+    )
 
 
 def _fit_output_options(f) -> None:

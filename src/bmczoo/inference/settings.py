@@ -20,6 +20,7 @@ import numpy as np
 
 from .._checks import check_bool, check_choice, check_int, check_path, check_real
 from .._rng import GAMMA_SAMPLERS
+from ..linalg import ROW_DRAWS
 
 __all__ = [
     "Settings",
@@ -200,6 +201,12 @@ class SweepOptions:
         ``"one-hash"`` (the default: :func:`bmczoo._rng.standard_gamma`, one threefry hash
         per rejection round, a faster first compilation) or ``"jax"``
         (``jax.random.gamma``: the same law, other draws).
+    row_draw : {"bordered", "two-solves"}
+        How each row is drawn from its Gaussian conditional: ``"bordered"`` (the default:
+        one Cholesky factorisation of the precision bordered by the right-hand side, which
+        gives the first triangular solve, and one solve; :func:`bmczoo.linalg.draw_rows`)
+        or ``"two-solves"`` (the factorisation of the precision and two solves: the same
+        law, the draws of earlier versions up to rounding).
     """
 
     overrelax: float = 0.0
@@ -209,6 +216,7 @@ class SweepOptions:
     anneal_steps: int = 0
     anneal_every: int = 50
     gamma_sampler: str = "one-hash"
+    row_draw: str = "bordered"
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -227,6 +235,7 @@ class SweepOptions:
         object.__setattr__(self, "anneal_steps", steps)
         object.__setattr__(self, "anneal_every", every)
         check_choice("gamma_sampler", self.gamma_sampler, GAMMA_SAMPLERS)
+        check_choice("row_draw", self.row_draw, ROW_DRAWS)
 
     def for_prior(self, prior) -> "SweepOptions":
         """The options for ``prior``: ``column_moves=None`` resolved (True where the prior
@@ -267,7 +276,9 @@ class Gibbs(Settings):
     (:func:`bmczoo.inference.gibbs.annealed_switch`; 0, the default: none);
     ``gamma_sampler``: ``"one-hash"`` (the default: the sweep's gamma variates from one
     threefry hash per rejection round, a faster first compilation) or ``"jax"``
-    (``jax.random.gamma``: the same law, other draws); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
+    (``jax.random.gamma``: the same law, other draws); ``row_draw``: ``"bordered"`` (the
+    default: one Cholesky factorisation and one triangular solve per row) or
+    ``"two-solves"`` (two solves: the same law, other rounding); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
     whose theta is kept per draw (a number of random training entries, or (rows, cols));
     ``store_factors``: keep M, N of each kept draw, with the biases, a feature link's ``B``
     and feature-driven biases' weights (``"auto"``: when those of all kept draws of all
@@ -299,6 +310,9 @@ class Gibbs(Settings):
     gamma_sampler : {"jax", "one-hash"}
         The sampler of the sweep's gamma variates: ``bmczoo._rng.standard_gamma`` (the
         default, a faster first compilation) or ``jax.random.gamma`` (other draws).
+    row_draw : {"bordered", "two-solves"}
+        How the rows are drawn: one factorisation of the bordered precision and one
+        triangular solve per row (the default) or two solves (the same law, other rounding).
     init_gamma : optional
         Starting column scales (default the prior's).
     track : int or (rows, cols)
@@ -327,6 +341,7 @@ class Gibbs(Settings):
     anneal_steps: int = 0
     anneal_every: int = 50
     gamma_sampler: str = "one-hash"
+    row_draw: str = "bordered"
     init_gamma: Any = None
     track: Any = 8
     store_factors: Any = "auto"

@@ -360,6 +360,8 @@ def _checkpoint_settings(prep: Prepared, info: FitInfo, track, store: bool, gamm
         moves.update(anneal_steps=s.anneal_steps, anneal_every=s.anneal_every)
     if s.gamma_sampler != "jax":  # a checkpoint of the "jax" sampler has no such key
         moves["gamma_sampler"] = s.gamma_sampler
+    if s.row_draw != "two-solves":  # nor has a checkpoint of the two solves' draws
+        moves["row_draw"] = s.row_draw
     return run_settings(
         prep,
         info,

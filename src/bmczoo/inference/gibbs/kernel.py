@@ -117,6 +117,9 @@ class ConjugateGibbs(MCMCKernel):
         The sampler of the sweep's gamma variates: ``bmczoo._rng.standard_gamma`` (the
         default: one threefry hash per rejection round, a faster first compilation) or
         ``jax.random.gamma`` (the same law, other draws).
+    row_draw : {"bordered", "two-solves"}
+        How the rows are drawn: one factorisation of the bordered precision and one
+        triangular solve per row (the default) or two solves (the same law, other rounding).
 
     After ``mcmc.run``, :func:`bmczoo.inference.gibbs.check_failure` on
     ``mcmc.last_state.core`` raises if any draw was non-finite (``bmc.fit`` does this).
@@ -145,6 +148,7 @@ class ConjugateGibbs(MCMCKernel):
         column_moves_every: int | None = None,
         fuse_column_moves: bool = True,
         gamma_sampler: str = "one-hash",
+        row_draw: str = "bordered",
     ):
         self._model = model
         self._num_samples = num_samples
@@ -164,6 +168,7 @@ class ConjugateGibbs(MCMCKernel):
             anneal_steps=anneal_steps,
             anneal_every=anneal_every,
             gamma_sampler=gamma_sampler,
+            row_draw=row_draw,
         )
         self._prior = None
         self._batched = False

@@ -19,6 +19,8 @@ from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import (
     CSR,
+    cholesky_rows,
+    overrelaxed_rows,
     outer,
     draw_rows,
     pack_upper,
@@ -78,11 +80,14 @@ class Conditional(NamedTuple):
 
 class SweepFlags(NamedTuple):
     """Static switches of the factor blocks: ``rho`` the over-relaxation, ``use_bias`` (the
-    model has biases), ``sse`` (compute the squared error of a learned ``tau``)."""
+    model has biases), ``sse`` (compute the squared error of a learned ``tau``),
+    ``bordered`` (draw the rows with :func:`~bmczoo.linalg.draw_rows`; False: two
+    triangular solves, ``SweepOptions.row_draw="two-solves"``)."""
 
     rho: float
     use_bias: bool
     sse: bool
+    bordered: bool = True
 
 
 class RowSums(NamedTuple):
@@ -168,7 +173,7 @@ def half_sweep(
     hand (:func:`side_sums`; the fused column moves transform them, :func:`transform_sums`).
     """
     csr, own, other, bias_own, bias_other, values = side
-    rho, use_bias, sse = flags
+    rho, use_bias, sse, bordered = flags
     tb, inv_var = cond.tb, cond.inv_var
     C, m_other, K = other.shape
     dtype = other.dtype
@@ -194,7 +199,10 @@ def half_sweep(
     rhs = tb[:, None, None] * r
     if shift is not None:  # (C, K), or per row (C, m, K) with a feature link
         rhs = rhs + (shift if shift.ndim == 3 else shift[:, None, :])
-    x = draw_rows(P, rhs, z, own, rho)
+    if bordered:
+        x = draw_rows(P, rhs, z, own, rho)
+    else:
+        x = overrelaxed_rows(cholesky_rows(P), rhs, z, own, rho)
     if sse and cross:
         # sum_k theta_k^2 - 2 sum_k r_k theta_k over the ratings, from this side's sums; the
         # quadratic forms x_i^T G_i x_i from the packed upper triangles in one fused pass (XLA
@@ -375,7 +383,12 @@ def sweep_factors(
     With feature links each device computes its rows' prior means and its part of the
     link's statistics from its block of the link's arrays (the parts are added with the
     other sums over rows)."""
-    flags = SweepFlags(problem.options.overrelax, problem.biases is not None, problem.learned_tau)
+    flags = SweepFlags(
+        problem.options.overrelax,
+        problem.biases is not None,
+        problem.learned_tau,
+        problem.options.row_draw == "bordered",
+    )
     inv_var = 1.0 / state.bias_var
     bias_means = (None, None)
     if problem.bias_links:  # feature-driven biases: per-row prior means (one device)
