@@ -495,10 +495,11 @@ def draw_rows(
     ``y = L^{-1} rhs`` as its last row (forward substitution inside the factorisation),
     and the bordered factor solves ``L^T x = u`` against ``[u, 0]`` (its last component
     is 0, so the border drops out).  On the CPU every row's triangular solve is a LAPACK
-    call of its own, whose cost at ``K <= 64`` is mostly the call's.  ``s`` is a quarter
-    of the dtype's largest value: any finite ``y`` leaves the border positive definite;
-    a ``P`` that is not positive definite (or a non-finite ``y``) gives NaN rows, as
-    ``cholesky_rows`` does.  Only the lower triangle of ``P`` is read.
+    call of its own, whose cost at K = 10 to 32 is mostly the call's.  ``s`` is a quarter
+    of the dtype's largest value, so the border is positive definite whenever
+    ``|y|^2 = rhs^T P^{-1} rhs`` is below it; a ``P`` that is not positive definite, a
+    non-finite ``y`` or one beyond that bound gives NaN rows, as ``cholesky_rows`` does
+    for the first.  Only the lower triangle of ``P`` is read.
 
     Parameters
     ----------
