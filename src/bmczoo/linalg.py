@@ -480,8 +480,13 @@ def overrelaxed_rows(
     if rho == 0.0:
         return sample_rows(L, rhs, z)
     LTx = jnp.einsum("...kj,...k->...j", L, x)  # L^T x (L lower triangular)
-    u = (1.0 - rho) * _tri(L, rhs, False) + math.sqrt(1.0 - rho * rho) * z + rho * LTx
-    return _tri(L, u, True)
+    return _tri(L, _overrelaxed_target(_tri(L, rhs, False), z, LTx, rho), True)
+
+
+def _overrelaxed_target(y, z, LTx, rho: float):
+    """``(1 - rho) y + sqrt(1 - rho^2) z + rho L^T x`` with ``y = L^{-1} rhs``: the vector
+    that ``L^{-T}`` maps to Adler's over-relaxed draw."""
+    return (1.0 - rho) * y + math.sqrt(1.0 - rho * rho) * z + rho * LTx
 
 
 def draw_rows(
@@ -530,16 +535,15 @@ def draw_rows(
         axis=-1,
     )
     L = cholesky_rows(bordered)  # (..., K + 1, K + 1)
-    u = L[..., K, :K]  # y = L^{-1} rhs
+    y = L[..., K, :K]  # L^{-1} rhs
+    zero = jnp.zeros_like(corner)
     if rho != 0.0:
         # L^T x from the bordered factor against (x, 0): its border row meets the 0
-        LTx = jnp.einsum(
-            "...kj,...k->...j", L, jnp.concatenate([x, jnp.zeros_like(corner)], axis=-1)
-        )
-        u = (1.0 - rho) * u + math.sqrt(1.0 - rho * rho) * z + rho * LTx[..., :K]
+        LTx = jnp.einsum("...kj,...k->...j", L, jnp.concatenate([x, zero], axis=-1))
+        u = _overrelaxed_target(y, z, LTx[..., :K], rho)
     else:
-        u = u + z
-    return _tri(L, jnp.concatenate([u, jnp.zeros_like(corner)], axis=-1), True)[..., :K]
+        u = y + z
+    return _tri(L, jnp.concatenate([u, zero], axis=-1), True)[..., :K]
 
 
 def solve_rows(L: jax.Array, rhs: jax.Array) -> jax.Array:

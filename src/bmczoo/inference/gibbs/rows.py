@@ -20,9 +20,9 @@ from .. import sharding as sh
 from ...linalg import (
     CSR,
     cholesky_rows,
-    overrelaxed_rows,
-    outer,
     draw_rows,
+    outer,
+    overrelaxed_rows,
     pack_upper,
     pattern_product,
     prior_precision_term,
