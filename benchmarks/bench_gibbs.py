@@ -9,7 +9,10 @@ ratings with skewed (lognormal users, Zipf-like items) degrees and the MovieLens
 of ``gibbs.step`` and times several sweeps per repeat (``--repeats`` repeats after
 compilation; the tables show the median and the best per-sweep time), with BLAS on one
 thread as ``bmc.fit`` runs its sweeps (:mod:`bmczoo._blas`; ``--blas-threads-default``
-times them with OpenBLAS's default threads instead).  Peak memory is
+times them with OpenBLAS's default threads instead).  ``--hot-path`` sets bmczoo's
+sparse-product path (``auto``: on the CPU the compiled Gram kernel at ``K >=
+bmczoo.linalg.GRAM_MIN_K`` when it is built; ``bcsr``: JAX's sparse product only); every
+result records the path and whether the kernel ran.  Peak memory is
 the subprocess's resident-set high-water mark (``ru_maxrss``), so runs do not
 contaminate each other.  ``--K`` and ``--chains`` take comma-separated lists.
 
@@ -159,13 +162,17 @@ def worker_bmczoo(
     seed: int,
     model: str = "plain",
     blas_limit: bool = True,
+    hot_path: str = "auto",
 ) -> dict:
     from bmczoo import _blas
+    from bmczoo import linalg as kr
 
     _blas.LIMIT = blas_limit
-    with _blas.one_blas_thread():  # as bmc.fit runs its sweeps
+    with _blas.one_blas_thread(), kr.use_hot_path(hot_path):  # as bmc.fit runs its sweeps
         return _time_bmczoo(name, K, chains, repeats, sweeps, seed, model) | {
-            "blas_limit": blas_limit
+            "blas_limit": blas_limit,
+            "hot_path": kr.resolve_hot_path(hot_path),
+            "gram_kernel": kr.resolve_hot_path(hot_path) == "gram" and K >= kr.GRAM_MIN_K,
         }
 
 
@@ -618,6 +625,13 @@ def main(argv=None) -> int:
         help="time bmczoo's sweeps with OpenBLAS's default threads instead of the one thread "
         "bmc.fit gives it while its sweeps run (bmczoo._blas)",
     )
+    ap.add_argument(
+        "--hot-path",
+        default="auto",
+        choices=("auto", "bcsr", "segment", "gram"),
+        help="bmczoo's sparse-product path (bmczoo.linalg.set_hot_path; default auto: on the "
+        "CPU the compiled Gram kernel at K >= bmczoo.linalg.GRAM_MIN_K when it is built)",
+    )
     ap.add_argument("--model", default="plain", help=argparse.SUPPRESS)
     ap.add_argument("--worker", type=str, default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -645,6 +659,7 @@ def main(argv=None) -> int:
                 args.seed,
                 args.model,
                 blas_limit=not args.blas_threads_default,
+                hot_path=args.hot_path,
             )
         elif engine == "smurff":
             res = worker_smurff(
@@ -664,7 +679,8 @@ def main(argv=None) -> int:
     load_before = list(os.getloadavg())
     print(
         f"bmczoo Gibbs sweep benchmark: K={','.join(map(str, ranks))}, chains={','.join(map(str, chain_counts))}, "
-        f"models {','.join(models)}, float32, {os.cpu_count()} CPUs, load average before: {_load()}",
+        f"models {','.join(models)}, float32, hot path {args.hot_path}, {os.cpu_count()} CPUs, "
+        f"load average before: {_load()}",
         flush=True,
     )
 
@@ -709,6 +725,8 @@ def main(argv=None) -> int:
         str(args.smurff_iters),
         "--smurff-threads",
         str(args.smurff_threads),
+        "--hot-path",
+        args.hot_path,
     ] + (["--blas-threads-default"] if args.blas_threads_default else [])
     results = []
     for engine, name, model, K, C in jobs:

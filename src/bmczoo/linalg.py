@@ -40,9 +40,19 @@ product and a *sorted segment sum* (gather ``dense[index]``, scale by the entrie
 with the ``n x W`` temporaries chunked over the entries so that memory stays bounded at
 large ``K`` (:data:`SEGMENT_CHUNK_BYTES`).  The choice is stamped into the CSR when it is
 built (``hot_path``, static pytree metadata, so jit caches stay correct):
-:func:`set_hot_path` / :func:`use_hot_path` set ``"auto"`` (BCSR on CPU, segment sums on
-other platforms, decided by the platform of the CSR's device), ``"bcsr"`` or
-``"segment"``.  Both paths compute the same sums; only the float rounding order differs.
+:func:`set_hot_path` / :func:`use_hot_path` set ``"auto"`` (on CPU ``"gram"`` when the
+compiled kernel is built, else ``"bcsr"``; segment sums on other platforms, decided by
+the platform of the CSR's device), ``"bcsr"``, ``"segment"`` or ``"gram"``.  All paths
+compute the same sums; only the float rounding order differs.
+
+On the CPU the per-row Gram matrices ``sum_j N_j N_j^T`` of a Gibbs half sweep are the
+largest product (``K(K+1)/2`` numbers per rating go through the caches, and at ``K = 32``
+the product is bound by moving them, not by arithmetic).  The ``"gram"`` path computes
+them with a compiled kernel instead (:func:`pattern_gram`, ``bmczoo._native``): each row's
+factor rows are gathered into a buffer that stays in the L1 cache and multiplied as a
+symmetric rank-``n_i`` update with the accumulators in registers, ``K`` numbers per rating
+moved; it writes the full symmetric ``K x K`` matrices, so no unpacking follows.  The
+other products (the right-hand sides, the biases' sums, VB's moments) stay BCSR products.
 
 All functions take a leading chain axis ``C`` on the factor arrays.
 """
@@ -64,6 +74,9 @@ __all__ = [
     "CSR",
     "features_product",
     "csr_from_view",
+    "pattern_gram",
+    "uses_gram_kernel",
+    "GRAM_MIN_K",
     "csr_matmul",
     "device_array",
     "pattern_product",
@@ -100,8 +113,9 @@ COLUMN_MULTIPLE = 8
 #: of the dense operand) in chunks of about this many bytes, one chunk at a time
 SEGMENT_CHUNK_BYTES = 256 << 20
 
-#: the hot-path settings: ``"auto"`` (BCSR on CPU, segment sums elsewhere), or one path
-HOT_PATHS = ("auto", "bcsr", "segment")
+#: the hot-path settings: ``"auto"`` (on CPU the compiled Gram kernel when built, else BCSR;
+#: segment sums elsewhere), or one path
+HOT_PATHS = ("auto", "bcsr", "segment", "gram")
 
 _hot_path = "auto"
 
@@ -118,9 +132,12 @@ def set_hot_path(mode: str) -> None:
 
     Parameters
     ----------
-    mode : {"auto", "bcsr", "segment"}
-        ``"auto"`` (the default: BCSR on CPU, sorted segment sums on other platforms),
-        ``"bcsr"`` (JAX's BCSR product) or ``"segment"`` (chunked sorted segment sums).
+    mode : {"auto", "bcsr", "segment", "gram"}
+        ``"auto"`` (the default: ``"gram"`` on CPU when the compiled kernel is built, else
+        ``"bcsr"``; sorted segment sums on other platforms), ``"bcsr"`` (JAX's BCSR
+        product), ``"segment"`` (chunked sorted segment sums) or ``"gram"`` (the
+        compiled CPU kernel for the per-row Gram matrices, :func:`pattern_gram`, and BCSR
+        products for the rest; an error where the kernel is not built).
     """
     global _hot_path
     _hot_path = _check_hot_path(mode)
@@ -137,7 +154,7 @@ def use_hot_path(mode: str):
 
     Parameters
     ----------
-    mode : {"auto", "bcsr", "segment"}
+    mode : {"auto", "bcsr", "segment", "gram"}
         The hot path inside the block; the previous setting is restored on exit.
     """
     old = _hot_path
@@ -149,13 +166,27 @@ def use_hot_path(mode: str):
 
 
 def resolve_hot_path(mode: str | None = None, platform: str | None = None) -> str:
-    """The concrete path (``"bcsr"`` or ``"segment"``) of setting ``mode`` (None: the
-    current one) on ``platform`` (None: ``jax.default_backend()``)."""
+    """The concrete path (``"bcsr"``, ``"segment"`` or ``"gram"``) of setting ``mode``
+    (None: the current one) on ``platform`` (None: ``jax.default_backend()``).
+
+    ``"gram"`` needs the compiled CPU kernel (``bmczoo._native.available()``): asked for
+    on another platform or where it is not built, it is an error naming the other paths.
+    """
+    from . import _native
+
     mode = _check_hot_path(_hot_path if mode is None else mode)
+    platform = jax.default_backend() if platform is None else platform
+    if mode == "gram" and (platform != "cpu" or not _native.available()):
+        why = "runs on the CPU only" if platform != "cpu" else "is not built or does not load"
+        raise ValueError(
+            f"hot path 'gram': bmczoo's compiled Gram kernel {why} (bmczoo._native); "
+            "use 'auto', 'bcsr' or 'segment'"
+        )
     if mode != "auto":
         return mode
-    platform = jax.default_backend() if platform is None else platform
-    return "bcsr" if platform == "cpu" else "segment"
+    if platform != "cpu":
+        return "segment"
+    return "gram" if _native.available() else "bcsr"
 
 
 def _platform(x) -> str | None:
@@ -327,16 +358,81 @@ def pattern_product(
         The entries of the sparse matrix (``csr.values`` or ``csr.ones``).
     dense : jax.Array, shape (m_other, W) or (m_other,)
         The dense operand.
-    path : {"auto", "bcsr", "segment"}, optional
+    path : {"auto", "bcsr", "segment", "gram"}, optional
         None: ``csr.hot_path``; ``"auto"`` is resolved by ``jax.default_backend()``;
-        ``"bcsr"``: :func:`csr_matmul`; ``"segment"``: :func:`segment_matmul`.
+        ``"bcsr"`` and ``"gram"``: :func:`csr_matmul`; ``"segment"``:
+        :func:`segment_matmul`.
     chunk_bytes : int, optional
         The segment path's chunk size in bytes (default ``SEGMENT_CHUNK_BYTES``).
     """
     path = resolve_hot_path(csr.hot_path if path is None else path)
-    if path == "bcsr":
+    if path in ("bcsr", "gram"):
         return csr_matmul(csr.indptr, csr.index, data, csr.shape, dense)
     return segment_matmul(row_ids(csr), csr.index, data, csr.shape[0], dense, chunk_bytes)
+
+
+#: the smallest ``K`` at which a Gibbs half sweep on the ``"gram"`` path takes its Gram
+#: matrices from the compiled kernel (:func:`uses_gram_kernel`): below it the sparse
+#: product of the ``K(K+1)/2 <= 78`` packed outer products is as fast or faster
+#: (``benchmarks/bench_gibbs.py --paths``)
+GRAM_MIN_K = 13
+
+
+def uses_gram_kernel(csr: CSR, K: int) -> bool:
+    """Whether a half sweep over ``csr``'s rows with ``K`` columns takes its Gram matrices
+    from the compiled kernel: on the ``"gram"`` path at ``K >= GRAM_MIN_K``."""
+    return resolve_hot_path(csr.hot_path) == "gram" and K >= GRAM_MIN_K
+
+
+def pattern_gram(csr: CSR, F: jax.Array, w: jax.Array | None = None, *, path: str | None = None):
+    """The per-row Gram matrices of the rating pattern of ``csr`` for each chain, and
+    weighted sums of the same rows.
+
+    ``G_i = sum_{j in row i} F_j F_j^T`` (C, m, K, K), symmetric; with weights ``w``
+    (C, m_other, Q) also ``S_iq = sum_{j in row i} w_jq F_j`` (C, m, Q, K) and
+    ``Sw_iq = sum_{j in row i} w_jq`` (C, m, Q) (the biases' sums take ``w = [c, 1]``).
+    On the ``"gram"`` path the compiled CPU kernel computes all three in one pass over
+    the ratings (``bmczoo._native.gram``); else one sparse product of the pattern with the
+    packed outer products and the weighted rows (:func:`pattern_product`,
+    :func:`pack_upper` / :func:`unpack_upper`), the chains stacked as columns.  The two
+    agree up to float rounding.
+
+    Parameters
+    ----------
+    csr : CSR
+        The rating pattern (``csr.ones``: every entry counts once).
+    F : jax.Array, shape (C, m_other, K)
+        The other factor's rows per chain.
+    w : jax.Array, shape (C, m_other, Q), optional
+        Per-row weights of ``F``.
+    path : {"auto", "bcsr", "segment", "gram"}, optional
+        None: ``csr.hot_path``.
+
+    Returns
+    -------
+    jax.Array or tuple of jax.Array
+        ``G``; with ``w``, ``(G, S, Sw)``.
+    """
+    C, m_other, K = F.shape
+    if resolve_hot_path(csr.hot_path if path is None else path) == "gram":
+        from . import _native
+
+        G, S, Sw = _native.gram(csr.indptr, csr.index, F, w)
+        return G if w is None else (G, S, Sw)
+    T = K * (K + 1) // 2
+    parts = [pack_upper(outer(F))]
+    if w is not None:
+        Q = w.shape[-1]
+        parts += [(w[..., :, None] * F[..., None, :]).reshape(C, m_other, Q * K), w]
+    W = sum(p.shape[-1] for p in parts)
+    dense = jnp.transpose(jnp.concatenate(parts, -1), (1, 0, 2)).reshape(m_other, C * W)
+    out = pattern_product(csr, csr.ones, dense, path=path)
+    out = jnp.transpose(out.reshape(csr.shape[0], C, W), (1, 0, 2))
+    G = unpack_upper(out[..., :T], K)
+    if w is None:
+        return G
+    S = out[..., T : T + Q * K].reshape(C, csr.shape[0], Q, K)
+    return G, S, out[..., T + Q * K :]
 
 
 def features_product(X, W: jax.Array) -> jax.Array:

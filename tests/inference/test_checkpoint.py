@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 
 import bmczoo as bmc
+from bmczoo import _native
+from bmczoo import linalg as kr
 from bmczoo.inference import checkpoint as ck
 from bmczoo.inference.run import donated
 
@@ -307,6 +309,26 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
     # the rows' draw: the same law, other rounding, so not the uninterrupted run
     with pytest.raises(ValueError, match="different run: .*row_draw"):
         bmc.fit(train, checkpoint=path, **{**kw, "row_draw": "two-solves"})
+
+
+@pytest.mark.skipif(not _native.available(), reason="the compiled Gram kernel is not built")
+def test_checkpoint_names_the_gram_kernel(tmp_path):
+    """A run whose sweeps take their Gram matrices from the compiled kernel (K >=
+    GRAM_MIN_K on the "gram" path) and one on the sparse product round differently: a
+    checkpoint of one is refused by the other, naming the kernel; a run below GRAM_MIN_K
+    (the same sweeps on both paths) resumes across them."""
+    train, test = _data()
+    path = tmp_path / "k.npz"
+    kw = _gibbs_kw(test, K=kr.GRAM_MIN_K, num_samples=4, thinning=1, num_chains=1)
+    with kr.use_hot_path("bcsr"):
+        bmc.fit(train, checkpoint=path, **kw)
+    with kr.use_hot_path("gram"), pytest.raises(ValueError, match="different run: gram_kernel"):
+        bmc.fit(train, checkpoint=path, **kw)
+    small = dict(kw, K=3)
+    with kr.use_hot_path("gram"):
+        bmc.fit(train, checkpoint=tmp_path / "s.npz", **small)
+    with kr.use_hot_path("bcsr"):
+        bmc.fit(train, checkpoint=tmp_path / "s.npz", **small)  # no error
 
 
 def test_bad_checkpoint_arguments(tmp_path):

@@ -1,8 +1,10 @@
-"""The two hot paths of the sparse products (``bmczoo.linalg.pattern_product``):
-the BCSR product (the CPU default) and the sorted segment sum (the default on other
-platforms) give the same sums up to float rounding, in float64, for the kernels, the
-Gibbs-side products, whole Gibbs sweeps and VB iterations; with rows and columns without
-ratings, K in {1, 3, 10, 33}, 1 and 3 chains, and with the segment sums chunked."""
+"""The hot paths of the sparse products (``bmczoo.linalg.pattern_product``): the BCSR
+product, the sorted segment sum (the default on other platforms than the CPU) and the
+compiled Gram kernel (the CPU default where it is built; ``tests/test_native.py`` checks
+the kernel itself) give the same sums up to float rounding, in float64, for the kernels,
+the Gibbs-side products, whole Gibbs sweeps and VB iterations; with rows and columns
+without ratings, K in {1, 3, 10, 33}, 1 and 3 chains, and with the segment sums
+chunked."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 import bmczoo as bmc
 from bmczoo.inference.gibbs.rows import _pattern_product
+from bmczoo import _native
 from bmczoo import linalg as kr
 
 from ._devices import four_cpu_devices_env
@@ -48,7 +51,7 @@ def _both(view, shape, dtype=jnp.float64):
 
 def test_hot_path_setting_and_resolution():
     assert kr.get_hot_path() == "auto"
-    assert kr.resolve_hot_path("auto", "cpu") == "bcsr"
+    assert kr.resolve_hot_path("auto", "cpu") == ("gram" if _native.available() else "bcsr")
     assert kr.resolve_hot_path("auto", "gpu") == "segment"
     assert kr.resolve_hot_path("auto", "tpu") == "segment"
     assert kr.resolve_hot_path("segment", "cpu") == "segment"
@@ -231,6 +234,58 @@ def test_gibbs_sweeps_paths_equal(C, K, biases):
         np.testing.assert_allclose(
             b.samples[k], a.samples[k], rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=k
         )
+
+
+@pytest.mark.skipif(not _native.available(), reason="the compiled Gram kernel is not built")
+@pytest.mark.parametrize(
+    "C, K, member, min_k",
+    [
+        (2, 14, "recommended", None),  # Normal-Wishart rows, learned noise, biases
+        (1, 13, "inverse-gamma", None),  # the paper's prior with its fused column moves
+        (3, 3, "recommended", 1),  # the kernel below GRAM_MIN_K too
+    ],
+)
+def test_gibbs_sweeps_gram_kernel_equals_bcsr(monkeypatch, C, K, member, min_k):
+    """Whole Gibbs runs on the "gram" path (the Gram matrices, the biases' sums and the
+    learned noise's quadratic forms from the compiled kernel) and on the BCSR path, driven
+    by the same normals: equal up to float64 rounding."""
+    if min_k is not None:
+        monkeypatch.setattr(kr, "GRAM_MIN_K", min_k)
+        jax.clear_caches()  # the threshold is read when a sweep is traced
+    sim = bmc.datasets.simulate_paper(40, seed=4)
+    keep = (sim.train.rows != 3) & (sim.train.cols != 8)
+    train = sim.train.subset(np.flatnonzero(keep))
+    kw = dict(
+        K=K,
+        num_warmup=3,
+        num_samples=6,
+        thinning=2,
+        num_chains=C,
+        seed=2,
+        store_factors=True,
+        progress_bar=False,
+        dtype=jnp.float64,
+    )
+    if member == "recommended":
+        kw.update(
+            prior=bmc.priors.NormalWishart(),
+            likelihood=bmc.likelihoods.LearnedNoise(),
+            biases=True,
+        )
+    else:
+        kw.update(prior=bmc.priors.InverseGamma())
+    out = {}
+    for path in ("bcsr", "gram"):
+        with kr.use_hot_path(path):
+            out[path] = bmc.fit(train, **kw)
+    a, b = out["bcsr"], out["gram"]
+    assert a.samples.keys() == b.samples.keys()
+    for k in a.samples:
+        np.testing.assert_allclose(
+            b.samples[k], a.samples[k], rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=k
+        )
+    if min_k is not None:
+        jax.clear_caches()
 
 
 @pytest.mark.parametrize("C, K, biases", [(1, 3, False), (3, 10, True)])

@@ -18,7 +18,7 @@ from jax import lax
 from ... import _rng
 from ...priors import Prior
 from .. import sharding as sh
-from ...linalg import CSR, packed_position, unpack_upper
+from ...linalg import CSR, packed_position
 from .rows import FactorRows, FusedMoves, Side, row_sums, transform_sums
 from .state import GibbsProblem, GibbsState, padded_dims
 
@@ -338,10 +338,8 @@ def _column_side(side: Side, gamma, tb, draws: dict, move: ColumnMove):
     ``B_i = t^T Y_i - (G0_i t)^T (T x_i) + a_i A_i`` (``x_i`` the row of ``own``): O(m K^2)
     per column, with no pass over the ratings.  ``draws``: :func:`_move_draws`."""
     csr, own, other, bias_own, bias_other, values = side
-    G0, Y, sumO, sumBO, _, _ = row_sums(csr, other, bias_other, move.use_bias, values)
-    return _moves_from_sums(
-        side, unpack_upper(G0, own.shape[-1]), Y, sumO, sumBO, gamma, tb, draws, move
-    )
+    sums = row_sums(csr, other, bias_other, move.use_bias, values)
+    return _moves_from_sums(side, sums.G, sums.r, sums.sumO, sums.sumBO, gamma, tb, draws, move)
 
 
 def _moves_from_sums(

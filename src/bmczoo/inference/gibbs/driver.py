@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import _xla
-from ...linalg import device_array
+from ...linalg import device_array, uses_gram_kernel
 from ...offsets import shift_clip
 from .. import gibbs
 from .. import settings as st
@@ -345,9 +345,13 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
     )
 
 
-def _checkpoint_settings(prep: Prepared, info: FitInfo, track, store: bool, gamma0) -> dict:
+def _checkpoint_settings(
+    prep: Prepared, info: FitInfo, track, store: bool, gamma0, gram: bool
+) -> dict:
     """What identifies a Gibbs run for its checkpoint; the column moves and the annealed
-    switch only when on (a checkpoint of a run without them has no such keys)."""
+    switch only when on (a checkpoint of a run without them has no such keys), and
+    ``gram``: whether the sweeps take their Gram matrices from the compiled kernel (other
+    rounding than the sparse product, so a resumed run would not continue bit for bit)."""
     s: st.Gibbs = info.settings
     moves = {}
     if s.column_moves:
@@ -362,6 +366,8 @@ def _checkpoint_settings(prep: Prepared, info: FitInfo, track, store: bool, gamm
         moves["gamma_sampler"] = s.gamma_sampler
     if s.row_draw != "two-solves":  # nor has a checkpoint of the two solves' draws
         moves["row_draw"] = s.row_draw
+    if gram:  # nor has one of the sparse product's Gram matrices
+        moves["gram_kernel"] = True
     return run_settings(
         prep,
         info,
@@ -405,7 +411,8 @@ def _gibbs_chains(prep: Prepared, info: FitInfo, track, progress_bar: bool):
     else:
         core = init(extra)
     store = _store_factors(s, core, problem)
-    settings = _checkpoint_settings(prep, info, track, store, gamma0)
+    gram = uses_gram_kernel(problem.rows, info.K)
+    settings = _checkpoint_settings(prep, info, track, store, gamma0, gram)
     return run_gibbs(
         core,
         problem,

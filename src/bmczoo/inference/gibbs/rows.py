@@ -24,10 +24,12 @@ from ...linalg import (
     outer,
     overrelaxed_rows,
     pack_upper,
+    pattern_gram,
     pattern_product,
     prior_precision_term,
     resolve_hot_path,
     unpack_upper,
+    uses_gram_kernel,
 )
 from .state import GibbsProblem, GibbsState, pad_vec, padded_dims
 
@@ -105,11 +107,8 @@ class RowSums(NamedTuple):
 
 
 def side_sums(side: Side, use_bias: bool) -> RowSums:
-    """:func:`row_sums` of ``side`` as a :class:`RowSums` (``G`` unpacked as well)."""
-    Gp, r, sumO, sumBO, sumB, sumY = row_sums(
-        side.csr, side.other, side.bias_other, use_bias, side.values
-    )
-    return RowSums(Gp, unpack_upper(Gp, side.other.shape[-1]), r, sumO, sumBO, sumB, sumY)
+    """:func:`row_sums` of ``side``."""
+    return row_sums(side.csr, side.other, side.bias_other, use_bias, side.values)
 
 
 def transform_sums(sums: RowSums, T) -> RowSums:
@@ -207,9 +206,17 @@ def half_sweep(
         # sum_k theta_k^2 - 2 sum_k r_k theta_k over the ratings, from this side's sums; the
         # quadratic forms x_i^T G_i x_i from the packed upper triangles in one fused pass (XLA
         # on CPU runs an einsum over the (C, m, K, K) matrices as many tiny matrix products)
-        part = part + _packed_quadratic(Gp, x) - 2.0 * jnp.sum(x * r, axis=(1, 2))
+        quad = _full_quadratic(G, x) if uses_gram_kernel(csr, K) else _packed_quadratic(Gp, x)
+        part = part + quad - 2.0 * jnp.sum(x * r, axis=(1, 2))
     # a failed Cholesky factorisation gives NaN factors, hence NaN draws
     return x, bias_own, ~jnp.all(jnp.isfinite(x), axis=-1), part
+
+
+def _full_quadratic(G, x):
+    """``sum_i x_i^T G_i x_i`` per chain (C,) from the full (C, m, K, K) ``G_i`` (the
+    compiled Gram kernel's, where packing them would be an extra pass): one fused multiply
+    and reduction."""
+    return jnp.sum(G * (x[..., :, None] * x[..., None, :]), axis=(1, 2, 3))
 
 
 def _packed_quadratic(Gp, x):
@@ -221,37 +228,46 @@ def _packed_quadratic(Gp, x):
     return jnp.sum(Gp * pack_upper(outer(x)) * w, axis=(1, 2))
 
 
-def row_sums(csr: CSR, other, bias_other, use_bias: bool, values=None):
-    """The per-row sums over the ratings that a half sweep and the column moves need, from
-    two sparse products with the rating pattern (``other`` (C, m_other, K) the other
-    factor, all rows): ``G_i = sum_j N_j N_j^T`` as packed upper triangles
-    (C, m, K(K+1)/2, :func:`~bmczoo.linalg.unpack_upper` gives (C, m, K, K)) and ``r_i = sum_j Y_ij N_j``
-    (C, m, K), and with biases ``sum_j N_j``, ``sum_j c_j N_j`` (C, m, K), ``sum_j c_j``
-    and ``sum_j Y_ij`` (C, m) (else None).  ``values`` (C, n), when given, replace the
-    ratings per chain (one product per chain)."""
+def row_sums(csr: CSR, other, bias_other, use_bias: bool, values=None) -> RowSums:
+    """The per-row sums over the ratings that a half sweep and the column moves need (a
+    :class:`RowSums`; ``other`` (C, m_other, K) the other factor, all rows):
+    ``G_i = sum_j N_j N_j^T`` (C, m, K, K) with its packed upper triangles ``Gp``
+    (C, m, K(K+1)/2), ``r_i = sum_j Y_ij N_j`` (C, m, K), and with biases ``sum_j N_j``,
+    ``sum_j c_j N_j`` (C, m, K), ``sum_j c_j`` and ``sum_j Y_ij`` (C, m) (else None).
+    ``values`` (C, n), when given, replace the ratings per chain (one product per chain).
+
+    Two sparse products with the rating pattern: one with the ratings, one with the packed
+    outer products and the biases' columns; on the ``"gram"`` hot path the compiled kernel
+    gives the Gram matrices and the biases' sums in one pass instead of the second
+    (:func:`~bmczoo.linalg.pattern_gram`, weights ``[c_j, 1]``).  ``G`` and ``Gp`` are both returned: XLA drops
+    the one a sweep does not use."""
     C, m_other, K = other.shape
-    T = K * (K + 1) // 2
-    parts = [pack_upper(outer(other))]
-    if use_bias:
-        parts += [other, bias_other[..., None] * other, bias_other[..., None]]
-    Gall = _pattern_product(csr, csr.ones, jnp.concatenate(parts, -1) if use_bias else parts[0])
     vparts = [other] + ([jnp.ones((C, m_other, 1), other.dtype)] if use_bias else [])
     Rdense = jnp.concatenate(vparts, -1) if use_bias else vparts[0]
     if values is None:
         Rall = _pattern_product(csr, csr.values, Rdense)
     else:  # per-chain values (a latent z): one product per chain
         Rall = jnp.stack([pattern_product(csr, values[i], Rdense[i]) for i in range(C)])
-    G = Gall[..., :T]
+    r = Rall[..., :K]
+    sumY = Rall[..., K] if use_bias else None
+    if uses_gram_kernel(csr, K):  # the Gram matrices and the biases' sums in one pass
+        w = jnp.stack([bias_other, jnp.ones_like(bias_other)], -1) if use_bias else None
+        out = pattern_gram(csr, other, w)
+        if not use_bias:
+            return RowSums(pack_upper(out), out, r, None, None, None, None)
+        G, S, Sw = out
+        return RowSums(pack_upper(G), G, r, S[..., 1, :], S[..., 0, :], Sw[..., 0], sumY)
+    T = K * (K + 1) // 2
+    parts = [pack_upper(outer(other))]
+    if use_bias:
+        parts += [other, bias_other[..., None] * other, bias_other[..., None]]
+    Gall = _pattern_product(csr, csr.ones, jnp.concatenate(parts, -1) if use_bias else parts[0])
+    Gp = Gall[..., :T]
+    G = unpack_upper(Gp, K)
     if not use_bias:
-        return G, Rall, None, None, None, None
-    return (
-        G,
-        Rall[..., :K],
-        Gall[..., T : T + K],
-        Gall[..., T + K : T + 2 * K],
-        Gall[..., T + 2 * K],
-        Rall[..., K],
-    )
+        return RowSums(Gp, G, r, None, None, None, None)
+    sumO, sumBO, sumB = Gall[..., T : T + K], Gall[..., T + K : T + 2 * K], Gall[..., T + 2 * K]
+    return RowSums(Gp, G, r, sumO, sumBO, sumB, sumY)
 
 
 #: the largest dense operand (bytes) of one CPU sparse product with the chains stacked as
@@ -268,7 +284,7 @@ def _pattern_product(csr: CSR, data, dense):
     :data:`STACK_MAX_BYTES` (the same values: each output column sums the same terms)."""
     C, m_other, W = dense.shape
     big = C * m_other * W * dense.dtype.itemsize > STACK_MAX_BYTES
-    if C > 1 and big and resolve_hot_path(csr.hot_path) == "bcsr":
+    if C > 1 and big and resolve_hot_path(csr.hot_path) in ("bcsr", "gram"):
         return jnp.stack([pattern_product(csr, data, dense[c]) for c in range(C)])
     out = pattern_product(csr, data, jnp.transpose(dense, (1, 0, 2)).reshape(m_other, C * W))
     return jnp.transpose(out.reshape(csr.shape[0], C, W), (1, 0, 2))
