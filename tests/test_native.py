@@ -174,3 +174,21 @@ def test_native_off_by_environment():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "bcsr"]
+
+
+@needs_kernel
+def test_gram_kernel_edge_shapes(x64):
+    """K = 0 (only the weights' sums), no chains, no ratings at all, no rows."""
+    data, A, rng = _pattern(seed=5)
+    csr = kr.csr_from_view(data.row_view, data.shape, jnp.float64, hot_path="gram")
+    w = rng.normal(size=(2, data.shape[1], 2))
+    G, S, Sw = _native.gram(csr.indptr, csr.index, jnp.zeros((2, data.shape[1], 0)), w)
+    assert G.shape == (2, data.shape[0], 0, 0) and S.shape == (2, data.shape[0], 2, 0)
+    np.testing.assert_allclose(np.asarray(Sw), np.einsum("ij,cjq->ciq", A, w), rtol=1e-12)
+    G = _native.gram(csr.indptr, csr.index, jnp.zeros((0, data.shape[1], 3)))[0]
+    assert G.shape == (0, data.shape[0], 3, 3)
+    no_index = jnp.zeros(0, jnp.int32)  # a pattern without ratings, 4 rows
+    G = _native.gram(jnp.zeros(5, jnp.int32), no_index, jnp.ones((1, 6, 3)))[0]
+    np.testing.assert_array_equal(np.asarray(G), np.zeros((1, 4, 3, 3)))
+    G = _native.gram(jnp.zeros(1, jnp.int32), no_index, jnp.ones((1, 6, 3)))[0]  # no rows
+    assert G.shape == (1, 0, 3, 3)

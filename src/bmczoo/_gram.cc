@@ -235,7 +235,7 @@ ffi::Error gram_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr,
   P.K = static_cast<int>(fd[2]);
   P.m = indptr.element_count() - 1;
   constexpr int V = kVecBytes / sizeof(T);
-  P.Kp = (P.K + V - 1) / V * V;
+  P.Kp = std::max(V, (P.K + V - 1) / V * V);  // at least one vector: K = 0 gives only Sw
   P.ratings_per_pass = std::max<int64_t>(8, (16 << 10) / (P.Kp * int64_t(sizeof(T))));
   P.indptr = indptr.typed_data();
   P.index = index.typed_data();
