@@ -380,7 +380,15 @@ GRAM_MIN_K = 13
 
 def uses_gram_kernel(csr: CSR, K: int) -> bool:
     """Whether a half sweep over ``csr``'s rows with ``K`` columns takes its Gram matrices
-    from the compiled kernel: on the ``"gram"`` path at ``K >= GRAM_MIN_K``."""
+    from the compiled kernel: on the ``"gram"`` path at ``K >= GRAM_MIN_K``.
+
+    Parameters
+    ----------
+    csr : CSR
+        The rating pattern of the rows being updated (its ``hot_path``).
+    K : int
+        The number of columns of the factors.
+    """
     return resolve_hot_path(csr.hot_path) == "gram" and K >= GRAM_MIN_K
 
 
@@ -393,8 +401,8 @@ def pattern_gram(csr: CSR, F: jax.Array, w: jax.Array | None = None, *, path: st
     ``Sw_iq = sum_{j in row i} w_jq`` (C, m, Q) (the biases' sums take ``w = [c, 1]``).
     On the ``"gram"`` path the compiled CPU kernel computes all three in one pass over
     the ratings (``bmczoo._native.gram``); else one sparse product of the pattern with the
-    packed outer products and the weighted rows (:func:`pattern_product`,
-    :func:`pack_upper` / :func:`unpack_upper`), the chains stacked as columns.  The two
+    packed outer products and the weighted rows (:func:`pattern_product`, ``pack_upper``
+    / ``unpack_upper``), the chains stacked as columns.  The two
     agree up to float rounding.
 
     Parameters
