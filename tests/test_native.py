@@ -65,8 +65,13 @@ def test_gram_kernel_equals_dense_and_product_float64(x64, K, C, Q):
     w = rng.normal(size=(C, data.shape[1], Q))
     refs = _dense_sums(A, F, w)
     csr = kr.csr_from_view(data.row_view, data.shape, jnp.float64, hot_path="gram")
-    got = jax.jit(lambda F, w: kr.pattern_gram(csr, F, w))(jnp.asarray(F), jnp.asarray(w))
-    bcsr = kr.pattern_gram(csr, jnp.asarray(F), jnp.asarray(w), path="bcsr")
+    run = jax.jit(lambda F, w: kr.pattern_gram(csr, F, w, packed=True))
+    got = run(jnp.asarray(F), jnp.asarray(w))
+    bcsr = kr.pattern_gram(csr, jnp.asarray(F), jnp.asarray(w), packed=True, path="bcsr")
+    Gp_ref = np.asarray(kr.pack_upper(jnp.asarray(refs[0])))
+    np.testing.assert_allclose(np.asarray(got.Gp), Gp_ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(bcsr.Gp), Gp_ref, rtol=1e-12, atol=1e-12)
+    got, bcsr = (got.G, got.S, got.Sw), (bcsr.G, bcsr.S, bcsr.Sw)
     for name, a, b, ref in zip(("G", "S", "Sw"), got, bcsr, refs):
         assert a.dtype == jnp.float64 and a.shape == ref.shape, name
         # float64: only the order of the sums differs
@@ -75,9 +80,10 @@ def test_gram_kernel_equals_dense_and_product_float64(x64, K, C, Q):
     G = np.asarray(got[0])
     np.testing.assert_array_equal(G, np.swapaxes(G, -1, -2))  # both triangles written
     assert not G[:, [0, 9]].any()  # rows without ratings: zero
-    # without weights: G alone, the same
+    # without weights or packing: G alone, the same
     alone = kr.pattern_gram(csr, jnp.asarray(F))
-    np.testing.assert_array_equal(np.asarray(alone), G)
+    assert alone.Gp is None and alone.S is None and alone.Sw is None
+    np.testing.assert_array_equal(np.asarray(alone.G), G)
 
 
 @needs_kernel
@@ -89,7 +95,7 @@ def test_gram_kernel_float32_within_rounding(x64, K):
     F = rng.normal(size=(2, data.shape[1], K)).astype(np.float32)
     w = rng.normal(size=(2, data.shape[1], 2)).astype(np.float32)
     csr = kr.csr_from_view(data.row_view, data.shape, jnp.float32, hot_path="gram")
-    G, S, Sw = kr.pattern_gram(csr, jnp.asarray(F), jnp.asarray(w))
+    G, _, S, Sw = kr.pattern_gram(csr, jnp.asarray(F), jnp.asarray(w))
     assert G.dtype == S.dtype == Sw.dtype == jnp.float32
     F64, w64 = F.astype(np.float64), w.astype(np.float64)
     eps = np.finfo(np.float32).eps
@@ -115,7 +121,7 @@ def test_gram_kernel_large_degree_and_vmap(x64):
     A[rows, cols] = 1.0
     csr = kr.csr_from_view(data.row_view, data.shape, jnp.float64, hot_path="gram")
     F = rng.normal(size=(4, 1, m_other, K))
-    out = jax.vmap(lambda F: kr.pattern_gram(csr, F))(jnp.asarray(F))
+    out = jax.vmap(lambda F: kr.pattern_gram(csr, F).G)(jnp.asarray(F))
     ref = np.einsum("ij,bcjk,bcjl->bcikl", A, F, F)
     np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-11, atol=1e-10)
 
@@ -182,8 +188,11 @@ def test_gram_kernel_edge_shapes(x64):
     data, A, rng = _pattern(seed=5)
     csr = kr.csr_from_view(data.row_view, data.shape, jnp.float64, hot_path="gram")
     w = rng.normal(size=(2, data.shape[1], 2))
-    G, S, Sw = _native.gram(csr.indptr, csr.index, jnp.zeros((2, data.shape[1], 0)), w)
+    G, Gp, S, Sw = _native.gram(
+        csr.indptr, csr.index, jnp.zeros((2, data.shape[1], 0)), w, packed=True
+    )
     assert G.shape == (2, data.shape[0], 0, 0) and S.shape == (2, data.shape[0], 2, 0)
+    assert Gp.shape == (2, data.shape[0], 0)
     np.testing.assert_allclose(np.asarray(Sw), np.einsum("ij,cjq->ciq", A, w), rtol=1e-12)
     G = _native.gram(csr.indptr, csr.index, jnp.zeros((0, data.shape[1], 3)))[0]
     assert G.shape == (0, data.shape[0], 3, 3)

@@ -1,6 +1,8 @@
 // The Gibbs sweep's per-row Gram matrices on the CPU, as an XLA FFI custom call:
 //
 //   out[c, i] = sum_{p in row i} F[c, index[p]] F[c, index[p]]^T      (C, m, K, K)
+//   Gp[c, i] = its upper triangle, row by row (C, m, K(K+1)/2), when Gp has that shape
+//              ((C, m, 0): not written)
 //   S[c, i, q] = sum_{p in row i} w[c, index[p], q] F[c, index[p]]     (C, m, Q, K)
 //   Sw[c, i, q] = sum_{p in row i} w[c, index[p], q]                   (C, m, Q)
 //
@@ -175,6 +177,7 @@ struct Problem {
   const T* F;
   const T* w;  // (C, m_other, Q) weights of the weighted sums
   T* out;      // (C, m, K, K)
+  T* Gp;       // (C, m, K(K+1)/2) or nullptr
   T* S;        // (C, m, Q, K): sum_j w[j, q] F_j
   T* Sw;       // (C, m, Q): sum_j w[j, q]
   int64_t C, m, m_other;
@@ -213,6 +216,11 @@ bool run_rows(const Problem<T>& P, int64_t i0, int64_t i1) {
       T* o = P.out + (c * P.m + i) * K * K;
       for (int k = 0; k < K; ++k)
         for (int l = k; l < K; ++l) o[k * K + l] = o[l * K + k] = acc[k * Kp + l];
+      if (P.Gp != nullptr) {
+        T* g = P.Gp + (c * P.m + i) * (K * (K + 1) / 2);
+        for (int k = 0; k < K; ++k)
+          for (int l = k; l < K; ++l) *g++ = acc[k * Kp + l];
+      }
       for (int q = 0; q < Q; ++q) {
         std::memcpy(P.S + ((c * P.m + i) * Q + q) * K, sacc.data() + q * Kp, K * sizeof(T));
         P.Sw[(c * P.m + i) * Q + q] = wacc[q];
@@ -225,8 +233,8 @@ bool run_rows(const Problem<T>& P, int64_t i0, int64_t i1) {
 template <typename T>
 ffi::Error gram_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr,
                      ffi::Buffer<ffi::S32> index, ffi::AnyBuffer F, ffi::AnyBuffer w,
-                     ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> S,
-                     ffi::Result<ffi::AnyBuffer> Sw) {
+                     ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> Gp,
+                     ffi::Result<ffi::AnyBuffer> S, ffi::Result<ffi::AnyBuffer> Sw) {
   const auto fd = F.dimensions();
   if (fd.size() != 3) return ffi::Error::InvalidArgument("gram: F must be (C, m_other, K)");
   Problem<T> P;
@@ -250,8 +258,13 @@ ffi::Error gram_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr,
     return ffi::Error::InvalidArgument("gram: the weights must be (C, m_other, Q)");
   P.Q = static_cast<int>(wd[2]);
   const auto od = out->dimensions(), sd = S->dimensions(), swd = Sw->dimensions();
+  const auto pd = Gp->dimensions();
   if (od.size() != 4 || od[0] != P.C || od[1] != P.m || od[2] != P.K || od[3] != P.K)
     return ffi::Error::InvalidArgument("gram: the output must be (C, m, K, K)");
+  const int64_t npacked = int64_t(P.K) * (P.K + 1) / 2;
+  if (pd.size() != 3 || pd[0] != P.C || pd[1] != P.m || (pd[2] != npacked && pd[2] != 0))
+    return ffi::Error::InvalidArgument("gram: the packed output must be (C, m, K(K+1)/2) or (C, m, 0)");
+  P.Gp = pd[2] == npacked && npacked > 0 ? Gp->typed_data<T>() : nullptr;
   if (sd.size() != 4 || sd[0] != P.C || sd[1] != P.m || sd[2] != P.Q || sd[3] != P.K ||
       swd.size() != 3 || swd[0] != P.C || swd[1] != P.m || swd[2] != P.Q)
     return ffi::Error::InvalidArgument("gram: the sums must be (C, m, Q, K) and (C, m, Q)");
@@ -297,16 +310,17 @@ ffi::Error gram_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr,
 
 ffi::Error gram(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buffer<ffi::S32> index,
                 ffi::AnyBuffer F, ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> out,
-                ffi::Result<ffi::AnyBuffer> S, ffi::Result<ffi::AnyBuffer> Sw) {
+                ffi::Result<ffi::AnyBuffer> Gp, ffi::Result<ffi::AnyBuffer> S,
+                ffi::Result<ffi::AnyBuffer> Sw) {
   const auto dt = F.element_type();
-  if (w.element_type() != dt || out->element_type() != dt || S->element_type() != dt ||
-      Sw->element_type() != dt)
+  if (w.element_type() != dt || out->element_type() != dt || Gp->element_type() != dt ||
+      S->element_type() != dt || Sw->element_type() != dt)
     return ffi::Error::InvalidArgument("gram: the weights' and outputs' dtype must be F's");
   switch (dt) {
     case ffi::DataType::F32:
-      return gram_impl<float>(pool, indptr, index, F, w, out, S, Sw);
+      return gram_impl<float>(pool, indptr, index, F, w, out, Gp, S, Sw);
     case ffi::DataType::F64:
-      return gram_impl<double>(pool, indptr, index, F, w, out, S, Sw);
+      return gram_impl<double>(pool, indptr, index, F, w, out, Gp, S, Sw);
     default:
       return ffi::Error::InvalidArgument("gram: F must be float32 or float64");
   }
@@ -324,6 +338,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(BmczooGram, gram,
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());

@@ -50,16 +50,19 @@ def available() -> bool:
     return True
 
 
-def gram(indptr, index, F, w=None):
+def gram(indptr, index, F, w=None, packed: bool = False):
     """By the compiled kernel (CPU only; requires :func:`available`), for the CSR pattern
     ``(indptr (m+1,), index (n,))`` (int32), ``F`` (C, m_other, K) float32 or float64 and
     per-row weights ``w`` (C, m_other, Q) of ``F`` (None: Q = 0):
 
     - ``G[c, i] = sum_{p in row i} F[c, j_p] F[c, j_p]^T`` (C, m, K, K), symmetric;
+    - ``Gp``: its upper triangles row by row (C, m, K(K+1)/2) with ``packed``, else
+      (C, m, 0) (``bmczoo.linalg.pack_upper``'s layout, written from the same registers);
     - ``S[c, i, q] = sum_{p in row i} w[c, j_p, q] F[c, j_p]`` (C, m, Q, K);
     - ``Sw[c, i, q] = sum_{p in row i} w[c, j_p, q]`` (C, m, Q);
 
-    with ``j_p = index[p]``.  An out-of-range column index is an error of the call."""
+    with ``j_p = index[p]``, returned as ``(G, Gp, S, Sw)``.  An out-of-range column index
+    is an error of the call."""
     import jax
     import jax.numpy as jnp
 
@@ -70,6 +73,7 @@ def gram(indptr, index, F, w=None):
         w = jnp.zeros((C, m_other, 0), F.dtype)
     Q = w.shape[-1]
     m = indptr.shape[0] - 1
-    shapes = [(C, m, K, K), (C, m, Q, K), (C, m, Q)]
+    T = K * (K + 1) // 2 if packed else 0
+    shapes = [(C, m, K, K), (C, m, T), (C, m, Q, K), (C, m, Q)]
     out = [jax.ShapeDtypeStruct(shape, F.dtype) for shape in shapes]
     return jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(indptr, index, F, w)

@@ -75,6 +75,7 @@ __all__ = [
     "features_product",
     "csr_from_view",
     "pattern_gram",
+    "GramSums",
     "uses_gram_kernel",
     "GRAM_MIN_K",
     "csr_matmul",
@@ -392,18 +393,36 @@ def uses_gram_kernel(csr: CSR, K: int) -> bool:
     return resolve_hot_path(csr.hot_path) == "gram" and K >= GRAM_MIN_K
 
 
-def pattern_gram(csr: CSR, F: jax.Array, w: jax.Array | None = None, *, path: str | None = None):
+class GramSums(NamedTuple):
+    """:func:`pattern_gram`'s sums: ``G`` (C, m, K, K), ``Gp`` its packed upper triangles
+    (C, m, K(K+1)/2) or None, ``S`` (C, m, Q, K) and ``Sw`` (C, m, Q) or None."""
+
+    G: jax.Array
+    Gp: jax.Array | None
+    S: jax.Array | None
+    Sw: jax.Array | None
+
+
+def pattern_gram(
+    csr: CSR,
+    F: jax.Array,
+    w: jax.Array | None = None,
+    *,
+    packed: bool = False,
+    path: str | None = None,
+) -> GramSums:
     """The per-row Gram matrices of the rating pattern of ``csr`` for each chain, and
     weighted sums of the same rows.
 
-    ``G_i = sum_{j in row i} F_j F_j^T`` (C, m, K, K), symmetric; with weights ``w``
+    ``G_i = sum_{j in row i} F_j F_j^T`` (C, m, K, K), symmetric; with ``packed`` also its
+    upper triangles row by row (:func:`pack_upper`'s layout); with weights ``w``
     (C, m_other, Q) also ``S_iq = sum_{j in row i} w_jq F_j`` (C, m, Q, K) and
     ``Sw_iq = sum_{j in row i} w_jq`` (C, m, Q) (the biases' sums take ``w = [c, 1]``).
-    On the ``"gram"`` path the compiled CPU kernel computes all three in one pass over
-    the ratings (``bmczoo._native.gram``); else one sparse product of the pattern with the
-    packed outer products and the weighted rows (:func:`pattern_product`, ``pack_upper``
-    / ``unpack_upper``), the chains stacked as columns.  The two
-    agree up to float rounding.
+    On the ``"gram"`` path the compiled CPU kernel computes them all in one pass over the
+    ratings (``bmczoo._native.gram``); else one sparse product of the pattern with the
+    packed outer products and the weighted rows (:func:`pattern_product`,
+    :func:`unpack_upper`), the chains stacked as columns.  The two agree up to float
+    rounding.
 
     Parameters
     ----------
@@ -413,20 +432,25 @@ def pattern_gram(csr: CSR, F: jax.Array, w: jax.Array | None = None, *, path: st
         The other factor's rows per chain.
     w : jax.Array, shape (C, m_other, Q), optional
         Per-row weights of ``F``.
+    packed : bool
+        Also return the packed upper triangles.
     path : {"auto", "bcsr", "segment", "gram"}, optional
         None: ``csr.hot_path``.
 
     Returns
     -------
-    jax.Array or tuple of jax.Array
-        ``G``; with ``w``, ``(G, S, Sw)``.
+    GramSums
+        ``(G, Gp, S, Sw)``; ``Gp`` None without ``packed``, ``S`` and ``Sw`` None
+        without ``w``.
     """
     C, m_other, K = F.shape
     if resolve_hot_path(csr.hot_path if path is None else path) == "gram":
         from . import _native
 
-        G, S, Sw = _native.gram(csr.indptr, csr.index, F, w)
-        return G if w is None else (G, S, Sw)
+        G, Gp, S, Sw = _native.gram(csr.indptr, csr.index, F, w, packed)
+        if w is None:
+            S = Sw = None
+        return GramSums(G, Gp if packed else None, S, Sw)
     T = K * (K + 1) // 2
     parts = [pack_upper(outer(F))]
     if w is not None:
@@ -436,11 +460,12 @@ def pattern_gram(csr: CSR, F: jax.Array, w: jax.Array | None = None, *, path: st
     dense = jnp.transpose(jnp.concatenate(parts, -1), (1, 0, 2)).reshape(m_other, C * W)
     out = pattern_product(csr, csr.ones, dense, path=path)
     out = jnp.transpose(out.reshape(csr.shape[0], C, W), (1, 0, 2))
-    G = unpack_upper(out[..., :T], K)
+    Gp = out[..., :T]
+    G = unpack_upper(Gp, K)
     if w is None:
-        return G
+        return GramSums(G, Gp if packed else None, None, None)
     S = out[..., T : T + Q * K].reshape(C, csr.shape[0], Q, K)
-    return G, S, out[..., T + Q * K :]
+    return GramSums(G, Gp if packed else None, S, out[..., T + Q * K :])
 
 
 def features_product(X, W: jax.Array) -> jax.Array:

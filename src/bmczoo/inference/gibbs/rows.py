@@ -106,9 +106,9 @@ class RowSums(NamedTuple):
     sumY: jax.Array | None
 
 
-def side_sums(side: Side, use_bias: bool) -> RowSums:
+def side_sums(side: Side, use_bias: bool, packed: bool = False) -> RowSums:
     """:func:`row_sums` of ``side``."""
-    return row_sums(side.csr, side.other, side.bias_other, use_bias, side.values)
+    return row_sums(side.csr, side.other, side.bias_other, use_bias, side.values, packed)
 
 
 def transform_sums(sums: RowSums, T) -> RowSums:
@@ -228,19 +228,22 @@ def _packed_quadratic(Gp, x):
     return jnp.sum(Gp * pack_upper(outer(x)) * w, axis=(1, 2))
 
 
-def row_sums(csr: CSR, other, bias_other, use_bias: bool, values=None) -> RowSums:
+def row_sums(
+    csr: CSR, other, bias_other, use_bias: bool, values=None, packed: bool = False
+) -> RowSums:
     """The per-row sums over the ratings that a half sweep and the column moves need (a
     :class:`RowSums`; ``other`` (C, m_other, K) the other factor, all rows):
     ``G_i = sum_j N_j N_j^T`` (C, m, K, K) with its packed upper triangles ``Gp``
     (C, m, K(K+1)/2), ``r_i = sum_j Y_ij N_j`` (C, m, K), and with biases ``sum_j N_j``,
     ``sum_j c_j N_j`` (C, m, K), ``sum_j c_j`` and ``sum_j Y_ij`` (C, m) (else None).
     ``values`` (C, n), when given, replace the ratings per chain (one product per chain).
+    ``packed``: ``Gp`` is wanted (the fused column moves); on the compiled kernel's path
+    it is None otherwise.
 
     Two sparse products with the rating pattern: one with the ratings, one with the packed
     outer products and the biases' columns; on the ``"gram"`` hot path the compiled kernel
     gives the Gram matrices and the biases' sums in one pass instead of the second
-    (:func:`~bmczoo.linalg.pattern_gram`, weights ``[c_j, 1]``).  ``G`` and ``Gp`` are both returned: XLA drops
-    the one a sweep does not use."""
+    (:func:`~bmczoo.linalg.pattern_gram`, weights ``[c_j, 1]``)."""
     C, m_other, K = other.shape
     vparts = [other] + ([jnp.ones((C, m_other, 1), other.dtype)] if use_bias else [])
     Rdense = jnp.concatenate(vparts, -1) if use_bias else vparts[0]
@@ -252,11 +255,10 @@ def row_sums(csr: CSR, other, bias_other, use_bias: bool, values=None) -> RowSum
     sumY = Rall[..., K] if use_bias else None
     if uses_gram_kernel(csr, K):  # the Gram matrices and the biases' sums in one pass
         w = jnp.stack([bias_other, jnp.ones_like(bias_other)], -1) if use_bias else None
-        out = pattern_gram(csr, other, w)
+        G, Gp, S, Sw = pattern_gram(csr, other, w, packed=packed)
         if not use_bias:
-            return RowSums(pack_upper(out), out, r, None, None, None, None)
-        G, S, Sw = out
-        return RowSums(pack_upper(G), G, r, S[..., 1, :], S[..., 0, :], Sw[..., 0], sumY)
+            return RowSums(Gp, G, r, None, None, None, None)
+        return RowSums(Gp, G, r, S[..., 1, :], S[..., 0, :], Sw[..., 0], sumY)
     T = K * (K + 1) // 2
     parts = [pack_upper(outer(other))]
     if use_bias:
@@ -326,7 +328,7 @@ def _sweep_body(
         # needs anyway; M is then drawn given the rescaled N, whose sums are exact linear
         # maps of these (transform_sums)
         moves, (gamma, draws, due) = moves
-        sums = side_sums(side, flags.use_bias)
+        sums = side_sums(side, flags.use_bias, packed=True)
         own, T, gamma, sums = moves.side(0, side, sums, gamma, tb, draws[0], comm.psum, due)
         side = side._replace(own=own)
         xN = _times(x.N, T)
@@ -338,7 +340,7 @@ def _sweep_body(
     M_all, b_all = comm.gather(M), comm.gather(b)
     side = Side(cols, xN, M_all, x.c, b_all, values[1])
     if moves is not None:  # the same with the roles swapped: N integrated, M rescaled
-        sums = side_sums(side, flags.use_bias)
+        sums = side_sums(side, flags.use_bias, packed=True)
         own, T, gamma, sums = moves.side(1, side, sums, gamma, tb, draws[1], comm.psum, due)
         side = side._replace(own=own)
         M = _times(M, T)
