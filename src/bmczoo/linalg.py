@@ -415,13 +415,13 @@ def pattern_gram(
     weighted sums of the same rows.
 
     ``G_i = sum_{j in row i} F_j F_j^T`` (C, m, K, K), symmetric; with ``packed`` also its
-    upper triangles row by row (:func:`pack_upper`'s layout); with weights ``w``
+    upper triangles row by row (``pack_upper``'s layout); with weights ``w``
     (C, m_other, Q) also ``S_iq = sum_{j in row i} w_jq F_j`` (C, m, Q, K) and
     ``Sw_iq = sum_{j in row i} w_jq`` (C, m, Q) (the biases' sums take ``w = [c, 1]``).
     On the ``"gram"`` path the compiled CPU kernel computes them all in one pass over the
     ratings (``bmczoo._native.gram``); else one sparse product of the pattern with the
     packed outer products and the weighted rows (:func:`pattern_product`,
-    :func:`unpack_upper`), the chains stacked as columns.  The two agree up to float
+    ``unpack_upper``), the chains stacked as columns.  The two agree up to float
     rounding.
 
     Parameters
