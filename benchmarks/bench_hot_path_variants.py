@@ -14,6 +14,9 @@ precision ``sum_j N_j N_j^T`` per row
   * ``buckets-gemm``   rows grouped by degree (``(2^k, 2^(k+1)]``), each group's rated
                        factor rows gathered into a padded (B, D, K) block and multiplied
                        by a batched GEMM ``g^T g`` (reads n K floats instead of n K(K+1)/2)
+  * ``gram-kernel``    the compiled kernel (``bmczoo._native``, when built): each row's
+                       factor rows gathered into an L1 buffer, their Gram matrix
+                       accumulated in registers (the Gibbs sweep's at K >= GRAM_MIN_K)
   * ``bcsr-prec+rhs``  precision and rhs in ONE sparse product: the rhs needs the rating
                        values and the precision the pattern, so the sparse matrix is
                        ``[A_1 | A_Y]`` (2n non-zeros) against a block-diagonal operand
@@ -71,6 +74,7 @@ def main(argv=None) -> int:
 
     import bmczoo as bmc
     from bmczoo.inference import gibbs
+    from bmczoo import _native
     from bmczoo import linalg as kr
     from bmczoo.priors import InverseGamma
 
@@ -163,12 +167,19 @@ def main(argv=None) -> int:
                 G = jax.ops.segment_sum(S, rowid, num_segments=m, indices_are_sorted=True)[None]
                 return kr.unpack_upper(G, K) + g[:, None, :, None] * jnp.eye(K)
 
-            for name, fn in (
+            def gram_kernel(F, csr):  # the compiled kernel (the Gibbs sweep's at K >= GRAM_MIN_K)
+                G = kr.pattern_gram(csr.with_hot_path("gram"), F).G
+                return G + g[:, None, :, None] * jnp.eye(K)
+
+            variants = [
                 ("bcsr-full", lambda F, c: bcsr_full(F, c, False)),
                 ("bcsr-full-pad", lambda F, c: bcsr_full(F, c, True)),
                 ("bcsr-tri", lambda F, c: bcsr_tri(F, c, False)),
                 ("bcsr-tri-pad", lambda F, c: bcsr_tri(F, c, True)),
-            ):
+            ]
+            if _native.available():
+                variants.append(("gram-kernel", gram_kernel))
+            for name, fn in variants:
                 out, med, best, tc = timeit(fn, F, csr)
                 report(size, side, "precision", name, med, best, tc, rel(out, ref))
             buckets = _degree_buckets(np.asarray(view.indptr), np.asarray(view.index), mo)
