@@ -38,105 +38,87 @@ constexpr int kVecBytes = 32;
 
 // The register-blocked kernels, compiled once per instruction set: ATTR is empty for the
 // baseline and the AVX2+FMA target on x86-64 (chosen at run time).
-#define BMCZOO_GRAM_KERNELS(NS, ATTR)                                                     \
-  namespace NS {                                                                          \
-  template <typename T, int R, int NB>                                                    \
-  ATTR void block(const T* buf, int64_t n, int Kp, int k0, int cv0, T* acc_out) {        \
-    typedef T vec __attribute__((vector_size(kVecBytes)));                                \
+#define BMCZOO_GRAM_KERNELS(NS, ATTR)                                                      \
+  namespace NS {                                                                           \
+  /* out[r0 + a, (cv0 + b) V ...] += sum_p coef[p * cs + r0 + a] buf[p, (cv0 + b) V ...] for */ \
+  /* R rows from r0 and NB vectors from cv0, accumulated in registers; the Gram matrix */  \
+  /* takes its coefficients from buf itself (cs = Kp), the weighted sums from w (cs = Q) */ \
+  template <typename T, int R, int NB>                                                     \
+  ATTR void block(const T* buf, const T* coef, int cs, int64_t n, int Kp, int r0, int cv0, \
+                  T* out) {                                                                \
+    typedef T vec __attribute__((vector_size(kVecBytes)));                                 \
     typedef T uvec __attribute__((vector_size(kVecBytes), aligned(sizeof(T)), may_alias)); \
-    constexpr int V = kVecBytes / sizeof(T);                                              \
-    vec acc[R][NB];                                                                       \
-    for (int a = 0; a < R; ++a)                                                           \
-      for (int b = 0; b < NB; ++b)                                                        \
-        acc[a][b] = *reinterpret_cast<const uvec*>(acc_out + (k0 + a) * Kp + (cv0 + b) * V); \
-    for (int64_t p = 0; p < n; ++p) {                                                     \
-      const T* v = buf + p * Kp;                                                          \
-      vec x[NB];                                                                          \
-      for (int b = 0; b < NB; ++b) x[b] = *reinterpret_cast<const uvec*>(v + (cv0 + b) * V); \
-      for (int a = 0; a < R; ++a) {                                                       \
-        const T s = v[k0 + a];                                                            \
-        for (int b = 0; b < NB; ++b) acc[a][b] += s * x[b];                               \
-      }                                                                                   \
-    }                                                                                     \
-    for (int a = 0; a < R; ++a)                                                           \
-      for (int b = 0; b < NB; ++b)                                                        \
-        *reinterpret_cast<uvec*>(acc_out + (k0 + a) * Kp + (cv0 + b) * V) = acc[a][b];     \
-  }                                                                                       \
-  template <typename T, int NB>                                                           \
-  ATTR void rows_of(const T* buf, int64_t n, int Kp, int k0, int rows, int cv0, T* acc) { \
-    constexpr int R = NB == 4 ? 3 : NB == 3 ? 4 : NB == 2 ? 6 : 8;                        \
-    for (; rows >= R; rows -= R, k0 += R) block<T, R, NB>(buf, n, Kp, k0, cv0, acc);      \
-    switch (rows) {                                                                       \
-      case 7: block<T, (7 < R ? 7 : 1), NB>(buf, n, Kp, k0, cv0, acc); break;                      \
-      case 6: block<T, (6 < R ? 6 : 1), NB>(buf, n, Kp, k0, cv0, acc); break;                      \
-      case 5: block<T, (5 < R ? 5 : 1), NB>(buf, n, Kp, k0, cv0, acc); break;                      \
-      case 4: block<T, (4 < R ? 4 : 1), NB>(buf, n, Kp, k0, cv0, acc); break;                      \
-      case 3: block<T, (3 < R ? 3 : 1), NB>(buf, n, Kp, k0, cv0, acc); break;                      \
-      case 2: block<T, (2 < R ? 2 : 1), NB>(buf, n, Kp, k0, cv0, acc); break;                      \
-      case 1: block<T, 1, NB>(buf, n, Kp, k0, cv0, acc); break;                           \
-      default: break;                                                                     \
-    }                                                                                     \
-  }                                                                                       \
-  /* acc (Kp x Kp, row-major) += the upper blocks of buf^T buf, buf (n x Kp) */           \
-  template <typename T>                                                                   \
-  ATTR void gram_upper(const T* buf, int64_t n, int K, int Kp, T* acc) {                  \
-    constexpr int V = kVecBytes / sizeof(T);                                              \
-    const int nv = Kp / V;                                                                \
-    /* row band [V*q, V*q + V) needs the column vectors q .. nv - 1 */                    \
-    for (int q = 0; q < nv; ++q) {                                                        \
-      const int k0 = q * V, rows = std::min(V, K - k0);                                   \
-      for (int cv = q; cv < nv; cv += 4) {                                                \
-        switch (std::min(4, nv - cv)) {                                                   \
-          case 4: rows_of<T, 4>(buf, n, Kp, k0, rows, cv, acc); break;                   \
-          case 3: rows_of<T, 3>(buf, n, Kp, k0, rows, cv, acc); break;                   \
-          case 2: rows_of<T, 2>(buf, n, Kp, k0, rows, cv, acc); break;                   \
-          default: rows_of<T, 1>(buf, n, Kp, k0, rows, cv, acc); break;                  \
-        }                                                                                 \
-      }                                                                                   \
-    }                                                                                     \
-  }                                                                                       \
-  /* s (Q x Kp) += sum_p w[p, q] buf[p, :], for QB weights from q0 and NB vectors from cv0 */ \
-  template <typename T, int QB, int NB>                                                   \
-  ATTR void sums_block(const T* buf, const T* w, int64_t n, int Q, int Kp, int q0, int cv0, T* s) { \
-    typedef T vec __attribute__((vector_size(kVecBytes)));                                \
-    typedef T uvec __attribute__((vector_size(kVecBytes), aligned(sizeof(T)), may_alias)); \
-    constexpr int V = kVecBytes / sizeof(T);                                              \
-    vec acc[QB][NB];                                                                      \
-    for (int a = 0; a < QB; ++a)                                                          \
-      for (int b = 0; b < NB; ++b)                                                        \
-        acc[a][b] = *reinterpret_cast<const uvec*>(s + (q0 + a) * Kp + (cv0 + b) * V);    \
-    for (int64_t p = 0; p < n; ++p) {                                                     \
-      vec x[NB];                                                                          \
-      for (int b = 0; b < NB; ++b) x[b] = *reinterpret_cast<const uvec*>(buf + p * Kp + (cv0 + b) * V); \
-      for (int a = 0; a < QB; ++a) {                                                      \
-        const T c = w[p * Q + q0 + a];                                                    \
-        for (int b = 0; b < NB; ++b) acc[a][b] += c * x[b];                               \
-      }                                                                                   \
-    }                                                                                     \
-    for (int a = 0; a < QB; ++a)                                                          \
-      for (int b = 0; b < NB; ++b)                                                        \
-        *reinterpret_cast<uvec*>(s + (q0 + a) * Kp + (cv0 + b) * V) = acc[a][b];          \
-  }                                                                                       \
-  template <typename T>                                                                   \
-  ATTR void weighted_sums(const T* buf, const T* w, int64_t n, int Q, int Kp, T* s) {     \
-    constexpr int V = kVecBytes / sizeof(T);                                              \
-    const int nv = Kp / V;                                                                \
-    for (int q = 0; q < Q; q += 2)                                                        \
-      for (int cv = 0; cv < nv; cv += 4) {                                                \
-        const int nb = std::min(4, nv - cv);                                              \
-        if (Q - q >= 2) {                                                                 \
-          if (nb == 4) sums_block<T, 2, 4>(buf, w, n, Q, Kp, q, cv, s);                   \
-          else if (nb == 3) sums_block<T, 2, 3>(buf, w, n, Q, Kp, q, cv, s);              \
-          else if (nb == 2) sums_block<T, 2, 2>(buf, w, n, Q, Kp, q, cv, s);              \
-          else sums_block<T, 2, 1>(buf, w, n, Q, Kp, q, cv, s);                           \
-        } else {                                                                          \
-          if (nb == 4) sums_block<T, 1, 4>(buf, w, n, Q, Kp, q, cv, s);                   \
-          else if (nb == 3) sums_block<T, 1, 3>(buf, w, n, Q, Kp, q, cv, s);              \
-          else if (nb == 2) sums_block<T, 1, 2>(buf, w, n, Q, Kp, q, cv, s);              \
-          else sums_block<T, 1, 1>(buf, w, n, Q, Kp, q, cv, s);                           \
-        }                                                                                 \
-      }                                                                                   \
-  }                                                                                       \
+    constexpr int V = kVecBytes / sizeof(T);                                               \
+    vec acc[R][NB];                                                                        \
+    for (int a = 0; a < R; ++a)                                                            \
+      for (int b = 0; b < NB; ++b)                                                         \
+        acc[a][b] = *reinterpret_cast<const uvec*>(out + (r0 + a) * Kp + (cv0 + b) * V);   \
+    for (int64_t p = 0; p < n; ++p) {                                                      \
+      vec x[NB];                                                                           \
+      for (int b = 0; b < NB; ++b)                                                         \
+        x[b] = *reinterpret_cast<const uvec*>(buf + p * Kp + (cv0 + b) * V);               \
+      for (int a = 0; a < R; ++a) {                                                        \
+        const T c = coef[p * cs + r0 + a];                                                 \
+        for (int b = 0; b < NB; ++b) acc[a][b] += c * x[b];                                \
+      }                                                                                    \
+    }                                                                                      \
+    for (int a = 0; a < R; ++a)                                                            \
+      for (int b = 0; b < NB; ++b)                                                         \
+        *reinterpret_cast<uvec*>(out + (r0 + a) * Kp + (cv0 + b) * V) = acc[a][b];         \
+  }                                                                                        \
+  template <typename T, int NB>                                                            \
+  ATTR void rows_of(const T* buf, int64_t n, int Kp, int k0, int rows, int cv0, T* acc) {  \
+    constexpr int R = NB == 4 ? 3 : NB == 3 ? 4 : NB == 2 ? 6 : 8;                         \
+    for (; rows >= R; rows -= R, k0 += R) block<T, R, NB>(buf, buf, Kp, n, Kp, k0, cv0, acc); \
+    switch (rows) {                                                                        \
+      case 7: block<T, (7 < R ? 7 : 1), NB>(buf, buf, Kp, n, Kp, k0, cv0, acc); break;     \
+      case 6: block<T, (6 < R ? 6 : 1), NB>(buf, buf, Kp, n, Kp, k0, cv0, acc); break;     \
+      case 5: block<T, (5 < R ? 5 : 1), NB>(buf, buf, Kp, n, Kp, k0, cv0, acc); break;     \
+      case 4: block<T, (4 < R ? 4 : 1), NB>(buf, buf, Kp, n, Kp, k0, cv0, acc); break;     \
+      case 3: block<T, (3 < R ? 3 : 1), NB>(buf, buf, Kp, n, Kp, k0, cv0, acc); break;     \
+      case 2: block<T, (2 < R ? 2 : 1), NB>(buf, buf, Kp, n, Kp, k0, cv0, acc); break;     \
+      case 1: block<T, 1, NB>(buf, buf, Kp, n, Kp, k0, cv0, acc); break;                   \
+      default: break;                                                                      \
+    }                                                                                      \
+  }                                                                                        \
+  /* acc (Kp x Kp, row-major) += the upper blocks of buf^T buf, buf (n x Kp) */            \
+  template <typename T>                                                                    \
+  ATTR void gram_upper(const T* buf, int64_t n, int K, int Kp, T* acc) {                   \
+    constexpr int V = kVecBytes / sizeof(T);                                               \
+    const int nv = Kp / V;                                                                 \
+    /* row band [V*q, V*q + V) needs the column vectors q .. nv - 1 */                     \
+    for (int q = 0; q < nv; ++q) {                                                         \
+      const int k0 = q * V, rows = std::min(V, K - k0);                                    \
+      for (int cv = q; cv < nv; cv += 4) {                                                 \
+        switch (std::min(4, nv - cv)) {                                                    \
+          case 4: rows_of<T, 4>(buf, n, Kp, k0, rows, cv, acc); break;                     \
+          case 3: rows_of<T, 3>(buf, n, Kp, k0, rows, cv, acc); break;                     \
+          case 2: rows_of<T, 2>(buf, n, Kp, k0, rows, cv, acc); break;                     \
+          default: rows_of<T, 1>(buf, n, Kp, k0, rows, cv, acc); break;                    \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+  template <typename T>                                                                    \
+  ATTR void weighted_sums(const T* buf, const T* w, int64_t n, int Q, int Kp, T* s) {      \
+    constexpr int V = kVecBytes / sizeof(T);                                               \
+    const int nv = Kp / V;                                                                 \
+    for (int q = 0; q < Q; q += 2)                                                         \
+      for (int cv = 0; cv < nv; cv += 4) {                                                 \
+        const int nb = std::min(4, nv - cv);                                               \
+        if (Q - q >= 2) {                                                                  \
+          if (nb == 4) block<T, 2, 4>(buf, w, Q, n, Kp, q, cv, s);                         \
+          else if (nb == 3) block<T, 2, 3>(buf, w, Q, n, Kp, q, cv, s);                    \
+          else if (nb == 2) block<T, 2, 2>(buf, w, Q, n, Kp, q, cv, s);                    \
+          else block<T, 2, 1>(buf, w, Q, n, Kp, q, cv, s);                                 \
+        } else {                                                                           \
+          if (nb == 4) block<T, 1, 4>(buf, w, Q, n, Kp, q, cv, s);                         \
+          else if (nb == 3) block<T, 1, 3>(buf, w, Q, n, Kp, q, cv, s);                    \
+          else if (nb == 2) block<T, 1, 2>(buf, w, Q, n, Kp, q, cv, s);                    \
+          else block<T, 1, 1>(buf, w, Q, n, Kp, q, cv, s);                                 \
+        }                                                                                  \
+      }                                                                                    \
+  }                                                                                        \
   }
 
 BMCZOO_GRAM_KERNELS(base, )

@@ -187,12 +187,26 @@ def test_chains_stacked_or_one_product_each_are_equal(x64, monkeypatch, dtype, K
         np.testing.assert_array_equal(each, stacked)
 
 
-def _fit_both(train, **kw):
+def _fit_both(train, paths=("bcsr", "segment"), **kw):
     out = {}
-    for path in ("bcsr", "segment"):
+    for path in paths:
         with kr.use_hot_path(path):
             out[path] = bmc.fit(train, progress_bar=False, dtype=jnp.float64, **kw)
-    return out["bcsr"], out["segment"]
+    return out[paths[0]], out[paths[1]]
+
+
+def _assert_same_samples(a, b):
+    assert a.samples.keys() == b.samples.keys()
+    for k in a.samples:
+        np.testing.assert_allclose(
+            b.samples[k], a.samples[k], rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=k
+        )
+
+
+def _short_run(K, C, seed):
+    """A short Gibbs run that keeps the factors (``bmc.fit`` arguments)."""
+    kw = dict(num_warmup=3, num_samples=6, thinning=2, store_factors=True)
+    return dict(kw, K=K, num_chains=C, seed=seed)
 
 
 # Gibbs chains driven by the same normals: the two paths differ by float64 rounding,
@@ -218,22 +232,9 @@ def test_gibbs_sweeps_paths_equal(C, K, biases):
         sim.train.rows[keep], sim.train.cols[keep], sim.train.values[keep], sim.train.shape
     )
     a, b = _fit_both(
-        train,
-        K=K,
-        num_warmup=3,
-        num_samples=6,
-        thinning=2,
-        num_chains=C,
-        seed=1,
-        store_factors=True,
-        biases=biases,
-        prior=bmc.priors.InverseGamma(),
+        train, **_short_run(K, C, seed=1), biases=biases, prior=bmc.priors.InverseGamma()
     )
-    assert a.samples.keys() == b.samples.keys()
-    for k in a.samples:
-        np.testing.assert_allclose(
-            b.samples[k], a.samples[k], rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=k
-        )
+    _assert_same_samples(a, b)
 
 
 @pytest.mark.skipif(not _native.available(), reason="the compiled Gram kernel is not built")
@@ -255,17 +256,7 @@ def test_gibbs_sweeps_gram_kernel_equals_bcsr(monkeypatch, C, K, member, min_k):
     sim = bmc.datasets.simulate_paper(40, seed=4)
     keep = (sim.train.rows != 3) & (sim.train.cols != 8)
     train = sim.train.subset(np.flatnonzero(keep))
-    kw = dict(
-        K=K,
-        num_warmup=3,
-        num_samples=6,
-        thinning=2,
-        num_chains=C,
-        seed=2,
-        store_factors=True,
-        progress_bar=False,
-        dtype=jnp.float64,
-    )
+    kw = _short_run(K, C, seed=2)
     if member == "recommended":
         kw.update(
             prior=bmc.priors.NormalWishart(),
@@ -274,16 +265,7 @@ def test_gibbs_sweeps_gram_kernel_equals_bcsr(monkeypatch, C, K, member, min_k):
         )
     else:
         kw.update(prior=bmc.priors.InverseGamma())
-    out = {}
-    for path in ("bcsr", "gram"):
-        with kr.use_hot_path(path):
-            out[path] = bmc.fit(train, **kw)
-    a, b = out["bcsr"], out["gram"]
-    assert a.samples.keys() == b.samples.keys()
-    for k in a.samples:
-        np.testing.assert_allclose(
-            b.samples[k], a.samples[k], rtol=SWEEP_TOL, atol=SWEEP_TOL, err_msg=k
-        )
+    _assert_same_samples(*_fit_both(train, paths=("bcsr", "gram"), **kw))
     if min_k is not None:
         jax.clear_caches()
 
