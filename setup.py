@@ -2,8 +2,9 @@
 custom call; ``bmczoo._native`` loads it).  Everything else is in ``pyproject.toml``.
 
 The kernel needs a C++17 compiler and the XLA FFI headers that ship with jaxlib (a build
-requirement); without either, or on Windows, the package installs without it and the
-sweep uses JAX's sparse product (``bmczoo.linalg.resolve_hot_path``)."""
+requirement); without either, on Windows, or with ``BMCZOO_NO_NATIVE`` set at build
+time, the package installs without it and the sweep uses JAX's sparse product
+(``bmczoo.linalg.resolve_hot_path``)."""
 
 import importlib.util
 import os

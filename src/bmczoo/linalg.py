@@ -70,6 +70,8 @@ import numpy as np
 from jax import lax
 from jax.experimental import sparse
 
+from . import _native
+
 __all__ = [
     "CSR",
     "features_product",
@@ -173,8 +175,6 @@ def resolve_hot_path(mode: str | None = None, platform: str | None = None) -> st
     ``"gram"`` needs the compiled CPU kernel (``bmczoo._native.available()``): asked for
     on another platform or where it is not built, it is an error naming the other paths.
     """
-    from . import _native
-
     mode = _check_hot_path(_hot_path if mode is None else mode)
     platform = jax.default_backend() if platform is None else platform
     if mode == "gram" and (platform != "cpu" or not _native.available()):
@@ -375,7 +375,7 @@ def pattern_product(
 #: the smallest ``K`` at which a Gibbs half sweep on the ``"gram"`` path takes its Gram
 #: matrices from the compiled kernel (:func:`uses_gram_kernel`): below it the sparse
 #: product of the ``K(K+1)/2 <= 78`` packed outer products is as fast or faster
-#: (``benchmarks/bench_gibbs.py --paths``)
+#: (``benchmarks/bench_gibbs.py --hot-path bcsr`` against ``--hot-path gram``)
 GRAM_MIN_K = 13
 
 
@@ -445,8 +445,6 @@ def pattern_gram(
     """
     C, m_other, K = F.shape
     if resolve_hot_path(csr.hot_path if path is None else path) == "gram":
-        from . import _native
-
         G, Gp, S, Sw = _native.gram(csr.indptr, csr.index, F, w, packed)
         if w is None:
             S = Sw = None

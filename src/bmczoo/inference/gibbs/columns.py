@@ -337,8 +337,7 @@ def _column_side(side: Side, gamma, tb, draws: dict, move: ColumnMove):
     ``A_i = sum_j f_jh^2 = t^T G0_i t`` and the residual sum without column ``h`` is
     ``B_i = t^T Y_i - (G0_i t)^T (T x_i) + a_i A_i`` (``x_i`` the row of ``own``): O(m K^2)
     per column, with no pass over the ratings.  ``draws``: :func:`_move_draws`."""
-    csr, own, other, bias_own, bias_other, values = side
-    sums = row_sums(csr, other, bias_other, move.use_bias, values)
+    sums = row_sums(side.csr, side.other, side.bias_other, move.use_bias, side.values)
     return _moves_from_sums(side, sums.G, sums.r, sums.sumO, sums.sumBO, gamma, tb, draws, move)
 
 
