@@ -86,14 +86,21 @@ def _sites(k, scale):
 @pytest.mark.usefixtures("x64")
 def test_draws_together_equal_one_call_per_site():
     """Made together (under vmap over chains, as the sweep does) the draws equal those of
-    jax.random at each site: bit for bit op by op; compiled, up to the last bit of a gamma
-    shape parameter below one (its ``u^(1/a)`` is vectorised differently)."""
+    jax.random at each site: the normals bit for bit; the gamma variates bit for bit or up
+    to their last bits (a shape parameter below one: its ``u^(1/a)`` is vectorised
+    differently; and XLA's CPU code for the logarithms and exponentials of the rejection
+    sampler may round the last bit differently for another batch shape, as jax 0.12 does op
+    by op)."""
     keys = jax.random.split(jax.random.key(4), 5)
     scale = jnp.linspace(1.0, 2.0, 5)
     together = jax.vmap(_rng.draw_together(_sites))(keys, scale)
     plain = jax.vmap(_sites)(keys, scale)
-    for x, y in zip(together, plain):
-        np.testing.assert_array_equal(x, y)
+    gammas = (0, 2, 3)  # a, b, c of _sites
+    for k, (x, y) in enumerate(zip(together, plain)):
+        if k in gammas:
+            np.testing.assert_allclose(x, y, rtol=4 * EPS, atol=0)
+        else:
+            np.testing.assert_array_equal(x, y)
     compiled = jax.jit(jax.vmap(_rng.draw_together(_sites)))(keys, scale)
     for x, y in zip(compiled, plain):
         np.testing.assert_allclose(x, y, rtol=4 * EPS, atol=0)

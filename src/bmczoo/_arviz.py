@@ -3,7 +3,12 @@
 A fit hands over its quantities as a :class:`FitArrays` (numpy arrays with leading
 ``(chain, draw)`` or ``(chain, iteration)`` axes, their dimension names and coordinates);
 :func:`arrays_to_arviz` turns that into an ArviZ ``InferenceData`` (ArviZ 0.x) or an
-``xarray.DataTree`` (ArviZ 1.x), the only place that depends on the ArviZ version.  The
+``xarray.DataTree`` (ArviZ 1.x).  This module is the only place that depends on the ArviZ
+version: the containers (:func:`make_data`, :func:`group`), the statistics the package
+reads (:func:`summary_table`, :func:`ess`, :func:`rhat`, :func:`autocorr`, :func:`kde`,
+:func:`compare`) and the plots drawn into given axes (:func:`plot_trace`,
+:func:`plot_autocorr`, :func:`plot_ppc`; ArviZ 1.x's plots make their own figures, so
+there they are drawn with Matplotlib from ArviZ's statistics).  The
 rotation- and label-invariant summaries computed from draws (sorted gamma, the singular
 values of ``theta = M N^T``, its effective rank, the hyper-parameters' summaries) live
 here too, as functions of arrays, so that every layer above can reach them.
@@ -12,7 +17,7 @@ here too, as functions of arrays, so that every layer above can reach them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -21,6 +26,23 @@ __all__ = [
     "DEFAULT_VARS",
     "INVARIANT_VARS",
     "arrays_to_arviz",
+    "arviz_major",
+    "make_data",
+    "group",
+    "group_names",
+    "replace_group",
+    "summary_table",
+    "ess",
+    "rhat",
+    "autocorr",
+    "kde",
+    "compare",
+    "Loo",
+    "loo",
+    "from_numpyro",
+    "plot_trace",
+    "plot_autocorr",
+    "plot_ppc",
     "assemble",
     "theta_singular_values",
     "effective_rank",
@@ -268,7 +290,8 @@ def assemble(post, stats, conv, rows, cols, attrs, K_info: int | None, coords) -
     return FitArrays(groups=groups, dims=dims, coords=coords, attrs=attrs, var_attrs=var_attrs)
 
 
-def _arviz_major() -> int:
+def arviz_major() -> int:
+    """The major version of the installed ArviZ (0 or 1): the one switch of this module."""
     import arviz as az
 
     try:
@@ -277,14 +300,60 @@ def _arviz_major() -> int:
         return 0
 
 
+def make_data(datasets: dict):
+    """ArviZ data of ``{group: xarray.Dataset}``: ``InferenceData`` (ArviZ 0.x) or
+    ``xarray.DataTree`` (ArviZ >= 1)."""
+    if arviz_major() >= 1:
+        import xarray as xr
+
+        return xr.DataTree.from_dict(datasets)
+    import arviz as az
+
+    return az.InferenceData(**datasets)
+
+
+def group(data, name: str = "posterior"):
+    """A group of ArviZ data as an ``xarray.Dataset`` (``None`` when absent), whichever
+    the container: ``InferenceData``, ``DataTree`` or already a ``Dataset`` (the posterior)."""
+    import xarray as xr
+
+    if isinstance(data, xr.Dataset):
+        return data if name == "posterior" else None
+    if isinstance(data, getattr(xr, "DataTree", ())):
+        return data[name].to_dataset() if name in data.children else None
+    return getattr(data, name, None)
+
+
+def group_names(data) -> list[str]:
+    """The names of the groups of ArviZ data (``InferenceData.groups()``, the children of
+    a ``DataTree``)."""
+    import xarray as xr
+
+    if isinstance(data, getattr(xr, "DataTree", ())):
+        return list(data.children)
+    return list(data.groups())
+
+
+def replace_group(data, name: str, ds):
+    """``data`` with its group ``name`` set to the Dataset ``ds`` (in place where the
+    container allows it; the data is returned)."""
+    import xarray as xr
+
+    if isinstance(data, getattr(xr, "DataTree", ())):
+        data[name] = xr.DataTree(ds)
+        return data
+    setattr(data, name, ds)
+    return data
+
+
 def arrays_to_arviz(fa: FitArrays):
     """Convert :class:`FitArrays` into ArviZ data: ``InferenceData`` with ArviZ 0.x,
-    ``xarray.DataTree`` with ArviZ >= 1 (the edge: the only version-dependent code)."""
+    ``xarray.DataTree`` with ArviZ >= 1."""
     import xarray as xr
 
     datasets = {}
-    for group, variables in fa.groups.items():
-        lead = _LEAD.get(group, ("chain", "draw"))
+    for grp, variables in fa.groups.items():
+        lead = _LEAD.get(grp, ("chain", "draw"))
         data_vars = {}
         used = set(lead)
         for name, arr in variables.items():
@@ -302,15 +371,300 @@ def arrays_to_arviz(fa: FitArrays):
         for cname, (dim, values) in fa.coords.items():
             if dim in used:
                 coords[cname] = (dim, np.asarray(values))
-        ds = xr.Dataset(
-            data_vars, coords=coords, attrs={**fa.attrs, **fa.group_attrs.get(group, {})}
-        )
+        ds = xr.Dataset(data_vars, coords=coords, attrs={**fa.attrs, **fa.group_attrs.get(grp, {})})
         for name, vattrs in fa.var_attrs.items():
             if name in ds.data_vars:
                 ds[name].attrs.update(vattrs)
-        datasets[group] = ds
-    if _arviz_major() >= 1:  # pragma: no cover - exercised with ArviZ 1.x only
-        return xr.DataTree.from_dict(datasets)
+        datasets[grp] = ds
+    return make_data(datasets)
+
+
+# ------------------------------------------------------------------ statistics
+#: the columns of ``summary_table`` (ArviZ 0.x's names and order, whatever the version)
+SUMMARY_STATS = ("mean", "sd", "hdi_3%", "hdi_97%")
+SUMMARY_DIAGNOSTICS = ("mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")
+
+
+def summary_table(post, var_names, kind: str = "all"):
+    """``az.summary`` of the posterior Dataset ``post`` (unrounded): one row per scalar,
+    labelled ``var[coord,...]`` by ArviZ, with ArviZ 0.x's columns (mean, sd, hdi_3%,
+    hdi_97% of the 94% HDI, mcse_mean, mcse_sd, ess_bulk, ess_tail, r_hat) under either
+    version.  Coordinates that are not dimensions (``row``, ``col`` on ``entry``) are
+    dropped first: ArviZ 1.x refuses those not shared by every variable."""
     import arviz as az
 
-    return az.InferenceData(**datasets)
+    if kind not in ("all", "stats", "diagnostics"):
+        raise ValueError(f"kind must be 'all', 'stats' or 'diagnostics', not {kind!r}")
+    post = post[list(var_names)]
+    post = post.drop_vars([c for c in post.coords if c not in post.dims])
+    if arviz_major() < 1:
+        return az.summary(
+            az.InferenceData(posterior=post), var_names=list(var_names), kind=kind, round_to="none"
+        )
+    table = az.summary(
+        make_data({"posterior": post}),
+        var_names=list(var_names),
+        kind=kind,
+        ci_kind="hdi",
+        ci_prob=0.94,
+        round_to="none",
+    )
+    table = table.rename(columns={"hdi94_lb": "hdi_3%", "hdi94_ub": "hdi_97%"})
+    cols = {"all": SUMMARY_STATS + SUMMARY_DIAGNOSTICS, "stats": SUMMARY_STATS}.get(
+        kind, SUMMARY_DIAGNOSTICS
+    )
+    return table[[c for c in cols if c in table.columns]]
+
+
+def _chain_draw(x):
+    """A (chain, draw) array as ArviZ reads it: an array for ArviZ 0.x; a DataArray for
+    ArviZ 1.x, whose array path has no default tail probability (its DataArray path takes
+    the one its ``summary`` uses)."""
+    x = np.asarray(x, np.float64)
+    if arviz_major() < 1:
+        return x
+    import xarray as xr
+
+    return xr.DataArray(x, dims=("chain", "draw"))
+
+
+def ess(x, method: str = "bulk") -> float:
+    """ArviZ's effective sample size of a (chain, draw) array."""
+    import arviz as az
+
+    return float(np.asarray(az.ess(_chain_draw(x), method=method)))
+
+
+def rhat(x) -> float:
+    """ArviZ's rank-normalised R-hat of a (chain, draw) array."""
+    import arviz as az
+
+    return float(np.asarray(az.rhat(_chain_draw(x))))
+
+
+def autocorr(x) -> np.ndarray:
+    """ArviZ's autocorrelation of a 1-D array, by lag (lag 0 first)."""
+    x = np.asarray(x, np.float64)
+    if arviz_major() >= 1:
+        from arviz_stats.base import array_stats
+
+        return np.asarray(array_stats.autocorr(x))
+    import arviz as az
+
+    return np.asarray(az.autocorr(x))
+
+
+def kde(x) -> tuple[np.ndarray, np.ndarray]:
+    """ArviZ's kernel density estimate of a 1-D array: (grid, density)."""
+    x = np.asarray(x, np.float64).ravel()
+    if arviz_major() >= 1:
+        from arviz_stats.base import array_stats
+
+        grid, pdf, _ = array_stats.kde(x)
+    else:
+        from arviz.stats.density_utils import kde as _kde
+
+        grid, pdf = _kde(x)
+    return np.asarray(grid), np.asarray(pdf)
+
+
+def compare(datas: dict):
+    """``az.compare`` of ``{name: ArviZ data}`` by PSIS-LOO, with ArviZ 0.x's column names
+    (``elpd_loo``, ``p_loo``, ``elpd_diff``, ``se``, ``dse``, ``weight``, ...) under either
+    version (ArviZ 1.x says ``elpd`` and ``p``), unrounded."""
+    import arviz as az
+
+    if arviz_major() < 1:
+        return az.compare(datas)
+    table = az.compare(datas, round_to="none")
+    return table.rename(columns={"elpd": "elpd_loo", "p": "p_loo"})
+
+
+class Loo(NamedTuple):
+    """PSIS-LOO of ArviZ data, named alike under ArviZ 0.x and 1.x.
+
+    Attributes
+    ----------
+    elpd_loo, se, p_loo : float
+        The expected log pointwise predictive density, its standard error and the
+        effective number of parameters.
+    loo_i, pareto_k : numpy.ndarray or None
+        Pointwise values (``pointwise=True``).
+    result : object
+        ArviZ's own result (``ELPDData``).
+    """
+
+    elpd_loo: float
+    se: float
+    p_loo: float
+    loo_i: np.ndarray | None
+    pareto_k: np.ndarray | None
+    result: Any
+
+
+def loo(data, *, pointwise: bool = False) -> Loo:
+    """``az.loo`` of ArviZ data with a ``log_likelihood`` group, as a :class:`Loo`."""
+    import arviz as az
+
+    res = az.loo(data, pointwise=pointwise)
+    new = arviz_major() >= 1
+    elpd = float(res.elpd if new else res.elpd_loo)
+    p = float(res.p if new else res.p_loo)
+    loo_i = k = None
+    if pointwise:
+        loo_i = np.asarray(res.elpd_i if new else res.loo_i).ravel()
+        k = np.asarray(res.pareto_k).ravel()
+    return Loo(elpd, float(res.se), p, loo_i, k, res)
+
+
+def from_numpyro(mcmc, **kwargs):
+    """``az.from_numpyro`` (ArviZ 0.x) or ``arviz_base.from_numpyro`` (ArviZ 1.x)."""
+    import arviz as az
+
+    return az.from_numpyro(mcmc, **kwargs)
+
+
+def loggers() -> list:
+    """The loggers ArviZ writes its notices to (ArviZ 0.x logs through its own Logger
+    instance ``arviz._log``)."""
+    import logging
+
+    import arviz as az
+
+    out = [logging.getLogger("arviz"), logging.getLogger("arviz_stats")]
+    return out + [lg for lg in [getattr(az, "_log", None)] if lg is not None]
+
+
+# ------------------------------------------------------------------ plots
+def _labels(da) -> list[str]:
+    """``"0,1"``-style labels of the scalars of a (chain, draw, ...) DataArray, in C order."""
+    trail = da.dims[2:]
+    out = []
+    for idx in np.ndindex(*[da.sizes[d] for d in trail]):
+        out.append(",".join(str(da[d].values[i]) for d, i in zip(trail, idx)))
+    return out
+
+
+def plot_trace(post, *, var_names, compact: bool, axes, legend: bool) -> None:
+    """``az.plot_trace`` into ``axes`` (rows x 2: marginal density, trace).  ArviZ 1.x
+    draws its own figures (arviz-plots): there the same panels are drawn with Matplotlib
+    from ArviZ's KDE (a histogram for integer draws), with ArviZ 0.x's titles (the
+    variable; ``var`` and the coordinates on two lines per scalar without ``compact``) and chain legend."""
+    if arviz_major() < 1:
+        import arviz as az
+
+        az.plot_trace(
+            post, var_names=var_names, compact=compact, axes=axes, legend=legend, show=False
+        )
+        return
+    styles = ("-", "--", ":", "-.")
+    row = 0
+    for v in var_names:
+        da = post[v]
+        C, D = da.sizes["chain"], da.sizes["draw"]
+        x = np.asarray(da.values).reshape(C, D, -1)
+        labels = _labels(da)
+        groups = [list(range(x.shape[2]))] if compact else [[k] for k in range(x.shape[2])]
+        for members in groups:
+            left, right = axes[row, 0], axes[row, 1]
+            for k in members:
+                for c in range(C):
+                    colour = f"C{k % 10}" if compact else f"C{c % 10}"
+                    ls = styles[c % len(styles)] if compact else "-"
+                    _density(left, x[c, :, k], colour, ls, np.issubdtype(da.dtype, np.integer))
+                    right.plot(np.arange(D), x[c, :, k], color=colour, ls=ls, lw=0.8, alpha=0.7)
+            title = v if compact or not labels[members[0]] else f"{v}\n{labels[members[0]]}"
+            left.set_title(title)
+            right.set_title(title)
+            left.set_yticks([])
+            if legend and C > 1 and row == 0:
+                from matplotlib.lines import Line2D
+
+                handles = [
+                    Line2D([], [], color="0.3" if compact else f"C{c % 10}", ls=ls)
+                    for c, ls in zip(
+                        range(C), [styles[c % len(styles)] if compact else "-" for c in range(C)]
+                    )
+                ]
+                left.legend(handles, [str(c) for c in range(C)], title="chain")
+            row += 1
+
+
+def _density(ax, x, colour, ls, discrete: bool) -> None:
+    x = np.asarray(x)
+    if discrete or np.ptp(x) == 0:
+        values, counts = np.unique(x, return_counts=True)
+        ax.vlines(values, 0, counts / x.size, color=colour, ls=ls)
+        return
+    grid, pdf = kde(x)
+    ax.plot(grid, pdf, color=colour, ls=ls, lw=1.0)
+
+
+def plot_autocorr(post, *, var_name: str, max_lag: int, combined: bool, axes) -> None:
+    """``az.plot_autocorr`` of ``var_name`` into ``axes`` (one per scalar; per scalar and
+    chain without ``combined``).  ArviZ 1.x: the same bars drawn with Matplotlib from
+    ArviZ's autocorrelation, titled like ArviZ 0.x (the variable, then the coordinates, on two lines)."""
+    if arviz_major() < 1:
+        import arviz as az
+
+        az.plot_autocorr(
+            post, var_names=[var_name], max_lag=max_lag, combined=combined, ax=axes, show=False
+        )
+        return
+    da = post[var_name]
+    C, D = da.sizes["chain"], da.sizes["draw"]
+    x = np.asarray(da.values, np.float64).reshape(C, D, -1)
+    labels = _labels(da)
+    panels = []
+    for k, lab in enumerate(labels):
+        if combined:
+            panels.append((x[:, :, k].ravel(), f"{var_name}\n{lab}"))
+        else:
+            panels.extend((x[c, :, k], f"{var_name}\n{c}\n{lab}") for c in range(C))
+    band = 2.0 / np.sqrt(C * D if combined else D)
+    for ax, (series, title) in zip(np.ravel(axes), panels):
+        acf = autocorr(series)[: max_lag + 1]
+        ax.vlines(np.arange(acf.size), 0, acf, color="C0")
+        ax.fill_between([0, max_lag], -band, band, color="0.8", alpha=0.5, lw=0)
+        ax.set_xlim(-0.5, max_lag + 0.5)
+        ax.set_title(title)
+
+
+def plot_ppc(data, *, ax, num_pp_samples: int = 50, seed: int = 0) -> None:
+    """``az.plot_ppc`` of the ``y`` replicates into ``ax``: the density of the observed
+    ratings, of ``num_pp_samples`` replicates (chosen with ``default_rng(seed)``) and of
+    all replicates pooled.  ArviZ 1.x (whose ``plot_ppc_dist`` draws its own figure): the
+    same curves with Matplotlib from ArviZ's KDE."""
+    if arviz_major() < 1:
+        import arviz as az
+
+        az.plot_ppc(data, num_pp_samples=num_pp_samples, ax=ax, random_seed=seed)
+        return
+    pp = group(data, "posterior_predictive")
+    obs = group(data, "observed_data")
+    if pp is None or obs is None:
+        raise ValueError(
+            "no posterior_predictive / observed_data groups: convert with log_likelihood=True"
+        )
+    reps = np.asarray(pp["y"].values, np.float64)
+    reps = reps.reshape(-1, reps.shape[-1])
+    pick = np.random.default_rng(seed).choice(
+        reps.shape[0], size=min(num_pp_samples, reps.shape[0]), replace=False
+    )
+    for n, s in enumerate(pick):
+        grid, pdf = kde(reps[s])
+        ax.plot(
+            grid,
+            pdf,
+            color="C0",
+            alpha=0.2,
+            lw=0.8,
+            label="posterior predictive" if n == 0 else None,
+        )
+    grid, pdf = kde(np.asarray(obs["y"].values))
+    ax.plot(grid, pdf, color="k", lw=1.5, label="observed")
+    grid, pdf = kde(reps.ravel())
+    ax.plot(grid, pdf, color="C1", ls="--", lw=1.2, label="posterior predictive mean")
+    ax.set_xlabel("y")
+    ax.set_yticks([])
+    ax.legend()

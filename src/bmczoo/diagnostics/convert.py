@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _arviz
 from .._arviz import (
     DEFAULT_VARS,
     INVARIANT_VARS,
@@ -248,17 +249,15 @@ def from_numpyro(mcmc, *, fit=None, **kwargs):
     """``az.from_numpyro(mcmc, log_likelihood=False)`` plus the invariant quantities.
 
     For an ``MCMC`` run directly with :class:`~bmczoo.inference.ConjugateGibbs` or NUTS on
-    :func:`bmczoo.models.matrix_completion`: NumPyro's conversion (all sampled sites, its
-    own dims) to which ``gamma_sorted`` and, when ``M`` and ``N`` were collected,
-    ``theta_sv``, ``theta_fro`` and ``eff_rank`` are added in the posterior.  ArviZ 0.x
-    only (ArviZ 1.x moved the converter to ``arviz_base``).
+    :func:`bmczoo.models.matrix_completion`: ArviZ's conversion (all sampled sites, its
+    own dims; ``InferenceData`` with ArviZ 0.x, ``DataTree`` with 1.x) to which
+    ``gamma_sorted`` and, when ``M`` and ``N`` were collected, ``theta_sv``,
+    ``theta_fro`` and ``eff_rank`` are added in the posterior.
     """
-    import arviz as az
-
     kwargs.setdefault("log_likelihood", False)
-    idata = az.from_numpyro(mcmc, **kwargs)
+    data = _arviz.from_numpyro(mcmc, **kwargs)
     samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    post = idata.posterior
+    post = _arviz.group(data)
     K = None
     if "gamma" in samples:
         g = samples["gamma"]
@@ -271,8 +270,8 @@ def from_numpyro(mcmc, *, fit=None, **kwargs):
         post["theta_fro"] = (("chain", "draw"), np.sqrt(np.sum(sv**2, axis=-1)))
         post["eff_rank"] = (("chain", "draw"), effective_rank(sv))
     if K is not None:
-        post.coords["h"] = np.arange(K)
-    return idata
+        post = post.assign_coords(h=np.arange(K))
+    return _arviz.replace_group(data, "posterior", post)
 
 
 def vb_theta_moments(fit, rows, cols) -> tuple[np.ndarray, np.ndarray, bool]:

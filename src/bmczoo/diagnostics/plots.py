@@ -3,8 +3,8 @@
 Figures are built on :class:`matplotlib.figure.Figure` objects, not through ``pyplot``:
 nothing is shown, no global figure state is touched, and they render on any backend
 (headless included); save them with ``fig.savefig(path)``.  In Jupyter a returned
-figure displays as the cell's value.  ArviZ plots (``az.plot_autocorr``,
-``az.plot_trace``) draw into axes created here.
+figure displays as the cell's value.  ArviZ's trace and autocorrelation plots draw into
+axes created here (:mod:`bmczoo._arviz`, under ArviZ 0.x and 1.x alike).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .. import _arviz
 from ..inference.results.arrays import offset_of, prior_of, require_column_scales, setting
 from .convert import INVARIANT_VARS, default_entries, fit_arrays, to_arviz, vb_theta_moments
 from .stats import RankMixingWarning, autocorrelation, gamma_threshold, rank_posterior
@@ -26,6 +27,7 @@ __all__ = [
     "plot_posterior_compare",
     "plot_convergence",
     "plot_gamma",
+    "plot_ppc",
 ]
 
 _VAR_LABELS = {
@@ -184,10 +186,8 @@ def plot_acf(
     ``az.plot_autocorr`` (one panel per entry; per entry and chain with
     ``combined=False``).  Lags count kept draws; ``reference`` draws dashed lines at
     ``+-reference``.  ``idata`` reuses data from :func:`~bmczoo.diagnostics.to_arviz`."""
-    import arviz as az
-
     idata = to_arviz(fit, entries=entries) if idata is None else idata
-    post = idata.posterior
+    post = _arviz.group(idata)
     if "theta" not in post:
         raise ValueError(
             "no theta entries to plot: track entries (fit(..., track=...)) or store factors"
@@ -203,9 +203,7 @@ def plot_acf(
     fig, axes = _figure(nrows, ncols, figsize, sharex=True, sharey=True)
     used = _drop_unused(fig, axes, n)
     with _quiet_arviz_plots():
-        az.plot_autocorr(
-            idata, var_names=["theta"], max_lag=max_lag, combined=combined, ax=used, show=False
-        )
+        _arviz.plot_autocorr(post, var_name="theta", max_lag=max_lag, combined=combined, axes=used)
     _tidy_arviz_titles(used)
     for k, ax in enumerate(used):
         if reference:
@@ -229,7 +227,7 @@ def plot_acf(
         ax.set_ylabel("ACF")
     if reference:
         used[0].legend(fontsize="x-small", loc="upper right")
-    thin = idata.posterior.attrs.get("thinning")
+    thin = post.attrs.get("thinning")
     extra = f", lags in kept draws (thinning {thin})" if thin else ""
     fig.suptitle(f"Autocorrelation of θ entries — {describe_fit(fit)}{extra}")
     return fig
@@ -262,10 +260,8 @@ def plot_trace(
     variable with its marginal density (left) and trace (right).  ``theta`` is drawn on
     the data's scale (the centring offset added), as :func:`~bmczoo.diagnostics.summary`
     reports it."""
-    import arviz as az
-
     idata = to_arviz(fit, entries=entries) if idata is None else idata
-    post = idata.posterior
+    post = _arviz.group(idata)
     constant = []
     if var_names is None:
         var_names = [v for v in INVARIANT_VARS if v in post.data_vars]
@@ -290,13 +286,11 @@ def plot_trace(
     fig, axes = _figure(nrows, 2, figsize)
     legend = post.sizes["chain"] > 1
     offset = float(post.attrs.get("theta_offset", 0.0) or 0.0)
-    data = idata
+    data = post
     if offset != 0.0 and "theta" in var_names:
         data = post.assign(theta=post["theta"] + offset)
     with _quiet_arviz_plots():
-        az.plot_trace(
-            data, var_names=var_names, compact=compact, axes=axes, legend=legend, show=False
-        )
+        _arviz.plot_trace(data, var_names=var_names, compact=compact, axes=axes, legend=legend)
     notes = {
         "theta": " (one colour per entry)",
         "gamma_sorted": " (one colour per rank order)",
@@ -313,7 +307,7 @@ def plot_trace(
         ax.set_title(_VAR_LABELS.get(t, t), fontsize="medium")
     axes[-1, 1].set_xlabel("draw")
     _compact_legends(axes)
-    rep = idata.posterior.attrs.get("representation", "")
+    rep = post.attrs.get("representation", "")
     title = f"Posterior traces — {describe_fit(fit)}"
     if "variational" in rep or "guide" in rep:
         title += f" ({rep})"
@@ -593,4 +587,40 @@ def plot_gamma(
     ax.grid(alpha=0.3, axis="y")
     rep = "q draws" if fit.has_q else "draws"
     fig.suptitle(f"γ and rank — {describe_fit(fit)} ({g.shape[0]} {rep})")
+    return fig
+
+
+# --------------------------------------------------------------------------- PPC
+def plot_ppc(fit_or_data, *, num_pp_samples: int = 50, seed: int = 0, ax=None, figsize=(6.0, 3.5)):
+    """Posterior predictive check (``az.plot_ppc``): the density of the observed ratings
+    against those of ``num_pp_samples`` replicated data sets (chosen with
+    ``default_rng(seed)``) and of all replicates pooled, under ArviZ 0.x or 1.x.
+
+    Parameters
+    ----------
+    fit_or_data : FitResult or ArviZ data
+        A fit (converted with ``to_arviz(log_likelihood=True, seed=seed)``: its training
+        ratings) or data with ``posterior_predictive`` and ``observed_data`` groups.
+    num_pp_samples, seed : int
+        Replicates drawn and their seed.
+    ax : matplotlib Axes, optional
+        Draw there (default: a new figure).
+    figsize : tuple
+        Size of a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    if _arviz.group(fit_or_data, "posterior_predictive") is None and hasattr(
+        fit_or_data, "_arviz_arrays"
+    ):
+        fit_or_data = to_arviz(fit_or_data, log_likelihood=True, seed=seed)
+    if ax is None:
+        fig, axes = _figure(1, 1, figsize)
+        ax = axes[0, 0]
+    else:
+        fig = ax.figure
+    with _quiet_arviz_plots():
+        _arviz.plot_ppc(fit_or_data, ax=ax, num_pp_samples=num_pp_samples, seed=seed)
     return fig

@@ -25,10 +25,13 @@ from ..inference.results.rank import (
     theta_rank_posterior,
     theta_sv_draws,
 )
+from .. import _arviz
 from .convert import INVARIANT_VARS, extra_var_names, to_arviz
 
 __all__ = [
     "summary",
+    "loo",
+    "compare",
     "rank_posterior",
     "theta_rank_posterior",
     "theta_sv_draws",
@@ -50,7 +53,7 @@ SPLIT_RHAT_NOTE = (
 
 def _is_arviz_data(obj) -> bool:
     """ArviZ data (a ``posterior`` group), not a fit result (which converts itself)."""
-    return hasattr(obj, "posterior") and not hasattr(obj, "_arviz_arrays")
+    return not hasattr(obj, "_arviz_arrays") and _arviz.group(obj) is not None
 
 
 def summary(
@@ -93,10 +96,7 @@ def summary(
     round_to : int, optional
         Passed to ``az.summary``.
     """
-    import arviz as az
-
-    idata = _summary_data(fit, var_names, entries, num_draws, seed)
-    post = idata.posterior
+    post = _arviz.group(_summary_data(fit, var_names, entries, num_draws, seed))
     var_names = _summary_var_names(post, var_names)
     # a quantity constant over all draws (e.g. a sorted gamma of the discrete prior that
     # stays in the slab) has undefined ESS/MCSE: NaN, without numpy's 0/0 warnings
@@ -104,18 +104,62 @@ def summary(
         if post.sizes["chain"] * post.sizes["draw"] < 4:
             return _theta_on_data_scale(_mean_table(post, var_names), post)
         # unrounded, so that the offset is added before the rounding (not to rounded values)
-        table = az.summary(idata, var_names=var_names, kind=kind, round_to="none")
+        table = _arviz.summary_table(post, var_names, kind)
         if "r_hat" in table.columns and _split_rhat_applies(post):
-            split = az.summary(
-                az.InferenceData(posterior=_split_halves(post)),
-                var_names=var_names,
-                kind="diagnostics",
-                round_to="none",
-            )
+            split = _arviz.summary_table(_split_halves(post), var_names, "diagnostics")
             table["r_hat"] = split["r_hat"].reindex(table.index).values
             table.attrs["r_hat"] = SPLIT_RHAT_NOTE
-        _undefined_when_constant(table, idata, var_names)
+        _undefined_when_constant(table, post, var_names)
     return _round_like_arviz(_theta_on_data_scale(table, post), round_to)
+
+
+def _loglik_data(fit_or_data, **kwargs):
+    """ArviZ data with a ``log_likelihood`` group: given, or converted from a fit with
+    ``to_arviz(log_likelihood=True, **kwargs)``."""
+    if _is_arviz_data(fit_or_data):
+        return fit_or_data
+    return to_arviz(fit_or_data, log_likelihood=kwargs.pop("log_likelihood", True), **kwargs)
+
+
+def loo(fit_or_data, *, pointwise: bool = False, **kwargs) -> _arviz.Loo:
+    """PSIS-LOO (``az.loo``) of a fit or of its ArviZ data, under ArviZ 0.x or 1.x.
+
+    Parameters
+    ----------
+    fit_or_data : FitResult or ArviZ data
+        A fit (converted with ``to_arviz(log_likelihood=True, **kwargs)``: its training
+        ratings) or data with a ``log_likelihood`` group.
+    pointwise : bool
+        Also return the pointwise values and Pareto k.
+    **kwargs
+        Passed to :func:`~bmczoo.diagnostics.to_arviz` for a fit (``log_likelihood=`` a
+        RatingData, ``max_ratings``, ``max_draws``, ``seed``, ``num_draws``).
+
+    Returns
+    -------
+    Loo
+        ``elpd_loo``, ``se``, ``p_loo``, ``loo_i``, ``pareto_k`` and ArviZ's own
+        ``result`` (whose attribute names differ between ArviZ 0.x and 1.x).
+    """
+    return _arviz.loo(_loglik_data(fit_or_data, **kwargs), pointwise=pointwise)
+
+
+def compare(fits, **kwargs):
+    """``az.compare`` by PSIS-LOO of ``{name: fit or ArviZ data}``: a DataFrame with the
+    columns ``rank``, ``elpd_loo``, ``p_loo``, ``elpd_diff``, ``weight``, ``se``, ``dse``
+    (ArviZ 0.x's names, under ArviZ 1.x too, which says ``elpd`` and ``p``), best first.
+    Fits are converted with ``to_arviz(log_likelihood=True, **kwargs)``: with the same
+    ``seed`` and ``max_ratings`` they use the same ratings, so the comparison is valid.
+
+    Parameters
+    ----------
+    fits : mapping of str to FitResult or ArviZ data
+        The members to compare.
+    **kwargs
+        Passed to :func:`~bmczoo.diagnostics.to_arviz` for the fits.
+    """
+    datas = {name: _loglik_data(f, **kwargs) for name, f in fits.items()}
+    return _arviz.compare(datas)
 
 
 def _summary_data(fit, var_names, entries, num_draws: int, seed: int):
@@ -139,21 +183,24 @@ def _summary_var_names(post, var_names) -> list[str]:
     return var_names
 
 
-def _undefined_when_constant(table, idata, var_names) -> None:
+def _undefined_when_constant(table, post, var_names) -> None:
     """NaN diagnostics for quantities constant over all draws: ArviZ gives a constant
     quantity (a chain stuck at one count) ESS = the number of draws, which reads as
     perfect mixing, while its ESS, MCSE and R-hat are undefined."""
-    import arviz as az
-
     diag = [c for c in table.columns if c.startswith(("ess_", "mcse_")) or c == "r_hat"]
     if not diag:
         return
-    # exact test (a float sd of equal values need not be 0): the range over all draws,
-    # through ArviZ so that the labels are its own
-    spread = az.summary(
-        idata, var_names=var_names, stat_funcs={"ptp": np.ptp}, extend=False, round_to="none"
-    )["ptp"]
-    table.loc[(spread.reindex(table.index) == 0).values, diag] = np.nan
+    # exact test (a float sd of equal values need not be 0): the range over all draws of
+    # each scalar, in the table's order (variables in turn, each in C order, as ArviZ lists them)
+    constant = np.concatenate(
+        [
+            np.ravel(post[v].max(("chain", "draw")).values == post[v].min(("chain", "draw")).values)
+            for v in var_names
+        ]
+    )
+    if constant.size != len(table):  # pragma: no cover - ArviZ changed its rows
+        raise RuntimeError("the summary's rows do not match the posterior's scalars")
+    table.loc[constant, diag] = np.nan
 
 
 def _split_rhat_applies(post) -> bool:
@@ -221,14 +268,12 @@ def autocorrelation(
     """Autocorrelation (``az.autocorr``) of each scalar of ``var_name`` by lag, averaged
     over chains: array (..., max_lag + 1) with the variable's trailing shape first
     (``theta``: (entry, lag)).  Lags count kept draws (after thinning)."""
-    import arviz as az
-
     idata = fit_or_idata if _is_arviz_data(fit_or_idata) else to_arviz(fit_or_idata)
-    x = np.asarray(idata.posterior[var_name].values, np.float64)  # (chain, draw, ...)
+    x = np.asarray(_arviz.group(idata)[var_name].values, np.float64)  # (chain, draw, ...)
     C, D = x.shape[:2]
     flat = x.reshape(C, D, -1)
     L = D - 1 if max_lag is None else min(int(max_lag), D - 1)
     out = np.empty((flat.shape[2], L + 1))
     for e in range(flat.shape[2]):
-        out[e] = np.mean([az.autocorr(flat[c, :, e])[: L + 1] for c in range(C)], axis=0)
+        out[e] = np.mean([_arviz.autocorr(flat[c, :, e])[: L + 1] for c in range(C)], axis=0)
     return out.reshape(x.shape[2:] + (L + 1,))

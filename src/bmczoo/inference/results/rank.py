@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 
+from ... import _arviz
 from ..._checks import check_real
 from . import arrays
 
@@ -60,12 +61,7 @@ def single_chain_quiet(num_chains: int):
         yield
         return
     flt = _DropShapeNotice()
-    import arviz as az
-
-    # ArviZ 0.x logs through its own Logger instance ``arviz._log``
-    loggers = [logging.getLogger("arviz")] + [
-        lg for lg in [getattr(az, "_log", None)] if lg is not None
-    ]
+    loggers = _arviz.loggers()
     for lg in loggers:
         lg.addFilter(flt)
     try:
@@ -245,8 +241,6 @@ def _undefined_mixing(x: np.ndarray, t: float, r_hat_kind: str) -> dict:
 def _ess_rhat(x: np.ndarray):
     """``(ess_bulk, ess_tail, r_hat, groups, defined)`` of the (chain, draw) counts: R-hat
     compares the chains, or one chain's two halves (an odd last draw dropped)."""
-    import arviz as az
-
     C = x.shape[0]
     with (
         single_chain_quiet(C),
@@ -254,11 +248,11 @@ def _ess_rhat(x: np.ndarray):
         warnings.catch_warnings(),
     ):
         warnings.simplefilter("ignore", RuntimeWarning)
-        ess_bulk = float(az.ess(x, method="bulk")) if x.size >= 4 else float("nan")
-        ess_tail = float(az.ess(x, method="tail")) if x.size >= 4 else float("nan")
+        ess_bulk = _arviz.ess(x, method="bulk") if x.size >= 4 else float("nan")
+        ess_tail = _arviz.ess(x, method="tail") if x.size >= 4 else float("nan")
         groups = x if C >= 2 else x[:, : 2 * (x.shape[1] // 2)].reshape(2, -1)
         defined = x.shape[1] >= (4 if C >= 2 else MIN_DRAWS_SPLIT_RHAT)
-        r_hat = float(az.rhat(groups)) if defined else float("nan")
+        r_hat = _arviz.rhat(groups) if defined else float("nan")
     return ess_bulk, ess_tail, r_hat, groups, defined
 
 
