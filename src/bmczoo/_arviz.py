@@ -307,9 +307,14 @@ def make_data(datasets: dict):
         import xarray as xr
 
         return xr.DataTree.from_dict(datasets)
+    import warnings
+
     import arviz as az
 
-    return az.InferenceData(**datasets)
+    with warnings.catch_warnings():
+        # ArviZ < 0.20 warns on groups outside its scheme (``convergence`` is bmczoo's own)
+        warnings.filterwarnings("ignore", message=".* group is not defined in the InferenceData")
+        return az.InferenceData(**datasets)
 
 
 def group(data, name: str = "posterior"):
@@ -469,15 +474,19 @@ def kde(x) -> tuple[np.ndarray, np.ndarray]:
 
 
 def compare(datas: dict):
-    """``az.compare`` of ``{name: ArviZ data}`` by PSIS-LOO, with ArviZ 0.x's column names
-    (``elpd_loo``, ``p_loo``, ``elpd_diff``, ``se``, ``dse``, ``weight``, ...) under either
-    version (ArviZ 1.x says ``elpd`` and ``p``), unrounded."""
+    """``az.compare`` of ``{name: ArviZ data}`` by PSIS-LOO, with ArviZ 0.x's columns
+    (``rank``, ``elpd_loo``, ``p_loo``, ``elpd_diff`` >= 0 from the best, ``weight``,
+    ``se``, ``dse``, then the version's others) under either version (ArviZ 1.x says
+    ``elpd`` and ``p``, and counts ``elpd_diff`` <= 0), unrounded."""
     import arviz as az
 
     if arviz_major() < 1:
         return az.compare(datas)
-    table = az.compare(datas, round_to="none")
-    return table.rename(columns={"elpd": "elpd_loo", "p": "p_loo"})
+    table = az.compare(datas, round_to="none").rename(columns={"elpd": "elpd_loo", "p": "p_loo"})
+    # ArviZ 1.x's difference is to the best model (<= 0); ArviZ 0.x's is from it (>= 0)
+    table["elpd_diff"] = -table["elpd_diff"]
+    first = ["rank", "elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse"]
+    return table[first + [c for c in table.columns if c not in first]]
 
 
 class Loo(NamedTuple):

@@ -146,8 +146,9 @@ def loo(fit_or_data, *, pointwise: bool = False, **kwargs) -> _arviz.Loo:
 
 def compare(fits, **kwargs):
     """``az.compare`` by PSIS-LOO of ``{name: fit or ArviZ data}``: a DataFrame with the
-    columns ``rank``, ``elpd_loo``, ``p_loo``, ``elpd_diff``, ``weight``, ``se``, ``dse``
-    (ArviZ 0.x's names, under ArviZ 1.x too, which says ``elpd`` and ``p``), best first.
+    columns ``rank``, ``elpd_loo``, ``p_loo``, ``elpd_diff`` (>= 0: how far below the
+    best), ``weight``, ``se``, ``dse`` (ArviZ 0.x's names and signs, under ArviZ 1.x too),
+    best first.
     Fits are converted with ``to_arviz(log_likelihood=True, **kwargs)``: with the same
     ``seed`` and ``max_ratings`` they use the same ratings, so the comparison is valid.
 
