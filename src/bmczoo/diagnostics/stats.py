@@ -137,7 +137,7 @@ def loo(fit_or_data, *, pointwise: bool = False, **kwargs) -> _arviz.Loo:
 
     Returns
     -------
-    Loo
+    bmczoo._arviz.Loo
         ``elpd_loo``, ``se``, ``p_loo``, ``loo_i``, ``pareto_k`` and ArviZ's own
         ``result`` (whose attribute names differ between ArviZ 0.x and 1.x).
     """
