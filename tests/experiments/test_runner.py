@@ -162,7 +162,9 @@ def test_grid_cell_defaults_come_from_the_prior_class():
     for name, cls in registry().items():
         cell = GridCell("x", 30, 2, name)
         assert dict(cell.hyper) == cls.from_cli().hyperparameters(), name
-    assert math.isnan(GridCell("x", 30, 2, "fixed").reference)
+    assert GridCell("x", 30, 2, "fixed").reference is None
+    (row,) = plan_grid([GridCell("x", 30, 2, "fixed")], settings=TINY, experiment="tiny")
+    assert math.isnan(row.paper)
     assert GridCell("x", 30, 2, "fixed", {"gamma": 2.0}) == GridCell(
         "x", 30, 2, "fixed", (("gamma", 2.0),)
     )

@@ -158,7 +158,9 @@ class GridCell:
     hyper : the hyper-parameters the grid is centred on (a mapping or ``(name, value)``
         pairs, kept in the given order); default: the prior class's ``cli_defaults``
         over its dataclass defaults.
-    reference : the value the row is compared with (the paper's RMSE), or NaN.
+    reference : the value the row is compared with (the paper's RMSE), or None (the
+        row's reference is then NaN; None, not NaN, so that equal cells compare equal
+        under Python 3.13's field-by-field dataclass equality, where NaN != NaN).
     factor_scale : how the simulator reads ``20/sqrt(m)`` (``"variance"`` or ``"sd"``).
     """
 
@@ -167,7 +169,7 @@ class GridCell:
     K: int
     prior: str
     hyper: Pairs | Mapping | None = None
-    reference: float = math.nan
+    reference: float | None = None
     factor_scale: str = "variance"
 
     def __post_init__(self):
@@ -244,7 +246,14 @@ def plan_grid(
                     settings=settings,
                 )
             )
-        rows.append(RowPlan(experiment, cell.setting, float(cell.reference), tuple(units)))
+        rows.append(
+            RowPlan(
+                experiment,
+                cell.setting,
+                math.nan if cell.reference is None else float(cell.reference),
+                tuple(units),
+            )
+        )
     return rows
 
 
