@@ -481,7 +481,12 @@ def compare(datas: dict):
     import arviz as az
 
     if arviz_major() < 1:
-        return az.compare(datas)
+        import warnings
+
+        with warnings.catch_warnings():
+            # ArviZ 0.23 sorts in place, which pandas >= 3.1 deprecates
+            warnings.filterwarnings("ignore", message="The inplace keyword in DataFrame.sort")
+            return az.compare(datas)
     table = az.compare(datas, round_to="none").rename(columns={"elpd": "elpd_loo", "p": "p_loo"})
     # ArviZ 1.x's difference is to the best model (<= 0); ArviZ 0.x's is from it (>= 0)
     table["elpd_diff"] = -table["elpd_diff"]
