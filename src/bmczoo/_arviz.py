@@ -17,6 +17,7 @@ here too, as functions of arrays, so that every layer above can reach them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,6 +44,7 @@ __all__ = [
     "plot_trace",
     "plot_autocorr",
     "plot_ppc",
+    "scalar_labels",
     "assemble",
     "theta_singular_values",
     "effective_rank",
@@ -290,6 +292,7 @@ def assemble(post, stats, conv, rows, cols, attrs, K_info: int | None, coords) -
     return FitArrays(groups=groups, dims=dims, coords=coords, attrs=attrs, var_attrs=var_attrs)
 
 
+@functools.cache
 def arviz_major() -> int:
     """The major version of the installed ArviZ (0 or 1): the one switch of this module."""
     import arviz as az
@@ -402,12 +405,11 @@ def summary_table(post, var_names, kind: str = "all"):
         raise ValueError(f"kind must be 'all', 'stats' or 'diagnostics', not {kind!r}")
     post = post[list(var_names)]
     post = post.drop_vars([c for c in post.coords if c not in post.dims])
+    data = make_data({"posterior": post})
     if arviz_major() < 1:
-        return az.summary(
-            az.InferenceData(posterior=post), var_names=list(var_names), kind=kind, round_to="none"
-        )
+        return az.summary(data, var_names=list(var_names), kind=kind, round_to="none")
     table = az.summary(
-        make_data({"posterior": post}),
+        data,
         var_names=list(var_names),
         kind=kind,
         ci_kind="hdi",
@@ -550,13 +552,15 @@ def loggers() -> list:
 
 
 # ------------------------------------------------------------------ plots
-def _labels(da) -> list[str]:
-    """``"0,1"``-style labels of the scalars of a (chain, draw, ...) DataArray, in C order."""
-    trail = da.dims[2:]
-    out = []
-    for idx in np.ndindex(*[da.sizes[d] for d in trail]):
-        out.append(",".join(str(da[d].values[i]) for d, i in zip(trail, idx)))
-    return out
+def scalar_labels(da) -> list[str]:
+    """``"0,1"``-style labels of the scalars of a DataArray, in C order over its dims other
+    than ``chain`` and ``draw`` (the coordinates ``az.summary`` puts in its row labels;
+    ``[""]`` for a scalar quantity)."""
+    trail = [d for d in da.dims if d not in ("chain", "draw")]
+    return [
+        ",".join(str(da[d].values[i]) for d, i in zip(trail, idx))
+        for idx in np.ndindex(*[da.sizes[d] for d in trail])
+    ]
 
 
 def plot_trace(post, *, var_names, compact: bool, axes, legend: bool) -> None:
@@ -577,14 +581,15 @@ def plot_trace(post, *, var_names, compact: bool, axes, legend: bool) -> None:
         da = post[v]
         C, D = da.sizes["chain"], da.sizes["draw"]
         x = np.asarray(da.values).reshape(C, D, -1)
-        labels = _labels(da)
+        labels = scalar_labels(da)
+        chain_ls = [styles[c % len(styles)] if compact else "-" for c in range(C)]
         groups = [list(range(x.shape[2]))] if compact else [[k] for k in range(x.shape[2])]
         for members in groups:
             left, right = axes[row, 0], axes[row, 1]
             for k in members:
                 for c in range(C):
                     colour = f"C{k % 10}" if compact else f"C{c % 10}"
-                    ls = styles[c % len(styles)] if compact else "-"
+                    ls = chain_ls[c]
                     _density(left, x[c, :, k], colour, ls, np.issubdtype(da.dtype, np.integer))
                     right.plot(np.arange(D), x[c, :, k], color=colour, ls=ls, lw=0.8, alpha=0.7)
             title = v if compact or not labels[members[0]] else f"{v}\n{labels[members[0]]}"
@@ -595,10 +600,8 @@ def plot_trace(post, *, var_names, compact: bool, axes, legend: bool) -> None:
                 from matplotlib.lines import Line2D
 
                 handles = [
-                    Line2D([], [], color="0.3" if compact else f"C{c % 10}", ls=ls)
-                    for c, ls in zip(
-                        range(C), [styles[c % len(styles)] if compact else "-" for c in range(C)]
-                    )
+                    Line2D([], [], color="0.3" if compact else f"C{c % 10}", ls=chain_ls[c])
+                    for c in range(C)
                 ]
                 left.legend(handles, [str(c) for c in range(C)], title="chain")
             row += 1
@@ -628,7 +631,7 @@ def plot_autocorr(post, *, var_name: str, max_lag: int, combined: bool, axes) ->
     da = post[var_name]
     C, D = da.sizes["chain"], da.sizes["draw"]
     x = np.asarray(da.values, np.float64).reshape(C, D, -1)
-    labels = _labels(da)
+    labels = scalar_labels(da)
     panels = []
     for k, lab in enumerate(labels):
         if combined:

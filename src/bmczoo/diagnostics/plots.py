@@ -18,7 +18,13 @@ import numpy as np
 from .. import _arviz
 from ..inference.results.arrays import offset_of, prior_of, require_column_scales, setting
 from .convert import INVARIANT_VARS, default_entries, fit_arrays, to_arviz, vb_theta_moments
-from .stats import RankMixingWarning, autocorrelation, gamma_threshold, rank_posterior
+from .stats import (
+    RankMixingWarning,
+    _loglik_data,
+    autocorrelation,
+    gamma_threshold,
+    rank_posterior,
+)
 
 __all__ = [
     "plot_rmse_trace",
@@ -612,10 +618,7 @@ def plot_ppc(fit_or_data, *, num_pp_samples: int = 50, seed: int = 0, ax=None, f
     -------
     matplotlib.figure.Figure
     """
-    if _arviz.group(fit_or_data, "posterior_predictive") is None and hasattr(
-        fit_or_data, "_arviz_arrays"
-    ):
-        fit_or_data = to_arviz(fit_or_data, log_likelihood=True, seed=seed)
+    fit_or_data = _loglik_data(fit_or_data, seed=seed)
     if ax is None:
         fig, axes = _figure(1, 1, figsize)
         ax = axes[0, 0]

@@ -256,10 +256,8 @@ def _mean_table(post, var_names):
     labels, means = [], []
     for v in var_names:
         da = post[v].mean(("chain", "draw"))
-        for idx in np.ndindex(da.shape):
-            coords = [str(da[d].values[i]) for d, i in zip(da.dims, idx)]
-            labels.append(f"{v}[{','.join(coords)}]" if coords else v)
-            means.append(float(da.values[idx]))
+        labels += [f"{v}[{lab}]" if da.ndim else v for lab in _arviz.scalar_labels(da)]
+        means += np.ravel(da.values).astype(float).tolist()
     return pd.DataFrame({"mean": means}, index=labels)
 
 
