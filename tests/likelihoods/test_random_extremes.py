@@ -46,7 +46,8 @@ INF = np.inf
 def _constant_bits(fill):
     """A ``_random_bits`` returning all-zero (``fill = 0``) or all-one bits."""
 
-    def bits(key, bit_width, shape):
+    # JAX 0.12.1 passes ``out_sharding`` by keyword; it does not change the bits
+    def bits(key, bit_width, shape, **kwargs):
         dt = {8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}[bit_width]
         return jnp.full(shape, np.array(fill).astype(np.dtype(dt)), dt)
 
