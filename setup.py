@@ -2,15 +2,30 @@
 custom call; ``bmczoo._native`` loads it).  Everything else is in ``pyproject.toml``.
 
 The kernel needs a C++17 compiler and the XLA FFI headers that ship with jaxlib (a build
-requirement); without either, on Windows, or with ``BMCZOO_NO_NATIVE`` set at build
-time, the package installs without it and the sweep uses JAX's sparse product
-(``bmczoo.linalg.resolve_hot_path``)."""
+requirement, in the range the runtime accepts).  ``BMCZOO_NATIVE`` (see ``bmczoo._native``)
+decides at build time as at run time: unset or ``auto``, a build that cannot make the kernel
+(no headers, no compiler, Windows) installs without it and the sweep uses JAX's sparse
+product; ``0``, the kernel is not built; ``1``, a build without it fails."""
 
 import importlib.util
 import os
 import sys
 
 from setuptools import Extension, setup
+
+_MODES = {  # bmczoo._native.MODES (the package cannot be imported before it is built)
+    "auto": ("", "auto"),
+    "off": ("0", "off", "false", "no"),
+    "required": ("1", "on", "true", "yes", "required", "require"),
+}
+
+
+def _mode() -> str:
+    word = os.environ.get("BMCZOO_NATIVE", "").strip().lower()
+    for name, words in _MODES.items():
+        if word in words:
+            return name
+    raise SystemExit(f"BMCZOO_NATIVE={word!r}: expected 0, 1, auto or unset")
 
 
 def _ffi_include() -> str | None:
@@ -22,8 +37,16 @@ def _ffi_include() -> str | None:
 
 
 def _extensions() -> list[Extension]:
+    mode = _mode()
+    if mode == "off":
+        return []
     include = _ffi_include()
-    if include is None or sys.platform == "win32" or os.environ.get("BMCZOO_NO_NATIVE"):
+    if include is None or sys.platform == "win32":
+        if mode == "required":
+            why = (
+                "on Windows" if sys.platform == "win32" else "jaxlib's XLA FFI headers are missing"
+            )
+            raise SystemExit(f"BMCZOO_NATIVE=1: the compiled Gram kernel cannot be built ({why})")
         return []
     return [
         Extension(
@@ -32,7 +55,8 @@ def _extensions() -> list[Extension]:
             include_dirs=[include],
             extra_compile_args=["-std=c++17", "-O3", "-fvisibility=hidden"],
             language="c++",
-            optional=True,  # a failed build leaves the JAX path, not a failed install
+            # auto: a failed build leaves the JAX path, not a failed install
+            optional=mode != "required",
         )
     ]
 

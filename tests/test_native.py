@@ -4,8 +4,8 @@ against the sparse-product path (``bmczoo.linalg.pattern_gram``), with rows and 
 without ratings, K in {1, 3, 10, 33}, 1 and 3 chains, 0 to 3 weights; float32 within a
 rounding bound; bad input is an error of the call, not a crash; the hot-path resolution.
 
-CI builds the kernel and sets ``BMCZOO_REQUIRE_NATIVE=1``: there a kernel that failed to
-build is a failure, not a skip."""
+CI builds the kernel and sets ``BMCZOO_NATIVE=1`` (required): there a kernel that failed
+to build is a failure, not a skip."""
 
 from __future__ import annotations
 
@@ -28,9 +28,64 @@ needs_kernel = pytest.mark.skipif(
 
 
 def test_kernel_is_built_where_required():
-    if os.environ.get("BMCZOO_REQUIRE_NATIVE") != "1":
-        pytest.skip("BMCZOO_REQUIRE_NATIVE is not set (CI sets it)")
+    if _native.mode() != "required":
+        pytest.skip("BMCZOO_NATIVE=1 is not set (CI sets it)")
     assert _native.available(), "the compiled Gram kernel did not build or load"
+
+
+@pytest.mark.parametrize(
+    "word, expected",
+    [("", "auto"), ("auto", "auto"), ("0", "off"), ("OFF", "off"), ("1", "required")],
+)
+def test_native_setting_words(monkeypatch, word, expected):
+    monkeypatch.setenv("BMCZOO_NATIVE", word)
+    assert _native.mode() == expected
+
+
+def test_native_setting_rejects_other_words(monkeypatch):
+    monkeypatch.setenv("BMCZOO_NATIVE", "maybe")
+    with pytest.raises(ValueError, match="BMCZOO_NATIVE='maybe'"):
+        _native.mode()
+
+
+def test_setup_reads_the_same_setting():
+    """setup.py cannot import the package it builds: its copy of the words is the same."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).parents[1] / "setup.py").read_text())
+    (node,) = [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "_MODES"]
+    assert ast.literal_eval(node.value) == _native.MODES
+
+
+def test_required_kernel_that_does_not_load_is_an_error(monkeypatch):
+    monkeypatch.setattr(_native, "status", lambda: (False, "not built (test)"))
+    monkeypatch.setenv("BMCZOO_NATIVE", "1")
+    with pytest.raises(RuntimeError, match=r"required \(BMCZOO_NATIVE=1\) but not built"):
+        _native.available()
+    monkeypatch.setenv("BMCZOO_NATIVE", "auto")
+    assert _native.available() is False
+
+
+def test_fallback_is_said_where_the_kernel_should_be(monkeypatch, caplog):
+    """Without the kernel a CPU run says so (once per process: ``note_fallback`` is cached;
+    its undecorated body is called here); not when turned off or when loaded."""
+    note = _native.note_fallback.__wrapped__
+    monkeypatch.setattr(_native, "status", lambda: (False, "not built (test)"))
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("BMCZOO_NATIVE", "auto")
+    with caplog.at_level("WARNING", logger="bmczoo"):
+        note()
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    assert "not built (test)" in message and "BMCZOO_NATIVE=0" in message
+    caplog.clear()
+    monkeypatch.setenv("BMCZOO_NATIVE", "0")
+    note()
+    monkeypatch.setenv("BMCZOO_NATIVE", "auto")
+    monkeypatch.setattr(_native, "status", lambda: (True, "/some/path"))
+    note()
+    assert not caplog.records
 
 
 def _pattern(seed, m=23, m_other=17, n=120, empty_rows=(0, 9), empty_cols=(4,)):

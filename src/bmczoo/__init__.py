@@ -37,6 +37,7 @@ _NAMES = {
     "fit": "inference",
     "load": "inference.saving",
     "enable_compilation_cache": "_cache",
+    "show_config": "_config",
 }
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "fit",
     "load",
     "enable_compilation_cache",
+    "show_config",
     "evaluation",
     "data",
     "datasets",
@@ -71,6 +73,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         priors,
     )
     from ._cache import enable_compilation_cache
+    from ._config import show_config
     from .data import RatingData
     from .inference import fit
     from .inference.saving import load

@@ -3,8 +3,16 @@
 call built by ``setup.py`` when a C++ compiler is at hand).
 
 :func:`available` says whether it was built and loads; ``bmczoo.linalg`` then resolves the
-CPU's ``"auto"`` hot path to ``"gram"`` (:func:`bmczoo.linalg.resolve_hot_path`).  Setting
-the environment variable ``BMCZOO_NATIVE=0`` before the first fit leaves it unused.
+CPU's ``"auto"`` hot path to ``"gram"`` (:func:`bmczoo.linalg.resolve_hot_path`).
+
+One environment variable, ``BMCZOO_NATIVE``, governs the kernel both when the package is
+built and when it runs (:func:`mode`):
+
+- unset or ``auto``: built where a compiler and jaxlib's FFI headers are at hand, used when
+  it loads; a CPU run without it says so once (:func:`note_fallback`);
+- ``0`` (``off``): neither built nor used;
+- ``1`` (``required``): a build without it fails, and so does a run where it does not load.
+
 Nothing here imports the library before it is needed.
 """
 
@@ -13,13 +21,43 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.machinery
+import logging
 import os
+import sys
 from pathlib import Path
 
-__all__ = ["available", "gram", "TARGET"]
+__all__ = ["available", "gram", "mode", "status", "note_fallback", "ENV", "MODES", "TARGET"]
 
 #: the custom call's name in XLA's registry (CPU)
 TARGET = "bmczoo_gram"
+
+#: the environment variable of the kernel (build and run)
+ENV = "BMCZOO_NATIVE"
+
+#: the settings of :data:`ENV`, by the words each accepts
+MODES = {
+    "auto": ("", "auto"),
+    "off": ("0", "off", "false", "no"),
+    "required": ("1", "on", "true", "yes", "required", "require"),
+}
+
+_log = logging.getLogger("bmczoo")
+
+
+def mode() -> str:
+    """The kernel's setting from ``BMCZOO_NATIVE``: ``"auto"``, ``"off"`` or ``"required"``.
+
+    Raises
+    ------
+    ValueError
+        If the variable holds a word none of the settings accepts.
+    """
+    word = os.environ.get(ENV, "").strip().lower()
+    for name, words in MODES.items():
+        if word in words:
+            return name
+    accepted = ", ".join(repr(w) for words in MODES.values() for w in words if w)
+    raise ValueError(f"{ENV}={os.environ[ENV]!r}: expected one of {accepted} (or unset)")
 
 
 def _library_path() -> Path | None:
@@ -32,22 +70,52 @@ def _library_path() -> Path | None:
 
 
 @functools.cache
-def available() -> bool:
-    """True when the compiled kernel is built, loads, and is registered with JAX (once per
-    process); False when it is not built, ``BMCZOO_NATIVE=0``, or loading fails."""
-    if os.environ.get("BMCZOO_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return False
+def status() -> tuple[bool, str]:
+    """Whether the kernel is loaded and registered with JAX (tried once per process), and
+    a description: the library's path, or why it is not in use."""
+    if mode() == "off":
+        return False, f"turned off ({ENV}=0)"
     path = _library_path()
     if path is None:
-        return False
+        return False, "not built (the install had no C++17 compiler or no jaxlib FFI headers)"
     try:
         lib = ctypes.cdll.LoadLibrary(str(path))
         import jax
 
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.BmczooGram), platform="cpu")
-    except (OSError, AttributeError, RuntimeError, ValueError):  # a broken or foreign build
-        return False
-    return True
+    except (OSError, AttributeError, RuntimeError, ValueError) as e:  # a broken or foreign build
+        return False, f"{path.name} does not load ({type(e).__name__}: {e})"
+    return True, str(path)
+
+
+def available() -> bool:
+    """True when the compiled kernel is built, loads, and is registered with JAX (once per
+    process); False when it is not built, turned off (``BMCZOO_NATIVE=0``), or loading fails.
+
+    Raises
+    ------
+    RuntimeError
+        With ``BMCZOO_NATIVE=1`` (required) when the kernel is not in use, saying why.
+    """
+    loaded, why = status()
+    if not loaded and mode() == "required":
+        raise RuntimeError(f"bmczoo's compiled Gram kernel is required ({ENV}=1) but {why}")
+    return loaded
+
+
+@functools.cache
+def note_fallback() -> None:
+    """Say once, on the ``bmczoo`` logger, that a CPU sweep runs without the kernel where it
+    should have been built (not on Windows, not turned off): the sweep is then slower."""
+    loaded, why = status()
+    if loaded or mode() == "off" or sys.platform == "win32":
+        return
+    _log.warning(
+        "bmczoo: the compiled Gram kernel is %s; the CPU sweep uses JAX's sparse product "
+        "(slower). Reinstall with a C++17 compiler to build it, or set %s=0 to silence this.",
+        why,
+        ENV,
+    )
 
 
 def gram(indptr, index, F, w=None, packed: bool = False):

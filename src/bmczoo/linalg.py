@@ -187,7 +187,10 @@ def resolve_hot_path(mode: str | None = None, platform: str | None = None) -> st
         return mode
     if platform != "cpu":
         return "segment"
-    return "gram" if _native.available() else "bcsr"
+    if _native.available():
+        return "gram"
+    _native.note_fallback()
+    return "bcsr"
 
 
 def _platform(x) -> str | None:

@@ -1,4 +1,4 @@
-"""Command line: ``bmczoo fit``, ``bmczoo predict``, ``bmczoo recommend`` and ``bmczoo reproduce``.
+"""Command line: ``bmczoo fit``, ``predict``, ``recommend``, ``reproduce`` and ``info``.
 
 Importing this package imports no JAX (``bmczoo --help`` stays fast, and the console command
 installs its Ctrl-C handling before the long imports): the subcommands import the library

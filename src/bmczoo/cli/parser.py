@@ -6,7 +6,9 @@ import argparse
 
 from .components import DEFAULT_PRIOR, likelihoods, prior_help, priors
 from .errors import CLIError
+from .. import __version__
 from .fit import cmd_fit
+from .info import cmd_info
 from .reproduce import cmd_reproduce
 from .saved import cmd_predict, cmd_recommend
 
@@ -41,16 +43,32 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of the command line: ``fit``, ``predict``, ``recommend``, ``reproduce``."""
+    """The parser of the command line: ``fit``, ``predict``, ``recommend``, ``reproduce``,
+    ``info``, and ``--version``."""
     p = _Parser(
         prog="bmczoo",
         description="Bayesian low-rank matrix completion (Alquier, Cottet, Chopin, Rousseau "
         "priors) with conjugate Gibbs sampling on JAX.",
     )
+    p.add_argument("--version", action="version", version=f"bmczoo {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (_add_fit, _add_predict, _add_recommend, _add_reproduce):
+    for add in (_add_fit, _add_predict, _add_recommend, _add_reproduce, _add_info):
         add(sub)
     return p
+
+
+def _add_info(sub) -> None:
+    """The ``info`` subcommand."""
+    i = sub.add_parser(
+        "info",
+        help="versions, devices, the sweep's hot path and the compiled kernel (for bug reports)",
+        description="Print bmczoo's version, Python's and the dependencies', JAX's backend and "
+        "devices, the Gibbs sweep's hot path and whether the compiled Gram kernel loaded "
+        "(BMCZOO_NATIVE: unset or auto, 0 off, 1 required). The same as bmczoo.show_config().",
+        formatter_class=_HelpFormatter,
+    )
+    _add_debug_option(i)
+    i.set_defaults(func=cmd_info)
 
 
 def _add_debug_option(parser) -> None:
@@ -334,8 +352,10 @@ def _fit_output_options(f) -> None:
         "--save",
         default=None,
         metavar="FILE.npz",
-        help="save the fitted model there (fit.save: .npz + JSON, no pickle, with the dataset's "
-        "ids) for bmczoo predict / recommend; checked before the fit (default: none)",
+        help="save the fitted model there (fit.save: compressed .npz + JSON, no pickle, with the "
+        "dataset's ids) for bmczoo predict / recommend, which then give exactly the fit's "
+        "predictions (every factor draw is kept unless they take over 1 GiB: then fewer, with a "
+        "warning); checked before the fit (default: none)",
     )
     f.add_argument(
         "--store-factors",
