@@ -125,19 +125,20 @@ def save_npz(path: str | os.PathLike, settings: dict, arrays: dict[str, np.ndarr
     )
 
 
-def write_npz_atomic(path: str | os.PathLike, **arrays) -> None:
+def write_npz_atomic(path: str | os.PathLike, /, *, compress: bool = False, **arrays) -> None:
     """``np.savez(path, **arrays)`` through a temporary file in the same folder renamed
     over ``path``: a reader never sees a half-written file (checkpoints, saved fits).
     The file gets the permissions a plain ``open(path, "w")`` would give it (``0o666``
     less the umask), not ``mkstemp``'s ``0o600``; an exit of the command line on Ctrl-C
-    waits for the write to end (:data:`WRITE_LOCK`)."""
+    waits for the write to end (:data:`WRITE_LOCK`).  ``compress=True``:
+    ``np.savez_compressed`` (the same archive, deflated; ``np.load`` reads both)."""
     path = Path(path)
     with WRITE_LOCK:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
                 os.fchmod(f.fileno(), 0o666 & ~current_umask())
-                np.savez(f, **arrays)
+                (np.savez_compressed if compress else np.savez)(f, **arrays)
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

@@ -18,44 +18,69 @@ The file is an ``.npz`` (``np.load(..., allow_pickle=False)`` reads it) holding
   fit's prior has the same links (its ``str`` is the original's; with ``True`` it is
   equal to the original).
 
+The file is written with ``np.savez_compressed`` (files of earlier versions, written
+uncompressed, load as before), and every array keeps its dtype: a float32 fit is stored in
+float32.
+
 Factor draws of an MCMC fit (``M``, ``N``, ``row_bias``, ``col_bias`` of every kept draw)
-are the bulk of a fit (4 chains x 400 draws at ML-100K's shape with K = 10 and biases:
-over 180 MB; ``tests/inference/test_saving.py``, slow).  By
-default ``save`` keeps at most :data:`FACTOR_DRAWS` (100) of them in all chains pooled:
-``max(1, 100 // chains)`` per chain, evenly spaced over each chain's kept draws (first and
-last included), with every other per-draw site at the same draws, as the fit's
+are the bulk of a fit.  By default (``factor_draws="auto"``) ``save`` keeps every draw, so
+that the loaded fit's ``predict`` (also ``return_std=True``), ``predictive_interval``,
+``predict_proba``, ``log_predictive_density``, ``recommend`` and ``fold_in`` equal the
+original's bit for bit, at every entry; only when the factor draws take more than
+:data:`FACTOR_BYTES_LIMIT` (1 GiB, uncompressed) does it keep fewer, as many as fit under
+the limit, and warn (:class:`FactorDrawsThinnedWarning`).  ``factor_draws=n`` keeps at
+most ``n`` in all chains pooled and ``factor_draws="all"`` every draw, whatever their size.
+
+Thinned, each chain keeps ``max(1, n // chains)`` draws, evenly spaced over its kept draws
+(first and last included), with every other per-draw site at the same draws, as the fit's
 ``factor_samples``; ``samples`` keeps every draw of the small sites (gamma, tau, tracked
 theta, the prior's variables) and gains ``theta_sv``, the singular values of theta of every
 draw, so that the diagnostics (``to_arviz``, ``summary``, ``rank_posterior``) of the loaded
-fit are those of the original.  ``fit.save(path, factor_draws="all")`` keeps every draw;
-``factor_draws=n`` keeps at most ``n``.
-
-Arrays keep their dtype, so the loaded fit's ``predict`` (also ``return_std=True``) and
-``predictive_interval`` equal the original's bit for bit at the entries whose moments were
-accumulated during the fit (the test set, ``predict=``), without the data, and so do
-VB, SVI and MAP fits everywhere.  With thinned factor draws, the quantities computed from
-the factor draws (predictions at other entries, ``log_predictive_density``, ``recommend``,
-``fold_in``) average over the kept draws: a Monte Carlo estimate from fewer draws (with
-``factor_draws="all"`` they are equal bit for bit too).  Not saved: NumPyro's ``MCMC``
-object (``fit.mcmc``) and an SVI guide (``fit.guide``): they are None after loading.
+fit are those of the original.  The moments accumulated during the fit (the test set,
+``predict=``) are saved as they are, so ``predict``, ``return_std`` and
+``predictive_interval`` at those entries stay exact; the quantities computed from the
+factor draws (predictions at other entries, ``log_predictive_density``, ``recommend``,
+``fold_in``) then average over the kept draws only: a Monte Carlo estimate from fewer
+draws.  VB, SVI and MAP fits are always saved whole.  Not saved: NumPyro's ``MCMC`` object
+(``fit.mcmc``) and an SVI guide (``fit.guide``): they are None after loading.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import warnings
 
 import numpy as np
 
 from .checkpoint import write_npz_atomic
 from .info import FitInfo, _NoGamma, no_gamma
 
-__all__ = ["save", "load", "load_extra", "FORMAT", "VERSION", "FACTOR_DRAWS"]
+__all__ = [
+    "save",
+    "load",
+    "load_extra",
+    "FORMAT",
+    "VERSION",
+    "FACTOR_BYTES_LIMIT",
+    "FactorDrawsThinnedWarning",
+]
 
-#: factor draws kept by ``save`` by default, in all chains pooled
-FACTOR_DRAWS = 100
+#: Bytes (uncompressed) of an MCMC fit's factor draws above which ``save`` with the
+#: default ``factor_draws="auto"`` keeps fewer draws (and warns): 1 GiB.  Below it every
+#: draw is kept, so that the loaded fit predicts exactly what the fit predicts; the bound
+#: keeps a fit run with ``store_factors=True`` on a large matrix from writing a file of
+#: many gigabytes unasked.
+FACTOR_BYTES_LIMIT = 1 << 30
 #: the per-draw sites thinned by ``save`` (those with a row or column axis)
 FACTOR_SITES = ("M", "N", "row_bias", "col_bias")
+
+
+class FactorDrawsThinnedWarning(UserWarning):
+    """``save`` kept fewer factor draws than the fit holds (their size is above
+    :data:`FACTOR_BYTES_LIMIT`): the loaded fit's outputs computed from the factor draws
+    differ from the fit's."""
+
 
 VERSION = 1
 FORMAT = f"bmczoo-fit-{VERSION}"
@@ -84,17 +109,67 @@ def result_class(cls: type) -> type:
     return cls
 
 
-def _check_factor_draws(factor_draws) -> int | None:
-    """``factor_draws`` as a bound (None: keep all)."""
+def _check_factor_draws(factor_draws) -> int | str | None:
+    """``factor_draws`` as a bound (None: keep all; ``"auto"``: all unless above
+    :data:`FACTOR_BYTES_LIMIT`)."""
+    if factor_draws is None:
+        return "auto"
     if isinstance(factor_draws, str):
-        if factor_draws != "all":
+        if factor_draws not in ("all", "auto"):
             raise ValueError(
-                f"factor_draws must be a positive integer or 'all', got {factor_draws!r}"
+                f"factor_draws must be a positive integer, 'auto' or 'all', got {factor_draws!r}"
             )
-        return None
+        return None if factor_draws == "all" else "auto"
     from .._checks import check_int
 
     return check_int("factor_draws", factor_draws, minimum=1)
+
+
+def _factor_source(fit) -> dict | None:
+    """The per-draw sites, with leading (chain, draw) axes, in which an MCMC fit holds
+    its factor draws (None when it holds none: other families, ``store_factors=False``)."""
+    src = getattr(fit, "factor_samples", None)
+    if src is None:
+        src = getattr(fit, "samples", None)
+    if not isinstance(src, dict) or "M" not in src or np.ndim(src["M"]) < 4:
+        return None
+    return src
+
+
+def factor_draw_bytes(fit) -> int:
+    """Bytes (uncompressed, in the fit's dtype) of the factor draws an MCMC fit holds
+    (:data:`FACTOR_SITES`; 0 without factor draws)."""
+    src = _factor_source(fit)
+    if src is None:
+        return 0
+    return sum(
+        int(np.size(src[k])) * np.dtype(src[k].dtype).itemsize for k in FACTOR_SITES if k in src
+    )
+
+
+def _auto_factor_limit(fit, stacklevel: int) -> int | None:
+    """The bound of ``factor_draws="auto"``: None (every draw) while the factor draws take
+    at most :data:`FACTOR_BYTES_LIMIT`, else as many draws as fit under it, with a
+    :class:`FactorDrawsThinnedWarning`."""
+    nbytes = factor_draw_bytes(fit)
+    if nbytes <= FACTOR_BYTES_LIMIT:
+        return None
+    C, D = np.shape(_factor_source(fit)["M"])[:2]
+    per_chain = max(1, int(FACTOR_BYTES_LIMIT // (nbytes / (C * D) * C)))
+    kept = kept_factor_draws(C, D, per_chain * C).size
+    warnings.warn(
+        f"the fit's factor draws ({C} chain{'s' if C != 1 else ''} x {D} draws) take "
+        f"{nbytes / 2**30:.2f} GiB, above the limit of {FACTOR_BYTES_LIMIT / 2**30:g} GiB "
+        "(bmczoo.inference.saving.FACTOR_BYTES_LIMIT): the file keeps "
+        f"{kept} of the {D} draws of each chain ({C * kept} in all), evenly spaced.  The "
+        "loaded fit's predictions at entries other than those accumulated during the fit "
+        "(test=, predict=), its log predictive density, recommendations and fold-in average "
+        "over the kept draws only and will differ from this fit's; save with "
+        "factor_draws='all' to keep every draw.",
+        FactorDrawsThinnedWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return per_chain * C
 
 
 def kept_factor_draws(num_chains: int, num_draws: int, limit: int) -> np.ndarray:
@@ -128,20 +203,62 @@ def thin_factor_draws(fit, limit: int | None) -> tuple[dict, dict | None]:
     return samples, per_draw
 
 
-def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACTOR_DRAWS) -> None:
-    """Write ``fit`` to ``path`` (see the module docstring).  ``extra``: arrays stored
-    beside the fit under ``x/<name>`` (e.g. the command line's dataset ids), read back by
-    :func:`load_extra`; :func:`load` ignores them.  ``factor_draws``: at most this many
-    factor draws of an MCMC fit in all chains pooled (default :data:`FACTOR_DRAWS`), or
-    ``"all"``.  The file gets the permissions ``0o666`` less the process's umask."""
+def save(
+    fit,
+    path,
+    *,
+    extra: dict | None = None,
+    factor_draws: int | str | None = "auto",
+    _stacklevel: int = 2,
+) -> None:
+    """Write ``fit`` to ``path`` (see the module docstring).
+
+    The file gets the permissions ``0o666`` less the process's umask.
+
+    Parameters
+    ----------
+    fit : FitResult
+        The fit to write.
+    path : str or os.PathLike
+        The ``.npz`` file.
+    extra : dict of arrays, optional
+        Arrays stored beside the fit under ``x/<name>`` (e.g. the command line's dataset
+        ids), read back by :func:`load_extra`; :func:`load` ignores them.
+    factor_draws : "auto", "all", int or None
+        Factor draws of an MCMC fit kept: ``"auto"`` (the default; None is the same) every
+        draw unless they take more than :data:`FACTOR_BYTES_LIMIT`, then as many as fit
+        under it (with a :class:`FactorDrawsThinnedWarning`); ``"all"`` every draw; an
+        integer at most that many in all chains pooled.
+    """
     if _CLASSES.get(type(fit).__name__) is not type(fit):
         raise TypeError(f"cannot save a {type(fit).__name__}")
     limit = _check_factor_draws(factor_draws)
+    if limit == "auto":
+        limit = _auto_factor_limit(fit, _stacklevel)
     info = fit.info
     arrays: dict[str, np.ndarray] = {}
+    fields, kinds = _encode_fields(fit._saved_fields(limit), arrays)
+    state = fit._state_arrays()
+    if state:
+        arrays.update({"vb/" + k[len("state/") :]: v for k, v in state.items()})
+        kinds["state"] = "vbstate"
+    meta = _meta(fit, info, arrays, fields, kinds)
+    for k, v in (extra or {}).items():
+        arrays[f"x/{k}"] = np.asarray(v)
+    write_npz_atomic(
+        path,
+        compress=True,
+        __format__=np.asarray(FORMAT),
+        __meta__=np.asarray(json.dumps(meta, default=_json_default)),
+        **arrays,
+    )
+
+
+def _encode_fields(values: dict, arrays: dict) -> tuple[dict, dict]:
+    """Sort a fit's saved fields into JSON ``fields`` and ``arrays`` (added to in place);
+    ``kinds`` records which, so that :func:`load` rebuilds each as it was."""
     fields: dict = {}
     kinds: dict = {}
-    values = fit._saved_fields(limit)
     for name, v in values.items():
         if name in _SKIP:
             continue
@@ -166,15 +283,17 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
         else:
             kinds[name] = "scalar"
             fields[name] = v
-    state = fit._state_arrays()
-    if state:
-        arrays.update({"vb/" + k[len("state/") :]: v for k, v in state.items()})
-        kinds["state"] = "vbstate"
+    return fields, kinds
+
+
+def _meta(fit, info, arrays: dict, fields: dict, kinds: dict) -> dict:
+    """The file's JSON metadata (the prior's links and the biases' features go to
+    ``arrays``)."""
     prior_meta = {"name": info.prior.name, "hyperparameters": info.prior.hyperparameters()}
     links = _prior_links(info.prior, arrays)
     if links is not None:  # absent without links: files of other priors are unchanged
         prior_meta["links"] = links
-    meta = {
+    return {
         "format": FORMAT,
         "class": type(fit).__name__,
         "method": info.method,
@@ -196,14 +315,6 @@ def save(fit, path, *, extra: dict | None = None, factor_draws: int | str = FACT
         "fields": fields,
         "kinds": kinds,
     }
-    for k, v in (extra or {}).items():
-        arrays[f"x/{k}"] = np.asarray(v)
-    write_npz_atomic(
-        path,
-        __format__=np.asarray(FORMAT),
-        __meta__=np.asarray(json.dumps(meta, default=_json_default)),
-        **arrays,
-    )
 
 
 _FEATURE_ARRAYS = ("indptr", "indices", "values", "names", "groups")

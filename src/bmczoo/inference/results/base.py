@@ -275,26 +275,30 @@ class FitResult(out.PredictiveMixin):
         probs = self._level_proba(test.rows, test.cols)
         return float(np.mean(levels.level_lpd(probs, lik.level_index(test.values))))
 
-    def save(self, path, *, factor_draws: int | str = 100) -> None:
-        """Write the fit to ``path`` (``.npz`` + JSON metadata, no pickle); ``bmc.load``
-        reads it back (:mod:`bmczoo.inference.saving`).
+    def save(self, path, *, factor_draws: int | str | None = "auto") -> None:
+        """Write the fit to ``path`` (``.npz`` + JSON metadata, compressed, no pickle);
+        ``bmc.load`` reads it back (:mod:`bmczoo.inference.saving`).
 
-        ``factor_draws``: an MCMC fit keeps at most this many draws of its factors ``M``,
-        ``N`` (and biases) in all chains pooled, evenly spaced over each chain (default
-        100), or every draw with ``"all"``.  The loaded fit's ``predict`` (``return_std``)
-        and ``predictive_interval`` equal this fit's bit for bit at the entries whose
-        moments were accumulated during the fit (the test set, ``predict=``); elsewhere,
-        and for ``log_predictive_density``, ``recommend`` and ``fold_in``, it averages
-        over the kept factor draws (bit for bit with ``"all"``).
+        By default the loaded fit predicts exactly what this fit predicts: ``predict``
+        (``return_std``), ``predictive_interval``, ``predict_proba``,
+        ``log_predictive_density``, ``recommend`` and ``fold_in`` are equal bit for bit.
+        An MCMC fit's factor draws are kept whole unless they take more than
+        ``bmczoo.inference.saving.FACTOR_BYTES_LIMIT`` (1 GiB, uncompressed); above
+        it, as many draws as fit under it are kept, evenly spaced over each chain, with a
+        ``bmczoo.inference.saving.FactorDrawsThinnedWarning``.  Thinned, the
+        outputs at the entries whose moments were accumulated during the fit (the test set,
+        ``predict=``) stay exact, and the others average over the kept draws.
 
         Parameters
         ----------
         path : str or os.PathLike
             The ``.npz`` file to write.
-        factor_draws : int or "all"
-            How many factor draws an MCMC fit keeps.
+        factor_draws : "auto", "all", int or None
+            The factor draws an MCMC fit keeps: ``"auto"`` (None is the same) every draw
+            unless above the size limit; ``"all"`` every draw whatever their size; an
+            integer at most that many in all chains pooled, evenly spaced over each chain.
         """
-        saving.save(self, path, factor_draws=factor_draws)
+        saving.save(self, path, factor_draws=factor_draws, _stacklevel=3)
 
     def _saved_fields(self, factor_limit: int | None) -> dict:
         """The dataclass fields :meth:`save` writes, by name (``factor_limit``: at most

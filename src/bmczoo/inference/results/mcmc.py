@@ -85,7 +85,8 @@ class MCMCFit(FitResult):
         if "M" in self.samples:
             return text + ", factor draws: all"
         if self.factor_samples is not None and "M" in self.factor_samples:
-            return text + f", factor draws: {np.shape(self.factor_samples['M'])[1]} per chain"
+            kept = np.shape(self.factor_samples["M"])[1]
+            return text + f", factor draws: {kept} per chain (thinned when saved)"
         return text + ", no factor draws"
 
     def _repr_rmse(self) -> str:
