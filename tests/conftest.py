@@ -90,6 +90,72 @@ import numpy as np  # noqa: E402 - after the compilation cache settings above
 import pytest  # noqa: E402
 
 
+# MovieLens 100K is not shipped with the repository: the tests that need it read the
+# extracted archive from $BMCZOO_ML100K or from the repository's neighbour folder, and are
+# skipped, saying how to provide it, where it is absent.
+ML100K_ENV = "BMCZOO_ML100K"
+ML100K_URL = "https://files.grouplens.org/datasets/movielens/ml-100k.zip"
+
+
+def ml100k_folder() -> Path:
+    """The MovieLens 100K folder the tests read: ``$BMCZOO_ML100K`` (the extracted
+    ``ml-100k`` folder, or its ``u.data``, whose folder is taken) or else the repository's
+    neighbour ``../shared/data/ml-100k``."""
+    value = os.environ.get(ML100K_ENV)
+    if value:
+        path = Path(value)
+        return path.parent if path.is_file() else path
+    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ml-100k"
+
+
+def ml100k_skip_reason(files=("u.data",)) -> str | None:
+    """Why a test needing MovieLens 100K's ``files`` is skipped (None: they are all there),
+    with how to provide them."""
+    folder = ml100k_folder()
+    missing = [name for name in files if not (folder / name).is_file()]
+    if not missing:
+        return None
+    source = f"${ML100K_ENV}" if os.environ.get(ML100K_ENV) else "the default folder"
+    return (
+        f"MovieLens 100K: {', '.join(missing)} not found in {folder} ({source}); extract "
+        f"{ML100K_URL} and set {ML100K_ENV} to its ml-100k folder, or put that folder at "
+        f"../shared/data/ml-100k beside the repository"
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "requires_ml100k(*files): skipped, with how to provide the data, unless MovieLens "
+        "100K's files (default u.data) are in $BMCZOO_ML100K or ../shared/data/ml-100k",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked ``requires_ml100k`` whose files are absent."""
+    reasons: dict[tuple, str | None] = {}
+    for item in items:
+        mark = item.get_closest_marker("requires_ml100k")
+        if mark is None:
+            continue
+        files = tuple(mark.args) or ("u.data",)
+        if files not in reasons:
+            reasons[files] = ml100k_skip_reason(files)
+        if reasons[files]:
+            item.add_marker(pytest.mark.skip(reason=reasons[files]))
+
+
+@pytest.fixture(scope="session")
+def ml100k() -> Path:
+    """The MovieLens 100K folder (holding ``u.data``); the test is skipped, saying how to
+    provide it, where it is absent.  Tests that need more of its files say so with
+    ``@pytest.mark.requires_ml100k("u.user", ...)``."""
+    reason = ml100k_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    return ml100k_folder()
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _drop_compiled_programs():
     """Drop JAX's compiled programs after each test module.

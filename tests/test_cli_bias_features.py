@@ -8,11 +8,9 @@ import pytest
 
 from bmczoo.cli import main
 
-from test_cli_features import ML100K, mini  # noqa: F401 - the data fixture of that module
+from test_cli_features import ML100K_FILES, mini  # noqa: F401 - the data fixture of that module
 
-pytestmark = pytest.mark.skipif(
-    not (ML100K / "u.data").is_file(), reason="no ML-100K copy beside the repository"
-)
+pytestmark = pytest.mark.requires_ml100k(*ML100K_FILES)
 
 
 def test_fit_with_feature_driven_biases(mini, capsys):  # noqa: F811

@@ -14,26 +14,24 @@ import pytest
 import bmczoo as bmc
 from bmczoo.cli import main
 
-ML100K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ml-100k"
+ML100K_FILES = ("u.data", "u.user", "u.item", "u.genre")
 
-pytestmark = pytest.mark.skipif(
-    not (ML100K / "u.data").is_file(), reason="no ML-100K copy beside the repository"
-)
+pytestmark = pytest.mark.requires_ml100k(*ML100K_FILES)
 
 
 @pytest.fixture(scope="module")
-def mini(tmp_path_factory) -> Path:
+def mini(tmp_path_factory, ml100k) -> Path:
     """A small ML-100K folder: the ratings of users 1-60 on movies 1-80, with the official
     u.user, u.item and u.genre (lines for ids without ratings are left out by the loader)."""
     folder = tmp_path_factory.mktemp("ml-mini")
     lines = [
         ln
-        for ln in (ML100K / "u.data").read_text().splitlines()
+        for ln in (ml100k / "u.data").read_text().splitlines()
         if int(ln.split("\t")[0]) <= 60 and int(ln.split("\t")[1]) <= 80
     ]
     (folder / "u.data").write_text("\n".join(lines) + "\n")
     for name in ("u.user", "u.item", "u.genre"):
-        shutil.copy(ML100K / name, folder / name)
+        shutil.copy(ml100k / name, folder / name)
     return folder
 
 

@@ -13,7 +13,7 @@ so that the phase it lands in does not depend on the machine's load:
 * once the checkpoint file exists (warm-up or sampling of Gibbs, VB iterations), after
   which the same command must resume and print the uninterrupted run's result;
 * after the ``wrote MODEL`` line (writing ``--out``: predictions, ArviZ file, report);
-* on ML-100K (``/work/shared/data/ml-100k`` or ``$BMCZOO_ML100K``, skipped when absent)
+* on ML-100K (``$BMCZOO_ML100K`` or ``../shared/data/ml-100k``, skipped when absent)
   while the issue's model compiles.
 
 The children get a compilation cache of their own (the suite's shared cache is never
@@ -39,7 +39,6 @@ import pytest
 pytestmark = pytest.mark.slow
 
 BMCZOO = Path(sys.executable).with_name("bmczoo")
-ML100K = Path(os.environ.get("BMCZOO_ML100K", "/work/shared/data/ml-100k/u.data"))
 
 # a small Gibbs fit whose sampling outlasts the latest signal (5 s after the ``prior:``
 # line) on a fast machine too: 60,100 sweeps of the paper's model at m = 40 (about 10 s
@@ -291,11 +290,11 @@ def test_interrupt_while_writing_outputs(delay, cached_env, tmp_path):
 
 
 # ----------------------------------------------------------------------------- the issue's case
-@pytest.mark.skipif(not ML100K.is_file(), reason=f"no ML-100K ratings file at {ML100K}")
+@pytest.mark.requires_ml100k()
 @pytest.mark.parametrize("delay", [0.5, 2.0])
-def test_interrupt_ml100k_while_compiling(delay, env, tmp_path):
+def test_interrupt_ml100k_while_compiling(delay, env, tmp_path, ml100k):
     """``bmczoo fit --data u.data --prior normal-wishart --likelihood learned --biases -K 10``
     interrupted while XLA compiles."""
-    t = Try(["--data", ML100K, *ISSUE_MODEL], env, tmp_path)
+    t = Try(["--data", ml100k / "u.data", *ISSUE_MODEL], env, tmp_path)
     assert t.wait_for(t.printed("prior:"))
     t.check_interrupted(t.interrupt(delay), "--checkpoint")

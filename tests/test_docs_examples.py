@@ -3,9 +3,10 @@ Markdown pages under docs/ is executed, so that an example cannot drift from the
 
 The blocks of one file run in order in one namespace (a page's later blocks use what its
 earlier ones built), in a temporary working directory.  MovieLens 100K is read from the
-repository's neighbour ``../shared/data/ml-100k`` (or ``$BMCZOO_ML100K``) through the
-loader's own cache folder, so ``load_movielens("100k")`` runs as written without a
-download; a file that needs it is skipped when the data is absent.  Blocks fenced as
+repository's neighbour ``../shared/data/ml-100k`` (or ``$BMCZOO_ML100K``: the ``ml100k``
+fixture of tests/conftest.py) through the loader's own cache folder, so
+``load_movielens("100k")`` runs as written without a download; a file that needs it is
+skipped, saying how to provide the data, when it is absent.  Blocks fenced as
 ```bash, ```text or ```{code-block} are not run.
 """
 
@@ -18,7 +19,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ML100K = Path(os.environ.get("BMCZOO_ML100K", ROOT.parent / "shared" / "data" / "ml-100k"))
 
 # Pages whose examples run in seconds (no model is fitted) are in the default suite; the
 # others fit models (15 s to minutes each on a 2-core CPU, mostly compilation) and are slow.
@@ -52,15 +52,14 @@ def test_extractor_finds_the_readme_examples():
 
 
 @pytest.mark.parametrize("path", [_param(p) for p in _documents()])
-def test_examples_run(path: Path, tmp_path, monkeypatch):
+def test_examples_run(path: Path, tmp_path, monkeypatch, request):
     source = path.read_text(encoding="utf-8")
     if "load_movielens" in source or "ml-100k" in source:
-        if not (ML100K / "u.data").is_file():
-            pytest.skip(f"MovieLens 100K not found at {ML100K} (set BMCZOO_ML100K)")
+        ml100k = request.getfixturevalue("ml100k")  # skips where the data is absent
         # the loader's cache layout: <root>/movielens/ml-100k/u.data
         (tmp_path / "cache" / "movielens").mkdir(parents=True)
         (tmp_path / "cache" / "movielens" / "ml-100k").symlink_to(
-            ML100K.resolve(), target_is_directory=True
+            ml100k.resolve(), target_is_directory=True
         )
         monkeypatch.setenv("BMCZOO_CACHE", str(tmp_path / "cache"))
     # enable_compilation_cache() in an example keeps the suite's compilation cache

@@ -17,9 +17,6 @@ import bmczoo as bmc
 from bmczoo.data import OFFICIAL_FOLDS, Features, RatingData
 from bmczoo.data.ratings import _ML100K_PAIRS_SHA256, _official_test_mask
 
-ML100K = Path("/work/shared/data/ml-100k")
-REAL = ML100K / "u.data"
-
 
 # --------------------------------------------------------------------------- reference
 def _script_folds(
@@ -152,13 +149,14 @@ def test_synthetic_100k_all_folds(synthetic_100k):
         assert train.shape == test.shape == data.shape
 
 
-def _run_mku(folder: Path, udata: Path) -> dict[str, tuple[list, list]]:
-    """Run the released mku.sh (and allbut.pl through perl) on ``udata`` in ``folder``."""
+def _run_mku(folder: Path, udata: Path, scripts: Path) -> dict[str, tuple[list, list]]:
+    """Run the released mku.sh (and allbut.pl through perl), read from the folder
+    ``scripts``, on ``udata`` in ``folder``."""
     work = folder / "scripts"
     work.mkdir()
     shutil.copy(udata, work / "u.data")
-    shutil.copy(ML100K / "mku.sh", work / "mku.sh")
-    shutil.copy(ML100K / "allbut.pl", work / "allbut_real.pl")
+    shutil.copy(scripts / "mku.sh", work / "mku.sh")
+    shutil.copy(scripts / "allbut.pl", work / "allbut_real.pl")
     wrapper = work / "allbut.pl"  # its #! line names /usr/local/bin/perl
     wrapper.write_text(f'#!/bin/sh\nexec perl "{work / "allbut_real.pl"}" "$@"\n')
     wrapper.chmod(0o755)
@@ -175,19 +173,19 @@ def _run_mku(folder: Path, udata: Path) -> dict[str, tuple[list, list]]:
     }
 
 
-_scripts = pytest.mark.skipif(
-    not (ML100K / "mku.sh").is_file()
-    or shutil.which("perl") is None
-    or shutil.which("sort") is None,
-    reason="needs mku.sh/allbut.pl from /work/shared/data/ml-100k, perl and sort",
-)
+def _scripts(test):
+    """The released mku.sh and allbut.pl (beside MovieLens 100K), perl and sort."""
+    tools = pytest.mark.skipif(
+        shutil.which("perl") is None or shutil.which("sort") is None, reason="needs perl and sort"
+    )
+    return pytest.mark.requires_ml100k("mku.sh", "allbut.pl")(tools(test))
 
 
 @pytest.mark.slow
 @_scripts
-def test_synthetic_100k_against_the_released_scripts(synthetic_100k, tmp_path):
+def test_synthetic_100k_against_the_released_scripts(synthetic_100k, tmp_path, ml100k):
     folder, lines, data, users, items = synthetic_100k
-    ref = _run_mku(tmp_path, folder / "u.data")
+    ref = _run_mku(tmp_path, folder / "u.data", ml100k)
     mine = _script_folds(lines, block=20_000)  # the transcription is the scripts' rule
     assert all(_same(ref[f][k], mine[f][k]) for f in OFFICIAL_FOLDS for k in (0, 1))
     for fold in OFFICIAL_FOLDS:
@@ -232,18 +230,18 @@ def test_fold_names_case_insensitive_and_features_kept(synthetic_100k):
 
 
 # --------------------------------------------------------------------------- the real file
-_real = pytest.mark.skipif(not REAL.is_file(), reason="ML-100K not in /work/shared/data/ml-100k")
+_real = pytest.mark.requires_ml100k("u.data")
 
 
 @pytest.fixture(scope="module")
-def real_100k():
-    return bmc.datasets.load_movielens("100k", path=ML100K, return_ids=True)
+def real_100k(ml100k):
+    return bmc.datasets.load_movielens("100k", path=ml100k, return_ids=True)
 
 
 @_real
-def test_real_fingerprint(real_100k):
+def test_real_fingerprint(real_100k, ml100k):
     # the pinned digest is that of the file's (user - 1, movie - 1) pairs in line order
-    table = np.loadtxt(REAL, dtype=np.int64, delimiter="\t")
+    table = np.loadtxt(ml100k / "u.data", dtype=np.int64, delimiter="\t")
     h = hashlib.sha256(
         (table[:, 0] - 1).astype("<i4").tobytes() + (table[:, 1] - 1).astype("<i4").tobytes()
     )
@@ -251,9 +249,9 @@ def test_real_fingerprint(real_100k):
 
 
 @_real
-def test_real_u3_and_sizes(real_100k):
+def test_real_u3_and_sizes(real_100k, ml100k):
     data, users, items = real_100k
-    lines = REAL.read_text().splitlines()
+    lines = (ml100k / "u.data").read_text().splitlines()
     train, test = data.official_split("u3")
     third = _parse(lines[40_000:60_000])
     assert _same(_as_lines(test, users, items), third[np.lexsort((third[:, 1], third[:, 0]))])
@@ -264,7 +262,7 @@ def test_real_u3_and_sizes(real_100k):
         "ub": (90_570, 9_430),
     }
     # a user-built RatingData from the file, in file order, passes the order check
-    table = np.loadtxt(REAL, dtype=np.int64, delimiter="\t")
+    table = np.loadtxt(ml100k / "u.data", dtype=np.int64, delimiter="\t")
     own = RatingData(table[:, 0] - 1, table[:, 1] - 1, table[:, 2].astype(float))
     assert own.official_split("ub")[1] == data.official_split("ub")[1]
     # centring keeps the pairs, hence the order check
@@ -274,9 +272,9 @@ def test_real_u3_and_sizes(real_100k):
 @pytest.mark.slow
 @_real
 @_scripts
-def test_real_against_the_released_scripts(real_100k, tmp_path):
+def test_real_against_the_released_scripts(real_100k, tmp_path, ml100k):
     data, users, items = real_100k
-    ref = _run_mku(tmp_path, REAL)
+    ref = _run_mku(tmp_path, ml100k / "u.data", ml100k)
     for fold in OFFICIAL_FOLDS:
         train, test = data.official_split(fold)
         assert _same(_as_lines(test, users, items), ref[fold][1]), fold

@@ -1,18 +1,13 @@
-"""Gibbs on the real MovieLens 100K ratings (skipped when the file is absent)."""
-
-from pathlib import Path
+"""Gibbs on the real MovieLens 100K ratings (skipped, saying how to provide them, when the
+file is absent: ``ml100k`` in tests/conftest.py)."""
 
 import numpy as np
-import pytest
 
 import bmczoo as bmc
 
-U_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ml-100k" / "u.data"
 
-
-@pytest.mark.skipif(not U_DATA.exists(), reason=f"{U_DATA} not present")
-def test_ml100k_discrete_gibbs_rmse():
-    data = bmc.datasets.load_movielens("100k", path=U_DATA)
+def test_ml100k_discrete_gibbs_rmse(ml100k):
+    data = bmc.datasets.load_movielens("100k", path=ml100k / "u.data")
     train, test = data.split(0.2, seed=0)
     # the split of the issue: numpy default_rng(0) permutation, first 80% train
     perm = np.random.default_rng(0).permutation(data.n)

@@ -27,7 +27,6 @@ FAST = Settings(
     seeds=(0,), num_warmup=3, num_samples=6, thinning=3, vb_max_iter=5, column_moves=False
 )
 LABEL = "normal-wishart+side+implicit+learned+biases"
-ML100K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ml-100k"
 OCCUPATIONS = ("writer", "other", "technician", "student")
 GENRES = ("unknown", "Action", "Comedy", "Drama")
 
@@ -172,10 +171,11 @@ def test_linked_rows_are_planned_where_the_side_tables_are(side_dir, plain_dir):
         runner.run_experiment("simulation-m", features=True)
 
 
-@pytest.mark.skipif(not (ML100K / "u.user").is_file(), reason=f"{ML100K} not present")
-def test_linked_rows_on_the_real_ml100k():
+@pytest.mark.requires_ml100k("u.data", "u.user", "u.item", "u.genre")
+def test_linked_rows_on_the_real_ml100k(ml100k, tmp_path):
     """ML-100K read with its side files: the linked rows are planned, the tables attached."""
-    rows = _linked_rows(ML100K.parent)
+    (tmp_path / "ml-100k").symlink_to(ml100k.resolve(), target_is_directory=True)
+    rows = _linked_rows(tmp_path)  # the runner reads <data_dir>/ml-100k
     assert [r.units[0].method for r in rows] == ["gibbs", "vb"]
     train = runner.prepared(rows[0].units[0].candidates[0].data).train
     assert train.shape == (943, 1682)

@@ -20,7 +20,8 @@ What is checked (float64 through the ``x64`` fixture unless said otherwise):
   form); SVI with ``AutoNormal`` on the model ``M | N0`` (K = 1, where the exact posterior
   is in the guide family) recovers it up to its optimisation error.
 * **VB versus Gibbs**: the VB estimate of ``theta`` is close to the Gibbs posterior mean.
-* **MovieLens 100K** (when ``../shared/data/ml-100k/u.data`` exists): VB with
+* **MovieLens 100K** (``ml100k`` in tests/conftest.py: ``$BMCZOO_ML100K`` or
+  ``../shared/data/ml-100k``; skipped, saying how to provide it, when absent): VB with
   InverseGamma(1, 0.1), K = 10 converges in < 50 iterations to test RMSE <= 0.925, with
   a non-decreasing ELBO trace up to float32 round-off.
 * Bad ``max_iter`` / ``tol`` raise ``ValueError``.
@@ -29,7 +30,6 @@ What is checked (float64 through the ``x64`` fixture unless said otherwise):
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +40,6 @@ import bmczoo as bmc
 from bmczoo.inference import vb
 from bmczoo.inference.gibbs import build_problem
 
-ML100K = Path(__file__).resolve().parents[2].parent / "shared/data/ml-100k/u.data"
 LOG_2PI = math.log(2.0 * math.pi)
 
 # hyper-parameters that give a non-trivial q(gamma) on a 30 x 30 problem (d = 60)
@@ -520,9 +519,8 @@ def test_vb_posterior_mean_close_to_gibbs(x64):
 
 
 # ----------------------------------------------------------------------------- MovieLens 100K
-@pytest.mark.skipif(not ML100K.exists(), reason=f"{ML100K} not present")
-def test_movielens_100k_vb_inverse_gamma():
-    ratings = bmc.datasets.load_movielens("100k", path=ML100K)
+def test_movielens_100k_vb_inverse_gamma(ml100k):
+    ratings = bmc.datasets.load_movielens("100k", path=ml100k / "u.data")
     train, test = ratings.split(0.2, seed=0)
     fit = bmc.fit(
         train,
