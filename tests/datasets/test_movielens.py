@@ -18,7 +18,6 @@ from bmczoo.datasets import DATASETS, load_movielens
 from bmczoo.datasets import _download, _parse, movielens
 from bmczoo.datasets.movielens import resolve_name
 
-REAL_100K = Path(__file__).resolve().parents[2].parent / "shared/data/ml-100k/u.data"
 
 # (user, item, rating, timestamp) in file order; ids deliberately sparse and unsorted
 RECORDS_INT = [
@@ -82,13 +81,11 @@ def check_small(data, user_ids, item_ids, records) -> None:
 
 # --------------------------------------------------------------------------- real data
 @pytest.fixture(scope="module")
-def real_100k():
-    if not REAL_100K.is_file():
-        pytest.skip(f"real MovieLens 100K file not present at {REAL_100K}")
-    return load_movielens("100k", REAL_100K, return_ids=True)
+def real_100k(ml100k):
+    return load_movielens("100k", ml100k / "u.data", return_ids=True)
 
 
-def test_real_100k(real_100k):
+def test_real_100k(real_100k, ml100k):
     data, user_ids, item_ids = real_100k
     info = DATASETS["100k"]
     assert data.n == 100_000 == info.n_ratings
@@ -96,7 +93,7 @@ def test_real_100k(real_100k):
     assert set(np.unique(data.values).tolist()) == {1.0, 2.0, 3.0, 4.0, 5.0}
     assert user_ids.tolist() == list(range(1, 944)) and item_ids.tolist() == list(range(1, 1683))
     # first line of u.data: "196\t242\t3\t881250949"
-    first = REAL_100K.read_text().split("\n", 1)[0].split("\t")
+    first = (ml100k / "u.data").read_text().split("\n", 1)[0].split("\t")
     assert (user_ids[data.rows[0]], item_ids[data.cols[0]], data.values[0]) == (
         int(first[0]),
         int(first[1]),
@@ -104,8 +101,8 @@ def test_real_100k(real_100k):
     )
 
 
-def test_real_100k_folder_equals_file(real_100k):
-    assert load_movielens("ml-100k", REAL_100K.parent) == real_100k[0]
+def test_real_100k_folder_equals_file(real_100k, ml100k):
+    assert load_movielens("ml-100k", ml100k) == real_100k[0]
 
 
 # --------------------------------------------------------------------------- formats and paths
@@ -209,14 +206,15 @@ CORRUPT = [  # (name, text, pattern that the error message must match)
     ("1m", "1::2::3::4\n1::3:3::4\n", r"ratings\.dat, line 2: expected 4 fields separated by '::'"),
     ("1m", "1::2::3::4\n1:::3::3::4\n", r"line 2"),
     ("1m", "1::2::3::4\n1::3::3\n", r"line 2: expected 4 fields.*found 3"),
-    ("1m", "1\t2\t3\t4\n", r"line 1: unexpected character"),
+    ("1m", "1\t2\t3\t4\n1::3::3::4\n", r"line 2: unexpected character ':'"),
     (
         "25m",
         "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,x,4\n",
         r"ratings\.csv, line 3: unexpected character 'x'",
     ),
     ("25m", "userId,movieId,rating,timestamp\n1,2,3.5,4\n1,3,4.5\n", r"line 3: expected 4 fields"),
-    ("25m", "user,movie,rating,timestamp\n1,2,3.5,4\n", r"line 1: unexpected header"),
+    ("25m", "movieId,userId,rating,timestamp\n1,2,3.5,4\n", r"line 1: unexpected header"),
+    ("25m", "userId,movieId,timestamp,rating\n1,2,3,4.5\n", r"line 1: unexpected header"),
     ("25m", "userId,movieId,rating,timestamp\n", r"no data lines"),
     # NaN and infinity are numbers to float(), not ratings
     (

@@ -15,8 +15,6 @@ import pytest
 import bmczoo as bmc
 from bmczoo.datasets import SIDE_FEATURES, load_movielens, load_movielens_side, movielens_features
 
-ML100K = Path("/work/shared/data/ml-100k")
-
 
 def _row(x, i) -> set[str]:
     """Names of the features of row ``i`` (all values are 1 in these encodings)."""
@@ -310,19 +308,16 @@ def test_10m_movies_dat(tmp_path):
 
 
 # --------------------------------------------------------------------------- real ML-100K
-_real = pytest.mark.skipif(
-    not (ML100K / "u.user").is_file() or not (ML100K / "u.item").is_file(),
-    reason="ML-100K side files not in /work/shared/data/ml-100k",
-)
+_real = pytest.mark.requires_ml100k("u.data", "u.user", "u.item", "u.occupation")
 
 
 @_real
-def test_real_100k_side_files():
-    data, uid, iid = load_movielens("100k", path=ML100K, return_ids=True)
+def test_real_100k_side_files(ml100k):
+    data, uid, iid = load_movielens("100k", path=ml100k, return_ids=True)
     rf, cf = data.row_features, data.col_features
     assert rf.n_rows == 943 and cf.n_rows == 1682
     n_occupations = len(
-        [s for s in (ML100K / "u.occupation").read_text().splitlines() if s.strip()]
+        [s for s in (ml100k / "u.occupation").read_text().splitlines() if s.strip()]
     )
     sizes = dict(rf.group_sizes())
     assert sizes["occupation"] == n_occupations == 21 and sizes["gender"] == 2
@@ -348,7 +343,7 @@ def test_real_100k_side_files():
         "genres=Comedy",
     }
     assert iid[266] == 267 and _row(cf, 266) == {"genres=unknown"}
-    users, movies = load_movielens_side("100k", ML100K)
+    users, movies = load_movielens_side("100k", ml100k)
     assert (users["age"][0], users["gender"][0], users["occupation"][0], users["zip"][0]) == (
         24,
         "M",

@@ -87,8 +87,9 @@ def _download(name: str):
                 f"MovieLens {name} could not be stored in the cache {datasets.cache_root()} "
                 f"({reason}); set BMCZOO_CACHE to a writable folder, or {local}"
             ) from e
+        url = getattr(e, "url", None) or info.url  # a DownloadError names the file that failed
         raise CLIError(
-            f"MovieLens {name} could not be downloaded from {info.url} ({reason}); without network "
+            f"MovieLens {name} could not be downloaded from {url} ({reason}); without network "
             f"access, download {info.archive} elsewhere and {local}, or unpack it into "
             f"{datasets.cache_root() / 'movielens'}"
         ) from e
@@ -122,7 +123,7 @@ def _movielens_release(path: Path) -> str | None:
 def _load_file(path: Path, side_info: bool = False):
     """``(RatingData, user_ids, item_ids)`` of a ratings file, judged by its content: an
     official MovieLens .zip archive, or a table of ``user item rating [timestamp]`` lines
-    separated by TAB, ',' or '::' (an optional header line), whatever the file's name.
+    separated by TAB, ',', ';' or '::' (an optional header line), whatever the file's name.
     ``side_info``: a MovieLens ratings file (by name) is read with its side files."""
     import zipfile
 
@@ -132,8 +133,8 @@ def _load_file(path: Path, side_info: bool = False):
     if release is not None:
         try:
             return datasets.load_movielens(release, path=path, return_ids=True)
-        except ValueError as e:
-            raise CLIError(f"--data {path}: {' '.join(str(e).split())}") from None
+        except ValueError as e:  # the message starts with the file it is about
+            raise CLIError(f"--data {' '.join(str(e).split())}") from None
 
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as zf:
@@ -145,75 +146,24 @@ def _load_file(path: Path, side_info: bool = False):
             f"--data {path}: a zip archive without a MovieLens ratings file "
             "(u.data, ratings.dat or ratings.csv)"
         )
-    return _read_ratings_table(path.read_bytes(), str(path))
+    return _read_ratings_table(path.read_bytes(), str(path), _movielens_release(path))
 
 
-_NUMBER_START = b"0123456789+-."
+def _read_ratings_table(data: bytes, source: str, release: str | None = None):
+    """``(RatingData, user_ids, item_ids)`` of ``user item rating [timestamp]`` lines (TAB,
+    ',', ';' or '::' between fields, an optional header line), users as rows and items as
+    columns in increasing order of their ids: :func:`bmczoo.datasets.read_ratings`, or for a
+    MovieLens file (``release``, by its name) :func:`bmczoo.datasets.load_movielens`'s
+    reading of it, whose message a bad file gets, after ``--data``."""
+    from .. import datasets
+    from ..datasets._ratings import load_bytes
+    from ..datasets._reader import read_ratings_bytes
 
-
-def _read_ratings_table(data: bytes, source: str):
-    """Parse ``user item rating [timestamp]`` lines (TAB, ',' or '::' between fields, an
-    optional header line) into ``(RatingData, user_ids, item_ids)``, users as rows and items
-    as columns, both in increasing order of their ids (as
-    :func:`bmczoo.datasets.load_movielens`)."""
-    import numpy as np
-
-    from ..datasets._parse import parse_numeric_table
-    from ..datasets._ratings import to_ratingdata
-
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-
-    def fields(line: bytes):
-        """The separator and number of fields of a line (None, 1 without a separator)."""
-        sep = next((s for s in (b"::", b"\t", b",") if s in line), None)
-        return sep, len(line.split(sep)) if sep else 1
-
-    def not_a_table(lineno: int, line: bytes) -> CLIError:
-        shown = line.decode("utf-8", "replace")[:80]
-        return CLIError(
-            f"--data {source}: not a ratings table: line {lineno} is {shown!r}; expected lines of "
-            "user item rating [timestamp] separated by TAB, ',' or '::'"
-        )
-
-    first_line = 1
-    head = data.partition(b"\n")[0].strip()
-    if head and head[:1] not in _NUMBER_START:  # a header line (userId,movieId,rating,...)?
-        if fields(head)[1] not in (3, 4):
-            raise not_a_table(1, head)
-        data, first_line = data.partition(b"\n")[2], 2
-        head = data.partition(b"\n")[0].strip()
-    if not head:
-        raise CLIError(
-            f"--data {source}: no ratings on line {first_line}: expected lines of "
-            "user item rating [timestamp] separated by TAB, ',' or '::'"
-        )
-    sep, ncols = fields(head)
-    if ncols not in (3, 4):
-        raise not_a_table(first_line, head)
     try:
-        table = parse_numeric_table(data, sep, ncols, source, first_line, usecols=(0, 1, 2))
+        if release is not None:
+            return load_bytes(data, datasets.DATASETS[release], source)
+        return read_ratings_bytes(data, source)
     except ValueError as e:
-        raise CLIError(f"--data {e}") from None
-    for col, label in ((0, "user id"), (1, "item id")):
-        c = table[:, col]
-        bad = ~np.isfinite(c) | (c != np.round(c)) | (np.abs(c) > 2.0**53)
-        if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            raise CLIError(
-                f"--data {source}, line {first_line + k}: {label} must be an integer, "
-                f"got {table[k].tolist()}"
-            )
-    bad = ~np.isfinite(table[:, 2])  # a number too large for a float64 (1e999) is read as infinity
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise CLIError(
-            f"--data {source}, line {first_line + k}: rating must be finite, got {table[k, 2]} (a "
-            "number beyond the float64 range)"
-        )
-    try:
-        return to_ratingdata(table, source, first_line)
-    except ValueError as e:  # a duplicate rating
         raise CLIError(f"--data {e}") from None
 
 

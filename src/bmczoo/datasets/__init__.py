@@ -8,10 +8,15 @@
   of the supported releases.
 - :func:`load_movielens_side` gives the raw user and movie tables for other encodings;
   :func:`movielens_features` encodes them as the loader does (:data:`SIDE_FEATURES`).
+- :func:`read_ratings` reads any delimited ratings file (``user item rating`` lines), the
+  reader behind :func:`load_movielens` and ``bmczoo fit --data FILE``; a failed download
+  raises :class:`DownloadError`, whose message says how to pass a local copy.
 
 Nothing here touches the network at import time.
 """
 
+from ._download import DownloadError
+from ._reader import read_ratings
 from .movielens import (
     DATASETS,
     SIDE_FEATURES,
@@ -26,11 +31,13 @@ from .simulate import Simulation, simulate_paper
 __all__ = [
     "DATASETS",
     "SIDE_FEATURES",
+    "DownloadError",
     "MovieLensInfo",
     "Simulation",
     "cache_root",
     "load_movielens",
     "load_movielens_side",
     "movielens_features",
+    "read_ratings",
     "simulate_paper",
 ]

@@ -8,11 +8,86 @@ import re
 import shutil
 import stat
 import tempfile
+import urllib.error
 import zipfile
 import zlib
+from functools import cache
 from pathlib import Path, PurePosixPath
 
 from ._releases import MovieLensInfo
+
+
+class DownloadError(urllib.error.URLError):
+    """A MovieLens archive could not be downloaded (no network, a refused connection, an
+    HTTP error, a connection lost during the transfer).
+
+    The message says from where, why (``reason``: the text of the underlying error) and
+    how to load a local copy instead.  The instance also belongs to the underlying error's
+    class (``ConnectionResetError``, ``TimeoutError``...), so that handlers written for
+    that class still catch it.
+
+    Parameters
+    ----------
+    message : str
+        The whole message (what ``str()`` gives).
+    reason : str
+        What went wrong, in the words of the underlying error.
+    url : str
+        The address that failed.
+
+    Attributes
+    ----------
+    message, reason, url : str
+        As given.
+    """
+
+    def __init__(self, message: str, *, reason: str = "", url: str = ""):
+        super().__init__(reason or message)
+        self.args = (message,)
+        self.message, self.url = message, url
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):
+        return (_rebuild, (self.message, self.reason, self.url))
+
+
+def _rebuild(message: str, reason: str, url: str) -> DownloadError:
+    return DownloadError(message, reason=reason, url=url)
+
+
+@cache
+def _download_error_class(cause: type[BaseException]) -> type[DownloadError]:
+    """:class:`DownloadError`, also a ``cause`` where that is an ``OSError`` other than
+    urllib's (whose subclasses, such as ``HTTPError``, take other arguments)."""
+    if not issubclass(cause, OSError) or issubclass(cause, urllib.error.URLError):
+        return DownloadError
+    return type("DownloadError", (DownloadError, cause), {"__module__": __name__})
+
+
+def is_download_failure(e: BaseException) -> bool:
+    """Whether ``e`` is a failed transfer (not, e.g., a full disk or a bad checksum)."""
+    import http.client
+
+    return isinstance(
+        e, (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
+    )
+
+
+def download_error(
+    e: BaseException, info: MovieLensInfo, url: str, cache_folder: Path
+) -> DownloadError:
+    """The :class:`DownloadError` for the failure ``e`` of fetching ``url``: one line saying
+    from where, why, and how to load a local copy instead."""
+    reason = " ".join(str(getattr(e, "reason", None) or e or type(e).__name__).split())
+    message = (
+        f"MovieLens {info.name} could not be downloaded from {url} ({reason}). Without network "
+        f"access, download {info.archive} elsewhere and pass path= to it, to the folder it "
+        f"unpacks to or to its {info.filename}: load_movielens({info.name!r}, "
+        f"path='{info.folder}/'); or unpack it into the cache folder {cache_folder}"
+    )
+    return _download_error_class(type(e))(message, reason=reason, url=url)
 
 
 def _fetch(url: str, dest: Path) -> None:  # pragma: no cover - needs the network
@@ -48,10 +123,22 @@ def _md5_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def _get(info: MovieLensInfo, url: str, dest: Path) -> None:
+    """``_fetch(url, dest)``; a failed transfer raises one :class:`DownloadError` that says
+    how to load a local copy instead, without the chain of urllib's errors behind it."""
+    try:
+        _fetch(url, dest)
+    except Exception as e:  # noqa: BLE001 - filtered: only failed transfers are explained
+        if not is_download_failure(e):
+            raise
+        # dest is <cache>/movielens/<staging folder>/<file>
+        raise download_error(e, info, url, dest.parent.parent) from None
+
+
 def _published_md5(info: MovieLensInfo, workdir: Path) -> str:
     """Fetch and read ``<url>.md5`` (``MD5 (x.zip) = <hex>`` or ``<hex>  x.zip``)."""
     dest = workdir / (info.archive + ".md5")
-    _fetch(info.url + ".md5", dest)
+    _get(info, info.url + ".md5", dest)
     text = dest.read_text(encoding="utf-8", errors="replace")
     found = {h.lower() for h in re.findall(r"\b[0-9a-fA-F]{32}\b", text)}
     if len(found) != 1:
@@ -123,7 +210,7 @@ def download_into_cache(info: MovieLensInfo, root: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{info.folder}-", suffix=".partial", dir=parent))
     try:
         archive = staging / info.archive
-        _fetch(info.url, archive)
+        _get(info, info.url, archive)
         expected = info.md5 if info.md5 is not None else _published_md5(info, staging)
         got = _md5_of(archive)
         if got != expected.lower():

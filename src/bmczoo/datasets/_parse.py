@@ -36,7 +36,7 @@ _PLAIN_BYTES = b"0123456789.-,\n"
 #: Approximate bytes per chunk (bounds temporary memory; ~1 MB keeps temporaries in cache).
 _CHUNK_BYTES = 1 << 20
 
-_SEPARATORS = {b"\t": 1, b",": 1, b"::": 2}
+_SEPARATORS = {b"\t": 1, b",": 1, b";": 1, b"::": 2}
 
 _U64 = np.dtype("<u8")
 _LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
@@ -66,7 +66,7 @@ def _line_text(data: bytes, pos: int, limit: int = 80) -> str:
 
 
 def _show_sep(sep: bytes) -> str:
-    return {b"\t": "TAB", b",": "','", b"::": "'::'"}.get(sep, repr(sep.decode()))
+    return {b"\t": "TAB", b",": "','", b";": "';'", b"::": "'::'"}.get(sep, repr(sep.decode()))
 
 
 # --------------------------------------------------------------------------- slow path
@@ -279,7 +279,7 @@ def parse_numeric_table(
         The text (without any header line).  ``\\r\\n`` line ends and trailing newlines
         are accepted; blank lines elsewhere are errors.
     sep : bytes
-        Field separator: ``b"\\t"``, ``b","`` or ``b"::"``.
+        Field separator: ``b"\\t"``, ``b","``, ``b";"`` or ``b"::"``.
     ncols : int
         Number of fields on every line.
     source : str
@@ -354,7 +354,12 @@ def _check_bytes(data: bytes, sep: bytes, source: str, first_line: int) -> bool:
         ch = stray[:1].decode("latin-1")
         field, number = _field_at(data, pos, sep)
         what = f"fields must be numbers separated by {_show_sep(sep)}"
-        if _is_nonfinite_word(field):  # float() reads these, a rating cannot be one
+        if field[:1].isalpha() and not _is_nonfinite_word(field):  # a word: a string id?
+            what = (
+                f"field {number} is {field.decode('utf-8', 'replace')!r}, not a number; ids, "
+                f"ratings and timestamps must be numbers, separated by {_show_sep(sep)}"
+            )
+        elif _is_nonfinite_word(field):  # float() reads these, a rating cannot be one
             text = field.decode("latin-1")
             what = (
                 f"field {number} is {text!r}, and NaN or infinity is not a valid rating; ratings, "
