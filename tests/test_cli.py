@@ -2,13 +2,10 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from bmczoo.cli import main
-
-U_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ml-100k" / "u.data"
 
 
 def test_fit_simulation_prints_rmse_last(capsys):
@@ -164,13 +161,13 @@ def test_reproduce_help_mentions_jobs_and_start(capsys):
     assert "--jobs N" in out and "spike" in out
 
 
-@pytest.mark.skipif(not U_DATA.exists(), reason=f"{U_DATA} not present")
-def test_fit_movielens_file_vb(capsys):
+@pytest.mark.requires_ml100k()
+def test_fit_movielens_file_vb(capsys, ml100k):
     rc = main(
         [
             "fit",
             "--data",
-            str(U_DATA),
+            str(ml100k / "u.data"),
             "--prior",
             "inverse-gamma",
             "--method",
@@ -186,8 +183,8 @@ def test_fit_movielens_file_vb(capsys):
 
 
 @pytest.mark.slow  # 1000 sweeps of ML-100K (~1 min); ML-100K Gibbs: tests/experiments/test_movielens_gibbs.py
-@pytest.mark.skipif(not U_DATA.exists(), reason=f"{U_DATA} not present")
-def test_fit_movielens_file_gibbs_discrete(capsys):
+@pytest.mark.requires_ml100k()
+def test_fit_movielens_file_gibbs_discrete(capsys, ml100k):
     """The CLI's Gibbs fit of ML-100K with the discrete prior (the paper's (C, p, eps) =
     (1, 0.05, 0.07), K=10) ends with its test RMSE.  An earlier issue's check was
     test_rmse <= 0.915, which the paper's plain sweep meets (``--no-column-moves``; that
@@ -199,7 +196,7 @@ def test_fit_movielens_file_gibbs_discrete(capsys):
         [
             "fit",
             "--data",
-            str(U_DATA),
+            str(ml100k / "u.data"),
             "--prior",
             "discrete",
             "--method",
@@ -331,3 +328,89 @@ def test_fit_help_states_the_settings_defaults():
                 assert float(value) == float(getattr(cls, field)), (dest, method, value)
                 checked += 1
     assert checked >= 12, checked
+
+
+def test_version():
+    import bmczoo
+
+    r = subprocess.run(
+        [sys.executable, "-m", "bmczoo", "--version"], capture_output=True, text=True
+    )
+    assert r.returncode == 0 and r.stdout.strip() == f"bmczoo {bmczoo.__version__}"
+
+
+_GIBBS_INTERNALS = {
+    "overrelax",
+    "column_moves",
+    "column_moves_every",
+    "fuse_column_moves",
+    "anneal_steps",
+    "anneal_every",
+    "gamma_sampler",
+    "row_draw",
+}
+
+
+def test_fit_help_shows_the_everyday_options_first(capsys, monkeypatch):
+    """``bmczoo fit --help`` in groups: data, model, method, outputs, then the side
+    information, troubleshooting and, last, the Gibbs sampler's internals; the everyday
+    options come within the first screenfuls."""
+    groups = {g.title: {a.dest for a in g._group_actions} for g in _fit_parser()._action_groups}
+    assert list(groups) == [
+        "positional arguments",
+        "options",
+        "data",
+        "model",
+        "method and sampling",
+        "outputs",
+        "side information",
+        "troubleshooting",
+        "Gibbs sampler internals",
+    ]
+    assert groups["options"] == {"help"}  # every other option is in a named group
+    assert groups["Gibbs sampler internals"] == _GIBBS_INTERNALS
+    assert {"data", "prior", "K", "method", "num_samples", "chains", "seed"} <= (
+        groups["data"] | groups["model"] | groups["method and sampling"]
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines[0]) <= 100  # a usage line, not a block of every option
+
+    def line_of(text):
+        return next(i for i, line in enumerate(lines) if line.lstrip().startswith(text))
+
+    internals = line_of("Gibbs sampler internals:")
+    assert line_of("method and sampling:") < 60 and line_of("--out DIR") < 90
+    for flag in ("--data", "--prior", "-K", "--method", "--num-samples", "--chains", "--out"):
+        assert line_of(flag) < internals, flag
+    for flag in ("--gamma-sampler", "--row-draw", "--fuse-column-moves", "--overrelax"):
+        assert line_of(flag) > internals, flag
+
+
+@pytest.mark.parametrize(
+    "argv, command",
+    [
+        ([], ""),
+        (["nope"], ""),
+        (["fit", "--bogus"], "fit"),
+        (["fit", "-K", "x"], "fit"),
+        (["fit", "-K", "0"], "fit"),
+        (["fit", "--method", "vb", "--num-samples", "3"], "fit"),
+        (["fit", "--hyper", "a"], "fit"),
+        (["predict", "--model", "m.npz"], "predict"),
+        (["predict", "--model", "m.npz", "--entries", "e.csv", "--prob", "2"], "predict"),
+        (["recommend", "--model", "m.npz", "--user", "1", "--bogus"], "recommend"),
+        (["reproduce", "simulation-m", "--jobs", "0"], "reproduce"),
+        (["info", "--bogus"], "info"),
+    ],
+)
+def test_every_argument_error_points_to_its_subcommands_help(argv, command, capsys):
+    """Usage errors (argparse's) and the commands' own argument errors end with the same
+    pointer, to the help of the subcommand concerned."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    hint = f"(see 'bmczoo {command} --help')" if command else "(see 'bmczoo --help')"
+    assert err.startswith("bmczoo: error: ") and err.endswith(hint), err
+    assert err.count("(see ") == 1 and len(err.splitlines()) == 1, err

@@ -239,7 +239,7 @@ def test_help_of_every_subcommand_shows_defaults():
         "--test-fraction F ratings data: fraction of the ratings held out as the test set, in (0, 1) "
         "(default: 0.2)" in fit_help
     )
-    assert "--seed SEED seed of the simulation and of the fit (default: 0)" in fit_help
+    assert "--seed N seed of the simulation and of the fit (default: 0)" in fit_help
 
 
 def test_dtype_and_test_fraction_reach_the_fit(tmp_path, monkeypatch, capsys):
@@ -312,7 +312,10 @@ def test_a_failed_output_keeps_the_fit_result(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(diagnostics, "report", broken_report)
     out = tmp_path / "out"
     assert main(["fit", "--data", "sim:20", *FAST, "--out", str(out)]) == 2
-    one_line_error(capsys, "could not write", "report", "No space left on device", "theta_rmse=")
+    err = one_line_error(
+        capsys, "could not write", "report", "No space left on device", "theta_rmse="
+    )
+    assert "--help" not in err  # an error after the fit is not about the arguments
     assert (out / "posterior.nc").stat().st_size > 100
 
 
@@ -526,3 +529,99 @@ def test_experiment_cache_honours_the_umask(tmp_path):
     (path,) = tmp_path.glob("*.json")
     assert path.stat().st_mode & 0o777 == 0o664
     assert execute.read_cached(tmp_path, Task()) == 0.5
+
+
+# --------------------------------------------------------------------------- settings errors by their fields
+def _raise_from_mcmc_check(param, reason, others):
+    """A stand-in for the settings' MCMC check that words its error otherwise."""
+    from bmczoo.inference.errors import SettingsValueError
+
+    def check(s):
+        raise SettingsValueError(
+            param,
+            getattr(s, param),
+            reason,
+            others=None if others is None else {k: getattr(s, k) for k in others},
+            message="another wording altogether: num_samples= thinning= method='vb'",
+        )
+
+    return check
+
+
+@pytest.mark.parametrize(
+    "param, reason, others, line",
+    [
+        (
+            "num_warmup",
+            "is reworded: num_samples= thinning=",
+            None,
+            "--num-warmup is reworded: num_samples= thinning=, got 7",
+        ),
+        ("num_chains", "needs more", None, "--chains needs more, got 4"),
+        (
+            "thinning",
+            "{names[thinning]} may not exceed {num_samples} (reworded)",
+            ("num_samples",),
+            "--thinning may not exceed --num-samples 900 (reworded)",
+        ),
+    ],
+)
+def test_a_settings_error_is_named_by_its_field_not_its_wording(
+    param, reason, others, line, monkeypatch, capsys, no_load, no_fit
+):
+    """Rewording a settings message cannot change the option the command line names: the
+    flag comes from the error's ``param`` (METHOD_OPTIONS), the rest from its fields, and
+    the message itself is never read."""
+    from bmczoo.inference import settings as st
+
+    monkeypatch.setattr(st, "_check_mcmc", _raise_from_mcmc_check(param, reason, others))
+    assert main(["fit", "--data", "sim:20", "--quiet", "--num-warmup", "7"]) == 2
+    err = one_line_error(capsys)
+    assert err == f"bmczoo: error: {line} (see 'bmczoo fit --help')", err
+
+
+def test_an_argument_of_another_method_is_named_by_its_fields(monkeypatch, capsys, no_load):
+    from bmczoo.inference import settings as st
+    from bmczoo.inference.errors import WrongMethodError
+
+    def settings_for(method, **kwargs):
+        raise WrongMethodError(
+            "num_chains", 2, method=method, methods=("vb",), accepted=("max_iter",)
+        )
+
+    monkeypatch.setattr(st, "settings_for", settings_for)
+    assert main(["fit", "--data", "sim:20", "--quiet", "--chains", "2"]) == 2
+    err = one_line_error(capsys)
+    assert err == (
+        "bmczoo: error: --chains applies to --method vb, not to --method gibbs "
+        "(see 'bmczoo fit --help')"
+    ), err
+
+
+def test_a_settings_error_of_the_fit_itself_names_the_option(monkeypatch, capsys):
+    """A setting that only the fit can check (here a stand-in) is named as the command line
+    spells it too."""
+    from bmczoo.inference.errors import SettingsValueError
+
+    def fit(*args, **kwargs):
+        raise SettingsValueError("anneal_every", 3, "is too small for this data")
+
+    monkeypatch.setattr(bmczoo, "fit", fit)
+    assert main(["fit", "--data", "sim:20", *FAST]) == 2
+    one_line_error(capsys, "--anneal-every is too small for this data, got 3", "bmczoo fit --help")
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--prior", "fixed", "--column-moves"], "(--column-moves needs a prior with column"),
+        (["--prior", "gamma", "--anneal-steps", "3"], "(--anneal-steps > 0 needs the discrete"),
+    ],
+)
+def test_options_the_prior_cannot_honour_are_checked_before_the_data(
+    argv, needle, capsys, no_load, no_fit
+):
+    assert main(["fit", "--data", "sim:20", "--quiet", *argv]) == 2
+    err = one_line_error(capsys, needle)
+    assert "column_moves" not in err and "anneal_steps" not in err
+    assert not no_load and not no_fit

@@ -38,6 +38,7 @@ _NAMES = {
     "load": "inference.saving",
     "enable_compilation_cache": "_cache",
     "show_config": "_config",
+    "SettingsError": "inference.errors",
 }
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "load",
     "enable_compilation_cache",
     "show_config",
+    "SettingsError",
     "evaluation",
     "data",
     "datasets",
@@ -76,6 +78,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from ._config import show_config
     from .data import RatingData
     from .inference import fit
+    from .inference.errors import SettingsError
     from .inference.saving import load
 
 

@@ -37,7 +37,8 @@ def _enable_compilation_cache(args) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (0, 2 on any error, 130 on Ctrl-C).
 
-    Every error is one line on stderr, ``bmczoo: error: ...``, without a traceback, unless
+    Every error is one line on stderr, ``bmczoo: error: ...``, without a traceback (an
+    error in the arguments ends with ``(see 'bmczoo SUBCOMMAND --help')``), unless
     ``--debug`` is given or ``BMCZOO_DEBUG`` is set to a non-empty value other than 0.
     Called without ``argv`` (the console command), Ctrl-C ends the process from a watcher
     thread (:class:`Interrupts`): one line and exit code 130 at any moment."""
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         INTERRUPTS.install()
     INTERRUPTS.args, INTERRUPTS.phase, INTERRUPTS.metric = None, "start", ""
+    args = None
     try:
         args = build_parser().parse_args(argv)
         INTERRUPTS.args = args
@@ -60,5 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - the command line never ends in a traceback
         if debug:
             raise
-        print(f"bmczoo: error: {error_line(e)}", file=sys.stderr)
+        print(f"bmczoo: error: {error_line(e, _help_command(args))}", file=sys.stderr)
         return 2
+
+
+def _help_command(args) -> str | None:
+    """The subcommand whose ``--help`` an error line points to: the one run, until its
+    outputs are being written (an error then is not about the arguments)."""
+    if args is None or INTERRUPTS.phase == "outputs":
+        return None
+    return getattr(args, "command", None)

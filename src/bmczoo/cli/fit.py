@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,9 +30,9 @@ def _check_link_options(args, prior) -> None:
         )
         linked = " or ".join(name for name, cls in sorted(priors().items()) if cls.link_sites)
         raise CLIError(
-            f"{given} need --prior {linked} (the feature link of its rows' prior mean, "
-            f"see the documentation's Priors page, 'Side information, implicit "
-            f"feedback and cold start'), got --prior {args.prior}"
+            f"{given} need --prior {linked} (the feature link of its rows' prior mean: the "
+            f"documentation's Priors page, 'Side information, implicit feedback and cold "
+            f"start'), got --prior {args.prior}"
         )
 
 
@@ -118,7 +117,7 @@ def _check_arguments(args):
         raise CLIError(f"--seed must be >= 0, got {args.seed}")
     if args.binarize is not None and not np.isfinite(args.binarize):
         raise CLIError(f"--binarize THRESHOLD must be a finite number, got {args.binarize:g}")
-    return prior, likelihood, _method_settings(args)
+    return prior, likelihood, _method_settings(args, prior)
 
 
 def _check_paths(args) -> _Paths:
@@ -214,7 +213,12 @@ def cmd_fit(args) -> int:
     prior = dataclasses.replace(prior, **link) if link else prior
     _check_binary(likelihood, loaded.train)
     _announce(args, prior, likelihood, loaded)
-    fit = _run_fit(args, prior, likelihood, loaded, given, _biases(args, link))
+    from ..inference.errors import SettingsError
+
+    try:
+        fit = _run_fit(args, prior, likelihood, loaded, given, _biases(args, link))
+    except SettingsError as e:  # a setting checked by the fit itself, as the options spell it
+        raise CLIError(settings_line(e)) from None
     if loaded.sim is not None:
         metric = f"theta_rmse={fit.rmse_theta(loaded.sim.theta):.4f}"
     else:
@@ -231,10 +235,12 @@ def cmd_fit(args) -> int:
     return 0
 
 
-def _method_settings(args) -> dict:
+def _method_settings(args, prior) -> dict:
     """``bmc.fit``'s method options given on the command line (those left out keep the
-    method's defaults), checked before the data is read: an option of another method or
-    a bad value is one ``CLIError`` naming the option as the command line spells it."""
+    method's defaults), checked before the data is read, with ``prior`` (what the Gibbs
+    options need of it): an option of another method or a bad value is one ``CLIError``
+    naming the option as the command line spells it."""
+    from ..inference.errors import SettingsError
     from ..inference.settings import settings_for
 
     given = {
@@ -245,30 +251,48 @@ def _method_settings(args) -> dict:
     if "store_factors" in given:
         given["store_factors"] = {"auto": "auto", "yes": True, "no": False}[given["store_factors"]]
     try:
-        settings_for(args.method, **given)
-    except (TypeError, ValueError) as e:
-        # the names of bmc.fit's arguments (num_warmup=) as the options that set them (--num-warmup)
-        names = sorted(METHOD_OPTIONS, key=len, reverse=True)
-        text = re.sub(
-            r"\s*\(whose arguments are [^)]*\)", "", str(e)
-        )  # bmc.fit's names, not options
-        pattern = r"\b(" + "|".join(names) + r")\b(=?)"
-        text = re.sub(
-            pattern, lambda m: _option_flag(m.group(1)) + (" " if m.group(2) else ""), text
-        )
-        text = re.sub(
-            r"\bmethod=('\w+'(?: or '\w+')*)",
-            lambda m: "--method " + m.group(1).replace("'", ""),
-            text,
-        )
-        raise CLIError(" ".join(text.split())) from None
+        settings_for(args.method, **given).for_prior(prior)
+    except SettingsError as e:
+        raise CLIError(settings_line(e)) from None
     return given
 
 
-def _option_flag(name: str) -> str:
+def settings_line(e) -> str:
+    """The error line of a :class:`~bmczoo.inference.errors.SettingsError`, built from its
+    fields (``param``, ``value``, ``reason``, ``methods``...) with the options' spelling:
+    the flag comes from :data:`METHOD_OPTIONS`, never from the message's wording."""
+    from ..inference.errors import WrongMethodError
+
+    if isinstance(e, WrongMethodError):
+        return (
+            f"{option_flag(e.param)} applies to --method {' or '.join(e.methods)}, "
+            f"not to --method {e.method}"
+        )
+    return " ".join(e.describe(name=option_flag, setting=_option_setting).split())
+
+
+def option_flag(name: str) -> str:
     """The command-line option of ``bmc.fit``'s argument ``name`` (``num_chains`` ->
-    ``--chains``)."""
-    return "--" + METHOD_OPTIONS[name].replace("_", "-")
+    ``--chains``); an argument the command line does not set keeps its own name."""
+    if name == "method":
+        return "--method"
+    dest = METHOD_OPTIONS.get(name)
+    return name if dest is None else "--" + dest.replace("_", "-")
+
+
+# the method options given as --name / --no-name (argparse.BooleanOptionalAction)
+_SWITCHES = frozenset({"column_moves", "fuse_column_moves"})
+
+
+def _option_setting(name: str, value) -> str:
+    """``bmc.fit``'s argument ``name`` set to ``value``, as it is written on the command
+    line (``--num-samples 5``, ``--no-column-moves``)."""
+    flag = option_flag(name)
+    if name in _SWITCHES and isinstance(value, bool):
+        return flag if value else "--no-" + flag.removeprefix("--")
+    if name == "store_factors" and isinstance(value, bool):
+        value = "yes" if value else "no"
+    return f"{flag} {value}"
 
 
 # bmc.fit's name of each method-specific option -> argparse dest

@@ -15,10 +15,22 @@ from .saved import cmd_predict, cmd_recommend
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line (``bmczoo: error: ...``, exit code 2)
-    like every other error of the command line, instead of argparse's usage block."""
+    like every other error of the command line, instead of argparse's usage block, pointing
+    to the help of the subcommand they are about."""
 
     def error(self, message):
-        raise CLIError(f"{message} (see '{self.prog} --help')")
+        # prog is "bmczoo" or "bmczoo SUBCOMMAND"
+        raise CLIError(message, command=self.prog.partition(" ")[2])
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, but an unrecognised argument of a subcommand is that subcommand's
+        error (argparse reports it from the top-level parser)."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            commands = getattr(self, "commands", {})
+            parser = commands.get(getattr(namespace, "command", None), self)
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -54,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for add in (_add_fit, _add_predict, _add_recommend, _add_reproduce, _add_info):
         add(sub)
+    p.commands = sub.choices  # the subcommands' parsers by name, for their errors
     return p
 
 
@@ -72,7 +85,8 @@ def _add_info(sub) -> None:
 
 
 def _add_debug_option(parser) -> None:
-    """``--debug`` and ``--no-compilation-cache``, which every subcommand takes."""
+    """``--debug`` and ``--no-compilation-cache``, which every subcommand takes (``parser``:
+    the subcommand's parser or one of its argument groups)."""
     parser.add_argument(
         "--debug",
         action="store_true",
@@ -87,100 +101,64 @@ def _add_debug_option(parser) -> None:
     )
 
 
+# fit's option groups in the order --help shows them: the everyday options first, the
+# Gibbs sampler's internals last
+_FIT_GROUPS = (
+    ("data", None),
+    ("model", None),
+    ("method and sampling", None),
+    ("outputs", "every path is checked before the data is read"),
+    ("side information", "--prior normal-wishart: features of the users and items"),
+    ("troubleshooting", None),
+    (
+        "Gibbs sampler internals",
+        "every choice samples the same posterior; the defaults are the tested ones",
+    ),
+)
+
+
 def _add_fit(sub) -> None:
-    """The ``fit`` subcommand."""
+    """The ``fit`` subcommand, its options in groups (:data:`_FIT_GROUPS`)."""
     f = sub.add_parser(
         "fit",
         help="fit a model and print the RMSE",
-        description="Fit the low-rank model. With MovieLens data or a ratings file the ratings "
-        "are split into train and test (--test-fraction, numpy default_rng(0)) and the last line "
-        "is test_rmse=<float>; with the simulator (sim:M) the last line is theta_rmse=<float> "
-        "over all M^2 entries. Every output path is checked before the fit starts; an error is "
-        "one line on stderr and exit code 2.",
+        usage="bmczoo fit [--data SPEC] [--prior NAME] [-K K] [--method NAME] [OPTION ...]",
+        description="Fit the low-rank model. Ratings data is split into train and test "
+        "(--test-fraction) and the last line is test_rmse=<float>; with the simulator (sim:M) "
+        "the last line is theta_rmse=<float> over all M^2 entries. An error is one line on "
+        "stderr and exit code 2.",
         formatter_class=_HelpFormatter,
     )
-    for add in (
-        _fit_data_options,
-        _fit_prior_options,
-        _fit_likelihood_options,
-        _fit_method_options,
-        _fit_gibbs_options,
-        _fit_output_options,
-        _fit_run_options,
-    ):
-        add(f)
-    _add_debug_option(f)
+    data, model, method, out, side, trouble, internals = (
+        f.add_argument_group(title, text) for title, text in _FIT_GROUPS
+    )
+    _fit_data_options(data)
+    _fit_model_options(model)
+    _fit_method_options(method)
+    _fit_output_options(out)
+    _fit_side_options(side)
+    _add_debug_option(trouble)
+    _fit_gibbs_options(internals)
     f.set_defaults(func=cmd_fit)
 
 
 def _fit_data_options(f) -> None:
-    """``--data``: what is fitted."""
+    """What is fitted: ``--data``, the test split and ``--binarize``."""
     f.add_argument(
         "--data",
         default="sim:100",
-        help="ml-100k | ml-1m | ... (downloaded once into the cache) | PATH to a ratings file of "
-        "any name whose lines are user item rating [timestamp] separated by TAB, ',' or '::' "
-        "(u.data, u1.base, ratings.dat, ratings.csv, ...; an optional header line), a folder "
-        "holding u.data / ratings.dat / ratings.csv, or an official MovieLens .zip | sim:M (the "
-        "paper's simulation with an M x M matrix) (default: sim:100)",
-    )
-
-
-def _fit_prior_options(f) -> None:
-    """The prior and its feature links."""
-    f.add_argument("--prior", default=DEFAULT_PRIOR, choices=sorted(priors()), help=prior_help())
-    f.add_argument(
-        "--hyper",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a hyper-parameter of the prior, repeatable; the others keep the prior's defaults "
-        "(listed under --prior: the paper's values)",
+        metavar="SPEC",
+        help="ml-100k | ml-1m | ... (downloaded once into the cache) | PATH: a ratings file of "
+        "any name (lines user item rating [timestamp], separated by TAB, ',', ';' or '::'; an "
+        "optional header), a folder holding u.data / ratings.dat / ratings.csv, or a MovieLens "
+        ".zip | sim:M: the paper's simulation, an M x M matrix (default: sim:100)",
     )
     f.add_argument(
-        "--features",
-        nargs="?",
-        const="auto",
-        default=None,
-        choices=["rows", "cols", "both", "auto"],
-        help="normal-wishart prior: link the rows' (users') and/or columns' (items') prior means "
-        "to the data's side tables (Macau); auto (also the flag alone): every side the data has "
-        "a table for. MovieLens data gets them from the side files beside the ratings (ML-100K "
-        "u.user/u.item, ML-1M users.dat/movies.dat, movies.csv/movies.dat of the other "
-        "releases); default: no features",
-    )
-    f.add_argument(
-        "--implicit",
-        default=None,
-        choices=["rows", "cols", "both"],
-        help="normal-wishart prior: implicit-feedback features of the same link (SVD++): for a row "
-        "the items it rated in the training data, for a column the users who rated it, "
-        "normalised by |R|^-1/2; default: none",
-    )
-
-
-def _fit_likelihood_options(f) -> None:
-    """The observation model and the offsets."""
-    f.add_argument(
-        "--likelihood",
-        default="tempered",
-        choices=sorted(likelihoods()),
-        help="observation model: tempered (the paper's Gaussian, fixed noise; its lam/noise_sd "
-        "via --likelihood-opt), learned (Gaussian with tau ~ Gamma(a, b) learned; a, b, temper), "
-        "probit (binary 0/1 ratings, e.g. with --binarize 4; P(1) = Phi(theta - threshold), "
-        "threshold read from the data unless given) or ordered-probit (ordinal levels read from "
-        "the data, e.g. 1-5 stars, with learned cut points of prior scale cut_scale=2); probit "
-        "prints test log-loss, AUC and accuracy, ordered-probit the test log-loss of the levels, "
-        "before test_rmse (of P(1), or of the expected level)",
-    )
-    f.add_argument(
-        "--likelihood-opt",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting of the likelihood, repeatable (e.g. noise_sd=0.9, a=2 for learned, "
-        "threshold=0 for probit, cut_scale=1 for ordered-probit); default: the likelihood's own "
-        "defaults",
+        "--test-fraction",
+        type=float,
+        default=0.2,
+        metavar="F",
+        help="ratings data: fraction of the ratings held out as the test set, in (0, 1)",
     )
     f.add_argument(
         "--binarize",
@@ -190,22 +168,74 @@ def _fit_likelihood_options(f) -> None:
         help="replace every rating by 1 if >= THRESHOLD, else 0 (train and test), for --likelihood "
         "probit (default: none, ratings as given)",
     )
+
+
+def _fit_model_options(f) -> None:
+    """The prior, the latent dimension, the observation model and the biases."""
+    f.add_argument("--prior", default=DEFAULT_PRIOR, choices=sorted(priors()), help=prior_help())
+    f.add_argument(
+        "--hyper",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a hyper-parameter of the prior, repeatable; default: the prior's (under --prior)",
+    )
+    f.add_argument("-K", type=int, default=5, help="latent dimension (default 5)")
+    f.add_argument(
+        "--likelihood",
+        default="tempered",
+        choices=sorted(likelihoods()),
+        help="observation model: tempered (the paper's Gaussian, fixed noise), learned "
+        "(Gaussian, noise precision learned), probit (0/1 ratings, see --binarize) or "
+        "ordered-probit (ordinal levels such as 1-5 stars, learned cut points); the latter two "
+        "print their classification metrics before test_rmse",
+    )
+    f.add_argument(
+        "--likelihood-opt",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the likelihood, repeatable: lam, noise_sd (tempered), a, b, temper "
+        "(learned), threshold=0 (probit), cut_scale=1 (ordered-probit); default: the "
+        "likelihood's own",
+    )
     f.add_argument(
         "--biases",
         action="store_true",
         help="add row and column biases b_i + c_j with inverse-gamma variances",
     )
+
+
+def _fit_side_options(f) -> None:
+    """The Normal-Wishart prior's feature links and feature-driven biases."""
+    f.add_argument(
+        "--features",
+        nargs="?",
+        const="auto",
+        default=None,
+        choices=["rows", "cols", "both", "auto"],
+        help="link the users' (rows) and/or items' (cols) prior means to the data's side tables "
+        "(Macau): the MovieLens side files beside the ratings; auto (also the flag alone): "
+        "every side that has a table (default: no features)",
+    )
+    f.add_argument(
+        "--implicit",
+        default=None,
+        choices=["rows", "cols", "both"],
+        help="implicit-feedback features of the same link (SVD++): for a user the items it "
+        "rated, for an item the users who rated it (default: none)",
+    )
     f.add_argument(
         "--bias-features",
         action="store_true",
         help="biases (implies --biases) whose prior means are linear in the features of "
-        "--features / --implicit, on the same sides: b_i ~ N(x_i^T w, s_b^2), so a user or "
-        "item without ratings gets the bias its features predict; default: off",
+        "--features / --implicit, so that a user or item without ratings gets the bias its "
+        "features predict",
     )
 
 
 def _fit_method_options(f) -> None:
-    """The method, the latent dimension, the method's options and the seed."""
+    """The method, its options, the seed and the precision."""
     f.add_argument(
         "--method",
         default="gibbs",
@@ -213,86 +243,125 @@ def _fit_method_options(f) -> None:
         help="gibbs (default), vb (closed-form variational Bayes), svi (NumPyro AutoNormal), "
         "map (AutoDelta), nuts (NumPyro NUTS: small problems only)",
     )
-    f.add_argument("-K", type=int, default=5, help="latent dimension (default 5)")
     # method-specific options default to the method's own settings (bmc.inference.settings)
+    for flag, kind, text in (
+        ("--num-warmup", int, "gibbs/nuts: warm-up sweeps (default 100)"),
+        ("--num-samples", int, "gibbs/nuts: sweeps after warm-up (default 900)"),
+        ("--thinning", int, "gibbs/nuts: keep every N-th draw (default 10)"),
+        (
+            "--chains",
+            int,
+            "gibbs/nuts: chains advanced side by side (default 4); vb: random starts, the "
+            "best ELBO kept (default 1)",
+        ),
+        ("--max-iter", int, "vb: maximum iterations (default 200)"),
+        (
+            "--tol",
+            float,
+            "vb: stop when the relative change of the ELBO is below TOL (default 1e-4; 0: run "
+            "--max-iter iterations)",
+        ),
+        ("--num-steps", int, "svi/map: optimisation steps (default 2000)"),
+    ):
+        metavar = "TOL" if kind is float else "N"
+        f.add_argument(flag, type=kind, default=None, metavar=metavar, help=text)
     f.add_argument(
-        "--num-warmup", type=int, default=None, help="gibbs/nuts: warm-up sweeps (default 100)"
+        "--seed", type=int, default=0, metavar="N", help="seed of the simulation and of the fit"
     )
     f.add_argument(
-        "--num-samples",
+        "--dtype",
+        choices=["float32", "float64"],
+        default=None,
+        help="floating-point precision (default: float32, or float64 when JAX_ENABLE_X64 is "
+        "set); float64 is slower but avoids the failed Cholesky factorisations float32 can hit",
+    )
+
+
+def _fit_output_options(f) -> None:
+    """``--out``, ``--save``, checkpoints, what is kept for them and the progress bar."""
+    f.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="folder for posterior.nc (ArviZ), predictions.csv (the test ratings with their "
+        "predictions, in the dataset's ids) and report/ (diagnostics figures and tables) "
+        "(default: none, nothing written)",
+    )
+    f.add_argument(
+        "--save",
+        default=None,
+        metavar="FILE.npz",
+        help="save the fitted model there (no pickle) for bmczoo predict / recommend, which "
+        "then give exactly the fit's predictions (default: none)",
+    )
+    f.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="FILE.npz",
+        help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
+        "rerun the same command to resume (default: none)",
+    )
+    f.add_argument(
+        "--checkpoint-every",
         type=int,
         default=None,
-        help="gibbs/nuts: sweeps after warm-up (default 900)",
+        metavar="N",
+        help="gibbs/vb: iterations between checkpoints (default 100)",
     )
     f.add_argument(
-        "--thinning", type=int, default=None, help="gibbs/nuts: keep every N-th draw (default 10)"
-    )
-    f.add_argument(
-        "--chains",
-        type=int,
+        "--store-factors",
+        choices=["auto", "yes", "no"],
         default=None,
-        help="gibbs/nuts: chains advanced side by side (default 4); vb: random starts, the best "
-        "ELBO kept (default 1)",
+        help="gibbs/nuts: keep the factor draws M, N, needed by recommend, fold-in and new "
+        "entries of a saved model (default auto: when they take < 256 MiB)",
     )
     f.add_argument(
-        "--max-iter", type=int, default=None, help="vb: maximum iterations (default 200)"
+        "--overwrite",
+        action="store_true",
+        help="replace the outputs of an earlier fit in --out, an existing --save file, and a "
+        "--checkpoint file that is not a bmczoo checkpoint (a checkpoint is always resumed)",
     )
-    f.add_argument(
-        "--tol",
-        type=float,
-        default=None,
-        help="vb: stop when the relative change of the ELBO is below TOL (default 1e-4; 0: run "
-        "--max-iter iterations)",
-    )
-    f.add_argument(
-        "--num-steps", type=int, default=None, help="svi/map: optimisation steps (default 2000)"
-    )
-    f.add_argument("--seed", type=int, default=0, help="seed of the simulation and of the fit")
+    f.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _fit_gibbs_options(f) -> None:
-    """Gibbs: over-relaxation, column moves and annealed switches."""
+    """Gibbs: over-relaxation, column moves, annealed switches and the sweep's kernels."""
     f.add_argument(
         "--overrelax",
         type=float,
         default=None,
         metavar="RHO",
-        help="gibbs: over-relaxed row updates, RHO in (-1, 1) (default 0: plain Gibbs; -0.7 mixes "
-        "faster)",
+        help="gibbs: over-relaxed row updates, RHO in (-1, 1) (default 0: plain Gibbs; -0.7 mixes faster)",
     )
     f.add_argument(
         "--column-moves",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="gibbs: add to each sweep the moves that change gamma_h together with its column "
-        "(the discrete prior's aimed spike/slab flip, the continuous priors' scale walk); "
-        "--no-column-moves: the paper's plain sweep (default: the moves wherever the prior has "
-        "one)",
-    )
-    f.add_argument(
-        "--fuse-column-moves",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="gibbs: run the column moves inside the sweep, reusing its sparse products (the "
-        "default); --no-fuse-column-moves: at the end of the sweep (slower; other draws, equally "
-        "exact)",
+        help="gibbs: add the moves that change gamma_h together with its column (default: wherever "
+        "the prior has one); --no-column-moves: the paper's plain sweep",
     )
     f.add_argument(
         "--column-moves-every",
         type=int,
         default=None,
         metavar="S",
-        help="gibbs: run the column moves every S sweeps (default: the prior's, every fourth "
-        "sweep for the discrete prior, every sweep for the others)",
+        help="gibbs: run the column moves every S sweeps (default: the prior's, 4 for the discrete "
+        "prior, else 1)",
+    )
+    f.add_argument(
+        "--fuse-column-moves",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="gibbs: run the column moves inside the sweep, reusing its sparse products (the default); "
+        "--no-fuse-column-moves: at its end (slower, other draws)",
     )
     f.add_argument(
         "--anneal-steps",
         type=int,
         default=None,
         metavar="T",
-        help="gibbs, discrete prior: every --anneal-every sweeps, switch one column between "
-        "spike and slab along a path of T steps (Metropolis-Hastings on the work; default 0: "
-        "none)",
+        help="gibbs: with the discrete prior, every --anneal-every sweeps, switch one column "
+        "between spike and slab along a path of T steps (default 0: none)",
     )
     f.add_argument(
         "--anneal-every",
@@ -307,90 +376,17 @@ def _fit_gibbs_options(f) -> None:
         # (tests/test_cli.py checks that the two agree).
         choices=["jax", "one-hash"],
         default=None,
-        help="gibbs: the sampler of the sweep's gamma variates: one-hash (the default: one "
-        "threefry hash per rejection round, a faster first compilation) or jax "
-        "(jax.random.gamma: the same law, other draws)",
+        help="gibbs: the sweep's gamma variates: one-hash (the default: one threefry hash per "
+        "rejection round, faster to compile) or jax (jax.random.gamma)",
     )
     f.add_argument(
         "--row-draw",
         # a literal, as --gamma-sampler's (tests/test_cli.py checks it against the library's)
         choices=["bordered", "two-solves"],
         default=None,
-        help="gibbs: how each row is drawn: bordered (the default: one Cholesky "
-        "factorisation of the precision bordered by the right-hand side and one triangular "
-        "solve) or two-solves (the same law, other rounding)",
+        help="gibbs: each row's draw: bordered (the default: one Cholesky factorisation of the "
+        "bordered precision, one triangular solve) or two-solves",
     )
-
-
-def _fit_output_options(f) -> None:
-    """Checkpoints, ``--out``, ``--save`` and what is kept for them."""
-    f.add_argument(
-        "--checkpoint",
-        default=None,
-        metavar="FILE.npz",
-        help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
-        "rerun the same command to resume (an existing file that is not a bmczoo checkpoint is an "
-        "error unless --overwrite) (default: none)",
-    )
-    f.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=None,
-        metavar="N",
-        help="gibbs/vb: iterations between checkpoints (default 100)",
-    )
-    f.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="folder for posterior.nc (ArviZ), predictions.csv (ratings data: the test ratings "
-        "as user_id,item_id,rating,prediction with the dataset's own ids; probit adds p1, "
-        "ordered-probit p_LEVEL per level) and report/ (diagnostics figures and summary tables); "
-        "checked before the fit (default: none, nothing written)",
-    )
-    f.add_argument(
-        "--save",
-        default=None,
-        metavar="FILE.npz",
-        help="save the fitted model there (fit.save: compressed .npz + JSON, no pickle, with the "
-        "dataset's ids) for bmczoo predict / recommend, which then give exactly the fit's "
-        "predictions (every factor draw is kept unless they take over 1 GiB: then fewer, with a "
-        "warning); checked before the fit (default: none)",
-    )
-    f.add_argument(
-        "--store-factors",
-        choices=["auto", "yes", "no"],
-        default=None,
-        help="gibbs/nuts: keep the factor draws M, N (needed by recommend, fold-in and "
-        "predictions at new entries from a saved model; default auto: when they take < 256 MiB, "
-        "a feature link's B and the biases counted)",
-    )
-    f.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the outputs of an earlier fit in --out, an existing --save file, and a "
-        "--checkpoint file that is not a bmczoo checkpoint (a checkpoint is always resumed)",
-    )
-
-
-def _fit_run_options(f) -> None:
-    """The test split, the precision and the progress bar."""
-    f.add_argument(
-        "--test-fraction",
-        type=float,
-        default=0.2,
-        metavar="F",
-        help="ratings data: fraction of the ratings held out as the test set, in (0, 1)",
-    )
-    f.add_argument(
-        "--dtype",
-        choices=["float32", "float64"],
-        default=None,
-        help="floating-point precision of the fit (default: float32, or float64 when "
-        "JAX_ENABLE_X64 is set); float64 is slower but avoids the failed Cholesky factorisations "
-        "float32 can hit",
-    )
-    f.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _add_predict(sub) -> None:

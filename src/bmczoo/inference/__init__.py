@@ -11,6 +11,7 @@ from . import gibbs, vb
 from .fit import fit
 from .gibbs import ConjugateGibbs, ConjugateGibbsState
 from .results import FitInfo, FitResult, GibbsFit, MAPFit, MCMCFit, NUTSFit, SVIFit, VBFit
+from .errors import SettingsError
 from .settings import MAP, NUTS, SVI, VB, Gibbs, Settings
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "SVIFit",
     "MAPFit",
     "Settings",
+    "SettingsError",
     "Gibbs",
     "VB",
     "NUTS",

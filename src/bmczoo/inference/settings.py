@@ -7,6 +7,11 @@ rejects an argument that belongs to another method, naming the method's argument
 argument that no method takes is a ``TypeError`` naming the closest valid one)::
 
     bmc.fit(train, K=10, prior=prior, method=bmc.inference.Gibbs(num_samples=2000, num_chains=4))
+
+Every error of a setting is a :class:`~bmczoo.inference.errors.SettingsError` (a
+``TypeError`` for a wrong type, a ``ValueError`` for a wrong value) whose ``param`` is
+``bmc.fit``'s name of the argument: callers name it their own way from that field, never
+from the message's wording.
 """
 
 from __future__ import annotations
@@ -21,6 +26,15 @@ import numpy as np
 from .._checks import check_bool, check_choice, check_int, check_path, check_real
 from .._rng import GAMMA_SAMPLERS
 from ..linalg import ROW_DRAWS
+from .errors import (
+    SettingsError,
+    SettingsTypeError,
+    SettingsValueError,
+    UnknownArgumentError,
+    WrongMethodError,
+)
+from .errors import checked as _checked
+from .errors import literal as _literal
 
 __all__ = [
     "Settings",
@@ -33,7 +47,39 @@ __all__ = [
     "SETTINGS",
     "settings_for",
     "check_overrelax",
+    "SettingsError",
+    "SettingsValueError",
+    "SettingsTypeError",
+    "WrongMethodError",
+    "UnknownArgumentError",
 ]
+
+
+def _int(param: str, value, minimum: int, label: str | None = None) -> int:
+    """``value`` as an int >= ``minimum`` (:func:`bmczoo._checks.check_int`)."""
+    what = {0: "a non-negative integer", 1: "a positive integer"}.get(
+        minimum, f"an integer >= {minimum}"
+    )
+    return _checked(check_int, param, value, f"must be {what}", label=label, minimum=minimum)
+
+
+def _choice(param: str, value, choices) -> str:
+    """``value`` as one of ``choices`` (:func:`bmczoo._checks.check_choice`)."""
+    what = f"must be one of {tuple(choices)}"
+    return _checked(check_choice, param, value, what, choices, type_reason=f"{what} (a string)")
+
+
+def _real(param: str, value, what: str, **bounds) -> float:
+    """``value`` as a finite float within ``bounds`` (:func:`bmczoo._checks.check_real`,
+    whose ``what`` for those bounds is given: ``"finite and >= 0"``)."""
+    return _checked(
+        check_real,
+        param,
+        value,
+        f"must be {what}",
+        type_reason=f"must be a real number, {what}",
+        **bounds,
+    )
 
 
 def check_overrelax(rho) -> float:
@@ -41,10 +87,10 @@ def check_overrelax(rho) -> float:
     if isinstance(rho, (bool, np.bool_)) or not isinstance(
         rho, (numbers.Real, np.floating, np.integer)
     ):
-        raise TypeError(f"overrelax must be a number in (-1, 1), got {rho!r}")
+        raise SettingsTypeError("overrelax", rho, "must be a number in (-1, 1)")
     rho = float(rho)
     if not -1.0 < rho < 1.0:
-        raise ValueError(f"overrelax must be in (-1, 1) (0: plain Gibbs), got {rho!r}")
+        raise SettingsValueError("overrelax", rho, "must be in (-1, 1) (0: plain Gibbs)")
     return rho
 
 
@@ -54,11 +100,11 @@ def _check_init_gamma(value):
     try:
         g = np.asarray(value, np.float64)
     except (ValueError, TypeError):
-        raise TypeError(
-            f"init_gamma must be a positive number or an array of them, got {value!r}"
+        raise SettingsTypeError(
+            "init_gamma", value, "must be a positive number or an array of them"
         ) from None
     if g.ndim > 1 or not np.all(np.isfinite(g) & (g > 0)):
-        raise ValueError(f"init_gamma must be finite and > 0, got {value!r}")
+        raise SettingsValueError("init_gamma", value, "must be finite and > 0")
     return float(g) if g.ndim == 0 else tuple(float(x) for x in g)
 
 
@@ -67,26 +113,33 @@ def _check_track(track):
         track, (bool, np.bool_)
     ):
         if track < 0:
-            raise ValueError(f"track must be >= 0 or (rows, cols), got {track!r}")
+            raise SettingsValueError("track", track, "must be >= 0 or (rows, cols)")
         return int(track)
     if not (isinstance(track, (tuple, list)) and len(track) == 2):
-        raise TypeError(f"track must be a number of entries or a pair (rows, cols), got {track!r}")
+        raise SettingsTypeError(
+            "track", track, "must be a number of entries or a pair (rows, cols)"
+        )
     return (np.asarray(track[0]), np.asarray(track[1]))
 
 
 def _check_mcmc(s) -> None:
-    check_int("num_warmup", s.num_warmup, minimum=0)
-    check_int("num_samples", s.num_samples, minimum=1)
-    check_int("thinning", s.thinning, minimum=1)
-    check_int("num_chains", s.num_chains, minimum=1)
+    _int("num_warmup", s.num_warmup, 0)
+    _int("num_samples", s.num_samples, 1)
+    _int("thinning", s.thinning, 1)
+    _int("num_chains", s.num_chains, 1)
     if s.thinning > s.num_samples:
-        raise ValueError(f"thinning={s.thinning} > num_samples={s.num_samples} keeps no draw")
+        raise SettingsValueError(
+            "thinning",
+            s.thinning,
+            "{thinning} > {num_samples} keeps no draw",
+            others={"num_samples": s.num_samples},
+        )
 
 
 def _check_checkpoint(s) -> None:
     if s.checkpoint is not None:
-        check_path("checkpoint", s.checkpoint)
-    check_int("checkpoint_every", s.checkpoint_every, minimum=1)
+        _checked(check_path, "checkpoint", s.checkpoint, "must be a file path")
+    _int("checkpoint_every", s.checkpoint_every, 1)
 
 
 def _mesh(devices):
@@ -129,9 +182,8 @@ class Settings:
 def check_column_moves(value) -> bool | None:
     """``column_moves``: True, False or None (the moves where the prior has one)."""
     if value is not None and not isinstance(value, (bool, np.bool_)):
-        raise TypeError(
-            f"column_moves must be True, False or None (on where the prior has a move), "
-            f"got {value!r}"
+        raise SettingsTypeError(
+            "column_moves", value, "must be True, False or None (on where the prior has a move)"
         )
     return None if value is None else bool(value)
 
@@ -139,25 +191,30 @@ def check_column_moves(value) -> bool | None:
 def check_anneal(steps, every) -> tuple[int, int]:
     """``anneal_steps`` (an int >= 0; 0: no annealed switch) and ``anneal_every`` (an int
     >= 1), else an error naming the argument."""
-    return check_int("anneal_steps", steps, minimum=0), check_int("anneal_every", every, minimum=1)
+    return _int("anneal_steps", steps, 0), _int("anneal_every", every, 1)
 
 
-def check_spike_and_slab(prior) -> None:
+def check_spike_and_slab(prior, steps: int | None = None) -> None:
     """Raise unless ``prior``'s column scales have a slab to switch with
-    (:meth:`~bmczoo.priors.Prior.column_block`): what the annealed switch needs."""
+    (:meth:`~bmczoo.priors.Prior.column_block`): what the annealed switch needs
+    (``anneal_steps``, ``steps`` where known)."""
     import jax.numpy as jnp
 
     if not (prior.has_column_move and prior.column_block(jnp.ones(1)) is not None):
-        raise ValueError(
-            f"the {prior.name or type(prior).__name__} prior has no spike and slab to switch between "
-            "(anneal_steps > 0 needs the discrete prior)"
+        name = _literal(prior.name or type(prior).__name__)
+        raise SettingsValueError(
+            "anneal_steps",
+            steps,
+            f"the {name} prior has no spike and slab to switch between "
+            "({names[anneal_steps]} > 0 needs the discrete prior)",
+            others={},
         )
 
 
 def check_column_moves_every(value) -> int | None:
     """``column_moves_every``: the column moves run every that many sweeps (an int >= 1;
     None: the prior's :attr:`~bmczoo.priors.Prior.column_moves_every`)."""
-    return None if value is None else check_int("column_moves_every", value, minimum=1)
+    return None if value is None else _int("column_moves_every", value, 1)
 
 
 def resolve_column_moves(value, prior) -> bool:
@@ -206,7 +263,7 @@ class SweepOptions:
         one Cholesky factorisation of the precision bordered by the right-hand side, which
         gives the first triangular solve, and one solve; :func:`bmczoo.linalg.draw_rows`)
         or ``"two-solves"`` (the factorisation of the precision and two solves: the same
-        law, the draws of earlier versions up to rounding).
+        law, other rounding).
     """
 
     overrelax: float = 0.0
@@ -229,25 +286,33 @@ class SweepOptions:
             self, "column_moves_every", check_column_moves_every(self.column_moves_every)
         )
         object.__setattr__(
-            self, "fuse_column_moves", check_bool("fuse_column_moves", self.fuse_column_moves)
+            self,
+            "fuse_column_moves",
+            _checked(
+                check_bool, "fuse_column_moves", self.fuse_column_moves, "must be True or False"
+            ),
         )
         steps, every = check_anneal(self.anneal_steps, self.anneal_every)
         object.__setattr__(self, "anneal_steps", steps)
         object.__setattr__(self, "anneal_every", every)
-        check_choice("gamma_sampler", self.gamma_sampler, GAMMA_SAMPLERS)
-        check_choice("row_draw", self.row_draw, ROW_DRAWS)
+        _choice("gamma_sampler", self.gamma_sampler, GAMMA_SAMPLERS)
+        _choice("row_draw", self.row_draw, ROW_DRAWS)
 
     def for_prior(self, prior) -> "SweepOptions":
         """The options for ``prior``: ``column_moves=None`` resolved (True where the prior
         has a column move) and ``column_moves_every=None`` (the prior's schedule); an
         error when ``prior`` lacks what an option needs."""
         if self.anneal_steps:
-            check_spike_and_slab(prior)
+            check_spike_and_slab(prior, self.anneal_steps)
         if self.column_moves and not prior.has_column_move:
-            raise ValueError(
-                f"the {prior.name or type(prior).__name__} prior has no column move (column_moves=True "
-                "needs a prior with column scales that defines column_proposal; None: the moves "
-                "where the prior has one)"
+            name = _literal(prior.name or type(prior).__name__)
+            raise SettingsValueError(
+                "column_moves",
+                True,
+                f"the {name} prior has no column move ({{column_moves}} needs a prior with "
+                "column scales that defines column_proposal; leave it unset for the moves "
+                "wherever the prior has one)",
+                others={},
             )
         return dataclasses.replace(
             self,
@@ -373,7 +438,7 @@ class Gibbs(Settings):
 
     def __post_init__(self):
         _check_mcmc(self)
-        check_choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
+        _choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
         options = SweepOptions(**{f: getattr(self, f) for f in SweepOptions.field_names()})
         for f in SweepOptions.field_names():
             object.__setattr__(self, f, getattr(options, f))
@@ -381,19 +446,25 @@ class Gibbs(Settings):
         object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
         object.__setattr__(self, "track", _check_track(self.track))
         if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):
-            raise ValueError(
-                f"store_factors must be True, False or 'auto', got {self.store_factors!r}"
+            raise SettingsValueError(
+                "store_factors", self.store_factors, "must be True, False or 'auto'"
             )
         _check_checkpoint(self)
         object.__setattr__(self, "devices", _mesh(self.devices))
         if self.devices is not None and self.chain_method == "parallel":
-            raise ValueError(
-                "chain_method='parallel' maps chains to devices; with devices= use 'vectorized'"
+            raise SettingsValueError(
+                "chain_method",
+                self.chain_method,
+                "{chain_method} maps chains to devices; with {names[devices]} use 'vectorized'",
+                others={"devices": None},
             )
         if self.checkpoint is not None and self.chain_method != "vectorized":
-            raise ValueError(
-                f"checkpoint= runs the chains vectorized; chain_method={self.chain_method!r} "
-                "is not available with it"
+            raise SettingsValueError(
+                "chain_method",
+                self.chain_method,
+                "{names[checkpoint]} runs the chains vectorized; {chain_method} is not "
+                "available with it",
+                others={"checkpoint": str(self.checkpoint)},
             )
 
 
@@ -432,9 +503,10 @@ class VB(Settings):
     method: ClassVar[str] = "vb"
 
     def __post_init__(self):
-        check_int("max_iter", self.max_iter, minimum=1)
-        object.__setattr__(self, "tol", check_real("tol", self.tol, low=0.0))
-        check_int("restarts (num_chains)", self.restarts, minimum=1)
+        _int("max_iter", self.max_iter, 1)
+        object.__setattr__(self, "tol", _real("tol", self.tol, "finite and >= 0", low=0.0))
+        # bmc.fit's num_chains is VB's restarts: the error names both
+        _int("num_chains", self.restarts, 1, label="restarts (num_chains)")
         _check_checkpoint(self)
         object.__setattr__(self, "devices", _mesh(self.devices))
 
@@ -468,9 +540,10 @@ class NUTS(Settings):
     def __post_init__(self):
         _check_mcmc(self)
         object.__setattr__(self, "track", _check_track(self.track))
-        check_real(
+        _real(
             "target_accept_prob",
             self.target_accept_prob,
+            "finite and > 0 and < 1",
             low=0.0,
             high=1.0,
             low_open=True,
@@ -507,12 +580,9 @@ class SVI(Settings):
     method: ClassVar[str] = "svi"
 
     def __post_init__(self):
-        check_choice("guide", self.guide, ("normal", "lowrank"))
-        check_int("num_steps", self.num_steps, minimum=1)
-        check_real("learning_rate", self.learning_rate, low=0.0, low_open=True)
-        if self.subsample_size is not None:
-            check_int("subsample_size", self.subsample_size, minimum=1)
-        check_int("num_draws", self.num_draws, minimum=1)
+        _choice("guide", self.guide, ("normal", "lowrank"))
+        _check_optimisation(self)
+        _int("num_draws", self.num_draws, 1)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -536,10 +606,15 @@ class MAP(Settings):
     method: ClassVar[str] = "map"
 
     def __post_init__(self):
-        check_int("num_steps", self.num_steps, minimum=1)
-        check_real("learning_rate", self.learning_rate, low=0.0, low_open=True)
-        if self.subsample_size is not None:
-            check_int("subsample_size", self.subsample_size, minimum=1)
+        _check_optimisation(self)
+
+
+def _check_optimisation(s) -> None:
+    """The optimisation settings that :class:`SVI` and :class:`MAP` share."""
+    _int("num_steps", s.num_steps, 1)
+    _real("learning_rate", s.learning_rate, "finite and > 0", low=0.0, low_open=True)
+    if s.subsample_size is not None:
+        _int("subsample_size", s.subsample_size, 1)
 
 
 #: settings class of each ``method`` name
@@ -566,30 +641,38 @@ def all_argument_names() -> set[str]:
 
 
 def check_known(names, valid, where: str = "fit()") -> None:
-    """``TypeError`` for the first of ``names`` not in ``valid``, naming it and, where one
-    is close (``difflib.get_close_matches``), the valid name it resembles."""
+    """:class:`UnknownArgumentError` (a ``TypeError``) for the first of ``names`` not in
+    ``valid``, naming it and, where one is close (``difflib.get_close_matches``), the
+    valid name it resembles."""
     for name in names:
         if name not in valid:
             close = difflib.get_close_matches(name, sorted(valid), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise TypeError(f"{where} got an unexpected keyword argument {name!r}{hint}")
+            raise UnknownArgumentError(name, where=where, suggestion=close[0] if close else None)
 
 
 def settings_for(method: str, **kwargs) -> Settings:
-    """Build the settings of ``method`` from ``bmc.fit``'s keyword arguments.  An argument
-    that no method takes raises ``TypeError`` naming it (and the closest valid name); an
-    argument of another method raises ``ValueError`` naming it and the method."""
-    check_choice("method", method, tuple(SETTINGS))
+    """Build the settings of ``method`` from ``bmc.fit``'s keyword arguments.
+
+    An argument that no method takes raises :class:`UnknownArgumentError` (a
+    ``TypeError``) naming it and the closest valid name; an argument of another method
+    :class:`WrongMethodError` (a ``ValueError``) naming it and the methods that take it;
+    a bad value the :class:`SettingsError` of its argument, with ``method`` set."""
+    _choice("method", method, tuple(SETTINGS))
     check_known(kwargs, all_argument_names())
     cls = SETTINGS[method]
     aliases = _ALIASES.get(method, {})
     own = set(cls.argument_names()) | set(aliases)
     for name in kwargs:
         if name not in own:
-            where = " or ".join(repr(m) for m in methods_taking(name))
-            takes = ", ".join(sorted(own))
-            raise ValueError(
-                f"{name}= applies to method={where}, not to method={method!r} "
-                f"(whose arguments are {takes})"
+            raise WrongMethodError(
+                name,
+                kwargs[name],
+                method=method,
+                methods=tuple(methods_taking(name)),
+                accepted=tuple(sorted(own)),
             )
-    return cls(**{aliases.get(k, k): v for k, v in kwargs.items()})
+    try:
+        return cls(**{aliases.get(k, k): v for k, v in kwargs.items()})
+    except SettingsError as e:
+        e.method = method
+        raise
