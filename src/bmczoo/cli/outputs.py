@@ -21,7 +21,8 @@ def save_model(fit, path: Path, loaded: Loaded, metric: str) -> None:
     items = np.arange(m2) if loaded.item_ids is None else np.asarray(loaded.item_ids)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        save(fit, path, extra={"user_ids": users, "item_ids": items})
+        # check_save refused an existing file before the fit unless --overwrite was given
+        save(fit, path, extra={"user_ids": users, "item_ids": items}, overwrite=True)
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
         raise CLIError(
             f"could not write {path}: {' '.join(str(e).split())}; the fit itself finished "

@@ -28,6 +28,7 @@ relative to the largest magnitude of each array).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -125,25 +126,72 @@ def save_npz(path: str | os.PathLike, settings: dict, arrays: dict[str, np.ndarr
     )
 
 
-def write_npz_atomic(path: str | os.PathLike, /, *, compress: bool = False, **arrays) -> None:
+def write_npz_atomic(
+    path: str | os.PathLike, /, *, compress: bool = False, overwrite: bool = True, **arrays
+) -> None:
     """``np.savez(path, **arrays)`` through a temporary file in the same folder renamed
     over ``path``: a reader never sees a half-written file (checkpoints, saved fits).
     The file gets the permissions a plain ``open(path, "w")`` would give it (``0o666``
     less the umask), not ``mkstemp``'s ``0o600``; an exit of the command line on Ctrl-C
     waits for the write to end (:data:`WRITE_LOCK`).  ``compress=True``:
-    ``np.savez_compressed`` (the same archive, deflated; ``np.load`` reads both)."""
+    ``np.savez_compressed`` (the same archive, deflated; ``np.load`` reads both).
+
+    ``overwrite=False``: ``FileExistsError`` if ``path`` exists when the file is put in
+    place, also one created during the write (never replaced).  A failure to write (a
+    missing or read-only folder, a full disk) raises the ``OSError`` of its kind naming
+    ``path``, not the temporary file, which is removed."""
     path = Path(path)
     with WRITE_LOCK:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        except OSError as err:
+            raise _write_error(path, err) from None
         try:
             with os.fdopen(fd, "wb") as f:
                 os.fchmod(f.fileno(), 0o666 & ~current_umask())
                 (np.savez_compressed if compress else np.savez)(f, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
+            _put_in_place(tmp, path, overwrite)
+        except BaseException as err:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+            if isinstance(err, OSError) and not isinstance(err, FileExistsError):
+                raise _write_error(path, err) from None
             raise
+
+
+def _put_in_place(tmp: str, path: Path, overwrite: bool) -> None:
+    """Rename the written ``tmp`` to ``path``; without ``overwrite`` by a hard link, which
+    fails on an existing ``path`` (a check before a rename would let a file created in
+    between be replaced), or where the file system has no hard links by a rename after
+    that check."""
+    if overwrite:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise FileExistsError(errno.EEXIST, f"{str(path)!r} exists") from None
+    except OSError:  # no hard links here (some network and FAT file systems)
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, f"{str(path)!r} exists") from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def _write_error(path: Path, err: OSError) -> OSError:
+    """``err``, raised writing ``path`` through its temporary file, as an error of the same
+    kind (the ``errno``) whose message names ``path`` and says why."""
+    if not path.parent.is_dir():
+        why = f"the folder {str(path.parent)!r} does not exist"
+    elif isinstance(err, PermissionError) and not os.access(path.parent, os.W_OK):
+        why = f"the folder {str(path.parent)!r} is not writable ({err.strerror})"
+    elif path.is_dir():
+        why = "it is a folder"
+    else:
+        why = err.strerror or str(err)
+    message = f"cannot write {str(path)!r}: {why}"
+    return OSError(err.errno, message) if err.errno is not None else OSError(message)
 
 
 def current_umask() -> int:

@@ -5,9 +5,10 @@ compiled call, and saves a checkpoint.  :func:`run_loop` drives it: the progress
 "compiling" phase, then the job's phases: "warmup" and "sampling", or "vb"), chunks of
 iterations of about a quarter second between two updates of the bar, a checkpoint every
 ``checkpoint_every`` iterations and at the end, and Ctrl-C: the work done is saved and
-``KeyboardInterrupt`` says where.  A compiled call takes the state it advances
-(donated), so Python's Ctrl-C during a call is raised once the call has returned.  The
-command line's Ctrl-C reaches the loop through
+``KeyboardInterrupt`` says where.  A run resumed from its checkpoint says so in one line
+(:func:`resumed_line`), and its bar starts at the iterations restored.  A compiled call
+takes the state it advances (donated), so Python's Ctrl-C during a call is raised once the
+call has returned.  The command line's Ctrl-C reaches the loop through
 :func:`bmczoo.inference.checkpoint.request_stop`.
 """
 
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -27,6 +30,8 @@ from .._blas import one_blas_thread
 from .checkpoint import STOP
 
 __all__ = ["Job", "donated", "in_background", "run_loop"]
+
+_log = logging.getLogger("bmczoo")
 
 
 def donated(*trees) -> bool:
@@ -135,6 +140,14 @@ class Job(abc.ABC):
     def describe(self) -> str:
         """The work done, in words ("40 of 100 sweeps")."""
 
+    def units(self) -> str:
+        """The plural of :attr:`unit` in words ("sweeps", "iterations")."""
+        return _UNITS.get(self.unit, self.unit + "s")
+
+
+#: plurals of the units that tqdm shows abbreviated
+_UNITS = {"it": "iterations"}
+
 
 class Progress:
     """The progress bar of a run: a "compiling" phase with its elapsed time and no estimate
@@ -165,14 +178,23 @@ class Progress:
             self.bar.refresh()
 
     def start(self, it: int) -> None:
-        """Compiled: the iterations begin at ``it``."""
+        """Compiled: the iterations begin at ``it`` (those of a resumed checkpoint)."""
         self._done.set()
         if self._ticker is not None:
             self._ticker.join()
         self.bar.set_description_str(self.job.phase(it), refresh=False)
         self.bar.bar_format = self._fmt
-        self.bar.reset(total=self.bar.total)
-        self.bar.update(it)
+        if self.bar.disable:
+            return
+        # The clock restarts and the restored iterations are where the bar starts (tqdm's
+        # ``initial``), not work done in no time: the rate and the time left count only the
+        # iterations run from here.  Not ``reset()``: it would show ``0/total`` first,
+        # with a negative time left against ``initial``.  No update has run during the
+        # compilation, so tqdm's rate averages are still empty.
+        bar = self.bar
+        bar.n = bar.last_print_n = bar.initial = it
+        bar.start_t = bar.last_print_t = time.time()  # tqdm's clock
+        bar.refresh()
 
     def update(self, it: int, n: int, seconds: float) -> None:
         """``n`` iterations took ``seconds``, up to ``it``."""
@@ -262,9 +284,29 @@ def run_loop(
         return _run_loop(job, checkpoint, checkpoint_every, progress_bar)
 
 
+def resumed_line(job: Job, checkpoint) -> str:
+    """The line that says a run resumes from ``checkpoint`` and what it restored."""
+    line = f"resuming from {str(checkpoint)!r}: {job.done()} of {job.total} {job.units()} done"
+    return line if job.pending() else line + "; nothing left to run"
+
+
+def _say_resumed(job: Job, checkpoint, progress_bar: bool) -> None:
+    """One line when the run resumes from its checkpoint: above the progress bar (on its
+    stream) when the bar is shown, else on the ``bmczoo`` logger at INFO level (quiet
+    unless logging is configured, as ``progress_bar=False`` asks)."""
+    if checkpoint is None or job.done() == 0:  # a checkpoint is written after work only
+        return
+    line = resumed_line(job, checkpoint)
+    if progress_bar:
+        tqdm.write(line, file=sys.stderr)
+    else:
+        _log.info(line)
+
+
 def _run_loop(job: Job, checkpoint, checkpoint_every: int, progress_bar: bool):
     saving = checkpoint is not None
     every = checkpoint_every if saving else job.total
+    _say_resumed(job, checkpoint, progress_bar)
     progress = Progress(job, progress_bar)
     t_compile = time.perf_counter()
     job.compile()

@@ -18,9 +18,11 @@ The file is an ``.npz`` (``np.load(..., allow_pickle=False)`` reads it) holding
   fit's prior has the same links (its ``str`` is the original's; with ``True`` it is
   equal to the original).
 
-The file is written with ``np.savez_compressed`` (files of earlier versions, written
-uncompressed, load as before), and every array keeps its dtype: a float32 fit is stored in
-float32.
+The file is written with ``np.savez_compressed`` (an uncompressed ``.npz`` of the same
+format loads the same), and every array keeps its dtype: a float32 fit is stored in
+float32.  It is written atomically (a temporary file beside it, renamed into place) and
+replaces an existing file only with ``overwrite=True``, as the command line's ``--save``
+only with ``--overwrite``.
 
 Factor draws of an MCMC fit (``M``, ``N``, ``row_bias``, ``col_bias`` of every kept draw)
 are the bulk of a fit.  By default (``factor_draws="auto"``) ``save`` keeps every draw, so
@@ -47,9 +49,12 @@ draws.  VB, SVI and MAP fits are always saved whole.  Not saved: NumPyro's ``MCM
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -209,11 +214,14 @@ def save(
     *,
     extra: dict | None = None,
     factor_draws: int | str | None = "auto",
+    overwrite: bool = False,
     _stacklevel: int = 2,
 ) -> None:
     """Write ``fit`` to ``path`` (see the module docstring).
 
-    The file gets the permissions ``0o666`` less the process's umask.
+    The file is written to a temporary file in the same folder and renamed into place, so
+    that ``path`` never holds a half-written fit; it gets the permissions ``0o666`` less
+    the process's umask.
 
     Parameters
     ----------
@@ -229,10 +237,30 @@ def save(
         draw unless they take more than :data:`FACTOR_BYTES_LIMIT`, then as many as fit
         under it (with a :class:`FactorDrawsThinnedWarning`); ``"all"`` every draw; an
         integer at most that many in all chains pooled.
+    overwrite : bool
+        Replace an existing file at ``path`` (default False: ``FileExistsError``, as
+        ``bmczoo fit --save`` without ``--overwrite``).
+
+    Raises
+    ------
+    FileExistsError
+        ``path`` exists and ``overwrite`` is False (nothing is written).
+    IsADirectoryError
+        ``path`` is a folder.
+    FileNotFoundError
+        The folder of ``path`` does not exist.
+    OSError
+        The file cannot be written (a read-only folder: ``PermissionError``, a full disk);
+        the message names ``path``.
     """
     if _CLASSES.get(type(fit).__name__) is not type(fit):
         raise TypeError(f"cannot save a {type(fit).__name__}")
+    from .._checks import check_bool, check_path
+
+    target = Path(check_path("path", path))
+    overwrite = check_bool("overwrite", overwrite)
     limit = _check_factor_draws(factor_draws)
+    _check_target(target, overwrite)  # before the fit is encoded: the checks are cheap
     if limit == "auto":
         limit = _auto_factor_limit(fit, _stacklevel)
     info = fit.info
@@ -245,13 +273,44 @@ def save(
     meta = _meta(fit, info, arrays, fields, kinds)
     for k, v in (extra or {}).items():
         arrays[f"x/{k}"] = np.asarray(v)
-    write_npz_atomic(
-        path,
-        compress=True,
-        __format__=np.asarray(FORMAT),
-        __meta__=np.asarray(json.dumps(meta, default=_json_default)),
-        **arrays,
+    try:
+        write_npz_atomic(
+            target,
+            compress=True,
+            overwrite=overwrite,
+            __format__=np.asarray(FORMAT),
+            __meta__=np.asarray(json.dumps(meta, default=_json_default)),
+            **arrays,
+        )
+    except FileExistsError:  # created while the fit was written: left as it is
+        raise _exists(target) from None
+
+
+def _exists(path: Path) -> FileExistsError:
+    return FileExistsError(
+        errno.EEXIST,
+        f"cannot save to {str(path)!r}: the file exists; pass overwrite=True to replace it",
     )
+
+
+def _check_target(path: Path, overwrite: bool) -> None:
+    """Raise the ``OSError`` of its kind, naming ``path``, when a fit cannot be saved
+    there: a folder, an existing file without ``overwrite``, a missing folder."""
+    if path.is_dir():
+        raise IsADirectoryError(
+            errno.EISDIR, f"cannot save to {str(path)!r}: it is a folder; name a file (fit.npz)"
+        )
+    if os.path.lexists(path) and not overwrite:
+        raise _exists(path)
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(
+            errno.ENOTDIR, f"cannot save to {str(path)!r}: {str(folder)!r} is a file, not a folder"
+        )
+    if not folder.exists():
+        raise FileNotFoundError(
+            errno.ENOENT, f"cannot save to {str(path)!r}: the folder {str(folder)!r} does not exist"
+        )
 
 
 def _encode_fields(values: dict, arrays: dict) -> tuple[dict, dict]:

@@ -275,9 +275,15 @@ class FitResult(out.PredictiveMixin):
         probs = self._level_proba(test.rows, test.cols)
         return float(np.mean(levels.level_lpd(probs, lik.level_index(test.values))))
 
-    def save(self, path, *, factor_draws: int | str | None = "auto") -> None:
+    def save(
+        self, path, *, factor_draws: int | str | None = "auto", overwrite: bool = False
+    ) -> None:
         """Write the fit to ``path`` (``.npz`` + JSON metadata, compressed, no pickle);
         ``bmc.load`` reads it back (:mod:`bmczoo.inference.saving`).
+
+        An existing file is replaced only with ``overwrite=True`` (as ``bmczoo fit --save``
+        with ``--overwrite``).  The file is written to a temporary file beside it and
+        renamed into place: ``path`` never holds a half-written fit.
 
         By default the loaded fit predicts exactly what this fit predicts: ``predict``
         (``return_std``), ``predictive_interval``, ``predict_proba``,
@@ -297,8 +303,20 @@ class FitResult(out.PredictiveMixin):
             The factor draws an MCMC fit keeps: ``"auto"`` (None is the same) every draw
             unless above the size limit; ``"all"`` every draw whatever their size; an
             integer at most that many in all chains pooled, evenly spaced over each chain.
+        overwrite : bool
+            Replace an existing file at ``path``; False (the default) raises
+            ``FileExistsError`` naming it instead, and writes nothing.
+
+        Raises
+        ------
+        FileExistsError
+            ``path`` exists and ``overwrite`` is False.
+        OSError
+            ``path`` cannot be written: a folder (``IsADirectoryError``), its folder is
+            missing (``FileNotFoundError``) or read-only (``PermissionError``), a full
+            disk; the message names ``path``.
         """
-        saving.save(self, path, factor_draws=factor_draws, _stacklevel=3)
+        saving.save(self, path, factor_draws=factor_draws, overwrite=overwrite, _stacklevel=3)
 
     def _saved_fields(self, factor_limit: int | None) -> dict:
         """The dataclass fields :meth:`save` writes, by name (``factor_limit``: at most
