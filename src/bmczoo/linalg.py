@@ -21,17 +21,17 @@ order differs from a naive dense computation):
   through the sparse product (55 columns instead of 100 for ``K = 10``), and the full
   ``K x K`` precisions are unpacked afterwards (one constant-index gather, cheap);
 * the dense operand of every sparse product is zero-padded to a multiple of 8 columns
-  (32 bytes): JAX's CPU kernel (Eigen, row-major) is 2-5x faster then (e.g. 16 columns
+  (32 bytes): JAX's CPU kernel (Eigen, row-major) is much faster then (16 columns
   cost less than 10, 56 much less than 55);
 * the Cholesky factorisation is LAPACK's (``lax.linalg.cholesky`` without
   ``jnp.linalg.cholesky``'s symmetrisation pass: the precisions are symmetric by
   construction), the solves ``lax.linalg.triangular_solve``; a Gibbs draw factorises the
   precision bordered by its right-hand side, which gives the first of its two solves
   (:func:`draw_rows`: one LAPACK call less per row).  Unrolling them into
-  element-wise XLA operations over the batch of rows is 2-4x faster on those steps at
-  100K-1M scale (not at 10M for the factorisation) but adds ~2 s of CPU to compiling one
-  Gibbs step (K = 10; more for larger K), a net loss for the typical run of ~1000 sweeps
-  of a small problem, so it is not used (``benchmarks/bench_hot_path_variants.py``).
+  element-wise XLA operations over the batch of rows is faster on those steps at
+  100K-1M scale but adds seconds of compilation to one Gibbs step (more for larger K), a
+  net loss for the typical run of about a thousand sweeps of a small problem, so it is not
+  used (``benchmarks/bench_hot_path_variants.py`` measures both).
 
 On other backends (GPU) the BCSR product is slow (cuSPARSE, many columns): every sparse
 product goes through :func:`pattern_product`, which picks per CSR between the BCSR

@@ -20,7 +20,7 @@ import pytest
 from scipy import stats
 
 import bmczoo as bmc
-from bmczoo import bias_link
+from bmczoo.offsets import bias_link
 from bmczoo.inference import gibbs
 from bmczoo.inference.gibbs.rows import Conditional, Side, SweepFlags, half_sweep
 from bmczoo.linalg import csr_from_view

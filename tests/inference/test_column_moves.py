@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
@@ -32,6 +31,7 @@ from bmczoo.inference.gibbs.rows import Side, _pattern_product
 from bmczoo.inference.settings import SweepOptions
 
 from . import test_geweke as gw
+from ._geweke import run_chains, with_ratings, z_scores
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -186,22 +186,13 @@ def test_reflected_flip_leaves_the_columns_outside_its_block_alone():
 
 
 # --------------------------------------------------------------------------- Geweke
-@functools.partial(
-    jax.jit,
-    static_argnames=("prior", "num_steps", "with_sweep"),
-    compiler_options={"xla_backend_optimization_level": 0},
-)
 def _chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, num_steps, with_sweep):
     rows, cols = jnp.asarray(gw.ROWS), jnp.asarray(gw.COLS)
 
     def one_step(carry, _):
         key, gamma, M, N, Y = carry
         key, k_move, k_y = jax.random.split(key, 3)
-        prob = dataclasses.replace(
-            problem,
-            rows=problem.rows._replace(values=Y[row_order]),
-            cols=problem.cols._replace(values=Y[col_order]),
-        )
+        prob = with_ratings(problem, Y, row_order, col_order)
         state = gibbs.init(k_move[None], prob, prior, gw.K, gamma=gamma[None], M=M[None], N=N[None])
         if with_sweep:  # the sweep with the moves at its end (problem.options.column_moves is True)
             state = gibbs.sweep(state, prob, prior)
@@ -215,10 +206,7 @@ def _chains(problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, num_s
         Y = theta + jax.random.normal(k_y, theta.shape, theta.dtype) / math.sqrt(gw.TAU)
         return (key, gamma, M, N, Y), f
 
-    def chain(key, gamma, M, N, Y):
-        return jax.lax.scan(one_step, (key, gamma, M, N, Y), None, length=num_steps)[1]
-
-    return jax.vmap(chain)(keys, gamma, M, N, Y)
+    return run_chains(one_step, (keys, gamma, M, N, Y), num_steps)
 
 
 def column_geweke(
@@ -261,15 +249,7 @@ def column_geweke(
             with_sweep=with_sweep,
         )
     )
-    assert np.all(np.isfinite(succ))
-    marg = gw.marginal_conditional(prior, num_marginal, seed + 2)
-    cm = succ.mean(axis=1)
-    z = (cm.mean(0) - marg.mean(0)) / np.sqrt(
-        cm.var(0, ddof=1) / num_chains + marg.var(0, ddof=1) / num_marginal
-    )
-    from statistics import NormalDist
-
-    z_crit = NormalDist().inv_cdf(1.0 - gw.FAMILYWISE_ALPHA / (2 * z.size))
+    z, z_crit = z_scores(succ, gw.marginal_conditional(prior, num_marginal, seed + 2))
     names = gw._names(prior)
     report = "\n".join(f"  {n:>22s}: z = {v:+8.3f}" for n, v in zip(names, z))
     return z, z_crit, report

@@ -38,9 +38,7 @@ direct simulator draws from.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from statistics import NormalDist
 
 import jax
 import jax.numpy as jnp
@@ -51,11 +49,12 @@ import bmczoo as bmc
 from bmczoo.inference import gibbs
 from bmczoo.inference.settings import SweepOptions
 
+from ._geweke import FAMILYWISE_ALPHA, bonferroni_z, run_chains, with_ratings, z_scores
+
 pytestmark = pytest.mark.usefixtures("x64")
 
 M1, M2, K, TAU = 6, 5, 2, 1.0
 D = M1 + M2
-FAMILYWISE_ALPHA = 0.01
 
 
 def _pattern():
@@ -159,13 +158,6 @@ def marginal_conditional(prior, size: int, seed: int) -> np.ndarray:
     return geweke_functions(prior, *joint_draws(prior, size, seed))
 
 
-# XLA's CPU backend optimisations triple the compile time of a sweep (jax.random.gamma
-# dominates) for a 3x faster sweep: on this tiny problem compiling is the cost.
-@functools.partial(
-    jax.jit,
-    static_argnames=("prior", "sampler_prior", "num_steps"),
-    compiler_options={"xla_backend_optimization_level": 0},
-)
 def _geweke_chains(
     problem, row_order, col_order, keys, gamma, M, N, Y, *, prior, sampler_prior, num_steps
 ):
@@ -176,11 +168,7 @@ def _geweke_chains(
         key, gamma, M, N, Y = carry
         key, k_sweep, k_y = jax.random.split(key, 3)
         # the problem built from this chain's current Y: only the CSR values change
-        prob = dataclasses.replace(
-            problem,
-            rows=problem.rows._replace(values=Y[row_order]),
-            cols=problem.cols._replace(values=Y[col_order]),
-        )
+        prob = with_ratings(problem, Y, row_order, col_order)
         state = gibbs.init(
             k_sweep[None], prob, sampler_prior, K, gamma=gamma[None], M=M[None], N=N[None]
         )
@@ -194,11 +182,7 @@ def _geweke_chains(
         Y = theta_obs + y_sd * jax.random.normal(k_y, theta_obs.shape, theta_obs.dtype)
         return (key, gamma, M, N, Y), f
 
-    def chain(key, gamma, M, N, Y):
-        _, out = jax.lax.scan(one_step, (key, gamma, M, N, Y), None, length=num_steps)
-        return out
-
-    return jax.vmap(chain)(keys, gamma, M, N, Y)
+    return run_chains(one_step, (keys, gamma, M, N, Y), num_steps)
 
 
 def successive_conditional(
@@ -282,17 +266,10 @@ def geweke(
         overrelax=overrelax,
     )
     marg = marginal_conditional(prior, num_marginal, seed + 2)
-    assert np.all(np.isfinite(succ)), "non-finite test function along the Gibbs chains"
-    chain_means = succ.mean(axis=1)  # iid across chains under H0 (stationary starts)
-    succ_mean = chain_means.mean(axis=0)
-    succ_se = chain_means.std(axis=0, ddof=1) / math.sqrt(num_chains)
-    marg_mean = marg.mean(axis=0)
-    marg_se = marg.std(axis=0, ddof=1) / math.sqrt(num_marginal)
-    z = (succ_mean - marg_mean) / np.sqrt(succ_se**2 + marg_se**2)
+    z, z_crit = z_scores(succ, marg)
     names = _names(prior)
-    assert len(names) == z.size
-    z_crit = NormalDist().inv_cdf(1.0 - FAMILYWISE_ALPHA / (2 * len(names)))
-    return GewekeResult(names, z, z_crit, succ_mean, marg_mean)
+    assert len(names) == z.size  # no test function is constant
+    return GewekeResult(names, z, z_crit, succ.mean(axis=(0, 1)), marg.mean(axis=0))
 
 
 # --------------------------------------------------------------------------- deliberately wrong samplers
@@ -428,7 +405,7 @@ def test_model_prior_predictive_matches_direct_simulation(name):
         a = np.column_stack([gamma.sum(axis=1), a])
         b = np.column_stack([ref[0].sum(axis=1), b])
     z = (a.mean(0) - b.mean(0)) / np.sqrt(a.var(0, ddof=1) / len(a) + b.var(0, ddof=1) / len(b))
-    z_crit = NormalDist().inv_cdf(1.0 - FAMILYWISE_ALPHA / (2 * z.size))
+    z_crit = bonferroni_z(z.size)
     assert np.max(np.abs(z)) < z_crit, f"{name}: z = {np.round(z, 2)}, z_crit = {z_crit:.2f}"
 
 
@@ -444,7 +421,6 @@ def test_geweke_detects_overrelaxation_without_the_noise_correction(monkeypatch)
         return kernels._tri(L, (1.0 - rho) * kernels._tri(L, rhs, False) + z + rho * LTx, True)
 
     monkeypatch.setattr(rows, "draw_rows", wrong)
-    # other chain/step counts than the tests above: a fresh trace picks up the patch
     res = geweke(
         PRIORS["discrete"], num_chains=100, num_steps=201, num_marginal=50_000, overrelax=-0.7
     )

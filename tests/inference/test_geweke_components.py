@@ -20,9 +20,7 @@ block with shape ``a + n`` instead of ``a + n/2``, and a bias-variance block wit
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from statistics import NormalDist
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +35,8 @@ from bmczoo.priors.normal_wishart import wishart_draw
 pytestmark = pytest.mark.usefixtures("x64")
 
 # the tiny problem of test_geweke.py (6 x 5, 15 observed entries, row 5 empty, K = 2)
-from .test_geweke import COLS, FAMILYWISE_ALPHA, K, M1, M2, N_OBS, ROWS, _unobs  # noqa: E402
+from ._geweke import run_chains, with_ratings, z_scores  # noqa: E402
+from .test_geweke import COLS, K, M1, M2, N_OBS, ROWS, _unobs  # noqa: E402
 
 TAU_FIXED = 1.0
 ENTRIES = [(int(ROWS[0]), int(COLS[0])), _unobs[0], (5, 0)]
@@ -134,11 +133,6 @@ def marginal_conditional(prior, likelihood, biases, size, seed):
 
 
 # --------------------------------------------------------------------------- Gibbs chains
-@functools.partial(
-    jax.jit,
-    static_argnames=("prior", "num_steps"),
-    compiler_options={"xla_backend_optimization_level": 0},
-)
 def _chains(problem, row_order, col_order, keys, state, Y, *, prior, num_steps):
     rows, cols = jnp.asarray(ROWS), jnp.asarray(COLS)
 
@@ -146,10 +140,7 @@ def _chains(problem, row_order, col_order, keys, state, Y, *, prior, num_steps):
         state, Y, key = carry
         key, k_y = jax.random.split(key)
         prob = dataclasses.replace(
-            problem,
-            rows=problem.rows._replace(values=Y[row_order]),
-            cols=problem.cols._replace(values=Y[col_order]),
-            sum_sq=jnp.sum(Y**2),
+            with_ratings(problem, Y, row_order, col_order), sum_sq=jnp.sum(Y**2)
         )
         state = gibbs.sweep(state, prob, prior)
         M, N, b, c = state.M[0], state.N[0], state.row_bias[0], state.col_bias[0]
@@ -159,11 +150,7 @@ def _chains(problem, row_order, col_order, keys, state, Y, *, prior, num_steps):
         Y = theta + jax.random.normal(k_y, theta.shape, theta.dtype) / jnp.sqrt(state.tau[0])
         return (state, Y, key), f
 
-    def chain(key, state, Y):
-        _, out = jax.lax.scan(one_step, (state, Y, key), None, length=num_steps)
-        return out
-
-    return jax.vmap(chain)(keys, state, Y)
+    return run_chains(one_step, (state, Y, keys), num_steps)
 
 
 def successive_conditional(
@@ -240,23 +227,7 @@ def geweke_z(
         seed=seed,
     )
     marg = marginal_conditional(prior, likelihood, biases, num_marginal, seed + 2)
-    assert np.all(np.isfinite(succ)), "non-finite test function along the Gibbs chains"
     return z_scores(succ, marg)
-
-
-def z_scores(succ, marg):
-    """Geweke z-scores of the successive-conditional chains ``succ`` (chains, steps, F)
-    against the marginal-conditional draws ``marg`` (draws, F), and the Bonferroni critical
-    value; functions that are constant in the model (e.g. the biases when they are off)
-    have se 0 and are left out."""
-    chain_means = succ.mean(axis=1)
-    se = np.sqrt(
-        chain_means.var(axis=0, ddof=1) / succ.shape[0] + marg.var(axis=0, ddof=1) / marg.shape[0]
-    )
-    keep = se > 0
-    z = (chain_means.mean(axis=0) - marg.mean(axis=0))[keep] / se[keep]
-    z_crit = NormalDist().inv_cdf(1.0 - FAMILYWISE_ALPHA / (2 * z.size))
-    return z, z_crit
 
 
 # --------------------------------------------------------------------------- deliberately wrong blocks

@@ -19,7 +19,6 @@ null part is not projected off the row space are each detected (``max |z| > 2 z_
 
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +32,7 @@ from bmczoo.priors.macau import arrays, eigen
 
 from . import test_geweke_macau as base
 from .test_geweke import COLS, K, M1, N_OBS, ROWS
-from .test_geweke_components import z_scores
+from ._geweke import run_chains, with_ratings, z_scores
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -47,9 +46,8 @@ TEMPLATE = _TEMPLATE.with_features(ROW_FEATURES, base.COL_FEATURES)
 X = {"M": ROW_FEATURES.to_dense(), "N": base.X["N"]}
 
 
-def _chain_fn(problem, prior, num_steps):
-    """The chains of ``test_geweke_macau`` with the chains' keys given to ``stored_links``
-    (a fresh jitted function per call: a monkeypatched module function is traced anew)."""
+def _chains(problem, prior, keys, state, Y, num_steps):
+    """The chains of ``test_geweke_macau`` with the chains' keys given to ``stored_links``."""
     rows, cols = jnp.asarray(ROWS), jnp.asarray(COLS)
     row_order = jnp.asarray(TEMPLATE.row_view.order)
     col_order = jnp.asarray(TEMPLATE.col_view.order)
@@ -57,11 +55,7 @@ def _chain_fn(problem, prior, num_steps):
     def one_step(carry, _):
         state, Y, key = carry
         key, k_y = jax.random.split(key)
-        prob = dataclasses.replace(
-            problem,
-            rows=problem.rows._replace(values=Y[row_order]),
-            cols=problem.cols._replace(values=Y[col_order]),
-        )
+        prob = with_ratings(problem, Y, row_order, col_order)
         state = gibbs.sweep(state, prob, prior)
         stored = macau.stored_links(state.prior_state, problem.links, state.key)
         prior_state = jax.tree.map(lambda x: x[0], {**state.prior_state, **stored})
@@ -70,10 +64,7 @@ def _chain_fn(problem, prior, num_steps):
         Y = theta + jax.random.normal(k_y, theta.shape, theta.dtype) / jnp.sqrt(base.TAU)
         return (state, Y, key), f
 
-    def chain(key, state, Y):
-        return jax.lax.scan(one_step, (state, Y, key), None, length=num_steps)[1]
-
-    return jax.jit(jax.vmap(chain), compiler_options={"xla_backend_optimization_level": 0})
+    return run_chains(one_step, (state, Y, keys), num_steps)
 
 
 def _coords(problem, state0, rng):
@@ -109,9 +100,8 @@ def geweke_z(*, num_chains=100, num_steps=200, num_marginal=40_000, seed=0):
 
     keys = jax.random.split(jax.random.key(seed + 10), num_chains)
     state = jax.vmap(start)(keys, *jax.tree.map(jnp.asarray, (prior_state, M, N)))
-    chains = _chain_fn(problem, base.PRIOR, num_steps)
-    succ = np.asarray(chains(jax.random.split(jax.random.key(seed), num_chains), state, Y))
-    assert np.all(np.isfinite(succ)), "non-finite test function along the Gibbs chains"
+    keys = jax.random.split(jax.random.key(seed), num_chains)
+    succ = _chains(problem, base.PRIOR, keys, state, Y, num_steps)
     return z_scores(succ, base.marginal_conditional(base.PRIOR, num_marginal, seed + 2))
 
 

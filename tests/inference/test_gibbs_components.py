@@ -33,11 +33,6 @@ by the Geweke tests (``test_geweke_components.py``); here:
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-from statistics import NormalDist
 
 import arviz as az
 import numpy as np
@@ -48,20 +43,14 @@ import bmczoo as bmc
 from bmczoo.inference import checkpoint as ck
 from bmczoo.inference import run as run_loop
 
-from ._devices import four_cpu_devices_env
+from ._devices import check_equal, run_four_devices
+from ._geweke import bonferroni_z
 
-FAMILYWISE_ALPHA = 0.01
 EPS = np.finfo(np.float64).eps
-SHARD_SCRIPT = Path(__file__).parent / "scripts" / "four_devices_components.py"
-SHARD_TOL = np.sqrt(EPS)
 
 ALL_THREE = dict(
     prior=bmc.priors.NormalWishart(), likelihood=bmc.likelihoods.LearnedNoise(), biases=True
 )
-
-
-def _z_crit(n):
-    return NormalDist().inv_cdf(1.0 - FAMILYWISE_ALPHA / (2 * n))
 
 
 # ============================================================================ Gibbs vs NUTS
@@ -170,7 +159,7 @@ def test_gibbs_agrees_with_nuts(config):
                 f"z {np.round(zs, 2)}"
             )
     z = np.concatenate(z)
-    zc = _z_crit(z.size)
+    zc = bonferroni_z(z.size)
     assert np.max(np.abs(z)) < zc, (
         f"{config}: NUTS and Gibbs disagree (z_crit {zc:.2f}):\n" + "\n".join(lines)
     )
@@ -179,12 +168,7 @@ def test_gibbs_agrees_with_nuts(config):
 # ============================================================================ sharding
 @pytest.mark.slow
 def test_sharded_equals_serial_with_all_components():
-    env = four_cpu_devices_env()
-    res = subprocess.run(
-        [sys.executable, str(SHARD_SCRIPT)], env=env, capture_output=True, text=True, timeout=900
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out = run_four_devices("components")
     assert out["devices"] == 4
     want = {
         "M",
@@ -201,14 +185,8 @@ def test_sharded_equals_serial_with_all_components():
         "theta",
     }
     assert want <= set(out["keys"]), out["keys"]
-    flags = {k: v for k, v in out.items() if isinstance(v, bool)}
-    assert all(flags.values()), {
-        k: v for k, v in flags.items() if not v
-    }  # same keys, shapes without padding
-    diffs = {k: v for k, v in out.items() if isinstance(v, float)}
+    diffs = check_equal(out)  # same keys, shapes without padding; float64 rounding only
     assert any(k.startswith("three_checkpointed/") for k in diffs)
-    bad = {k: v for k, v in diffs.items() if not v <= SHARD_TOL}
-    assert not bad, bad
 
 
 # ============================================================================ checkpoint, predict

@@ -18,7 +18,7 @@ from bmczoo.inference.gibbs.rows import _pattern_product
 from bmczoo import _native
 from bmczoo import linalg as kr
 
-from ._devices import four_cpu_devices_env
+from ._devices import run_four_devices
 
 RTOL = 1e-12  # float64: only the summation order differs
 
@@ -298,16 +298,6 @@ def test_vb_iterations_paths_equal(C, K, biases):
 def test_sharded_segment_path_equals_one_device_bcsr():
     """Four CPU devices (a child process), segment sums over the padded per-device blocks,
     against the one-device BCSR run: equal up to float64 rounding."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).parent / "scripts" / "four_devices_segment.py"
-    env = four_cpu_devices_env()
-    res = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    diffs = json.loads(res.stdout.strip().splitlines()[-1])
+    diffs = run_four_devices("hot-paths", timeout=600)
+    assert diffs.pop("devices") == 4
     assert diffs and all(v <= SWEEP_TOL for v in diffs.values()), diffs

@@ -34,7 +34,6 @@ priors with longer chains.
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 
 import arviz as az
 import jax
@@ -45,10 +44,11 @@ from numpyro.infer import MCMC, NUTS
 
 import bmczoo as bmc
 
+from ._geweke import bonferroni_z
+
 pytestmark = pytest.mark.usefixtures("x64")
 
 M, K = 20, 2
-FAMILYWISE_ALPHA = 0.01
 
 PRIORS = {
     "fixed": bmc.priors.Fixed(1.0),
@@ -184,7 +184,7 @@ def check_agreement(name, *, nuts_warmup, nuts_samples, gibbs_warmup, gibbs_samp
     z_mean = (a["mean"] - b["mean"]) / np.sqrt(a["mcse_mean"] ** 2 + b["mcse_mean"] ** 2)
     z_sd = (a["sd"] - b["sd"]) / np.sqrt(a["mcse_sd"] ** 2 + b["mcse_sd"] ** 2)
     z = np.concatenate([z_mean, z_sd])
-    z_crit = NormalDist().inv_cdf(1.0 - FAMILYWISE_ALPHA / (2 * z.size))
+    z_crit = bonferroni_z(z.size)
     report = "\n".join(
         f"  theta({r},{c}): mean nuts {a['mean'][e]:+.4f} gibbs {b['mean'][e]:+.4f} (z {z_mean[e]:+.2f}); "
         f"sd nuts {a['sd'][e]:.4f} gibbs {b['sd'][e]:.4f} (z {z_sd[e]:+.2f}); "

@@ -4,10 +4,6 @@ be set before JAX starts).  Sharded runs equal single-device runs with the same 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -16,25 +12,11 @@ import pytest
 import bmczoo as bmc
 from bmczoo.inference import sharding
 
-from ._devices import four_cpu_devices_env
-
-SCRIPT = Path(__file__).parent / "scripts" / "four_devices.py"
-
-# Differences come only from the summation order of psum (S_h) and of the all-gathered
-# products, i.e. float64 rounding (eps ~ 2.2e-16) propagated through the chain: plain
-# Gibbs forgets its state and stays near 1e-13 after 40 sweeps, the over-relaxed updates
-# (rho = -0.7) carry it forward and reach ~2e-9.  sqrt(eps) ~ 1.5e-8 bounds that with room,
-# while any wrong row, key or padding gives differences of order one.
-TOL = np.sqrt(np.finfo(np.float64).eps)
+from ._devices import TOL, check_equal, run_four_devices
 
 
 def _four_devices(*args) -> dict:
-    env = four_cpu_devices_env()
-    res = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    return run_four_devices(*args, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -43,15 +25,10 @@ def four_device_run():
 
 
 def _check_equal(out: dict) -> dict:
-    """The differences of a four-device run (all within TOL), shapes checked; returns them."""
-    assert out["devices"] == 4
-    flags = {k: v for k, v in out.items() if isinstance(v, bool)}
-    assert any("/shape/M" in k for k in flags), flags
-    assert all(flags.values()), flags  # same draws and shapes: padding rows are not returned
-    diffs = {k: v for k, v in out.items() if isinstance(v, float)}
-    bad = {k: v for k, v in diffs.items() if not v <= TOL}
-    assert not bad, bad
-    return diffs
+    """The differences of a four-device run (all within TOL), the factors' shapes among the
+    flags checked; returns them."""
+    assert any("/shape/M" in k for k, v in out.items() if isinstance(v, bool)), out
+    return check_equal(out, TOL)
 
 
 def test_four_devices_equal_one_device(four_device_run):

@@ -7,47 +7,17 @@ equal the single-device run with the same key (float64)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bmczoo.priors.macau.sharded import link_layout
 
-from ._devices import four_cpu_devices_env
-from .test_sharding import TOL
-
-SCRIPT = Path(__file__).parent / "scripts" / "four_devices_links.py"
+from ._devices import check_equal, run_four_devices
 
 
 def _four_devices(*args) -> dict:
-    res = subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        env=four_cpu_devices_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
-def _check_equal(out: dict) -> dict:
-    """The differences of the sharded runs (all within :data:`TOL`, the bound of
-    ``test_sharding``: float64 rounding of the psum-ed sums carried through the chain; a
-    wrong row, feature or padding gives differences of order one); every draw compared,
-    same keys and shapes (no padding rows returned)."""
-    assert out.pop("devices") == 4
-    keys = {k: v for k, v in out.items() if k.endswith("/keys")}
-    flags = {k: v for k, v in out.items() if isinstance(v, bool)}
-    assert flags and all(flags.values()), {k: v for k, v in flags.items() if not v}
-    diffs = {k: v for k, v in out.items() if k not in keys and k not in flags}
-    bad = {k: v for k, v in diffs.items() if not v <= TOL}
-    assert not bad, bad
-    return diffs
+    return run_four_devices("links", *args, timeout=600)
 
 
 def test_four_devices_with_links_equal_one_device():
@@ -56,7 +26,7 @@ def test_four_devices_with_links_equal_one_device():
     out = _four_devices()
     keys = set(out["side+implicit/keys"])
     assert {"B_M", "B_N", "lam_B_M", "lam_B_N", "M", "N"} <= keys
-    diffs = _check_equal(out)
+    diffs = check_equal(out)
     assert {k.rsplit("/", 1)[1] for k in diffs} >= {"B_M", "B_N", "pred_mean", "rmse_draw"}
 
 
@@ -66,7 +36,7 @@ def test_four_devices_with_links_checkpointed_and_one_side():
     only (the rows' plain prior beside it), sharded, equal one device; every sparse product
     on the GPUs' hot path (segment sums: the link blocks' padding entries dropped by their
     out-of-range row ids)."""
-    diffs = _check_equal(_four_devices("full", "segment"))
+    diffs = check_equal(_four_devices("full", "segment"))
     tags = {tuple(k.split("/")[:2]) for k in diffs}
     assert {
         ("side+implicit", "four"),

@@ -1,4 +1,4 @@
-"""Mean-field VB of the feature-driven biases (:mod:`bmczoo.bias_link_vb`; docs/algorithms.md,
+"""Mean-field VB of the feature-driven biases (:mod:`bmczoo.offsets.bias_link_vb`; docs/algorithms.md,
 "Biases"): each update against the dense formula in float64, the ELBO's gradient zero in
 each updated block (the update is the optimum of the ELBO term it changes), the ELBO never
 decreasing along a fit, and cold-start / fold-in predictions from ``x^T E[w]``."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import bmczoo as bmc
-from bmczoo import bias_link_vb as bvb
+from bmczoo.offsets import bias_link_vb as bvb
 
 from .test_bias_link_fit import BIASES, M1, PRIOR, _problem
 

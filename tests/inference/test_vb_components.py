@@ -27,11 +27,7 @@ What is checked (float64 unless said otherwise):
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +42,7 @@ from bmczoo.inference.gibbs import build_problem
 from bmczoo.likelihoods import LearnedNoise, Tempered
 from bmczoo.offsets import Biases
 
-from ._devices import four_cpu_devices_env
+from ._devices import check_equal, run_four_devices
 
 PRIORS = {
     "fixed": bmc.priors.Fixed(1.0),
@@ -400,59 +396,19 @@ def test_expected_sq_error_with_biases_matches_per_rating_formula():
 
 
 # ----------------------------------------------------------------------------- sharded
-_SHARDED_SCRIPT = textwrap.dedent("""
-    import json, jax
-    jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp, numpy as np
-    import bmczoo as bmc
-    from bmczoo.likelihoods import LearnedNoise, Tempered
-    from bmczoo.offsets import Biases
-    assert len(jax.devices()) == 4
-    sim = bmc.datasets.simulate_paper(43, seed=2, m2=30)
-    tr = sim.train
-    keep = (tr.rows != 5) & (tr.cols != 7)  # an empty row and an empty column
-    train = tr.subset(np.flatnonzero(keep))
-    test = train.subset(np.arange(25))
-    out = {}
-    cases = [("nw-learned-bias", bmc.priors.NormalWishart(), LearnedNoise(temper=0.8), True),
-             ("ig-tempered-bias", bmc.priors.InverseGamma(1.0, 0.1), Tempered(), True),
-             ("gamma-learned", bmc.priors.Gamma(beta=10.0), LearnedNoise(), False)]
-    for name, prior, lik, biases in cases:
-        kw = dict(K=4, method="vb", max_iter=12, tol=0.0, num_chains=2, progress_bar=False, seed=7, test=test,
-                  dtype=jnp.float64, prior=prior, likelihood=lik, biases=biases)
-        one = bmc.fit(train, **kw)
-        four = bmc.fit(train, devices=jax.devices(), **kw)
-        rel = lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / max(np.max(np.abs(a)), 1.0))
-        out[name] = {"elbo": rel(one.elbo, four.elbo), "m": rel(one.m, four.m), "n": rel(one.n, four.n),
-                     "rmse": rel(one.rmse_trace, four.rmse_trace),
-                     "q_prior": max(rel(v, four.q_prior[k]) for k, v in one.q_prior.items()),
-                     "q_noise": max([rel(v, four.q_noise[k]) for k, v in one.q_noise.items()] or [0.0]),
-                     "q_biases": max([rel(v, four.q_biases[k]) for k, v in one.q_biases.items()] or [0.0]),
-                     "pred": rel(one.predict(test.rows, test.cols), four.predict(test.rows, test.cols))}
-    print(json.dumps(out))
-""")
-
-
 @pytest.mark.slow  # the default suite shards VB in test_sharding.py and test_hot_path.py
 def test_sharded_equals_serial():
     """Four CPU devices (child process, rows padded: 43 x 30) against one; differences
     come only from the summation order of psums and all-gathered products: float64
     rounding carried through 12 iterations, bounded by ``sqrt(eps)`` as in
     ``test_sharding`` (a wrong row, padding or mask gives differences of order one)."""
-    env = four_cpu_devices_env()
-    res = subprocess.run(
-        [sys.executable, "-c", _SHARDED_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    tol = math.sqrt(np.finfo(np.float64).eps)
-    for name, diffs in out.items():
-        for k, v in diffs.items():
-            assert v < tol, (name, k, v)
+    out = run_four_devices("vb-components", timeout=600)
+    diffs = check_equal(out)
+    assert {k.split("/")[0] for k in diffs} == {
+        "nw-learned-bias",
+        "ig-tempered-bias",
+        "gamma-learned",
+    }
 
 
 # ----------------------------------------------------------------------------- bmc.fit

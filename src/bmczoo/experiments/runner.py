@@ -271,7 +271,7 @@ def plan_movielens(entries: Iterable[tuple], *, settings: Settings, K: int = 10)
         implicit feedback).  The hyper-parameters may be None (the prior's command-line
         defaults); the paper's RMSE NaN (a row the paper does not have).  The likelihood,
         biases and links are part of the cache keys unless they are the defaults, so the
-        paper's rows keep the keys of earlier versions.
+        keys of the paper's rows do not depend on components they do not use.
     settings : Settings
     K : int
         Latent dimension.

@@ -9,8 +9,8 @@ vary (:meth:`~bmczoo.priors.Prior.tuned_name`) and the prior for its starts
 
 A fit's likelihood and biases components are plain values too: their ``describe()`` as
 ``(name, value)`` pairs (:func:`component_pairs`), empty for the defaults (the paper's
-tempered likelihood, no biases), so that the cache keys of the paper's fits are those of
-earlier versions.  So are the prior's feature links (:func:`links_pairs`: the data's side
+tempered likelihood, no biases), so that the cache keys of the paper's fits do not depend on
+components they do not use.  So are the prior's feature links (:func:`links_pairs`: the data's side
 tables and implicit feedback, e.g. ``row_features=True, implicit=True``), empty without.
 """
 

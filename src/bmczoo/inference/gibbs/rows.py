@@ -273,9 +273,8 @@ def row_sums(
 
 
 #: the largest dense operand (bytes) of one CPU sparse product with the chains stacked as
-#: its columns; above it, one product per chain (the stacked operand no longer fits the
-#: caches: four chains at K = 32 on the MovieLens 1M shape, about 57 MB, took 1.5 times
-#: as long stacked as chain by chain, while at ML-100K's shape stacking is faster)
+#: its columns; above it, one product per chain, whose operand stays within the caches
+#: where a stacked one would not
 STACK_MAX_BYTES = 24 * 2**20
 
 
@@ -410,7 +409,7 @@ def sweep_factors(
     inv_var = 1.0 / state.bias_var
     bias_means = (None, None)
     if problem.bias_links:  # feature-driven biases: per-row prior means (one device)
-        from ... import bias_link
+        from ...offsets import bias_link
 
         bias_means = bias_link.prior_means(state.bias_link, problem.bias_links)
     x = FactorRows(state.M, state.N, state.row_bias, state.col_bias)

@@ -69,7 +69,7 @@ def _sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState
     )
     bias_state = state.bias_link
     if problem.bias_links:  # feature-driven biases: their link's blocks, all chains
-        from ... import bias_link
+        from ...offsets import bias_link
 
         bias_var, bias_state = bias_link.link_update(
             problem.biases, kv, (b, c), state.bias_var, state.bias_link, problem.bias_links

@@ -204,7 +204,7 @@ class GibbsState(NamedTuple):
     ``col_bias`` (C, m2) and ``bias_var`` (C, 2) (zero / unused without biases),
     ``bias_link`` the variables of the biases' feature links (``row_bias_wt`` (C, F) the
     coordinates of ``w`` in the eigenbasis, ``row_bias_lam`` (C,), the same with ``col_``;
-    empty without them, ``bmczoo.bias_link``),
+    empty without them, ``bmczoo.offsets.bias_link``),
     ``lik_state`` a latent likelihood's variables (``z`` (C, n) in row order, ``cuts``
     (C, L-1); empty otherwise), ``key`` (C,) PRNG keys, ``iteration`` number of sweeps
     done, and ``stats`` (:class:`RunStats`): the running sums, RMSE traces, failure record
@@ -571,7 +571,7 @@ def init(
     lik_state, L = _likelihood_start(problem, C, dtype)
     bias_link = {}
     if problem.bias_links:
-        from ... import bias_link as bl
+        from ...offsets import bias_link as bl
 
         start = bl.link_state(problem.bias_links, dtype)
         bias_link = {k: jnp.broadcast_to(v, (C,) + v.shape) for k, v in start.items()}

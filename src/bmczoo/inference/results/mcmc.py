@@ -135,7 +135,7 @@ class MCMCFit(FitResult):
         if known.size == 0:
             return None
         order = np.argsort(known, kind="stable")
-        # searchsorted on the sorted copy: with sorter= it is ~20x slower on millions of keys
+        # searchsorted on the sorted copy: with sorter= it is much slower on millions of keys
         known_sorted = known[order]
         pos = np.minimum(np.searchsorted(known_sorted, keys), known.size - 1)
         if np.all(known_sorted[pos] == keys):

@@ -175,7 +175,7 @@ def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: sh.Comm, 
             cols, m_all, comm.gather(V), PN, tau, sN, bias["c_mean"], comm.gather(bias["b_mean"])
         )
         # q(b_i) given q(M), q(N), q(c), then q(c_j) given the new q(b); then q(s_b^2), q(s_c^2)
-        # (with features first q(w), q(lam_w) of each linked side: bmczoo.bias_link_vb)
+        # (with features first q(w), q(lam_w) of each linked side: bmczoo.offsets.bias_link_vb)
         dt = m.dtype
         mb, mc = biases.vb_prior_means(bias)
         b_mean, b_var = biases.vb_bias_update(
@@ -295,7 +295,7 @@ def update(
     runs on each device.  ``links``: the arrays of a prior's feature links
     (``prior.gibbs_links``; one device), updated as :class:`~bmczoo.priors.macau.VBLink`
     says, and those of feature-driven biases under ``biases/``
-    (``bmczoo.bias_link_vb.VBBiasLink``).
+    (``bmczoo.offsets.bias_link_vb.VBBiasLink``).
     """
     links, bias_links = split_links(links)
     prior = check_links(prior, links, sharded)

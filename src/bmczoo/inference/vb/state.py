@@ -146,9 +146,9 @@ def split_links(links: dict | None) -> tuple[dict, dict]:
 
 
 def check_bias_links(biases, bias_links, sharded):
-    """The biases as the VB core sees them (``bmczoo.bias_link_vb.vb_biases``);
+    """The biases as the VB core sees them (``bmczoo.offsets.bias_link_vb.vb_biases``);
     feature-driven biases run on one device."""
-    from ...bias_link_vb import vb_biases
+    from ...offsets.bias_link_vb import vb_biases
 
     biases = vb_biases(biases, bias_links)
     if bias_links and sharded is not None:

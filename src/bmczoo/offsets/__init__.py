@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .data import RatingData
+from ..data import RatingData
 
 __all__ = ["GlobalMean", "Biases", "Shift", "looks_like_ratings", "get_biases"]
 
@@ -75,7 +75,7 @@ class GlobalMean:
     name = "global-mean"
 
     def __post_init__(self):
-        from ._checks import check_bool
+        from .._checks import check_bool
 
         check_bool("center", self.center)
         c = self.clip
@@ -121,7 +121,7 @@ class Biases:
     I_F)``, ``lam_w ~ Gamma(a_w, b_w)`` (NumPyro sites ``row_bias_w``, ``row_bias_lam``;
     docs/user-guide/priors.md, "Side information, implicit feedback and cold start"): a row
     with features and no ratings gets the bias its features predict.  Gibbs draws ``w``,
-    then ``s_b^2``, then ``lam_w`` from their exact conditionals (``bmczoo.bias_link``).
+    then ``s_b^2``, then ``lam_w`` from their exact conditionals (``bmczoo.offsets.bias_link``).
 
     Parameters
     ----------
@@ -149,8 +149,8 @@ class Biases:
     name = "biases"
 
     def __post_init__(self):
-        from ._checks import check_real
-        from .priors import macau
+        from .._checks import check_real
+        from ..priors import macau
 
         for k in ("a", "b", "a_w", "b_w"):
             object.__setattr__(self, k, check_real(k, getattr(self, k), low=0.0, low_open=True))
@@ -184,7 +184,7 @@ class Biases:
 
     def gibbs_links(self, ratings, dtype) -> dict:
         """The device arrays of the feature links for the fitted ``ratings`` (empty without
-        one; ``bmczoo.bias_link.gibbs_links``).
+        one; ``bmczoo.offsets.bias_link.gibbs_links``).
 
         Parameters
         ----------
@@ -205,7 +205,7 @@ class Biases:
 
     def sample_variance(self, key, sumsq, m: int):
         """``s^2 | b ~ InvGamma(a + m/2, b + sumsq/2)`` (``sumsq = sum_i b_i^2``)."""
-        from . import _rng
+        from .. import _rng
 
         return _rng.inverse_gamma(key, self.a + 0.5 * m, self.b + 0.5 * sumsq, sumsq.dtype)
 
@@ -255,7 +255,7 @@ class Biases:
 
     def vb_prior_means(self, q: dict) -> tuple:
         """The biases' prior means (zero: ``(None, None)``; with features the VB core sees
-        ``bmczoo.bias_link_vb.VBBiasLink``, whose means are ``X E[w]``).
+        ``bmczoo.offsets.bias_link_vb.VBBiasLink``, whose means are ``X E[w]``).
 
         Parameters
         ----------

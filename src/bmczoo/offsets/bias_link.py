@@ -17,8 +17,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import _rng
-from .priors import macau
+from .. import _rng
+from ..priors import macau
 
 __all__ = [
     "LABELS",

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from jax.scipy.special import digamma, gammaln
 
 from .bias_link import LABELS, side_link
-from .priors import macau
+from ..priors import macau
 
 __all__ = ["VBBiasLink", "vb_biases", "w_update", "lam_update", "variance_update"]
 
