@@ -39,9 +39,16 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
+    # MathJax 3 served from the built site (_static/mathjax/), not from a CDN, so that the
+    # mathematics renders offline; this extension sets mathjax_path and copies the files
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "numpydoc",
 ]
+# The served MathJax is version 3 (myst adds the classes it typesets to this configuration).
+# An undefined macro is a TeX error, shown and found by scripts/check_docs_render.py, rather
+# than MathJax 3's default of printing its name in red.
+mathjax3_config = {"tex": {"packages": {"[-]": ["noundefined"]}}}
 
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints"]
 templates_path = ["_templates"]
@@ -52,6 +59,9 @@ myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 nb_execution_mode = "off"
 nb_merge_streams = True
+# Notebook cells display their result tables as text/markdown (Markdown pipe tables);
+# myst-nb's default CommonMark parser has no tables and would print them as text
+nb_render_markdown_format = "gfm"
 
 # --- API reference --------------------------------------------------------------------
 autosummary_generate = True
@@ -107,7 +117,10 @@ if os.environ.get("BMCZOO_DOCS_INTERSPHINX") != "1":
 # projects resolve only with intersphinx; offline they are accepted as plain text.
 nitpicky = True
 nitpick_ignore_regex = [
-    (r"py:.*", r"(abc|numpy|numpyro|jax|jaxlib|arviz|xarray|pandas|matplotlib|scipy|optax)(\..*)?"),
+    (
+        r"py:.*",
+        r"(abc|urllib|numpy|numpyro|jax|jaxlib|arviz|xarray|pandas|matplotlib|scipy|optax)(\..*)?",
+    ),
     (r"py:class", r"Array"),  # jax.Array in signatures
 ]
 # Docstring references not yet resolvable (a name that is not documented, or written
