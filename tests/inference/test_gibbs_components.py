@@ -37,7 +37,6 @@ from __future__ import annotations
 import arviz as az
 import numpy as np
 import pytest
-import tqdm.auto
 
 import bmczoo as bmc
 from bmczoo.inference import checkpoint as ck
@@ -222,20 +221,18 @@ class _Interrupt(Exception):
     pass
 
 
-def _interrupting_bar(after: int):
-    """A progress bar whose ``after``-th update raises KeyboardInterrupt (Ctrl-C between
-    two compiled segments of the run)."""
+def _interrupting_update(stop):
+    """The run loop's progress update, raising KeyboardInterrupt (Ctrl-C between two
+    compiled chunks of the run) at its first call that reports an iteration ``it`` with
+    ``stop(it)``: the run then saves its work up to ``it``."""
+    update = run_loop.Progress.update
 
-    class Bar(tqdm.auto.tqdm):
-        calls = 0
+    def interrupting(self, it, n, seconds):
+        if stop(it):
+            raise KeyboardInterrupt
+        return update(self, it, n, seconds)
 
-        def update(self, n=1):
-            Bar.calls += 1
-            if Bar.calls == after:
-                raise KeyboardInterrupt
-            return super().update(n)
-
-    return Bar
+    return interrupting
 
 
 @pytest.mark.slow  # four fits, each compiled anew (~1 min on 2 cores)
@@ -245,16 +242,18 @@ def test_checkpoint_resume_is_exact_with_all_components(tmp_path, monkeypatch, f
     path = tmp_path / "run.npz"
     total = kw["num_warmup"] + kw["num_samples"]
     done = []
-    # checkpoint_every=9 with thinning 4: segments end at 4, 8, 9, 12, 16, 18, ...; the
-    # 3rd segment ends at a checkpoint (9), the 4th of the resumed run at 24 (none)
-    for after in (3, 4):
-        monkeypatch.setattr(run_loop, "tqdm", _interrupting_bar(after))
+    # checkpoint_every=9 (a chunk ends at every checkpoint): the first run stopped at its
+    # first checkpoint, the resumed run between two checkpoints, so that the last resume
+    # restores a Ctrl-C's state, not a checkpoint's
+    stops = (lambda it: it >= 9, lambda it: it > done[0] and it % 9 != 0)
+    for stop in stops:
+        monkeypatch.setattr(run_loop.Progress, "update", _interrupting_update(stop))
         with pytest.raises(KeyboardInterrupt, match="interrupted after"):
             bmc.fit(train, checkpoint=path, checkpoint_every=9, **kw)
         _, arrays = ck.load_npz(path)
         done.append(int(arrays["state/iteration"]))
     monkeypatch.undo()
-    assert 0 < done[0] < done[1] < total, done
+    assert done[0] == 9 and done[0] < done[1] < total, done
     assert done[1] % 9 != 0, done  # the second interrupt fell between checkpoints
     resumed = bmc.fit(train, checkpoint=path, checkpoint_every=9, **kw)
     a, b = full_run, resumed
