@@ -171,7 +171,7 @@ def test_devices_with_a_latent_likelihood_is_a_clear_error(method):
     kw = TINY if method == "gibbs" else dict(K=1, progress_bar=False)
     with pytest.raises(
         ValueError,
-        match="probit likelihood runs on one device: its sharded latent block is not "
+        match="probit likelihood runs on one device: its sharded per-rating block is not "
         r"implemented \(drop devices=\)",
     ):
         bmc.fit(

@@ -1,16 +1,22 @@
 """Likelihood components: the observation model of the ratings given ``theta``.
 
 Each likelihood lives in its own module with one :class:`~bmczoo.likelihoods.base.Likelihood`
-subclass; :func:`get_likelihood` and :func:`registry` find them by ``name``.
-Today: :class:`Tempered` (the paper's, the default), :class:`LearnedNoise`, and the
+subclass.  Every module here is imported and every subclass exported under its class name,
+so a new likelihood is one new module (plus its tests): ``bmc.likelihoods.MyLikelihood``,
+:func:`get_likelihood` and :func:`registry` then find it.  Today: :class:`Tempered` (the
+paper's, the default), :class:`LearnedNoise`, :class:`StudentT` (robust noise), and the
 latent-Gaussian :class:`Probit` (binary) and :class:`OrderedProbit` (ordinal levels).
 """
 
 import dataclasses
+import importlib
+import inspect
+import pkgutil
 
 from .base import Likelihood
 from .learned_noise import LearnedNoise
 from .probit import LatentLikelihood, OrderedProbit, Probit
+from .student_t import StudentT
 from .tempered import Tempered
 
 __all__ = [
@@ -20,9 +26,25 @@ __all__ = [
     "Probit",
     "OrderedProbit",
     "LatentLikelihood",
+    "StudentT",
     "get_likelihood",
     "registry",
 ]
+
+for _info in pkgutil.iter_modules(__path__):
+    if _info.name.startswith("_") or _info.name in ("base", "truncnorm"):
+        continue
+    _module = importlib.import_module(f"{__name__}.{_info.name}")
+    for _name, _obj in vars(_module).items():
+        if (
+            inspect.isclass(_obj)
+            and issubclass(_obj, Likelihood)
+            and _obj is not Likelihood
+            and _obj.__module__ == _module.__name__
+        ):
+            globals()[_name] = _obj
+            if _name not in __all__:
+                __all__.append(_name)
 
 
 def _all_subclasses(cls):

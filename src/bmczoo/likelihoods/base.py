@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = ["Likelihood", "LOG_2PI"]
 
@@ -34,6 +35,10 @@ class Likelihood(abc.ABC):
     #: whether the values are levels observed through a latent Gaussian (probit likelihoods)
     latent: ClassVar[bool] = False
 
+    #: whether each rating has a weight ``w_k`` (its precision ``tau w_k``) with its own
+    #: Gibbs block (:meth:`sample_weights`; a scale mixture of normals such as Student-t)
+    weighted: ClassVar[bool] = False
+
     #: whether the values are binary 0/1 (``predict_proba`` gives ``P(Y = 1)``)
     binary: ClassVar[bool] = False
 
@@ -51,6 +56,25 @@ class Likelihood(abc.ABC):
         """Gibbs block of a learned ``tau`` given ``SSE = sum_k (R_k - theta_k)^2`` (only
         called when :attr:`learned`)."""
         raise NotImplementedError(f"{type(self).__name__} has a fixed tau")
+
+    def sample_weights(self, key: jax.Array, resid: jax.Array, tau: jax.Array) -> jax.Array:
+        """Gibbs block of the per-rating weights (C, n) given the residuals ``Y - theta``
+        (C, n) and ``tau`` (C,) (only called when :attr:`weighted`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-rating weights")
+
+    # ------------------------------------------------------------------ outputs (numpy)
+    def noise_variance(self, inv_tau):
+        """The noise variance given ``E[1/tau]``: ``inv_tau`` for Gaussian noise."""
+        return inv_tau
+
+    def log_density(self, y, mean, inv_tau):
+        """``log p(y | theta = mean)`` with ``1/tau = inv_tau`` (numpy, broadcasting):
+        Gaussian here."""
+        return -0.5 * (np.log(2.0 * np.pi * inv_tau) + (y - mean) ** 2 / inv_tau)
+
+    def noise_draws(self, rng, shape, inv_tau):
+        """Draws of the noise ``Y - theta`` given ``1/tau = inv_tau`` (numpy): Gaussian here."""
+        return np.sqrt(inv_tau) * rng.standard_normal(shape)
 
     def sample_params(self) -> dict:
         """NumPyro sample statements of the likelihood's global variables (e.g. a learned

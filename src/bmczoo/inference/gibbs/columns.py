@@ -19,7 +19,8 @@ from ... import _rng
 from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import CSR, packed_position
-from .rows import FactorRows, FusedMoves, Side, row_sums, transform_sums
+from .latent import ratings_view
+from .rows import FactorRows, FusedMoves, RatingsView, Side, side_sums, transform_sums
 from .state import GibbsProblem, GibbsState, padded_dims
 
 __all__ = [
@@ -111,12 +112,8 @@ def column_moves(
     setup = (prior, (m1, m2), problem.biases is not None)
     x = FactorRows(state.M, state.N, state.row_bias, state.col_bias)
     if problem.mesh is None:
-        # a latent likelihood's z replace the ratings (per chain)
-        values = (
-            (state.lik_state["z"], state.lik_state["z"][:, problem.col_perm])
-            if problem.latent
-            else (None, None)
-        )
+        # a latent likelihood's z replace the ratings, a weighted one's weights weigh them
+        values = ratings_view(state.lik_state, problem) or (RatingsView(), RatingsView())
         M, N, gamma = _column_body(
             problem.rows, problem.cols, x, state.gamma, tb, (d1, d2), sh.LOCAL, setup, values
         )
@@ -279,21 +276,21 @@ def _column_body(
     draws,
     comm: sh.Comm,
     setup: tuple,
-    values=(None, None),
+    values=(RatingsView(), RatingsView()),
 ):
     """Both sides of the column moves on this device's rows (``comm``: see
     :class:`~bmczoo.inference.sharding.Comm`): ``M`` integrated and ``N`` rescaled, then
     the roles swapped.  ``draws`` the two sides' :func:`_move_draws`, ``setup = (prior,
-    (m1, m2), use_bias)``, ``values`` a latent likelihood's ``z`` in row and in column order
-    (or None).  Returns the new local ``M``, ``N`` and ``gamma``."""
+    (m1, m2), use_bias)``, ``values`` the likelihood's
+    :class:`~bmczoo.inference.gibbs.rows.RatingsView` in row and in column order.  Returns the new local ``M``, ``N`` and ``gamma``."""
     prior, (m1, m2), use_bias = setup
     M, N, b, c = x
-    side = Side(rows, M, comm.gather(N), b, comm.gather(c), values[0])
+    side = Side(rows, M, comm.gather(N), b, comm.gather(c), *values[0])
     M, T, gamma = _column_side(
         side, gamma, tb, draws[0], ColumnMove(prior, m1 + m2, m2, use_bias, comm.psum)
     )
     N = jnp.einsum("cjk,ckl->cjl", N, T)
-    side = Side(cols, N, comm.gather(M), c, comm.gather(b), values[1])
+    side = Side(cols, N, comm.gather(M), c, comm.gather(b), *values[1])
     N, T, gamma = _column_side(
         side, gamma, tb, draws[1], ColumnMove(prior, m1 + m2, m1, use_bias, comm.psum)
     )
@@ -323,7 +320,8 @@ def _log_jacobian(m: int, log_s):
 def _column_side(side: Side, gamma, tb, draws: dict, move: ColumnMove):
     """The column moves with ``side.own`` (C, m, K) integrated out and ``side.other``
     (C, m_other, K) rescaled, the ratings grouped by the rows of ``own`` (``side.csr``;
-    ``side.values`` (C, n) replace the ratings per chain: a latent likelihood's ``z``).
+    ``side.values`` (C, n) replace the ratings per chain: a latent likelihood's ``z``;
+    ``side.weights`` weigh them).
     Returns the new ``own``, the (C, K, K) matrix ``T`` that ``other`` must be multiplied
     by, and the new ``gamma``.  ``move.m_other`` is the true number of rows of ``other``;
     sharded, ``own`` and ``csr`` are this device's rows, ``other`` all rows (padding rows
@@ -337,7 +335,7 @@ def _column_side(side: Side, gamma, tb, draws: dict, move: ColumnMove):
     ``A_i = sum_j f_jh^2 = t^T G0_i t`` and the residual sum without column ``h`` is
     ``B_i = t^T Y_i - (G0_i t)^T (T x_i) + a_i A_i`` (``x_i`` the row of ``own``): O(m K^2)
     per column, with no pass over the ratings.  ``draws``: :func:`_move_draws`."""
-    sums = row_sums(side.csr, side.other, side.bias_other, move.use_bias, side.values)
+    sums = side_sums(side, move.use_bias)
     return _moves_from_sums(side, sums.G, sums.r, sums.sumO, sums.sumBO, gamma, tb, draws, move)
 
 

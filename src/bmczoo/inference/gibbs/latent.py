@@ -1,5 +1,7 @@
-"""A latent likelihood's block (probit, ordered probit): the cut points and the latent
-Gaussian ``z`` at the ratings given the factors, and the level probabilities.
+"""A likelihood's per-rating block: a latent likelihood's (probit, ordered probit) cut
+points and latent Gaussian ``z`` at the ratings given the factors, and the level
+probabilities; a weighted likelihood's (Student-t) weights; what either gives the factor
+blocks (:func:`ratings_view`).
 """
 
 from __future__ import annotations
@@ -8,9 +10,18 @@ import jax
 import jax.numpy as jnp
 
 from ...linalg import row_ids
+from .rows import RatingsView
 from .state import GibbsProblem, GibbsState
 
-__all__ = ["LATENT_STREAM", "ratings_theta", "latent_cuts", "latent_block", "level_probs"]
+__all__ = [
+    "LATENT_STREAM",
+    "ratings_theta",
+    "latent_cuts",
+    "latent_block",
+    "weights_block",
+    "ratings_view",
+    "level_probs",
+]
 
 #: the latent block's key stream (folded into the sweep's key)
 LATENT_STREAM = 0x6C6174  # "lat"
@@ -48,6 +59,28 @@ def latent_block(state: GibbsState, problem: GibbsProblem, keys: jax.Array) -> d
     if "cuts" in state.lik_state:
         out["cuts"] = cuts
     return out
+
+
+def weights_block(state: GibbsState, problem: GibbsProblem, keys: jax.Array) -> dict:
+    """A weighted likelihood's block (Student-t): the weights ``w`` (C, n) (row order)
+    given the factors, biases and ``tau``, from the likelihood's ``sample_weights``."""
+    resid = problem.rows.values[None] - ratings_theta(state, problem)
+    return {"w": problem.likelihood.sample_weights(keys, resid, state.tau)}
+
+
+def ratings_view(lik_state: dict, problem: GibbsProblem):
+    """The factor blocks' :class:`~bmczoo.inference.gibbs.rows.RatingsView` in row and in
+    column order from the likelihood's per-rating variables (``z``: values; ``w``:
+    weights), or None when the blocks see the ratings themselves."""
+    z, w = lik_state.get("z"), lik_state.get("w")
+    if z is None and w is None:
+        return None
+    perm = problem.col_perm
+
+    def cols(x):
+        return None if x is None else x[:, perm]
+
+    return RatingsView(z, w), RatingsView(cols(z), cols(w))
 
 
 def level_probs(theta: jax.Array, cuts: jax.Array) -> jax.Array:

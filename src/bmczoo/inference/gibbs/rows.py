@@ -35,6 +35,7 @@ from .state import GibbsProblem, GibbsState, pad_vec, padded_dims
 
 __all__ = [
     "FactorRows",
+    "RatingsView",
     "Side",
     "Conditional",
     "SweepFlags",
@@ -55,11 +56,21 @@ class FactorRows(NamedTuple):
     c: jax.Array
 
 
+class RatingsView(NamedTuple):
+    """What a likelihood's per-rating block gives the factor blocks, per chain, in the
+    order of one side's ratings: ``values`` (C, n) that replace the ratings (a latent
+    likelihood's ``z``) and ``weights`` (C, n), rating ``k``'s precision ``tb w_k`` (a
+    scale mixture such as Student-t); None: the ratings, unit weights."""
+
+    values: jax.Array | None = None
+    weights: jax.Array | None = None
+
+
 class Side(NamedTuple):
     """The operands of half a sweep: the ratings grouped by the rows being updated
     (``csr``), those rows ``own`` (C, m, K), the other factor ``other`` (C, m_other, K, all
-    rows), the biases ``bias_own`` (C, m) and ``bias_other`` (C, m_other), and ``values``
-    (C, n): per-chain values that replace the ratings (a latent likelihood's ``z``), or None."""
+    rows), the biases ``bias_own`` (C, m) and ``bias_other`` (C, m_other), and the fields
+    of a :class:`RatingsView` (``values``, ``weights``)."""
 
     csr: CSR
     own: jax.Array
@@ -67,6 +78,7 @@ class Side(NamedTuple):
     bias_own: jax.Array
     bias_other: jax.Array
     values: jax.Array | None = None
+    weights: jax.Array | None = None
 
 
 class Conditional(NamedTuple):
@@ -95,7 +107,9 @@ class SweepFlags(NamedTuple):
 class RowSums(NamedTuple):
     """The per-row sums of half a sweep (:func:`row_sums`): ``Gp`` the packed upper
     triangles of ``G_i = sum_j N_j N_j^T`` (C, m, K(K+1)/2), ``G`` the same unpacked (C, m, K, K), ``r`` (C, m, K), and with biases ``sumO``,
-    ``sumBO`` (C, m, K), ``sumB`` and ``sumY`` (C, m) (else None)."""
+    ``sumBO`` (C, m, K), ``sumB`` and ``sumY`` (C, m) (else None); with weights each
+    term is multiplied by its rating's weight and ``count`` (C, m) holds the rows' sums of
+    weights (None: unit weights, the rows' numbers of ratings)."""
 
     Gp: jax.Array | None
     G: jax.Array
@@ -104,11 +118,14 @@ class RowSums(NamedTuple):
     sumBO: jax.Array | None
     sumB: jax.Array | None
     sumY: jax.Array | None
+    count: jax.Array | None = None
 
 
 def side_sums(side: Side, use_bias: bool, packed: bool = False) -> RowSums:
     """:func:`row_sums` of ``side``."""
-    return row_sums(side.csr, side.other, side.bias_other, use_bias, side.values, packed)
+    return row_sums(
+        side.csr, side.other, side.bias_other, use_bias, side.values, packed, side.weights
+    )
 
 
 def transform_sums(sums: RowSums, T) -> RowSums:
@@ -143,7 +160,9 @@ def transform_sums(sums: RowSums, T) -> RowSums:
     else:  # two batched products over the chains (not one per row: see _packed_quadratic)
         G = jnp.einsum("ckl,cmkq->cmlq", T, jnp.einsum("cmkp,cpq->cmkq", sums.G, T))
         Gp = pack_upper(G)
-    return RowSums(Gp, G, vec(sums.r), vec(sums.sumO), vec(sums.sumBO), sums.sumB, sums.sumY)
+    return RowSums(
+        Gp, G, vec(sums.r), vec(sums.sumO), vec(sums.sumBO), sums.sumB, sums.sumY, sums.count
+    )
 
 
 def half_sweep(
@@ -171,17 +190,18 @@ def half_sweep(
     final values, computed on the second side).  ``sums``: the per-row sums when already at
     hand (:func:`side_sums`; the fused column moves transform them, :func:`transform_sums`).
     """
-    csr, own, other, bias_own, bias_other, values = side
+    csr, own, other, bias_own = side.csr, side.own, side.other, side.bias_own
     rho, use_bias, sse, bordered = flags
     tb, inv_var = cond.tb, cond.inv_var
     C, m_other, K = other.shape
     dtype = other.dtype
     if sums is None:
         sums = side_sums(side, use_bias)
-    Gp, G, r, sumO, sumBO, sumB, sumY = sums
+    Gp, G, r, sumO, sumBO, sumB, sumY, count = sums
     part = jnp.zeros((C,), dtype)
     if use_bias:
-        count = jnp.diff(csr.indptr).astype(dtype)
+        if count is None:
+            count = jnp.diff(csr.indptr).astype(dtype)
         p = inv_var[:, None] + tb[:, None] * count
         data = tb[:, None] * (sumY - sumB - jnp.sum(own * sumO, axis=-1))
         if cond.bias_mean is not None:  # b_i ~ N(x_i^T w, s^2): the prior mean's term
@@ -229,14 +249,22 @@ def _packed_quadratic(Gp, x):
 
 
 def row_sums(
-    csr: CSR, other, bias_other, use_bias: bool, values=None, packed: bool = False
+    csr: CSR,
+    other,
+    bias_other,
+    use_bias: bool,
+    values=None,
+    packed: bool = False,
+    weights=None,
 ) -> RowSums:
     """The per-row sums over the ratings that a half sweep and the column moves need (a
     :class:`RowSums`; ``other`` (C, m_other, K) the other factor, all rows):
     ``G_i = sum_j N_j N_j^T`` (C, m, K, K) with its packed upper triangles ``Gp``
     (C, m, K(K+1)/2), ``r_i = sum_j Y_ij N_j`` (C, m, K), and with biases ``sum_j N_j``,
     ``sum_j c_j N_j`` (C, m, K), ``sum_j c_j`` and ``sum_j Y_ij`` (C, m) (else None).
-    ``values`` (C, n), when given, replace the ratings per chain (one product per chain).
+    ``values`` (C, n), when given, replace the ratings per chain (one product per chain);
+    ``weights`` (C, n), when given, multiply every rating's terms (one product per chain on
+    the sparse-product path, whose pattern then holds the weights) and give ``count``.
     ``packed``: ``Gp`` is wanted (the fused column moves); on the compiled kernel's path
     it is None otherwise.
 
@@ -247,12 +275,17 @@ def row_sums(
     C, m_other, K = other.shape
     vparts = [other] + ([jnp.ones((C, m_other, 1), other.dtype)] if use_bias else [])
     Rdense = jnp.concatenate(vparts, -1) if use_bias else vparts[0]
+    if weights is not None:
+        y = csr.values[None] if values is None else values
+        values = weights * y
     if values is None:
         Rall = _pattern_product(csr, csr.values, Rdense)
-    else:  # per-chain values (a latent z): one product per chain
+    else:  # per-chain values (a latent z, weighted ratings): one product per chain
         Rall = jnp.stack([pattern_product(csr, values[i], Rdense[i]) for i in range(C)])
     r = Rall[..., :K]
     sumY = Rall[..., K] if use_bias else None
+    if weights is not None:
+        return _weighted_sums(csr, other, bias_other, use_bias, weights, (r, sumY))
     if uses_gram_kernel(csr, K):  # the Gram matrices and the biases' sums in one pass
         w = jnp.stack([bias_other, jnp.ones_like(bias_other)], -1) if use_bias else None
         G, Gp, S, Sw = pattern_gram(csr, other, w, packed=packed)
@@ -270,6 +303,28 @@ def row_sums(
         return RowSums(Gp, G, r, None, None, None, None)
     sumO, sumBO, sumB = Gall[..., T : T + K], Gall[..., T + K : T + 2 * K], Gall[..., T + 2 * K]
     return RowSums(Gp, G, r, sumO, sumBO, sumB, sumY)
+
+
+def _weighted_sums(csr: CSR, other, bias_other, use_bias: bool, weights, rhs) -> RowSums:
+    """:func:`row_sums`'s Gram matrices and biases' sums with per-chain weights (C, n): one
+    sparse product per chain whose pattern holds the weights; ``rhs = (r, sumY)`` the
+    weighted sums of the values."""
+    C, m_other, K = other.shape
+    T = K * (K + 1) // 2
+    parts = [pack_upper(outer(other))]
+    if use_bias:
+        ones = jnp.ones((C, m_other, 1), other.dtype)
+        parts += [other, bias_other[..., None] * other, bias_other[..., None], ones]
+    dense = jnp.concatenate(parts, -1) if use_bias else parts[0]
+    Gall = jnp.stack([pattern_product(csr, weights[i], dense[i]) for i in range(C)])
+    Gp = Gall[..., :T]
+    G = unpack_upper(Gp, K)
+    r, sumY = rhs
+    if not use_bias:
+        return RowSums(Gp, G, r, None, None, None, None)
+    sumO, sumBO = Gall[..., T : T + K], Gall[..., T + K : T + 2 * K]
+    sumB, count = Gall[..., T + 2 * K], Gall[..., T + 2 * K + 1]
+    return RowSums(Gp, G, r, sumO, sumBO, sumB, sumY, count)
 
 
 #: the largest dense operand (bytes) of one CPU sparse product with the chains stacked as
@@ -300,7 +355,7 @@ def _sweep_body(
     comm: sh.Comm,
     flags: SweepFlags,
     factor_stats,
-    values=(None, None),
+    values=(RatingsView(), RatingsView()),
     moves: tuple | None = None,
 ):
     """Rows of M (and their biases), then rows of N (and theirs), on this device's rows.
@@ -310,8 +365,7 @@ def _sweep_body(
     precisions (C, 2) and the biases' prior means ((C, m1) or None, (C, m2) or None;
     optional);
     ``factor_stats`` the prior's statistics of the factors (one function, or one per side);
-    ``values``: per-chain values (C, n) in row and in column order that replace the
-    ratings (a latent likelihood's ``z``), or None.  ``moves = (FusedMoves, (gamma,
+    ``values``: the likelihood's :class:`RatingsView` in row and in column order.  ``moves = (FusedMoves, (gamma,
     (draws of M's side, of N's side), due))`` runs each side's column moves between its
     sums and its draw; the rows' priors then come from the moved ``gamma`` (``cond[0]``
     unused).  Returns the new local arrays, non-finite masks and
@@ -320,7 +374,7 @@ def _sweep_body(
     mb, mc = means[0] if means else (None, None)
     N_all, c_all = comm.gather(x.N), comm.gather(x.c)
     xN = x.N
-    side = Side(rows, x.M, N_all, x.b, c_all, values[0])
+    side = Side(rows, x.M, N_all, x.b, c_all, *values[0])
     sums = None
     if moves is not None:
         # the column moves with M integrated and N rescaled, from the sums this half sweep
@@ -337,7 +391,7 @@ def _sweep_body(
     )
     M, b = comm.mask(M, 0), comm.mask(b, 0)
     M_all, b_all = comm.gather(M), comm.gather(b)
-    side = Side(cols, xN, M_all, x.c, b_all, values[1])
+    side = Side(cols, xN, M_all, x.c, b_all, *values[1])
     if moves is not None:  # the same with the roles swapped: N integrated, M rescaled
         sums = side_sums(side, flags.use_bias, packed=True)
         own, T, gamma, sums = moves.side(1, side, sums, gamma, tb, draws[1], comm.psum, due)
@@ -392,7 +446,8 @@ def sweep_factors(
 ):
     """The factor blocks of a sweep (:func:`_sweep_body`) on one device or sharded over the
     problem's mesh: ``z`` the standard normals of the rows (unpadded), ``tb`` (C,) the
-    block precision, ``values`` (C, n) a latent likelihood's ``z`` in row order (or None),
+    block precision, ``values`` the likelihood's :class:`RatingsView` in row and in column
+    order (None: the ratings),
     ``moves = (FusedMoves, (gamma, draws, due))`` the column moves inside the sweep (the
     draws padded as the rows are on the problem's mesh; or None).  Returns ``(M, N, b, c,
     badM, badN, stats)``, and the moved ``gamma`` last with ``moves``.
@@ -416,7 +471,7 @@ def sweep_factors(
     if problem.mesh is not None:
         return _sharded_factors(problem, state, prior, (x, z), (tb, inv_var), flags, moves)
     priors, factor_stats = _row_prior(prior, state.prior_state, problem.links, problem.dims)
-    vals = (None, None) if values is None else (values, values[:, problem.col_perm])
+    vals = (RatingsView(), RatingsView()) if values is None else values
     return _sweep_body(
         problem.rows,
         problem.cols,

@@ -19,9 +19,16 @@ from ...priors import Prior
 from .. import thinning
 from .anneal import ANNEAL_STREAM, annealed_switch
 from .columns import COLUMN_STREAM, column_moves, fused_moves
-from .latent import LATENT_STREAM, latent_block, latent_cuts, level_probs
+from .latent import (
+    LATENT_STREAM,
+    latent_block,
+    latent_cuts,
+    level_probs,
+    ratings_view,
+    weights_block,
+)
 from .rows import FactorRows, sweep_factors
-from .state import GibbsProblem, GibbsState, RunStats, entries
+from .state import PER_RATING, GibbsProblem, GibbsState, RunStats, entries
 
 __all__ = ["sweep", "step", "check_failure", "is_kept"]
 
@@ -39,13 +46,17 @@ def sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
 def _sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState:
     keys, z, kg, kt, kv = _sweep_draws(state, problem)
     tb = problem.block_precision(state.tau)
-    lik_state, values = state.lik_state, None
-    if problem.latent:
+    lik_state = state.lik_state
+    if problem.latent or problem.weighted:
         # its own key stream: the other blocks draw from the keys they use without it
-        lik_state = latent_block(
+        block = latent_block if problem.latent else weights_block
+        lik_state = block(
             state, problem, jax.vmap(lambda k: jax.random.fold_in(k, LATENT_STREAM))(state.key)
         )
-        values = lik_state["z"]
+    values = ratings_view(lik_state, problem)
+    sum_sq = jnp.broadcast_to(problem.sum_sq, state.tau.shape)
+    if problem.weighted:  # the weighted SSE's constant term, per chain
+        sum_sq = jnp.sum(lik_state["w"] * problem.rows.values[None] ** 2, axis=1)
     fused = None
     opts = problem.options
     if opts.column_moves and opts.fuse_column_moves:
@@ -59,7 +70,7 @@ def _sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState
         _rng.draw_together(functools.partial(_chain_blocks, problem, prior))
     )(
         ChainBlocks(kt, kv, kg),
-        part,
+        sum_sq + part,
         sumsq,
         sM,
         sN,
@@ -144,11 +155,9 @@ class ChainBlocks(NamedTuple):
     prior: jax.Array
 
 
-def _chain_blocks(
-    problem: GibbsProblem, prior: Prior, keys: ChainBlocks, part, sumsq, sM, sN, *old
-):
-    """One chain's blocks after the factors: a learned ``tau`` from the squared error
-    ``sum_sq + part``, the bias variances from the biases' sums of squares ``sumsq`` (2,),
+def _chain_blocks(problem: GibbsProblem, prior: Prior, keys: ChainBlocks, sse, sumsq, sM, sN, *old):
+    """One chain's blocks after the factors: a learned ``tau`` from the (weighted) squared
+    error ``sse`` (the sum of the squared values plus the factor blocks' part), the bias variances from the biases' sums of squares ``sumsq`` (2,),
     then the prior's variables from the factors' statistics ``sM``, ``sN``; ``old`` the
     chain's ``(tau, bias_var, prior_state)``, kept where the model has no such block.  Its
     small gamma and normal draws are made in one call per kind
@@ -156,7 +165,7 @@ def _chain_blocks(
     tau, bias_var, prior_state = old
     m1, m2 = problem.dims
     if problem.learned_tau:
-        sse = jnp.maximum(problem.sum_sq + part, 0.0)  # rounding can take a tiny SSE below zero
+        sse = jnp.maximum(sse, 0.0)  # rounding can take a tiny SSE below zero
         tau = problem.likelihood.sample_tau(keys.tau, sse, problem.num_ratings)
     if problem.biases is not None and not problem.bias_links:  # linked: bias_link.link_update
         bias_var = jnp.stack(
@@ -222,7 +231,7 @@ def _variables(state: GibbsState) -> tuple[list[str], jax.Array]:
     """The names and (C, V) values of the non-factor variables (the prior's, tau, bias
     variances, a latent likelihood's cut points), flattened per chain, for the failure record."""
     names, values = [], []
-    extra = {k: v for k, v in state.lik_state.items() if k != "z"}
+    extra = {k: v for k, v in state.lik_state.items() if k not in PER_RATING}
     for name, x in {**state.prior_state, **extra, **state.bias_link}.items():
         size = int(np.prod(x.shape[1:], dtype=int))
         names += [f"{name}_{i + 1}" for i in range(size)] if size > 1 else [name]

@@ -164,6 +164,11 @@ class GibbsProblem:
         """Whether the likelihood observes the ratings through a latent Gaussian ``z``."""
         return self.likelihood is not None and self.likelihood.latent
 
+    @property
+    def weighted(self) -> bool:
+        """Whether each rating has a weight with its own block (Student-t)."""
+        return self.likelihood is not None and self.likelihood.weighted
+
     def block_precision(self, tau):
         """The precision the factor and bias blocks see, per chain."""
         return tau if self.likelihood is None else self.likelihood.block_precision(tau)
@@ -307,10 +312,16 @@ def build_problem(
     m1, m2 = ratings.shape
     likelihood = bind_likelihood(likelihood, ratings)
     latent = likelihood is not None and likelihood.latent
-    if latent and mesh is not None:
+    per_rating = likelihood is not None and (latent or likelihood.weighted)
+    if per_rating and mesh is not None:
         raise ValueError(
-            f"the {likelihood.name} likelihood runs on one device: its sharded latent block is not "
-            "implemented (drop devices=)"
+            f"the {likelihood.name} likelihood runs on one device: its sharded per-rating block "
+            "is not implemented (drop devices=)"
+        )
+    if likelihood is not None and likelihood.weighted and options.anneal_steps:
+        raise ValueError(
+            f"the annealed switch (anneal_steps) is not implemented with the {likelihood.name} "
+            "likelihood's per-rating weights (drop anneal_steps)"
         )
     entry_arrays = _entry_arrays(ratings, entries, dtype)
     with shared_link_arrays():  # a table linked by the prior and the biases: once
@@ -426,18 +437,19 @@ def bind_likelihood(likelihood, ratings: RatingData):
 def _latent_data(likelihood, ratings: RatingData, dtype) -> dict:
     """``levels`` (row order), ``col_perm`` and ``cut_step`` of a latent likelihood (empty
     arrays otherwise)."""
-    if not (likelihood is not None and likelihood.latent):
-        e = device_array(np.zeros(0, np.int32))
-        return {"levels": e, "col_perm": e, "cut_step": device_array(np.zeros(0), dtype)}
+    e = device_array(np.zeros(0, np.int32))
+    out = {"levels": e, "col_perm": e, "cut_step": device_array(np.zeros(0), dtype)}
+    if likelihood is None or not (likelihood.latent or likelihood.weighted):
+        return out
     rv, cv = ratings.row_view, ratings.col_view
-    levels = likelihood.level_index(rv.values)
     row_pos = np.empty(ratings.n, np.int64)
     row_pos[np.asarray(rv.order)] = np.arange(ratings.n)
-    return {
-        "levels": jnp.asarray(levels),
-        "col_perm": jnp.asarray(row_pos[np.asarray(cv.order)].astype(np.int32)),
-        "cut_step": jnp.asarray(likelihood.cut_step(levels), dtype),
-    }
+    out["col_perm"] = jnp.asarray(row_pos[np.asarray(cv.order)].astype(np.int32))
+    if likelihood.latent:
+        levels = likelihood.level_index(rv.values)
+        out["levels"] = jnp.asarray(levels)
+        out["cut_step"] = jnp.asarray(likelihood.cut_step(levels), dtype)
+    return out
 
 
 def _entries(ratings: RatingData, predict, track, test_values):
@@ -497,7 +509,8 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
     out["theta"] = entries(state, problem, e.track_rows, e.track_cols)
     if problem.learned_tau:
         out["tau"] = state.tau
-    out.update({k: v for k, v in state.lik_state.items() if k != "z"})  # learned cut points
+    # learned cut points; not the per-rating variables (z, w)
+    out.update({k: v for k, v in state.lik_state.items() if k not in PER_RATING})
     if problem.biases is not None:
         out["row_bias_var"], out["col_bias_var"] = state.bias_var[:, 0], state.bias_var[:, 1]
     for name, x in state.bias_link.items():  # w as large as a factor's row: with the factors
@@ -633,6 +646,8 @@ def _prior_start(problem: GibbsProblem, prior: Prior, K: int, C: int, overrides:
 def _likelihood_start(problem: GibbsProblem, C: int, dtype) -> tuple[dict, int]:
     """A latent likelihood's variables at the start (``z`` zero, the cut points at the
     likelihood's start when learned) and its number of levels (empty and 0 otherwise)."""
+    if problem.weighted:  # unit weights: the first sweep draws them
+        return {"w": jnp.ones((C, problem.num_ratings), dtype)}, 0
     if not problem.latent:
         return {}, 0
     lik = problem.likelihood
@@ -643,6 +658,9 @@ def _likelihood_start(problem: GibbsProblem, C: int, dtype) -> tuple[dict, int]:
         lik_state["cuts"] = jnp.broadcast_to(jnp.asarray(cuts0, dtype), (C, L - 1))
     return lik_state, L
 
+
+#: a likelihood's per-rating variables in ``GibbsState.lik_state`` (not stored as draws)
+PER_RATING = ("z", "w")
 
 #: state fields whose axis 1 holds the rows of M / of N (padded and sharded on a mesh)
 _ROW_FIELDS = {"M": 0, "row_bias": 0, "N": 1, "col_bias": 1}

@@ -87,8 +87,9 @@ def add_gaussian_groups(fa: FitArrays, fit, theta, tau, y, rng) -> str:
         var = (1.0 / np.asarray(tau, np.float64))[..., None]
         noise = "the draws of the learned tau"
     mean = theta + float(fit.info.shift.offset)
-    fa.groups["log_likelihood"] = {"y": -0.5 * (np.log(2.0 * np.pi * var) + (y - mean) ** 2 / var)}
-    fa.groups["posterior_predictive"] = {"y": mean + np.sqrt(var) * rng.standard_normal(mean.shape)}
+    lik = fit.info.likelihood
+    fa.groups["log_likelihood"] = {"y": lik.log_density(y, mean, var)}
+    fa.groups["posterior_predictive"] = {"y": mean + lik.noise_draws(rng, mean.shape, var)}
     return noise
 
 

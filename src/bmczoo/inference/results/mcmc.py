@@ -173,10 +173,14 @@ class MCMCFit(FitResult):
         return out.draws_theta_moments(self._draws(), r, c)
 
     def noise_var(self) -> float:
-        """``E[1/tau]``: mean of ``1/tau`` over the kept draws of a learned tau, else the
-        fixed ``1/tau``."""
-        if self.info.likelihood.learned and "tau" in self.samples:
-            return float(np.mean(1.0 / np.asarray(self.samples["tau"], np.float64)))
+        """The noise variance: ``E[1/tau]`` (the mean of ``1/tau`` over the kept draws of a
+        learned tau, else the fixed ``1/tau``) for Gaussian noise, ``nu / (nu - 2) E[1/tau]``
+        for Student-t (the likelihood's ``noise_variance``)."""
+        lik = self.info.likelihood
+        if lik.learned and "tau" in self.samples:
+            return float(
+                lik.noise_variance(np.mean(1.0 / np.asarray(self.samples["tau"], np.float64)))
+            )
         return 1.0 / float(self.info.tau)
 
     def log_predictive_density(self, test) -> float:
@@ -200,7 +204,13 @@ class MCMCFit(FitResult):
             return self._gaussian_lpd(test)
         d = self._draws()
         lp = out.draws_lpd(
-            d, test.rows, test.cols, test.values, self.info.shift.offset, self.info.tau
+            d,
+            test.rows,
+            test.cols,
+            test.values,
+            self.info.shift.offset,
+            self.info.tau,
+            self.info.likelihood,
         )
         return float(np.mean(lp))
 

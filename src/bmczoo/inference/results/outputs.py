@@ -114,8 +114,9 @@ def draws_theta_moments(d: dict, rows, cols) -> tuple[np.ndarray, np.ndarray]:
     return mean, var
 
 
-def draws_lpd(d: dict, rows, cols, y, offset: float, tau: float) -> np.ndarray:
-    """``log mean_s N(y | theta_s + offset, 1/tau_s)`` per entry (a mixture over draws)."""
+def draws_lpd(d: dict, rows, cols, y, offset: float, tau: float, lik=None) -> np.ndarray:
+    """``log mean_s p(y | theta_s + offset, 1/tau_s)`` per entry (a mixture over draws) with
+    the likelihood's density (``lik.log_density``; None: Gaussian)."""
     from scipy.special import logsumexp
 
     var = (
@@ -123,7 +124,12 @@ def draws_lpd(d: dict, rows, cols, y, offset: float, tau: float) -> np.ndarray:
     )
     out = np.zeros(len(rows))
     for p0, p1, t in draw_blocks(d, rows, cols):
-        lp = gaussian_logpdf(np.asarray(y[p0:p1], np.float64)[None], t + offset, var)
+        yb = np.asarray(y[p0:p1], np.float64)[None]
+        lp = (
+            gaussian_logpdf(yb, t + offset, var)
+            if lik is None
+            else lik.log_density(yb, t + offset, var)
+        )
         out[p0:p1] = logsumexp(lp, axis=0) - math.log(t.shape[0])
     return out
 

@@ -75,8 +75,9 @@ class SVIFit(FitResult):
         """``E_q[1/tau]`` over the guide's draws of a learned tau (MAP: ``1/tau`` at the
         point), else the fixed ``1/tau``."""
         src = self._draw_source()
-        if self.info.likelihood.learned and "tau" in src:
-            return float(np.mean(1.0 / np.asarray(src["tau"], np.float64)))
+        lik = self.info.likelihood
+        if lik.learned and "tau" in src:  # times nu / (nu - 2) for Student-t noise
+            return float(lik.noise_variance(np.mean(1.0 / np.asarray(src["tau"], np.float64))))
         return 1.0 / float(self.info.tau)
 
     def log_predictive_density(self, test) -> float:
@@ -97,7 +98,13 @@ class SVIFit(FitResult):
         return float(
             np.mean(
                 out.draws_lpd(
-                    d, test.rows, test.cols, test.values, self.info.shift.offset, self.info.tau
+                    d,
+                    test.rows,
+                    test.cols,
+                    test.values,
+                    self.info.shift.offset,
+                    self.info.tau,
+                    self.info.likelihood,
                 )
             )
         )

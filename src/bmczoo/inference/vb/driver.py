@@ -310,6 +310,11 @@ def _best(runs: _Runs) -> tuple[int, VBState]:
 
 def fit_vb(prep: Prepared, info: FitInfo, progress_bar: bool) -> VBFit:
     """Closed-form mean-field VB (:class:`~bmczoo.inference.settings.VB`)."""
+    if info.likelihood.weighted:
+        raise ValueError(
+            f"method='vb' has no update for the {info.likelihood.name} likelihood's per-rating "
+            "weights yet: use method='gibbs' (or 'nuts', 'svi', 'map')"
+        )
     runs = _Runs(prep, info)
     runs.resume()
     run_loop(runs, info.settings.checkpoint, info.settings.checkpoint_every, progress_bar)

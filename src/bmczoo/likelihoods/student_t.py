@@ -1,0 +1,110 @@
+"""Student-t noise: ``Y_k = theta_k + e_k`` with ``e_k ~ t_nu(0, 1/sqrt(tau))``, robust to
+outlying ratings, and conjugate as a gamma scale mixture of normals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from .. import _rng
+from .._checks import check_real
+from .base import Likelihood
+
+__all__ = ["StudentT"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StudentT(Likelihood):
+    """``Y_k ~ t_nu(theta_k, scale 1/sqrt(tau))`` with ``tau ~ Gamma(a, rate b)`` learned and
+    the degrees of freedom ``nu`` fixed (docs/algorithms.md, "Student-t noise").
+
+    As a scale mixture, ``Y_k | w_k ~ N(theta_k, 1/(tau w_k))`` with per-rating weights
+    ``w_k ~ Gamma(nu/2, rate nu/2)``: a rating far from ``theta_k`` gets a small weight, so
+    that a few outlying ratings move the factors much less than under Gaussian noise.
+    Gibbs blocks (each exact):
+
+    * ``w_k | rest ~ Gamma((nu + 1)/2, (nu + tau (Y_k - theta_k)^2)/2)`` (all ratings at once);
+    * the factor and bias rows given ``w``: the Gaussian blocks with rating ``k``'s precision
+      ``tau w_k`` (weighted sums over the ratings);
+    * ``tau | rest ~ Gamma(a + n/2, b + sum_k w_k (Y_k - theta_k)^2 / 2)``.
+
+    NumPyro: the site ``tau`` and ``obs ~ StudentT(nu, theta, 1/sqrt(tau))`` (``w``
+    integrated out).  Outputs: ``noise_sd = 1/sqrt(tau)`` is the noise's scale; its
+    variance is ``nu / (nu - 2) / tau`` (``nu > 2``).
+
+    Parameters
+    ----------
+    nu : float > 0
+        Degrees of freedom (small: heavy tails; ``inf`` would be Gaussian noise).
+    a, b : float > 0
+        Shape and rate of the Gamma prior on ``tau`` (on the centred scale).
+    """
+
+    nu: float = 4.0
+    a: float = 1.0
+    b: float = 1.0
+    name = "student-t"
+    learned = True
+    weighted = True
+
+    def __post_init__(self):
+        for name in ("nu", "a", "b"):
+            value = check_real(name, getattr(self, name), low=0.0, low_open=True)
+            object.__setattr__(self, name, value)
+
+    def precision(self, n: int) -> float:
+        """The prior mean ``a / b`` (the Gibbs chains' starting value)."""
+        return self.a / self.b
+
+    # ------------------------------------------------------------------ Gibbs
+    def sample_weights(self, key: jax.Array, resid: jax.Array, tau: jax.Array) -> jax.Array:
+        """The weights' block: ``w_k ~ Gamma((nu + 1)/2, (nu + tau r_k^2)/2)`` (C, n) for the
+        residuals ``r = Y - theta`` (C, n) and ``tau`` (C,), one key per chain (C,)."""
+        dtype = resid.dtype
+        shape = jnp.asarray(0.5 * (self.nu + 1.0), dtype)
+        g = jax.vmap(lambda k: _rng.gamma(k, shape, resid.shape[1:], dtype=dtype))(key)
+        w = g / (0.5 * (self.nu + tau[:, None] * resid * resid))
+        fi = jnp.finfo(dtype)  # a weight that underflows would drop its rating: kept tiny
+        return jnp.clip(w, fi.tiny, fi.max)
+
+    def sample_tau(self, key, sse, n):
+        """``tau ~ Gamma(a + n/2, b + SSE_w/2)`` with ``SSE_w = sum_k w_k (Y_k - theta_k)^2``."""
+        shape = self.a + 0.5 * n
+        rate = self.b + 0.5 * sse
+        tau = _rng.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype) / rate
+        fi = jnp.finfo(sse.dtype)
+        return jnp.clip(tau, fi.tiny, fi.max)
+
+    # ------------------------------------------------------------------ outputs
+    def noise_variance(self, inv_tau):
+        """``Var[e] = nu / (nu - 2) E[1/tau]`` (infinite for ``nu <= 2``)."""
+        return inv_tau * self.nu / (self.nu - 2.0) if self.nu > 2.0 else np.inf
+
+    def log_density(self, y, mean, inv_tau):
+        """``log t_nu(y | mean, sqrt(inv_tau))`` (numpy, float64, broadcasting)."""
+        from scipy import stats
+
+        return stats.t.logpdf(y, self.nu, loc=mean, scale=np.sqrt(inv_tau))
+
+    def noise_draws(self, rng: np.random.Generator, shape, inv_tau):
+        """Noise draws ``sqrt(inv_tau) t_nu`` (numpy)."""
+        return np.sqrt(inv_tau) * rng.standard_t(self.nu, size=shape)
+
+    # ------------------------------------------------------------------ NumPyro
+    def sample_params(self):
+        """The global site ``tau ~ Gamma(a, rate b)``."""
+        return {"tau": numpyro.sample("tau", dist.Gamma(self.a, self.b))}
+
+    def sample_obs(self, mean, n, obs, tau=None):
+        """``obs ~ StudentT(nu, mean, 1/sqrt(tau))`` (inside the ``ratings`` plate)."""
+        if tau is None:
+            raise ValueError(
+                "StudentT.sample_obs needs tau: sample it with sample_params() "
+                "outside the ratings plate and pass it as tau="
+            )
+        return numpyro.sample("obs", dist.StudentT(self.nu, mean, 1.0 / jnp.sqrt(tau)), obs=obs)
