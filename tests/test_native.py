@@ -141,6 +141,35 @@ def test_gram_kernel_equals_dense_and_product_float64(x64, K, C, Q):
     np.testing.assert_array_equal(np.asarray(alone.G), G)
 
 
+@pytest.mark.parametrize("C, Q", [(1, 0), (3, 2)])
+@pytest.mark.parametrize("K", [3, 13, 33])
+def test_rating_weights_equal_dense_on_both_paths(x64, K, C, Q):
+    """Per-rating weights ``r`` (C, n) in the pattern's order multiply every term of their
+    rating: the kernel (when built) and the sparse-product path against the dense sums."""
+    data, _, rng = _pattern(seed=K + C)
+    F = rng.normal(size=(C, data.shape[1], K))
+    w = rng.normal(size=(C, data.shape[1], Q))
+    r = rng.gamma(2.0, size=(C, data.n))  # in row order (the pattern's)
+    order = np.asarray(data.row_view.order)
+    A = np.zeros((C,) + data.shape)
+    A[:, np.asarray(data.rows)[order], np.asarray(data.cols)[order]] = r
+    G = np.einsum("cij,cjk,cjl->cikl", A, F, F)
+    S = np.einsum("cij,cjq,cjk->ciqk", A, w, F)
+    Sw = np.einsum("cij,cjq->ciq", A, w)
+    paths = ["bcsr"] + (["gram"] if _native.available() else [])
+    for path in paths:
+        csr = kr.csr_from_view(data.row_view, data.shape, jnp.float64, hot_path=path)
+        got = jax.jit(lambda F, w, r: kr.pattern_gram(csr, F, w, packed=True, rating_weights=r))(
+            *(jnp.asarray(x) for x in (F, w, r))
+        )
+        Gp = np.asarray(kr.pack_upper(jnp.asarray(G)))
+        np.testing.assert_allclose(np.asarray(got.Gp), Gp, rtol=1e-12, atol=1e-12, err_msg=path)
+        for name, a, ref in zip(("G", "S", "Sw"), (got.G, got.S, got.Sw), (G, S, Sw)):
+            np.testing.assert_allclose(
+                np.asarray(a), ref, rtol=1e-12, atol=1e-12, err_msg=f"{path} {name}"
+            )
+
+
 @needs_kernel
 @pytest.mark.parametrize("K", [3, 10, 33])
 def test_gram_kernel_float32_within_rounding(x64, K):
@@ -197,6 +226,9 @@ def test_gram_kernel_rejects_bad_input():
         jax.block_until_ready(_native.gram(short.indptr, short.index, F))
     with pytest.raises(Exception, match="float32 or float64"):
         jax.block_until_ready(_native.gram(csr.indptr, csr.index, F.astype(jnp.bfloat16)))
+    short_weights = jnp.ones((1, data.n - 1), jnp.float32)
+    with pytest.raises(Exception, match="rating weights must be"):
+        jax.block_until_ready(_native.gram(csr.indptr, csr.index, F, rating_weights=short_weights))
     # the process is still usable, and the right input still gives the right answer
     G = _native.gram(csr.indptr, csr.index, F)[0]
     assert np.all(np.isfinite(np.asarray(G)))

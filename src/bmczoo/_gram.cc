@@ -7,7 +7,10 @@
 //   Sw[c, i, q] = sum_{p in row i} w[c, index[p], q]                   (C, m, Q)
 //
 // for a CSR pattern (indptr, index), the other factor F (C, m_other, K) and Q per-row
-// weights w (C, m_other, Q) of it (Q may be 0; the biases' sums take Q = 2).  The sparse
+// weights w (C, m_other, Q) of it (Q may be 0; the biases' sums take Q = 2).  With
+// per-rating weights rw (C, n) (else (C, 0)) every term of rating p is multiplied by
+// rw[c, p] (a scale mixture's weights): its gathered row is scaled by sqrt(rw[c, p]), and
+// so are its weights in the weighted sums, whose own sums take rw[c, p] itself.  The sparse
 // product of the pattern with the K(K+1)/2 packed outer products (bmczoo.linalg) moves
 // K(K+1)/2 numbers per rating through the caches; here each row's factor rows are
 // gathered into a small buffer that stays in L1 and multiplied as a symmetric rank-n
@@ -19,6 +22,7 @@
 // every chunk is done, so a task that starts late finds nothing to do).
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -158,6 +162,8 @@ struct Problem {
   const int32_t* index;
   const T* F;
   const T* w;  // (C, m_other, Q) weights of the weighted sums
+  const T* rw;  // (C, n) per-rating weights, or nullptr
+  int64_t n;    // the number of ratings (rw's stride)
   T* out;      // (C, m, K, K)
   T* Gp;       // (C, m, K(K+1)/2) or nullptr
   T* S;        // (C, m, Q, K): sum_j w[j, q] F_j
@@ -180,6 +186,7 @@ bool run_rows(const Problem<T>& P, int64_t i0, int64_t i1) {
   for (int64_t c = 0; c < P.C; ++c) {
     const T* F = P.F + c * P.m_other * K;
     const T* w = P.w + c * P.m_other * Q;
+    const T* rw = P.rw == nullptr ? nullptr : P.rw + c * P.n;
     for (int64_t i = i0; i < i1; ++i) {
       std::fill(acc.begin(), acc.end(), T(0));
       std::fill(sacc.begin(), sacc.end(), T(0));
@@ -189,8 +196,19 @@ bool run_rows(const Problem<T>& P, int64_t i0, int64_t i1) {
         for (int64_t p = 0; p < n; ++p) {
           const int32_t j = P.index[p0 + p];
           if (j < 0 || j >= P.m_other) return false;
-          std::memcpy(buf.data() + p * Kp, F + int64_t(j) * K, K * sizeof(T));
-          for (int q = 0; q < Q; ++q) wacc[q] += wbuf[p * Q + q] = w[int64_t(j) * Q + q];
+          T* row = buf.data() + p * Kp;
+          if (rw == nullptr) {
+            std::memcpy(row, F + int64_t(j) * K, K * sizeof(T));
+            for (int q = 0; q < Q; ++q) wacc[q] += wbuf[p * Q + q] = w[int64_t(j) * Q + q];
+          } else {
+            const T r = rw[p0 + p], s = std::sqrt(r);
+            for (int k = 0; k < K; ++k) row[k] = s * F[int64_t(j) * K + k];
+            for (int q = 0; q < Q; ++q) {
+              const T wq = w[int64_t(j) * Q + q];
+              wbuf[p * Q + q] = s * wq;
+              wacc[q] += r * wq;
+            }
+          }
         }
         P.kernels.gram(buf.data(), n, K, Kp, acc.data());
         if (Q > 0) P.kernels.sums(buf.data(), wbuf.data(), n, Q, Kp, sacc.data());
@@ -215,8 +233,9 @@ bool run_rows(const Problem<T>& P, int64_t i0, int64_t i1) {
 template <typename T>
 ffi::Error gram_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr,
                      ffi::Buffer<ffi::S32> index, ffi::AnyBuffer F, ffi::AnyBuffer w,
-                     ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> Gp,
-                     ffi::Result<ffi::AnyBuffer> S, ffi::Result<ffi::AnyBuffer> Sw) {
+                     ffi::AnyBuffer rw, ffi::Result<ffi::AnyBuffer> out,
+                     ffi::Result<ffi::AnyBuffer> Gp, ffi::Result<ffi::AnyBuffer> S,
+                     ffi::Result<ffi::AnyBuffer> Sw) {
   const auto fd = F.dimensions();
   if (fd.size() != 3) return ffi::Error::InvalidArgument("gram: F must be (C, m_other, K)");
   Problem<T> P;
@@ -251,6 +270,11 @@ ffi::Error gram_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr,
       swd.size() != 3 || swd[0] != P.C || swd[1] != P.m || swd[2] != P.Q)
     return ffi::Error::InvalidArgument("gram: the sums must be (C, m, Q, K) and (C, m, Q)");
   const int64_t n = index.element_count();
+  const auto rd = rw.dimensions();
+  if (rd.size() != 2 || rd[0] != P.C || (rd[1] != n && rd[1] != 0))
+    return ffi::Error::InvalidArgument("gram: the rating weights must be (C, n) or (C, 0)");
+  P.n = n;
+  P.rw = rd[1] == n && n > 0 ? rw.typed_data<T>() : nullptr;
   if (P.m < 0 || P.indptr[0] != 0 || P.indptr[P.m] > n)
     return ffi::Error::InvalidArgument("gram: indptr does not describe the index");
   for (int64_t i = 0; i < P.m; ++i)
@@ -291,18 +315,18 @@ ffi::Error gram_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr,
 }
 
 ffi::Error gram(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buffer<ffi::S32> index,
-                ffi::AnyBuffer F, ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> out,
-                ffi::Result<ffi::AnyBuffer> Gp, ffi::Result<ffi::AnyBuffer> S,
-                ffi::Result<ffi::AnyBuffer> Sw) {
+                ffi::AnyBuffer F, ffi::AnyBuffer w, ffi::AnyBuffer rw,
+                ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> Gp,
+                ffi::Result<ffi::AnyBuffer> S, ffi::Result<ffi::AnyBuffer> Sw) {
   const auto dt = F.element_type();
-  if (w.element_type() != dt || out->element_type() != dt || Gp->element_type() != dt ||
+  if (w.element_type() != dt || rw.element_type() != dt || out->element_type() != dt || Gp->element_type() != dt ||
       S->element_type() != dt || Sw->element_type() != dt)
     return ffi::Error::InvalidArgument("gram: the weights' and outputs' dtype must be F's");
   switch (dt) {
     case ffi::DataType::F32:
-      return gram_impl<float>(pool, indptr, index, F, w, out, Gp, S, Sw);
+      return gram_impl<float>(pool, indptr, index, F, w, rw, out, Gp, S, Sw);
     case ffi::DataType::F64:
-      return gram_impl<double>(pool, indptr, index, F, w, out, Gp, S, Sw);
+      return gram_impl<double>(pool, indptr, index, F, w, rw, out, Gp, S, Sw);
     default:
       return ffi::Error::InvalidArgument("gram: F must be float32 or float64");
   }
@@ -318,6 +342,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(BmczooGram, gram,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()

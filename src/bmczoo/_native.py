@@ -118,16 +118,17 @@ def note_fallback() -> None:
     )
 
 
-def gram(indptr, index, F, w=None, packed: bool = False):
+def gram(indptr, index, F, w=None, packed: bool = False, rating_weights=None):
     """By the compiled kernel (CPU only; requires :func:`available`), for the CSR pattern
-    ``(indptr (m+1,), index (n,))`` (int32), ``F`` (C, m_other, K) float32 or float64 and
-    per-row weights ``w`` (C, m_other, Q) of ``F`` (None: Q = 0):
+    ``(indptr (m+1,), index (n,))`` (int32), ``F`` (C, m_other, K) float32 or float64,
+    per-row weights ``w`` (C, m_other, Q) of ``F`` (None: Q = 0) and per-rating weights
+    ``rating_weights`` (C, n) ``r_p`` (None: ones) that multiply every term of rating ``p``:
 
-    - ``G[c, i] = sum_{p in row i} F[c, j_p] F[c, j_p]^T`` (C, m, K, K), symmetric;
+    - ``G[c, i] = sum_{p in row i} r_p F[c, j_p] F[c, j_p]^T`` (C, m, K, K), symmetric;
     - ``Gp``: its upper triangles row by row (C, m, K(K+1)/2) with ``packed``, else
       (C, m, 0) (``bmczoo.linalg.pack_upper``'s layout, written from the same registers);
-    - ``S[c, i, q] = sum_{p in row i} w[c, j_p, q] F[c, j_p]`` (C, m, Q, K);
-    - ``Sw[c, i, q] = sum_{p in row i} w[c, j_p, q]`` (C, m, Q);
+    - ``S[c, i, q] = sum_{p in row i} r_p w[c, j_p, q] F[c, j_p]`` (C, m, Q, K);
+    - ``Sw[c, i, q] = sum_{p in row i} r_p w[c, j_p, q]`` (C, m, Q);
 
     with ``j_p = index[p]``, returned as ``(G, Gp, S, Sw)``.  An out-of-range column index
     is an error of the call."""
@@ -140,8 +141,12 @@ def gram(indptr, index, F, w=None, packed: bool = False):
     if w is None:
         w = jnp.zeros((C, m_other, 0), F.dtype)
     Q = w.shape[-1]
+    if rating_weights is None:
+        rating_weights = jnp.zeros((C, 0), F.dtype)
     m = indptr.shape[0] - 1
     T = K * (K + 1) // 2 if packed else 0
     shapes = [(C, m, K, K), (C, m, T), (C, m, Q, K), (C, m, Q)]
     out = [jax.ShapeDtypeStruct(shape, F.dtype) for shape in shapes]
-    return jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(indptr, index, F, w)
+    return jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(
+        indptr, index, F, w, rating_weights
+    )

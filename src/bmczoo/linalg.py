@@ -413,6 +413,7 @@ def pattern_gram(
     *,
     packed: bool = False,
     path: str | None = None,
+    rating_weights: jax.Array | None = None,
 ) -> GramSums:
     """The per-row Gram matrices of the rating pattern of ``csr`` for each chain, and
     weighted sums of the same rows.
@@ -420,7 +421,9 @@ def pattern_gram(
     ``G_i = sum_{j in row i} F_j F_j^T`` (C, m, K, K), symmetric; with ``packed`` also its
     upper triangles row by row (``pack_upper``'s layout); with weights ``w``
     (C, m_other, Q) also ``S_iq = sum_{j in row i} w_jq F_j`` (C, m, Q, K) and
-    ``Sw_iq = sum_{j in row i} w_jq`` (C, m, Q) (the biases' sums take ``w = [c, 1]``).
+    ``Sw_iq = sum_{j in row i} w_jq`` (C, m, Q) (the biases' sums take ``w = [c, 1]``);
+    with ``rating_weights`` ``r`` (C, n) every term of rating ``(i, j)`` is multiplied by
+    its ``r_ij`` (a scale mixture's weights).
     On the ``"gram"`` path the compiled CPU kernel computes them all in one pass over the
     ratings (``bmczoo._native.gram``); else one sparse product of the pattern with the
     packed outer products and the weighted rows (:func:`pattern_product`,
@@ -439,6 +442,9 @@ def pattern_gram(
         Also return the packed upper triangles.
     path : {"auto", "bcsr", "segment", "gram"}, optional
         None: ``csr.hot_path``.
+    rating_weights : jax.Array, shape (C, n), optional
+        Per-chain weights of the ratings, in ``csr``'s order (one sparse product per chain
+        off the kernel's path).
 
     Returns
     -------
@@ -448,7 +454,7 @@ def pattern_gram(
     """
     C, m_other, K = F.shape
     if resolve_hot_path(csr.hot_path if path is None else path) == "gram":
-        G, Gp, S, Sw = _native.gram(csr.indptr, csr.index, F, w, packed)
+        G, Gp, S, Sw = _native.gram(csr.indptr, csr.index, F, w, packed, rating_weights)
         if w is None:
             S = Sw = None
         return GramSums(G, Gp if packed else None, S, Sw)
@@ -458,9 +464,15 @@ def pattern_gram(
         Q = w.shape[-1]
         parts += [(w[..., :, None] * F[..., None, :]).reshape(C, m_other, Q * K), w]
     W = sum(p.shape[-1] for p in parts)
-    dense = jnp.transpose(jnp.concatenate(parts, -1), (1, 0, 2)).reshape(m_other, C * W)
-    out = pattern_product(csr, csr.ones, dense, path=path)
-    out = jnp.transpose(out.reshape(csr.shape[0], C, W), (1, 0, 2))
+    if rating_weights is not None:  # each chain's own pattern values: one product per chain
+        dense = jnp.concatenate(parts, -1)
+        out = jnp.stack(
+            [pattern_product(csr, rating_weights[c], dense[c], path=path) for c in range(C)]
+        )
+    else:
+        dense = jnp.transpose(jnp.concatenate(parts, -1), (1, 0, 2)).reshape(m_other, C * W)
+        out = pattern_product(csr, csr.ones, dense, path=path)
+        out = jnp.transpose(out.reshape(csr.shape[0], C, W), (1, 0, 2))
     Gp = out[..., :T]
     G = unpack_upper(Gp, K)
     if w is None:

@@ -9,8 +9,9 @@ and by independent chains that alternate one :func:`bmczoo.inference.gibbs.sweep
 fresh ``Y | theta, tau, w`` (successive-conditional), each chain started from an exact
 joint draw.  ``nu = 5`` keeps the test functions' variances finite.
 
-Two members: the inverse-gamma prior with biases (default suite) and the discrete prior
-with its column moves, fused and at the sweep's end (slow).  Power: a weight block with
+Members: the inverse-gamma prior with biases, with an integer ``nu`` (the weights drawn
+as ``chi^2_(nu+1) / 2``) and a fractional one (the gamma sampler), and the discrete prior
+with its column moves, fused (default suite) and at the sweep's end (slow).  Power: a weight block with
 shape ``nu/2`` instead of ``(nu + 1)/2`` (default suite) and a ``tau`` block with 0.8 times
 the weighted squared error (slow) are detected (``max |z| > 2 z_crit``).
 """
@@ -111,19 +112,19 @@ def successive_conditional(
     return run_chains(one_step, (state, jnp.asarray(d["Y"]), keys), num_steps)
 
 
-def geweke_z(prior, biases, *, sampler_lik=STUDENT, options=None, seed=0):
+def geweke_z(prior, biases, *, lik=STUDENT, sampler_lik=None, options=None, seed=0):
     options = SweepOptions(column_moves=False) if options is None else options
     succ = successive_conditional(
         prior,
-        STUDENT,
+        lik,
         biases,
-        sampler_lik=sampler_lik,
+        sampler_lik=lik if sampler_lik is None else sampler_lik,
         options=options,
         num_chains=100,
         num_steps=200,
         seed=seed,
     )
-    return z_scores(succ, marginal_conditional(prior, STUDENT, biases, 40_000, seed + 2))
+    return z_scores(succ, marginal_conditional(prior, lik, biases, 40_000, seed + 2))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +150,8 @@ class TauScaledSSE(bmc.likelihoods.StudentT):
 
 MEMBERS = {
     "inverse-gamma+biases": (IG, BIASES, None),
+    # a fractional nu: the weights from the gamma sampler (an integer nu: chi^2 / 2)
+    "inverse-gamma+biases+nu-4.5": (IG, BIASES, None),
     "discrete+fused-moves": (DISCRETE, None, SweepOptions(column_moves=True)),
     "discrete+moves-at-end": (
         DISCRETE,
@@ -167,7 +170,8 @@ MEMBERS = {
 )
 def test_geweke_student_t(name):
     prior, biases, options = MEMBERS[name]
-    z, z_crit = geweke_z(prior, biases, options=options)
+    lik = dataclasses.replace(STUDENT, nu=4.5) if name.endswith("nu-4.5") else STUDENT
+    z, z_crit = geweke_z(prior, biases, lik=lik, options=options)
     assert np.max(np.abs(z)) < z_crit, (
         f"{name}: max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}; z = {np.round(z, 2)}"
     )

@@ -17,6 +17,20 @@ from .base import Likelihood
 
 __all__ = ["StudentT"]
 
+#: the largest ``nu + 1`` whose weights are drawn as ``chi^2_(nu+1) / 2`` (an integer
+#: ``nu``); a larger or fractional ``nu`` uses the gamma sampler
+CHI2_MAX_DOF = 32
+
+
+def _half_chi2(key: jax.Array, dof: int, shape, dtype) -> jax.Array:
+    """``chi^2_dof / 2``, i.e. ``Gamma(dof/2, 1)`` variates, as half the sum of ``dof``
+    squared standard normals (one array of ``shape`` at a time)."""
+    total = jnp.zeros(shape, dtype)
+    for i in range(dof):
+        z = _rng.normal(jax.random.fold_in(key, i), shape, dtype)
+        total = total + z * z
+    return 0.5 * total
+
 
 @dataclasses.dataclass(frozen=True)
 class StudentT(Likelihood):
@@ -66,8 +80,14 @@ class StudentT(Likelihood):
         """The weights' block: ``w_k ~ Gamma((nu + 1)/2, (nu + tau r_k^2)/2)`` (C, n) for the
         residuals ``r = Y - theta`` (C, n) and ``tau`` (C,), one key per chain (C,)."""
         dtype = resid.dtype
-        shape = jnp.asarray(0.5 * (self.nu + 1.0), dtype)
-        g = jax.vmap(lambda k: _rng.gamma(k, shape, resid.shape[1:], dtype=dtype))(key)
+        dof = self.nu + 1.0
+        if float(dof).is_integer() and dof <= CHI2_MAX_DOF:
+            # Gamma(dof/2, 1) = chi^2_dof / 2: dof normals per weight cost a fraction of a
+            # rejection sampler's rounds over every rating
+            g = jax.vmap(lambda k: _half_chi2(k, int(dof), resid.shape[1:], dtype))(key)
+        else:
+            shape = jnp.asarray(0.5 * dof, dtype)
+            g = jax.vmap(lambda k: _rng.gamma(k, shape, resid.shape[1:], dtype=dtype))(key)
         w = g / (0.5 * (self.nu + tau[:, None] * resid * resid))
         fi = jnp.finfo(dtype)  # a weight that underflows would drop its rating: kept tiny
         return jnp.clip(w, fi.tiny, fi.max)

@@ -263,8 +263,9 @@ def row_sums(
     (C, m, K(K+1)/2), ``r_i = sum_j Y_ij N_j`` (C, m, K), and with biases ``sum_j N_j``,
     ``sum_j c_j N_j`` (C, m, K), ``sum_j c_j`` and ``sum_j Y_ij`` (C, m) (else None).
     ``values`` (C, n), when given, replace the ratings per chain (one product per chain);
-    ``weights`` (C, n), when given, multiply every rating's terms (one product per chain on
-    the sparse-product path, whose pattern then holds the weights) and give ``count``.
+    ``weights`` (C, n), when given, multiply every rating's terms and give ``count``
+    (:func:`~bmczoo.linalg.pattern_gram`'s ``rating_weights``: the compiled kernel takes
+    them; off its path one sparse product per chain whose pattern holds them).
     ``packed``: ``Gp`` is wanted (the fused column moves); on the compiled kernel's path
     it is None otherwise.
 
@@ -284,14 +285,21 @@ def row_sums(
         Rall = jnp.stack([pattern_product(csr, values[i], Rdense[i]) for i in range(C)])
     r = Rall[..., :K]
     sumY = Rall[..., K] if use_bias else None
-    if weights is not None:
-        return _weighted_sums(csr, other, bias_other, use_bias, weights, (r, sumY))
-    if uses_gram_kernel(csr, K):  # the Gram matrices and the biases' sums in one pass
+    if uses_gram_kernel(csr, K) or weights is not None:
+        # the Gram matrices and the biases' sums in one pass (the compiled kernel's, or
+        # with weights one sparse product per chain; then Gp always)
         w = jnp.stack([bias_other, jnp.ones_like(bias_other)], -1) if use_bias else None
-        G, Gp, S, Sw = pattern_gram(csr, other, w, packed=packed)
+        G, Gp, S, Sw = pattern_gram(
+            csr,
+            other,
+            w,
+            packed=packed or not uses_gram_kernel(csr, K),
+            rating_weights=weights,
+        )
         if not use_bias:
             return RowSums(Gp, G, r, None, None, None, None)
-        return RowSums(Gp, G, r, S[..., 1, :], S[..., 0, :], Sw[..., 0], sumY)
+        count = None if weights is None else Sw[..., 1]
+        return RowSums(Gp, G, r, S[..., 1, :], S[..., 0, :], Sw[..., 0], sumY, count)
     T = K * (K + 1) // 2
     parts = [pack_upper(outer(other))]
     if use_bias:
@@ -303,28 +311,6 @@ def row_sums(
         return RowSums(Gp, G, r, None, None, None, None)
     sumO, sumBO, sumB = Gall[..., T : T + K], Gall[..., T + K : T + 2 * K], Gall[..., T + 2 * K]
     return RowSums(Gp, G, r, sumO, sumBO, sumB, sumY)
-
-
-def _weighted_sums(csr: CSR, other, bias_other, use_bias: bool, weights, rhs) -> RowSums:
-    """:func:`row_sums`'s Gram matrices and biases' sums with per-chain weights (C, n): one
-    sparse product per chain whose pattern holds the weights; ``rhs = (r, sumY)`` the
-    weighted sums of the values."""
-    C, m_other, K = other.shape
-    T = K * (K + 1) // 2
-    parts = [pack_upper(outer(other))]
-    if use_bias:
-        ones = jnp.ones((C, m_other, 1), other.dtype)
-        parts += [other, bias_other[..., None] * other, bias_other[..., None], ones]
-    dense = jnp.concatenate(parts, -1) if use_bias else parts[0]
-    Gall = jnp.stack([pattern_product(csr, weights[i], dense[i]) for i in range(C)])
-    Gp = Gall[..., :T]
-    G = unpack_upper(Gp, K)
-    r, sumY = rhs
-    if not use_bias:
-        return RowSums(Gp, G, r, None, None, None, None)
-    sumO, sumBO = Gall[..., T : T + K], Gall[..., T + K : T + 2 * K]
-    sumB, count = Gall[..., T + 2 * K], Gall[..., T + 2 * K + 1]
-    return RowSums(Gp, G, r, sumO, sumBO, sumB, sumY, count)
 
 
 #: the largest dense operand (bytes) of one CPU sparse product with the chains stacked as
