@@ -134,3 +134,15 @@ def test_unsupported_combinations_are_clear_errors():
 
     with pytest.raises(ValueError, match="annealed switch .* student-t"):
         gibbs.build_problem(data, 1.0, likelihood=LIK, options=SweepOptions(anneal_steps=5))
+
+
+def test_saved_fit_predicts_what_the_fit_predicted(tmp_path):
+    data, _ = _noise_data(n=60)
+    train, test = data.split(test_fraction=0.25, seed=0)
+    fit = _fit(train, "gibbs", num_warmup=10, num_samples=20)
+    fit.save(tmp_path / "t.npz")
+    back = bmc.load(tmp_path / "t.npz")
+    assert back.info.likelihood == LIK
+    assert np.array_equal(fit.predict(test.rows, test.cols), back.predict(test.rows, test.cols))
+    assert back.log_predictive_density(test) == fit.log_predictive_density(test)
+    assert back.noise_var() == fit.noise_var()

@@ -53,6 +53,30 @@ def prior_help() -> str:
     return text.replace("%", "%%")  # argparse formats help strings with %
 
 
+def likelihood_help() -> str:
+    """``--likelihood`` help: each likelihood of the registry with its ``cli_help``."""
+    parts = [
+        f"{name} ({cls.cli_help})" if cls.cli_help else name
+        for name, cls in sorted(likelihoods().items())
+    ]
+    return ("observation model: " + "; ".join(parts)).replace("%", "%%")
+
+
+def likelihood_opt_help() -> str:
+    """``--likelihood-opt`` help: each likelihood's settings with their defaults (a
+    default of None, read from the data, shown as ``?``)."""
+    parts = []
+    for name, cls in sorted(likelihoods().items()):
+        fields = [f"{f.name}={_fmt_default(f.default)}" for f in dataclasses.fields(cls)]
+        if fields:
+            parts.append(f"{', '.join(fields)} ({name})")
+    text = (
+        "a setting of the likelihood, repeatable (default: the likelihood's own, "
+        "? read from the data): " + "; ".join(parts)
+    )
+    return text.replace("%", "%%")
+
+
 def make_prior(name: str, hyper: dict[str, float]):
     """The prior ``name`` with its class defaults (``from_cli``) updated by ``hyper``."""
     cls = priors()[name]

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from .components import DEFAULT_PRIOR, likelihoods, prior_help, priors
+from .components import (
+    DEFAULT_PRIOR,
+    likelihood_help,
+    likelihood_opt_help,
+    likelihoods,
+    prior_help,
+    priors,
+)
 from .errors import CLIError
 from .. import __version__
 from .fit import cmd_fit
@@ -185,19 +192,14 @@ def _fit_model_options(f) -> None:
         "--likelihood",
         default="tempered",
         choices=sorted(likelihoods()),
-        help="observation model: tempered (the paper's Gaussian, fixed noise), learned "
-        "(Gaussian, noise precision learned), probit (0/1 ratings, see --binarize) or "
-        "ordered-probit (ordinal levels such as 1-5 stars, learned cut points); the latter two "
-        "print their classification metrics before test_rmse",
+        help=likelihood_help(),
     )
     f.add_argument(
         "--likelihood-opt",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a setting of the likelihood, repeatable: lam, noise_sd (tempered), a, b, temper "
-        "(learned), threshold=0 (probit), cut_scale=1 (ordered-probit); default: the "
-        "likelihood's own",
+        help=likelihood_opt_help(),
     )
     f.add_argument(
         "--biases",

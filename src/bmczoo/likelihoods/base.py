@@ -29,6 +29,9 @@ class Likelihood(abc.ABC):
 
     name: ClassVar[str] = ""
 
+    #: what ``bmczoo fit --help`` says of it (a short phrase)
+    cli_help: ClassVar[str] = ""
+
     #: whether ``tau`` is a model variable with its own Gibbs block / VB factor
     learned: ClassVar[bool] = False
 

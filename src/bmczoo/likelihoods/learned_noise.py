@@ -37,6 +37,7 @@ class LearnedNoise(Likelihood):
     b: float = 1.0
     temper: float = 1.0
     name = "learned"
+    cli_help = "Gaussian, noise precision learned"
     learned = True
 
     def __post_init__(self):

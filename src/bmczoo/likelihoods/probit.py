@@ -239,6 +239,7 @@ class Probit(LatentLikelihood):
 
     threshold: float | None = None
     name = "probit"
+    cli_help = "0/1 ratings, see --binarize; prints its classification metrics"
 
     def __post_init__(self):
         if self.threshold is not None:
@@ -297,6 +298,9 @@ class OrderedProbit(LatentLikelihood):
     levels: tuple | None = None
     cut_scale: float = 2.0
     name = "ordered-probit"
+    cli_help = (
+        "ordinal levels such as 1-5 stars, learned cut points; prints its classification metrics"
+    )
 
     def __post_init__(self):
         object.__setattr__(

@@ -63,6 +63,7 @@ class StudentT(Likelihood):
     a: float = 1.0
     b: float = 1.0
     name = "student-t"
+    cli_help = "heavy-tailed noise robust to outlying ratings, scale learned"
     learned = True
     weighted = True
 

@@ -36,6 +36,7 @@ class Tempered(Likelihood):
     lam: float | None = None
     noise_sd: float = 1.0
     name = "tempered"
+    cli_help = "the paper's Gaussian, fixed noise"
 
     def __post_init__(self):
         object.__setattr__(

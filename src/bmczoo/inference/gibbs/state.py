@@ -210,8 +210,8 @@ class GibbsState(NamedTuple):
     ``bias_link`` the variables of the biases' feature links (``row_bias_wt`` (C, F) the
     coordinates of ``w`` in the eigenbasis, ``row_bias_lam`` (C,), the same with ``col_``;
     empty without them, ``bmczoo.offsets.bias_link``),
-    ``lik_state`` a latent likelihood's variables (``z`` (C, n) in row order, ``cuts``
-    (C, L-1); empty otherwise), ``key`` (C,) PRNG keys, ``iteration`` number of sweeps
+    ``lik_state`` the likelihood's per-rating variables, in row order (a latent one's
+    ``z`` (C, n) and ``cuts`` (C, L-1), a weighted one's ``w`` (C, n); empty otherwise), ``key`` (C,) PRNG keys, ``iteration`` number of sweeps
     done, and ``stats`` (:class:`RunStats`): the running sums, RMSE traces, failure record
     and switch counts.  The sweep's blocks read and write the chain's fields; only
     :func:`sweep` (the failure record), :func:`annealed_switch` (its counts) and
@@ -311,18 +311,7 @@ def build_problem(
     given here), once for a table the biases link too."""
     m1, m2 = ratings.shape
     likelihood = bind_likelihood(likelihood, ratings)
-    latent = likelihood is not None and likelihood.latent
-    per_rating = likelihood is not None and (latent or likelihood.weighted)
-    if per_rating and mesh is not None:
-        raise ValueError(
-            f"the {likelihood.name} likelihood runs on one device: its sharded per-rating block "
-            "is not implemented (drop devices=)"
-        )
-    if likelihood is not None and likelihood.weighted and options.anneal_steps:
-        raise ValueError(
-            f"the annealed switch (anneal_steps) is not implemented with the {likelihood.name} "
-            "likelihood's per-rating weights (drop anneal_steps)"
-        )
+    _check_likelihood_support(likelihood, mesh, options)
     entry_arrays = _entry_arrays(ratings, entries, dtype)
     with shared_link_arrays():  # a table linked by the prior and the biases: once
         bias_links = _bias_links(biases, ratings, dtype, mesh)
@@ -424,6 +413,22 @@ def _entry_arrays(ratings: RatingData, entries: Entries, dtype) -> EntryArrays:
         track_rows=device_array(tr, jnp.int32),
         track_cols=device_array(tc, jnp.int32),
     )
+
+
+def _check_likelihood_support(likelihood, mesh, options: SweepOptions) -> None:
+    """A clear error where a per-rating block meets several devices or the annealed switch."""
+    if likelihood is None:
+        return
+    if (likelihood.latent or likelihood.weighted) and mesh is not None:
+        raise ValueError(
+            f"the {likelihood.name} likelihood runs on one device: its sharded per-rating block "
+            "is not implemented (drop devices=)"
+        )
+    if likelihood.weighted and options.anneal_steps:
+        raise ValueError(
+            f"the annealed switch (anneal_steps) is not implemented with the {likelihood.name} "
+            "likelihood's per-rating weights (drop anneal_steps)"
+        )
 
 
 def bind_likelihood(likelihood, ratings: RatingData):
