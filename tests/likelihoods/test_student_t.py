@@ -146,3 +146,16 @@ def test_saved_fit_predicts_what_the_fit_predicted(tmp_path):
     assert np.array_equal(fit.predict(test.rows, test.cols), back.predict(test.rows, test.cols))
     assert back.log_predictive_density(test) == fit.log_predictive_density(test)
     assert back.noise_var() == fit.noise_var()
+
+
+def test_predictive_interval_is_the_t_interval():
+    """With theta's spread negligible (Fixed(1e-6)) the predictive is the noise's t_nu:
+    the 90% interval's half-width is ``t_nu^-1(0.95) sqrt(E[1/tau])`` (its variance
+    matched to ``noise_var()``), narrower than the Gaussian's of the same sd."""
+    data, _ = _noise_data(n=60)
+    fit = _fit(data, "gibbs", num_warmup=20, num_samples=40)
+    lo, hi = fit.predictive_interval(data.rows[:5], data.cols[:5], prob=0.9)
+    inv_tau = np.mean(1.0 / np.asarray(fit.samples["tau"], np.float64))
+    half = stats.t.ppf(0.95, LIK.nu) * np.sqrt(inv_tau)
+    np.testing.assert_allclose((hi - lo) / 2, half, rtol=1e-5)
+    assert np.all((hi - lo) / 2 < stats.norm.ppf(0.95) * np.sqrt(fit.noise_var()))

@@ -75,6 +75,13 @@ class Likelihood(abc.ABC):
         Gaussian here."""
         return -0.5 * (np.log(2.0 * np.pi * inv_tau) + (y - mean) ** 2 / inv_tau)
 
+    def interval_half_width(self, sd, prob: float):
+        """Half-width of the central ``prob`` predictive interval whose predictive sd is
+        ``sd`` (numpy): ``Phi^-1((1 + prob)/2) sd``, the Gaussian's, here."""
+        from statistics import NormalDist
+
+        return NormalDist().inv_cdf(0.5 + 0.5 * prob) * sd
+
     def noise_draws(self, rng, shape, inv_tau):
         """Draws of the noise ``Y - theta`` given ``1/tau = inv_tau`` (numpy): Gaussian here."""
         return np.sqrt(inv_tau) * rng.standard_normal(shape)

@@ -217,8 +217,9 @@ class PredictiveMixin:
 
     def predictive_interval(self, rows, cols, prob: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
         """Central ``prob`` interval of the Gaussian with the posterior predictive's mean
-        (unclipped, offset added) and sd (``sqrt(Var[theta_ij] + E[1/tau])``), both ends
-        clipped to the fit's clip range when it clips.
+        (unclipped, offset added) and sd (``sqrt(Var[theta_ij] + noise_var())``), both ends
+        clipped to the fit's clip range when it clips; for Student-t noise, of the ``t_nu``
+        with that mean and sd (the likelihood's ``interval_half_width``).
 
         Parameters
         ----------
@@ -229,7 +230,9 @@ class PredictiveMixin:
         """
         z = z_of(prob)
         _, _, mean, sd = self._predictive(rows, cols)
-        lo, hi = mean - z * sd, mean + z * sd
+        lik = getattr(getattr(self, "info", None), "likelihood", None)
+        half = z * sd if lik is None else lik.interval_half_width(sd, prob)
+        lo, hi = mean - half, mean + half
         return np.clip(lo, self._shift.lo, self._shift.hi), np.clip(
             hi, self._shift.lo, self._shift.hi
         )
