@@ -20,7 +20,15 @@ from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import CSR, packed_position
 from .latent import ratings_view
-from .rows import FactorRows, FusedMoves, RatingsView, Side, side_sums, transform_sums
+from .rows import (
+    FactorRows,
+    FusedMoves,
+    MoveArrays,
+    RatingsView,
+    Side,
+    side_sums,
+    transform_sums,
+)
 from .state import GibbsProblem, GibbsState, padded_dims
 
 __all__ = [
@@ -124,7 +132,7 @@ def column_moves(
 
 def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: jax.Array):
     """The column moves inside the sweep (``fuse_column_moves=True``), as the ``moves``
-    argument of ``rows.sweep_factors``: ``(FusedMoves, (gamma, draws, due))``.
+    argument of ``rows.sweep_factors``: ``(FusedMoves, MoveArrays)``.
 
     Each half sweep runs its side's moves (those of :func:`column_moves`: its own factor
     integrated out column by column, the other rescaled, or reflected for the discrete
@@ -152,7 +160,7 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
     Returns
     -------
     tuple
-        ``(FusedMoves, (gamma, draws, due))``: the moves and their arrays.
+        ``(FusedMoves, MoveArrays)``: the moves and their arrays.
     """
     _check_column_move(state, prior)
     m1, m2 = problem.dims
@@ -192,7 +200,7 @@ def fused_moves(state: GibbsState, problem: GibbsProblem, prior: Prior, keys: ja
     def row_priors(gamma):
         return prior.row_priors({**prior_state, "gamma": gamma})
 
-    return FusedMoves(side, row_priors), (state.gamma, draws, due)
+    return FusedMoves(side, row_priors), MoveArrays(state.gamma, draws, due)
 
 
 def _check_column_move(state: GibbsState, prior: Prior) -> None:

@@ -35,7 +35,11 @@ from .state import GibbsProblem, GibbsState, pad_vec, padded_dims
 
 __all__ = [
     "FactorRows",
+    "MoveArrays",
     "RatingsView",
+    "SweepConditional",
+    "SweepResult",
+    "SweepStats",
     "Side",
     "Conditional",
     "SweepFlags",
@@ -90,6 +94,62 @@ class Conditional(NamedTuple):
     tb: jax.Array
     inv_var: jax.Array
     bias_mean: jax.Array | None = None
+
+
+class SweepConditional(NamedTuple):
+    """What both halves of a sweep condition on besides the rows: ``priors`` the rows'
+    priors ``(pM, pN)`` (each ``(precision, shift)``; on a mesh with feature links, the
+    prior's state, from which each device computes its rows' priors), ``tb`` (C,) the block
+    precision, ``inv_var`` (C, 2) the biases' precisions ``1/s^2`` and ``bias_means`` the
+    biases' prior means ((C, m1) or None, (C, m2) or None: feature-driven biases)."""
+
+    priors: tuple
+    tb: jax.Array
+    inv_var: jax.Array
+    bias_means: tuple = (None, None)
+
+
+class MoveArrays(NamedTuple):
+    """The arrays of the column moves inside the sweep: ``gamma`` (C, K), the two sides'
+    ``draws`` (padded as the rows on a mesh) and ``due`` (whether they run this sweep;
+    None: every sweep)."""
+
+    gamma: jax.Array
+    draws: tuple
+    due: jax.Array | None
+
+
+class SweepStats(NamedTuple):
+    """What a sweep's factor blocks sum over rows (psum-ed over devices): the prior's
+    statistics of ``M`` (``sM``) and of ``N`` (``sN``), ``part`` (C,) the factor blocks'
+    part of the squared error, ``sumsq`` (C, 2) the biases' sums of squares."""
+
+    sM: object
+    sN: object
+    part: jax.Array
+    sumsq: jax.Array
+
+
+class SweepResult(NamedTuple):
+    """The factor blocks' result: the new rows ``M``, ``N`` and biases ``b``, ``c``, the
+    non-finite masks ``badM`` (C, m1), ``badN`` (C, m2), the :class:`SweepStats` and, with
+    the moves inside the sweep, the moved ``gamma`` (else None)."""
+
+    M: jax.Array
+    N: jax.Array
+    b: jax.Array
+    c: jax.Array
+    badM: jax.Array
+    badN: jax.Array
+    stats: SweepStats
+    gamma: jax.Array | None = None
+
+    @classmethod
+    def specs(cls, rows, vector, replicated, moves: bool):
+        """The partition specs of a sharded result: ``rows`` for the factors, ``vector``
+        for the biases and masks, ``replicated`` for the sums (and ``gamma``)."""
+        gamma = replicated if moves else None
+        return cls(rows, rows, vector, vector, vector, vector, replicated, gamma)
 
 
 class SweepFlags(NamedTuple):
@@ -337,27 +397,23 @@ def _sweep_body(
     cols: CSR,
     x: FactorRows,
     z: FactorRows,
-    cond: tuple,
+    cond: SweepConditional,
     comm: sh.Comm,
     flags: SweepFlags,
     factor_stats,
     values=(RatingsView(), RatingsView()),
-    moves: tuple | None = None,
-):
+    moves: tuple[FusedMoves, MoveArrays] | None = None,
+) -> SweepResult:
     """Rows of M (and their biases), then rows of N (and theirs), on this device's rows.
 
-    ``x`` the current rows, ``z`` their standard normals, ``cond = (priors, tb, inv_var,
-    bias_means)`` the rows' priors ``(pM, pN)``, the block precision (C,), the bias
-    precisions (C, 2) and the biases' prior means ((C, m1) or None, (C, m2) or None;
-    optional);
+    ``x`` the current rows, ``z`` their standard normals, ``cond`` the
+    :class:`SweepConditional`;
     ``factor_stats`` the prior's statistics of the factors (one function, or one per side);
-    ``values``: the likelihood's :class:`RatingsView` in row and in column order.  ``moves = (FusedMoves, (gamma,
-    (draws of M's side, of N's side), due))`` runs each side's column moves between its
-    sums and its draw; the rows' priors then come from the moved ``gamma`` (``cond[0]``
-    unused).  Returns the new local arrays, non-finite masks and
-    the psum-ed statistics (with ``moves``, also the moved ``gamma``)."""
-    (pM, pN), tb, inv_var, *means = cond  # the biases' prior means: absent, zero
-    mb, mc = means[0] if means else (None, None)
+    ``values``: the likelihood's :class:`RatingsView` in row and in column order.
+    ``moves = (FusedMoves, MoveArrays)`` runs each side's column moves between its sums
+    and its draw; the rows' priors then come from the moved ``gamma`` (``cond.priors``
+    unused).  Returns the :class:`SweepResult` (this device's rows)."""
+    (pM, pN), tb, inv_var, (mb, mc) = cond
     N_all, c_all = comm.gather(x.N), comm.gather(x.c)
     xN = x.N
     side = Side(rows, x.M, N_all, x.b, c_all, *values[0])
@@ -392,16 +448,14 @@ def _sweep_body(
         factor_stats if isinstance(factor_stats, tuple) else (factor_stats, factor_stats)
     )
     stats = comm.psum(
-        (
+        SweepStats(
             stats_M(M),
             stats_N(N),
             part1 + part2,
             jnp.stack([jnp.sum(b * b, axis=-1), jnp.sum(c * c, axis=-1)], axis=-1),
         )
     )
-    if moves is not None:
-        return M, N, b, c, badM, badN, stats, gamma
-    return M, N, b, c, badM, badN, stats
+    return SweepResult(M, N, b, c, badM, badN, stats, None if moves is None else gamma)
 
 
 def _times(F, T):
@@ -428,8 +482,8 @@ def sweep_factors(
     z: FactorRows,
     tb,
     values=None,
-    moves: tuple | None = None,
-):
+    moves: tuple[FusedMoves, MoveArrays] | None = None,
+) -> SweepResult:
     """The factor blocks of a sweep (:func:`_sweep_body`) on one device or sharded over the
     problem's mesh: ``z`` the standard normals of the rows (unpadded), ``tb`` (C,) the
     block precision, ``values`` the likelihood's :class:`RatingsView` in row and in column
@@ -463,7 +517,7 @@ def sweep_factors(
         problem.cols,
         x,
         z,
-        (priors, tb, inv_var, bias_means),
+        SweepConditional(priors, tb, inv_var, bias_means),
         sh.LOCAL,
         flags,
         factor_stats,
@@ -489,21 +543,22 @@ def _sharded_factors(problem, state, prior, rows_normals, precisions, flags, mov
         from ...priors.macau.sharded import link_layout
 
         link_spec = sh.link_specs(links, link_layout(links))
-        cond = (state.prior_state, tb, inv_var)
+        cond = SweepConditional(state.prior_state, tb, inv_var)
     else:
         link_spec = {}
-        cond = (prior.row_priors(state.prior_state), tb, inv_var)
+        cond = SweepConditional(prior.row_priors(state.prior_state), tb, inv_var)
     spec, move_arrays = (None, None) if moves is None else moves
     move_spec = None
     if moves is not None:
-        draw_spec = sh.move_draw_specs(move_arrays[1][0])
-        move_spec = (r, (draw_spec, draw_spec), None if move_arrays[2] is None else r)
+        draw_spec = sh.move_draw_specs(move_arrays.draws[0])
+        due_spec = None if move_arrays.due is None else r
+        move_spec = MoveArrays(r, (draw_spec, draw_spec), due_spec)
 
     def body(rows, cols, x, z, cond, links, move_arrays):
         if links:
             local = sh.local_links(links)
-            priors, factor_stats = _row_prior(prior, cond[0], local, blocks)
-            cond = (priors,) + cond[1:]
+            priors, factor_stats = _row_prior(prior, cond.priors, local, blocks)
+            cond = cond._replace(priors=priors)
         else:
             factor_stats = prior.factor_stats
         local_csr = (sh.local_csr(rows), sh.local_csr(cols))
@@ -516,7 +571,7 @@ def _sharded_factors(problem, state, prior, rows_normals, precisions, flags, mov
         body,
         mesh=problem.mesh,
         in_specs=(csr_spec, csr_spec, rows_spec, rows_spec, r, link_spec, move_spec),
-        out_specs=(f, f, v, v, v, v, r) + (() if moves is None else (r,)),
+        out_specs=SweepResult.specs(f, v, r, moves is not None),
         check_vma=False,
     )(problem.rows, problem.cols, x, z, cond, links, move_arrays)
 

@@ -61,19 +61,18 @@ def _sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState
     opts = problem.options
     if opts.column_moves and opts.fuse_column_moves:
         fused = fused_moves(state, problem, prior, _column_keys(state))
-    M, N, b, c, badM, badN, (sM, sN, part, sumsq), *moved = sweep_factors(
-        problem, state, prior, z, tb, values, fused
-    )
+    res = sweep_factors(problem, state, prior, z, tb, values, fused)
+    M, N, b, c = res.M, res.N, res.b, res.c
     if fused is not None:  # the rows were drawn at the moved gamma; the prior's block redraws it
-        state = state._replace(prior_state={**state.prior_state, "gamma": moved[0]})
+        state = state._replace(prior_state={**state.prior_state, "gamma": res.gamma})
     tau, bias_var, prior_state = jax.vmap(
         _rng.draw_together(functools.partial(_chain_blocks, problem, prior))
     )(
         ChainBlocks(kt, kv, kg),
-        sum_sq + part,
-        sumsq,
-        sM,
-        sN,
+        sum_sq + res.stats.part,
+        res.stats.sumsq,
+        res.stats.sM,
+        res.stats.sN,
         state.tau,
         state.bias_var,
         state.prior_state,
@@ -100,7 +99,7 @@ def _sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState
     new, switched = _moves(new, state, problem, prior)
     stats = state.stats
     failure = _first_failure(
-        stats.failure, state.iteration + 1, (badM, badN, ~jnp.isfinite(_variables(new)[1]))
+        stats.failure, state.iteration + 1, (res.badM, res.badN, ~jnp.isfinite(_variables(new)[1]))
     )
     switches = stats.switches if switched is None else stats.switches + switched
     return new._replace(stats=stats._replace(failure=failure, switches=switches))
