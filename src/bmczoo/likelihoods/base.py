@@ -126,6 +126,15 @@ class Likelihood(abc.ABC):
         a learned likelihood adds ``E[log p(tau)] - E[log q(tau)]``."""
         return self.vb_loglik(n, expected_sse, tau)
 
+    def vb_weights(self, expected_sq: jax.Array, tau: jax.Array) -> jax.Array:
+        """A weighted likelihood's ``E_q[w_k]`` (C, n) under the optimal ``q(w)`` given
+        ``E_q[(Y_k - theta_k)^2]`` (C, n) and the block precision ``tau`` (C,)."""
+        raise NotImplementedError(f"{type(self).__name__} has no VB update of per-rating weights")
+
+    def vb_weighted_elbo_term(self, q: dict, expected_sq: jax.Array) -> jax.Array:
+        """A weighted likelihood's part of the ELBO (C,) with ``q(w)`` at its optimum."""
+        raise NotImplementedError(f"{type(self).__name__} has no VB update of per-rating weights")
+
     def vb_params(self, q: dict) -> dict:
         """Parameters of the likelihood's q-factors for a fit's results (empty here)."""
         return {}

@@ -14,6 +14,7 @@ import numpyro.distributions as dist
 from .. import _rng
 from .._checks import check_real
 from .base import Likelihood
+from .learned_noise import LearnedNoise
 
 __all__ = ["StudentT"]
 
@@ -100,6 +101,54 @@ class StudentT(Likelihood):
         tau = _rng.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype) / rate
         fi = jnp.finfo(sse.dtype)
         return jnp.clip(tau, fi.tiny, fi.max)
+
+    # ------------------------------------------------------------------ VB
+    # q(tau) = Gamma(shape, rate) as LearnedNoise's (state {"shape", "rate"} (C,)); q(w) is
+    # kept at its optimum given q(theta) and q(tau), so it is not stored.
+
+    def _noise(self) -> LearnedNoise:
+        return LearnedNoise(a=self.a, b=self.b)
+
+    def vb_state(self, C, dtype):
+        """``q(tau)`` starts at the prior ``Gamma(a, b)``."""
+        return self._noise().vb_state(C, dtype)
+
+    def vb_block_precision(self, q, tau):
+        """``E_q[tau]`` (C,)."""
+        return q["shape"] / q["rate"]
+
+    def vb_weights(self, expected_sq, tau):
+        """``E_q[w_k]`` (C, n) of the optimal ``q(w_k) = Gamma((nu + 1)/2, (nu + E[tau]
+        E[(Y_k - theta_k)^2])/2)`` given ``expected_sq`` (C, n) and ``E[tau]`` (C,)."""
+        return (self.nu + 1.0) / (self.nu + tau[:, None] * expected_sq)
+
+    def vb_step(self, q, expected_sse, n):
+        """``q(tau) = Gamma(a + n/2, b + sum_k E[w_k] E[(Y_k - theta_k)^2] / 2)`` given that
+        weighted sum ``expected_sse`` (C,)."""
+        return self._noise().vb_step(q, expected_sse, n)
+
+    def vb_weighted_elbo_term(self, q, expected_sq):
+        """The likelihood's part of the ELBO (C,) with ``q(w)`` at its optimum: per rating
+        ``log int p(w) exp(E_q[log N(Y_k | theta_k, 1/(tau w))]) dw`` =
+        ``E[log tau]/2 - log(2 pi)/2 + (nu/2) log(nu/2) - lgamma(nu/2) + lgamma(alpha) -
+        alpha log beta_k`` with ``alpha = (nu + 1)/2``, ``beta_k = (nu + E[tau]
+        E[(Y_k - theta_k)^2])/2``; plus ``E[log p(tau)] - E[log q(tau)]``."""
+        from jax.scipy.special import digamma, gammaln
+
+        s, r = q["shape"], q["rate"]
+        Et, Elog = s / r, digamma(s) - jnp.log(r)
+        half, alpha = 0.5 * self.nu, 0.5 * (self.nu + 1.0)
+        beta = 0.5 * (self.nu + Et[:, None] * expected_sq)
+        n = expected_sq.shape[1]
+        const = half * np.log(half) - gammaln(half) + gammaln(alpha) - 0.5 * np.log(2.0 * np.pi)
+        loglik = n * (0.5 * Elog + const) - alpha * jnp.sum(jnp.log(beta), axis=1)
+        log_prior = self.a * jnp.log(self.b) - gammaln(self.a) + (self.a - 1.0) * Elog - self.b * Et
+        log_q = s * jnp.log(r) - gammaln(s) + (s - 1.0) * Elog - r * Et
+        return loglik + log_prior - log_q
+
+    def vb_params(self, q):
+        """``shape``, ``rate``, ``mean`` and ``inv_mean`` (``E[1/tau]``) of ``q(tau)``."""
+        return self._noise().vb_params(q)
 
     # ------------------------------------------------------------------ outputs
     def noise_variance(self, inv_tau):

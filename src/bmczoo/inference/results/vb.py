@@ -149,8 +149,8 @@ class VBFit(FitResult):
 
     def noise_var(self) -> float:
         """``E_q[1/tau]`` of a learned noise (``q_noise["inv_mean"]``), else the fixed ``1/tau``."""
-        if self.q_noise:
-            return float(self.q_noise["inv_mean"])
+        if self.q_noise:  # times nu / (nu - 2) for Student-t noise
+            return float(self.info.likelihood.noise_variance(float(self.q_noise["inv_mean"])))
         return 1.0 / float(self.info.tau)
 
     def log_predictive_density(self, test) -> float:

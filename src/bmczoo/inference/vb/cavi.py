@@ -26,7 +26,16 @@ from jax import lax
 from ...likelihoods import Tempered
 from ...priors import Prior
 from .. import sharding as sh
-from ...linalg import CSR, cholesky_rows, outer, pattern_product, row_precision, row_rhs, solve_rows
+from ...linalg import (
+    CSR,
+    cholesky_rows,
+    outer,
+    pattern_product,
+    row_ids,
+    row_precision,
+    row_rhs,
+    solve_rows,
+)
 from .state import (
     BLOCKS,
     COVARIANCES,
@@ -46,7 +55,7 @@ from .state import (
     split_prior_q,
 )
 
-__all__ = ["update", "parts_of", "parts_body", "log_Z"]
+__all__ = ["update", "parts_of", "parts_body", "log_Z", "rating_expected_sq"]
 
 
 def _inverse_from_cholesky(L: jax.Array) -> jax.Array:
@@ -85,7 +94,12 @@ def _resid_rhs(csr: CSR, mean_other, self_bias, other_bias):
 
 
 def _counts(csr: CSR, dtype):
-    return jnp.diff(csr.indptr).astype(dtype)
+    """The rows' sums of the pattern's entries ``csr.ones`` (their numbers of ratings, or
+    of weights in a weighted update; padding entries are zeros)."""
+    counts = jnp.diff(csr.indptr)
+    nnz = csr.index.shape[0]
+    row_id = jnp.repeat(jnp.arange(counts.shape[0]), counts, total_repeat_length=nnz)
+    return jax.ops.segment_sum(csr.ones, row_id, num_segments=counts.shape[0]).astype(dtype)
 
 
 def _bias_resid_sum(csr: CSR, mean_other, mean_self, other_bias):
@@ -307,6 +321,8 @@ def update(
         )
     if lik is not None and lik.latent:
         return _latent_update(state, rows, cols, prior, lik, biases, latent)
+    if lik is not None and lik.weighted:
+        return _weighted_update(state, rows, cols, prior, lik, biases, latent, tau)
     qp = prior_q(state)
     t = lik.vb_block_precision(state.noise, tau)
     dims = rows.shape if sharded is None else sharded.dims
@@ -406,6 +422,59 @@ def _per_run(rows: CSR, cols: CSR, values, col_perm, fn):
         for c in range(values.shape[0])
     ]
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *outs)
+
+
+def rating_expected_sq(state: VBState, rows: CSR, chunk: int = 4096) -> jax.Array:
+    """``E_q[(Y_k - theta_k)^2]`` (C, n) at every rating in row order (one device; biases
+    included): the squared residual of ``E_q[theta_k]`` plus ``Var_q[theta_k] =
+    tr(V_i W_j) + m_i^T W_j m_i + n_j^T V_i n_j (+ Var b_i + Var c_j)``, over chunks of
+    ``chunk`` ratings (no (n, K, K) array)."""
+    rid, col = row_ids(rows), rows.index
+    n = col.shape[0]
+    B = max(1, min(chunk, n))
+    idx = jnp.minimum(jnp.arange(-(-n // B) * B), n - 1).reshape(-1, B)
+
+    def var_chunk(k):
+        i, j = rid[k], col[k]
+        Vi, Wj, mi, nj = state.V[:, i], state.W[:, j], state.m[:, i], state.n[:, j]
+        return (
+            jnp.sum(Vi * Wj, axis=(-2, -1))
+            + jnp.einsum("cbk,cbkl,cbl->cb", mi, Wj, mi)
+            + jnp.einsum("cbk,cbkl,cbl->cb", nj, Vi, nj)
+        )
+
+    var = jnp.moveaxis(lax.map(var_chunk, idx), 0, 1).reshape(state.m.shape[0], -1)[:, :n]
+    if state.bias:
+        var = var + state.bias["b_var"][:, rid] + state.bias["c_var"][:, col]
+    return (rows.values[None] - ratings_mean(state, rows)) ** 2 + var
+
+
+def _weighted_update(
+    state: VBState, rows: CSR, cols: CSR, prior: Prior, lik, biases, latent, tau
+) -> VBState:
+    """One CAVI iteration of a weighted likelihood (Student-t): ``q(w)`` given ``q(theta)``
+    and ``q(tau)`` (its mean ``E[w]`` from the likelihood's ``vb_weights``), then the
+    Gaussian updates with rating ``k``'s precision ``E[tau] E[w_k]`` (each run's pattern
+    holding its weights), then ``q(tau)`` given the weighted expected squared error."""
+    if latent is None:
+        raise ValueError("a weighted likelihood's VB update needs latent=(levels, col_perm)")
+    col_perm = latent[1]
+    C = state.m.shape[0]
+    tau = jnp.broadcast_to(lik.vb_block_precision(state.noise, tau), (C,))  # E_q[tau]
+    w = lik.vb_weights(rating_expected_sq(state, rows), tau)
+    y = rows.values[None]
+
+    def run(c, r, k):
+        r = r._replace(values=w[c] * y[0], ones=w[c])
+        k = k._replace(values=(w[c] * y[0])[col_perm], ones=w[c][col_perm])
+        return update(one_run(gauss, c), r, k, prior, tau[c : c + 1], biases=biases)
+
+    gauss = state._replace(noise={})
+    new = _per_run(rows, cols, w, col_perm, run)._replace(noise=state.noise)
+    if not lik.learned:
+        return new
+    sse = jnp.sum(w * rating_expected_sq(new, rows), axis=1)
+    return new._replace(noise=lik.vb_step(state.noise, sse, rows.values.shape[0]))
 
 
 def _latent_update(

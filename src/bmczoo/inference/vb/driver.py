@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ... import _xla
+from ...likelihoods import Likelihood
 from ...priors.macau.arrays import shared_link_arrays
 from ..checkpoint import check_settings, load_npz, save_npz
 from ..gibbs import build_problem
@@ -64,6 +65,12 @@ class _Data(NamedTuple):
     links: dict
 
 
+def per_rating(likelihood) -> bool:
+    """Whether the likelihood has a per-rating block (latent or weighted): its VB update
+    reads ``(levels, col_perm)``."""
+    return likelihood.latent or likelihood.weighted
+
+
 def _iterate(state: VBState, data: _Data, *, prior, likelihood, biases, sharded):
     # jitted once per fit (_Runs.compile) with the problem as an argument: no array is baked
     # into the compiled program, and the program is dropped with the fit (a module-level
@@ -72,7 +79,7 @@ def _iterate(state: VBState, data: _Data, *, prior, likelihood, biases, sharded)
         likelihood=likelihood,
         biases=biases,
         sharded=sharded,
-        latent=data.latent if (likelihood is not None and likelihood.latent) else None,
+        latent=data.latent if (likelihood is not None and per_rating(likelihood)) else None,
         links=data.links,
     )
     state = update(state, data.rows, data.cols, prior, data.tau, **kw)
@@ -175,13 +182,12 @@ class _Runs(Job):
         self.total, self.num_runs = s.max_iter, s.restarts
         self.dims = tuple(info.shape)
         self.sharded = None if s.devices is None else Sharded(s.devices, self.dims)
-        latent = info.likelihood.latent
         self.problem = build_problem(
             prep.fit_data,
             info.tau,
             dtype=info.dtype,
             mesh=s.devices,
-            likelihood=info.likelihood if latent else None,
+            likelihood=info.likelihood if per_rating(info.likelihood) else None,
         )
         with shared_link_arrays():  # a table linked by the prior and the biases: once
             self.links = _links(prep, info, self.sharded)
@@ -310,10 +316,11 @@ def _best(runs: _Runs) -> tuple[int, VBState]:
 
 def fit_vb(prep: Prepared, info: FitInfo, progress_bar: bool) -> VBFit:
     """Closed-form mean-field VB (:class:`~bmczoo.inference.settings.VB`)."""
-    if info.likelihood.weighted:
+    lik = info.likelihood
+    if lik.weighted and type(lik).vb_weights is Likelihood.vb_weights:
         raise ValueError(
-            f"method='vb' has no update for the {info.likelihood.name} likelihood's per-rating "
-            "weights yet: use method='gibbs' (or 'nuts', 'svi', 'map')"
+            f"method='vb' has no update for the {lik.name} likelihood's per-rating weights: "
+            "use method='gibbs' (or 'nuts', 'svi', 'map')"
         )
     runs = _Runs(prep, info)
     runs.resume()

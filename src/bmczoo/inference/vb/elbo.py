@@ -12,7 +12,7 @@ from ...likelihoods import Tempered
 from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import CSR
-from .cavi import log_Z, parts_body, parts_of
+from .cavi import log_Z, parts_body, parts_of, rating_expected_sq
 from .state import (
     Sharded,
     VBState,
@@ -67,7 +67,12 @@ def elbo(
     if lik is not None and lik.latent:
         return _latent_elbo(state, rows, prior, lik, biases, latent)
     parts, n_obs = parts_of(state, rows, prior, sharded)
-    loglik = lik.vb_elbo_term(state.noise, n_obs, parts["sq"], tau)
+    if (
+        lik.weighted
+    ):  # q(w) at its optimum: the likelihood's term from each rating's E[(Y - theta)^2]
+        loglik = lik.vb_weighted_elbo_term(state.noise, rating_expected_sq(state, rows))
+    else:
+        loglik = lik.vb_elbo_term(state.noise, n_obs, parts["sq"], tau)
     return _elbo_rest(
         state, parts, loglik, prior, biases, rows.shape if sharded is None else sharded.dims
     )
