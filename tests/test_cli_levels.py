@@ -39,8 +39,8 @@ def test_help_names_the_latent_likelihoods(capsys):
         "probit",
         "ordered-probit",
         "--binarize THRESHOLD",
-        "threshold=0",
-        "cut_scale=1",
+        "threshold=? (probit)",  # its settings and defaults, from the classes
+        "levels=?, cut_scale=2",
     ):
         assert needle in text
 
