@@ -351,13 +351,13 @@ def test_sweep_residual_sum_matches_the_ratings(x64, K, use_bias):
         cols,
         gr.FactorRows(M, N, b, c),
         gr.FactorRows(zM, zN, zb, zc),
-        (priors, tb, inv_var),
+        gr.SweepConditional(priors, tb, inv_var),
         sh.LOCAL,
         gr.SweepFlags(rho=0.0, use_bias=use_bias, sse=True),
         lambda F: jnp.sum(F, axis=1),
     )
-    M2, N2, b2, c2 = (np.asarray(x) for x in out[:4])
-    part = np.asarray(out[6][2])
+    M2, N2, b2, c2 = (np.asarray(x) for x in (out.M, out.N, out.b, out.c))
+    part = np.asarray(out.stats.part)
     i, j = np.nonzero(mask)
     for ch in range(C):
         fit = np.sum(M2[ch, i] * N2[ch, j], axis=-1)

@@ -332,28 +332,7 @@ def update(
             rows, cols, state.n, state.W, qp, t, state.bias, sh.LOCAL, model
         )
     else:
-
-        def body(rows, cols, n_l, W_l, qp, t, bias):
-            return _body(
-                sh.local_csr(rows),
-                sh.local_csr(cols),
-                n_l,
-                W_l,
-                qp,
-                t,
-                bias,
-                sh.sharded_comm(dims),
-                model,
-            )
-
-        bspec = bias_specs(state.bias)
-        m, V, n, W, ES, bias, stats = jax.shard_map(
-            body,
-            mesh=sharded.mesh,
-            in_specs=(BLOCKS, BLOCKS, FACTORS, COVARIANCES, REPLICATED, REPLICATED, bspec),
-            out_specs=(FACTORS, COVARIANCES, FACTORS, COVARIANCES, REPLICATED, bspec, REPLICATED),
-            check_vma=False,
-        )(rows, cols, state.n, state.W, qp, t, state.bias)
+        m, V, n, W, ES, bias, stats = _sharded_body(rows, cols, state, qp, t, sharded, model)
     if is_linked(prior):  # q(B), q(lam_B) and q(mu, Lambda) need the current q
         step = prior.vb_step(stats[0], stats[1], dims[0], dims[1], m.dtype, q=qp)
     else:
@@ -366,6 +345,24 @@ def update(
         parts, n_obs = parts_of(new, rows, None, sharded)
         new = new._replace(noise=lik.vb_step(state.noise, parts["sq"], n_obs))
     return new
+
+
+def _sharded_body(rows: CSR, cols: CSR, state: VBState, qp, t, sharded: Sharded, model: _Model):
+    """:func:`_body` on the mesh of ``sharded`` (the same body on each device's rows)."""
+    dims = sharded.dims
+
+    def body(rows, cols, n_l, W_l, qp, t, bias):
+        local = (sh.local_csr(rows), sh.local_csr(cols))
+        return _body(*local, n_l, W_l, qp, t, bias, sh.sharded_comm(dims), model)
+
+    bspec = bias_specs(state.bias)
+    return jax.shard_map(
+        body,
+        mesh=sharded.mesh,
+        in_specs=(BLOCKS, BLOCKS, FACTORS, COVARIANCES, REPLICATED, REPLICATED, bspec),
+        out_specs=(FACTORS, COVARIANCES, FACTORS, COVARIANCES, REPLICATED, bspec, REPLICATED),
+        check_vma=False,
+    )(rows, cols, state.n, state.W, qp, t, state.bias)
 
 
 # ---------------------------------------------------------------- latent likelihoods
