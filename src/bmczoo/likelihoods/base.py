@@ -61,29 +61,75 @@ class Likelihood(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} has a fixed tau")
 
     def sample_weights(self, key: jax.Array, resid: jax.Array, tau: jax.Array) -> jax.Array:
-        """Gibbs block of the per-rating weights (C, n) given the residuals ``Y - theta``
-        (C, n) and ``tau`` (C,) (only called when :attr:`weighted`)."""
+        """Gibbs block of the per-rating weights (only called when :attr:`weighted`).
+
+        Parameters
+        ----------
+        key : jax.Array, shape (C,)
+            One PRNG key per chain.
+        resid : jax.Array, shape (C, n)
+            The residuals ``Y - theta`` at the ratings (row order).
+        tau : jax.Array, shape (C,)
+            The noise precision.
+
+        Returns
+        -------
+        jax.Array, shape (C, n)
+            The weights.
+        """
         raise NotImplementedError(f"{type(self).__name__} has no per-rating weights")
 
     # ------------------------------------------------------------------ outputs (numpy)
     def noise_variance(self, inv_tau):
-        """The noise variance given ``E[1/tau]``: ``inv_tau`` for Gaussian noise."""
+        """The noise variance given ``E[1/tau]``: ``inv_tau`` for Gaussian noise.
+
+        Parameters
+        ----------
+        inv_tau : float or array
+            ``E[1/tau]``.
+        """
         return inv_tau
 
     def log_density(self, y, mean, inv_tau):
         """``log p(y | theta = mean)`` with ``1/tau = inv_tau`` (numpy, broadcasting):
-        Gaussian here."""
+        Gaussian here.
+
+        Parameters
+        ----------
+        y, mean : array
+            The values and ``theta`` (data scale).
+        inv_tau : float or array
+            ``1/tau``.
+        """
         return -0.5 * (np.log(2.0 * np.pi * inv_tau) + (y - mean) ** 2 / inv_tau)
 
     def interval_half_width(self, sd, prob: float):
         """Half-width of the central ``prob`` predictive interval whose predictive sd is
-        ``sd`` (numpy): ``Phi^-1((1 + prob)/2) sd``, the Gaussian's, here."""
+        ``sd`` (numpy): ``Phi^-1((1 + prob)/2) sd``, the Gaussian's, here.
+
+        Parameters
+        ----------
+        sd : array
+            The predictive standard deviations.
+        prob : float
+            The interval's probability, in (0, 1).
+        """
         from statistics import NormalDist
 
         return NormalDist().inv_cdf(0.5 + 0.5 * prob) * sd
 
     def noise_draws(self, rng, shape, inv_tau):
-        """Draws of the noise ``Y - theta`` given ``1/tau = inv_tau`` (numpy): Gaussian here."""
+        """Draws of the noise ``Y - theta`` given ``1/tau = inv_tau`` (numpy): Gaussian here.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The generator.
+        shape : tuple of int
+            The draws' shape.
+        inv_tau : float or array
+            ``1/tau`` (broadcast against ``shape``).
+        """
         return np.sqrt(inv_tau) * rng.standard_normal(shape)
 
     def sample_params(self) -> dict:
@@ -127,12 +173,27 @@ class Likelihood(abc.ABC):
         return self.vb_loglik(n, expected_sse, tau)
 
     def vb_weights(self, expected_sq: jax.Array, tau: jax.Array) -> jax.Array:
-        """A weighted likelihood's ``E_q[w_k]`` (C, n) under the optimal ``q(w)`` given
-        ``E_q[(Y_k - theta_k)^2]`` (C, n) and the block precision ``tau`` (C,)."""
+        """A weighted likelihood's ``E_q[w_k]`` (C, n) under the optimal ``q(w)``.
+
+        Parameters
+        ----------
+        expected_sq : jax.Array, shape (C, n)
+            ``E_q[(Y_k - theta_k)^2]`` at every rating.
+        tau : jax.Array, shape (C,)
+            The block precision ``E_q[tau]``.
+        """
         raise NotImplementedError(f"{type(self).__name__} has no VB update of per-rating weights")
 
     def vb_weighted_elbo_term(self, q: dict, expected_sq: jax.Array) -> jax.Array:
-        """A weighted likelihood's part of the ELBO (C,) with ``q(w)`` at its optimum."""
+        """A weighted likelihood's part of the ELBO (C,) with ``q(w)`` at its optimum.
+
+        Parameters
+        ----------
+        q : dict
+            The likelihood's q-state (:meth:`vb_state`).
+        expected_sq : jax.Array, shape (C, n)
+            ``E_q[(Y_k - theta_k)^2]`` at every rating.
+        """
         raise NotImplementedError(f"{type(self).__name__} has no VB update of per-rating weights")
 
     def vb_params(self, q: dict) -> dict:
