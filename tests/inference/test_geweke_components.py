@@ -267,6 +267,7 @@ class TauShapeN:
     base: bmc.likelihoods.LearnedNoise
     learned = True
     latent = False
+    weighted = False
 
     def block_precision(self, tau):
         return tau
