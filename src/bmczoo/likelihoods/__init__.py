@@ -9,9 +9,8 @@ latent-Gaussian :class:`Probit` (binary) and :class:`OrderedProbit` (ordinal lev
 """
 
 import dataclasses
-import importlib
-import inspect
-import pkgutil
+
+from .._components import all_subclasses, export_components
 
 from .base import Likelihood
 from .learned_noise import LearnedNoise
@@ -31,31 +30,12 @@ __all__ = [
     "registry",
 ]
 
-for _info in pkgutil.iter_modules(__path__):
-    if _info.name.startswith("_") or _info.name in ("base", "truncnorm"):
-        continue
-    _module = importlib.import_module(f"{__name__}.{_info.name}")
-    for _name, _obj in vars(_module).items():
-        if (
-            inspect.isclass(_obj)
-            and issubclass(_obj, Likelihood)
-            and _obj is not Likelihood
-            and _obj.__module__ == _module.__name__
-        ):
-            globals()[_name] = _obj
-            if _name not in __all__:
-                __all__.append(_name)
-
-
-def _all_subclasses(cls):
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _all_subclasses(sub)
+export_components(__name__, __path__, Likelihood, globals(), skip=("base", "truncnorm"))
 
 
 def registry() -> dict[str, type[Likelihood]]:
     """Every likelihood class by its ``name``."""
-    return {sub.name: sub for sub in _all_subclasses(Likelihood) if sub.name}
+    return {sub.name: sub for sub in all_subclasses(Likelihood) if sub.name}
 
 
 def get_likelihood(name: str, **settings) -> Likelihood:

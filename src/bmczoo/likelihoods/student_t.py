@@ -95,12 +95,9 @@ class StudentT(Likelihood):
         return jnp.clip(w, fi.tiny, fi.max)
 
     def sample_tau(self, key, sse, n):
-        """``tau ~ Gamma(a + n/2, b + SSE_w/2)`` with ``SSE_w = sum_k w_k (Y_k - theta_k)^2``."""
-        shape = self.a + 0.5 * n
-        rate = self.b + 0.5 * sse
-        tau = _rng.gamma(key, jnp.asarray(shape, sse.dtype), jnp.shape(sse), dtype=sse.dtype) / rate
-        fi = jnp.finfo(sse.dtype)
-        return jnp.clip(tau, fi.tiny, fi.max)
+        """``tau ~ Gamma(a + n/2, b + SSE_w/2)`` with ``SSE_w = sum_k w_k (Y_k - theta_k)^2``:
+        the learned Gaussian noise's block given the weighted squared error."""
+        return self._noise().sample_tau(key, sse, n)
 
     # ------------------------------------------------------------------ VB
     # q(tau) = Gamma(shape, rate) as LearnedNoise's (state {"shape", "rate"} (C,)); q(w) is
@@ -178,8 +175,8 @@ class StudentT(Likelihood):
 
     # ------------------------------------------------------------------ NumPyro
     def sample_params(self):
-        """The global site ``tau ~ Gamma(a, rate b)``."""
-        return {"tau": numpyro.sample("tau", dist.Gamma(self.a, self.b))}
+        """The global site ``tau ~ Gamma(a, rate b)`` (the learned Gaussian noise's)."""
+        return self._noise().sample_params()
 
     def sample_obs(self, mean, n, obs, tau=None):
         """``obs ~ StudentT(nu, mean, 1/sqrt(tau))`` (inside the ``ratings`` plate)."""

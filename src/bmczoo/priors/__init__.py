@@ -7,9 +7,9 @@ tests): ``bmc.priors.MyPrior`` and ``get_prior("my-prior")`` then find it.
 """
 
 import dataclasses
-import importlib
 import inspect
-import pkgutil
+
+from .._components import all_subclasses, export_components
 
 from .base import Prior, VBGamma
 from .discrete import ColumnSpikeSlabNormal, Discrete
@@ -29,26 +29,7 @@ __all__ = [
     "registry",
 ]
 
-for _info in pkgutil.iter_modules(__path__):
-    if _info.name.startswith("_") or _info.name == "base":
-        continue
-    _module = importlib.import_module(f"{__name__}.{_info.name}")
-    for _name, _obj in vars(_module).items():
-        if (
-            inspect.isclass(_obj)
-            and issubclass(_obj, Prior)
-            and _obj is not Prior
-            and _obj.__module__ == _module.__name__
-        ):
-            globals()[_name] = _obj
-            if _name not in __all__:
-                __all__.append(_name)
-
-
-def _all_subclasses(cls):
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _all_subclasses(sub)
+export_components(__name__, __path__, Prior, globals(), skip=("base",))
 
 
 def registry() -> dict[str, type[Prior]]:
@@ -57,7 +38,7 @@ def registry() -> dict[str, type[Prior]]:
     parent's name (a variant defined elsewhere, e.g. in a test) does not replace the parent:
     the first class of each name counts, as in :func:`get_prior`."""
     out: dict[str, type[Prior]] = {}
-    for sub in _all_subclasses(Prior):
+    for sub in all_subclasses(Prior):
         if sub.name and not inspect.isabstract(sub):
             out.setdefault(sub.name, sub)
     return out
@@ -77,7 +58,7 @@ def get_prior(name: str, **hyper) -> Prior:
     if not isinstance(name, str):
         raise TypeError(f"prior name must be a string, got {name!r}")
     key = name.lower().replace("_", "-")
-    for sub in _all_subclasses(Prior):
+    for sub in all_subclasses(Prior):
         if sub.name == key:
             fields = [f.name for f in dataclasses.fields(sub)]
             unknown = sorted(set(hyper) - set(fields))
@@ -86,5 +67,5 @@ def get_prior(name: str, **hyper) -> Prior:
                     f"{sub.__name__} has no hyper-parameter {', '.join(unknown)}; it has {', '.join(fields)}"
                 )
             return sub(**hyper)
-    known = sorted(s.name for s in _all_subclasses(Prior) if s.name)
+    known = sorted(s.name for s in all_subclasses(Prior) if s.name)
     raise ValueError(f"unknown prior {name!r}; known: {', '.join(known)}")
