@@ -38,10 +38,7 @@ LIK = bmc.likelihoods.StudentT(nu=4.0, a=2.0, b=1.0)
 PRIORS = {"inverse-gamma": bmc.priors.InverseGamma(), "normal-wishart": bmc.priors.NormalWishart()}
 
 
-@pytest.fixture(autouse=True)
-def _x64():
-    with jax.enable_x64(True):
-        yield
+pytestmark = pytest.mark.usefixtures("x64")
 
 
 def _data(seed=0):
