@@ -10,6 +10,7 @@ from . import loading, outputs
 from .components import make_likelihood, make_prior, parse_hyper, priors
 from .errors import CLIError
 from .interrupts import INTERRUPTS
+from .options import given_settings, option_flag, option_setting
 from .paths import check_checkpoint, check_out_dir, check_save
 
 _FEATURE_SIDES = {
@@ -243,13 +244,7 @@ def _method_settings(args, prior) -> dict:
     from ..inference.errors import SettingsError
     from ..inference.settings import settings_for
 
-    given = {
-        name: getattr(args, dest)
-        for name, dest in METHOD_OPTIONS.items()
-        if getattr(args, dest) is not None
-    }
-    if "store_factors" in given:
-        given["store_factors"] = {"auto": "auto", "yes": True, "no": False}[given["store_factors"]]
+    given = given_settings(args)
     try:
         settings_for(args.method, **given).for_prior(prior)
     except SettingsError as e:
@@ -260,7 +255,7 @@ def _method_settings(args, prior) -> dict:
 def settings_line(e) -> str:
     """The error line of a :class:`~bmczoo.inference.errors.SettingsError`, built from its
     fields (``param``, ``value``, ``reason``, ``methods``...) with the options' spelling:
-    the flag comes from :data:`METHOD_OPTIONS`, never from the message's wording."""
+    the flag comes from the settings fields (:mod:`bmczoo.cli.options`), never from the message's wording."""
     from ..inference.errors import WrongMethodError
 
     if isinstance(e, WrongMethodError):
@@ -268,51 +263,4 @@ def settings_line(e) -> str:
             f"{option_flag(e.param)} applies to --method {' or '.join(e.methods)}, "
             f"not to --method {e.method}"
         )
-    return " ".join(e.describe(name=option_flag, setting=_option_setting).split())
-
-
-def option_flag(name: str) -> str:
-    """The command-line option of ``bmc.fit``'s argument ``name`` (``num_chains`` ->
-    ``--chains``); an argument the command line does not set keeps its own name."""
-    if name == "method":
-        return "--method"
-    dest = METHOD_OPTIONS.get(name)
-    return name if dest is None else "--" + dest.replace("_", "-")
-
-
-# the method options given as --name / --no-name (argparse.BooleanOptionalAction)
-_SWITCHES = frozenset({"column_moves", "fuse_column_moves"})
-
-
-def _option_setting(name: str, value) -> str:
-    """``bmc.fit``'s argument ``name`` set to ``value``, as it is written on the command
-    line (``--num-samples 5``, ``--no-column-moves``)."""
-    flag = option_flag(name)
-    if name in _SWITCHES and isinstance(value, bool):
-        return flag if value else "--no-" + flag.removeprefix("--")
-    if name == "store_factors" and isinstance(value, bool):
-        value = "yes" if value else "no"
-    return f"{flag} {value}"
-
-
-# bmc.fit's name of each method-specific option -> argparse dest
-METHOD_OPTIONS = {
-    "num_warmup": "num_warmup",
-    "num_samples": "num_samples",
-    "thinning": "thinning",
-    "num_chains": "chains",
-    "max_iter": "max_iter",
-    "tol": "tol",
-    "num_steps": "num_steps",
-    "overrelax": "overrelax",
-    "checkpoint": "checkpoint",
-    "checkpoint_every": "checkpoint_every",
-    "store_factors": "store_factors",
-    "column_moves": "column_moves",
-    "column_moves_every": "column_moves_every",
-    "fuse_column_moves": "fuse_column_moves",
-    "anneal_steps": "anneal_steps",
-    "anneal_every": "anneal_every",
-    "gamma_sampler": "gamma_sampler",
-    "row_draw": "row_draw",
-}
+    return " ".join(e.describe(name=option_flag, setting=option_setting).split())

@@ -145,7 +145,7 @@ def _add_fit(sub) -> None:
     _fit_output_options(out)
     _fit_side_options(side)
     _add_debug_option(trouble)
-    _fit_gibbs_options(internals)
+    _add_settings_flags(internals, "Gibbs sampler internals")
     f.set_defaults(func=cmd_fit)
 
 
@@ -245,28 +245,7 @@ def _fit_method_options(f) -> None:
         help="gibbs (default), vb (closed-form variational Bayes), svi (NumPyro AutoNormal), "
         "map (AutoDelta), nuts (NumPyro NUTS: small problems only)",
     )
-    # method-specific options default to the method's own settings (bmc.inference.settings)
-    for flag, kind, text in (
-        ("--num-warmup", int, "gibbs/nuts: warm-up sweeps (default 100)"),
-        ("--num-samples", int, "gibbs/nuts: sweeps after warm-up (default 900)"),
-        ("--thinning", int, "gibbs/nuts: keep every N-th draw (default 10)"),
-        (
-            "--chains",
-            int,
-            "gibbs/nuts: chains advanced side by side (default 4); vb: random starts, the "
-            "best ELBO kept (default 1)",
-        ),
-        ("--max-iter", int, "vb: maximum iterations (default 200)"),
-        (
-            "--tol",
-            float,
-            "vb: stop when the relative change of the ELBO is below TOL (default 1e-4; 0: run "
-            "--max-iter iterations)",
-        ),
-        ("--num-steps", int, "svi/map: optimisation steps (default 2000)"),
-    ):
-        metavar = "TOL" if kind is float else "N"
-        f.add_argument(flag, type=kind, default=None, metavar=metavar, help=text)
+    _add_settings_flags(f, "method and sampling")
     f.add_argument(
         "--seed", type=int, default=0, metavar="N", help="seed of the simulation and of the fit"
     )
@@ -296,27 +275,7 @@ def _fit_output_options(f) -> None:
         help="save the fitted model there (no pickle) for bmczoo predict / recommend, which "
         "then give exactly the fit's predictions (default: none)",
     )
-    f.add_argument(
-        "--checkpoint",
-        default=None,
-        metavar="FILE.npz",
-        help="gibbs/vb: save the state there every --checkpoint-every iterations and on Ctrl-C; "
-        "rerun the same command to resume (default: none)",
-    )
-    f.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=None,
-        metavar="N",
-        help="gibbs/vb: iterations between checkpoints (default 100)",
-    )
-    f.add_argument(
-        "--store-factors",
-        choices=["auto", "yes", "no"],
-        default=None,
-        help="gibbs/nuts: keep the factor draws M, N, needed by recommend, fold-in and new "
-        "entries of a saved model (default auto: when they take < 256 MiB)",
-    )
+    _add_settings_flags(f, "outputs")
     f.add_argument(
         "--overwrite",
         action="store_true",
@@ -326,69 +285,21 @@ def _fit_output_options(f) -> None:
     f.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _fit_gibbs_options(f) -> None:
-    """Gibbs: over-relaxation, column moves, annealed switches and the sweep's kernels."""
-    f.add_argument(
-        "--overrelax",
-        type=float,
-        default=None,
-        metavar="RHO",
-        help="gibbs: over-relaxed row updates, RHO in (-1, 1) (default 0: plain Gibbs; -0.7 mixes faster)",
-    )
-    f.add_argument(
-        "--column-moves",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="gibbs: add the moves that change gamma_h together with its column (default: wherever "
-        "the prior has one); --no-column-moves: the paper's plain sweep",
-    )
-    f.add_argument(
-        "--column-moves-every",
-        type=int,
-        default=None,
-        metavar="S",
-        help="gibbs: run the column moves every S sweeps (default: the prior's, 4 for the discrete "
-        "prior, else 1)",
-    )
-    f.add_argument(
-        "--fuse-column-moves",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="gibbs: run the column moves inside the sweep, reusing its sparse products (the default); "
-        "--no-fuse-column-moves: at its end (slower, other draws)",
-    )
-    f.add_argument(
-        "--anneal-steps",
-        type=int,
-        default=None,
-        metavar="T",
-        help="gibbs: with the discrete prior, every --anneal-every sweeps, switch one column "
-        "between spike and slab along a path of T steps (default 0: none)",
-    )
-    f.add_argument(
-        "--anneal-every",
-        type=int,
-        default=None,
-        metavar="S",
-        help="gibbs: sweeps between two annealed switches (default 50)",
-    )
-    f.add_argument(
-        "--gamma-sampler",
-        # A literal, not bmczoo._rng's tuple: importing the CLI must not import JAX
-        # (tests/test_cli.py checks that the two agree).
-        choices=["jax", "one-hash"],
-        default=None,
-        help="gibbs: the sweep's gamma variates: one-hash (the default: one threefry hash per "
-        "rejection round, faster to compile) or jax (jax.random.gamma)",
-    )
-    f.add_argument(
-        "--row-draw",
-        # a literal, as --gamma-sampler's (tests/test_cli.py checks it against the library's)
-        choices=["bordered", "two-solves"],
-        default=None,
-        help="gibbs: each row's draw: bordered (the default: one Cholesky factorisation of the "
-        "bordered precision, one triangular solve) or two-solves",
-    )
+def _add_settings_flags(f, group: str) -> None:
+    """The options of the methods' settings shown in ``group``: flag, type, choices, help
+    and default read from the settings fields (:func:`bmczoo.cli.options.settings_flags`);
+    left out, an option keeps the method's default."""
+    from .options import settings_flags
+
+    for flag in settings_flags().values():
+        if flag.group != group:
+            continue
+        kw = dict(default=None, dest=flag.dest, help=flag.help.replace("%", "%%"))
+        if flag.kind == "switch":
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw.update(type=flag.kind, metavar=flag.metavar, choices=flag.choices)
+        f.add_argument(flag.flag, **kw)
 
 
 def _add_predict(sub) -> None:

@@ -35,6 +35,7 @@ from .errors import (
 )
 from .errors import checked as _checked
 from .errors import literal as _literal
+from .options import INTERNALS_GROUP, OUTPUTS_GROUP, documented, option, options_of
 
 __all__ = [
     "Settings",
@@ -230,56 +231,101 @@ def resolve_column_moves_every(value, prior) -> int:
     return 1 if prior is None else int(prior.column_moves_every)
 
 
-@dataclasses.dataclass(frozen=True)
-class SweepOptions:
-    """What a Gibbs sweep adds to its plain blocks, checked when built (the fields of
-    :class:`Gibbs` of the same names; :class:`~bmczoo.inference.ConjugateGibbs` and
-    :func:`bmczoo.inference.gibbs.build_problem` take them through this object).
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class _Sweep:
+    """The options of the Gibbs sweep, declared once: :class:`SweepOptions` and
+    :class:`Gibbs` have these fields."""
 
-    Parameters
-    ----------
-    overrelax : float
-        Adler's over-relaxation of the row draws, in (-1, 1); 0 is plain Gibbs.
-    column_moves : bool or None
-        The moves that change ``gamma_h`` with its column; None: wherever the prior has one.
-    column_moves_every : int or None
-        Sweeps between two rounds of column moves (1: every sweep); None: the prior's
-        :attr:`~bmczoo.priors.Prior.column_moves_every` (4 for the discrete prior, else 1).
-    fuse_column_moves : bool
-        Run each side's column moves inside the sweep, between the sparse products of its
-        half sweep and its draw (the default: they reuse those products and cost no pass
-        over the ratings); False: at the end of the sweep.  Both are exact; their draws
-        differ.
-    anneal_steps, anneal_every : int
-        Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
-    gamma_sampler : {"jax", "one-hash"}
-        The sampler of the sweep's gamma variates (the inverse-gamma and gamma priors'
-        scales, the Wishart draws, a learned noise precision, the bias variances):
-        ``"one-hash"`` (the default: :func:`bmczoo._rng.standard_gamma`, one threefry hash
-        per rejection round, a faster first compilation) or ``"jax"``
-        (``jax.random.gamma``: the same law, other draws).
-    row_draw : {"bordered", "two-solves"}
-        How each row is drawn from its Gaussian conditional: ``"bordered"`` (the default:
-        one Cholesky factorisation of the precision bordered by the right-hand side, which
-        gives the first triangular solve, and one solve; :func:`bmczoo.linalg.draw_rows`)
-        or ``"two-solves"`` (the factorisation of the precision and two solves: the same
-        law, other rounding).
-    """
+    overrelax: float = option(
+        0.0,
+        "float",
+        "Adler's over-relaxation of the row draws, in (-1, 1); 0 is plain Gibbs (-0.7 mixes "
+        "faster).",
+        flag=True,
+        metavar="RHO",
+        group=INTERNALS_GROUP,
+    )
+    column_moves: bool | None = option(
+        None,
+        "bool or None",
+        "Add to each sweep the moves that change ``gamma_h`` together with its column "
+        "(docs/algorithms.md, 'Column moves'; the discrete, inverse-gamma and gamma priors); "
+        "None (the default): wherever the prior has one; False: the paper's plain sweep.",
+        flag=True,
+        group=INTERNALS_GROUP,
+        before=False,
+    )
+    column_moves_every: int | None = option(
+        None,
+        "int or None",
+        "Sweeps between two rounds of column moves (1: every sweep); None (the default): the "
+        "prior's :attr:`~bmczoo.priors.Prior.column_moves_every` (4 for the discrete prior, "
+        "else 1).",
+        flag=True,
+        metavar="S",
+        group=INTERNALS_GROUP,
+        before=1,
+        recorded_with="column_moves",
+    )
+    fuse_column_moves: bool = option(
+        True,
+        "bool",
+        "Run each side's column moves inside the sweep, between the sparse products of its "
+        "half sweep and its draw, reusing them (:func:`bmczoo.inference.gibbs.fused_moves`; "
+        "the default); False: at the end of the sweep (slower).  Both are exact; their draws "
+        "differ.",
+        flag=True,
+        group=INTERNALS_GROUP,
+        before=False,
+        recorded_with="column_moves",
+    )
+    anneal_steps: int = option(
+        0,
+        "int",
+        "With the discrete prior, every ``anneal_every`` sweeps, switch one column between "
+        "spike and slab along a path of that many steps "
+        "(:func:`bmczoo.inference.gibbs.annealed_switch`; 0: none).",
+        flag=True,
+        metavar="T",
+        group=INTERNALS_GROUP,
+        before=0,
+    )
+    anneal_every: int = option(
+        50,
+        "int",
+        "Sweeps between two annealed switches.",
+        flag=True,
+        metavar="S",
+        group=INTERNALS_GROUP,
+        recorded_with="anneal_steps",
+    )
+    gamma_sampler: str = option(
+        "one-hash",
+        '{"one-hash", "jax"}',
+        "The sampler of the sweep's gamma variates (the inverse-gamma and gamma priors' "
+        "scales, the Wishart draws, a learned noise precision, the bias variances): "
+        "``one-hash`` (:func:`bmczoo._rng.standard_gamma`, one threefry hash per rejection "
+        "round, faster to compile) or ``jax`` (``jax.random.gamma``: the same law, other "
+        "draws).",
+        flag=True,
+        group=INTERNALS_GROUP,
+        choices=GAMMA_SAMPLERS,
+        before="jax",
+    )
+    row_draw: str = option(
+        "bordered",
+        '{"bordered", "two-solves"}',
+        "How each row is drawn from its Gaussian conditional: ``bordered`` (one Cholesky "
+        "factorisation of the precision bordered by the right-hand side, then one triangular "
+        "solve; :func:`bmczoo.linalg.draw_rows`) or ``two-solves`` (the factorisation and two "
+        "solves: the same law, other rounding).",
+        flag=True,
+        group=INTERNALS_GROUP,
+        choices=ROW_DRAWS,
+        before="two-solves",
+    )
 
-    overrelax: float = 0.0
-    column_moves: bool | None = None
-    column_moves_every: int | None = None
-    fuse_column_moves: bool = True
-    anneal_steps: int = 0
-    anneal_every: int = 50
-    gamma_sampler: str = "one-hash"
-    row_draw: str = "bordered"
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
-
-    def __post_init__(self):
+    def _check_sweep(self) -> None:
         object.__setattr__(self, "overrelax", check_overrelax(self.overrelax))
         object.__setattr__(self, "column_moves", check_column_moves(self.column_moves))
         object.__setattr__(
@@ -295,8 +341,25 @@ class SweepOptions:
         steps, every = check_anneal(self.anneal_steps, self.anneal_every)
         object.__setattr__(self, "anneal_steps", steps)
         object.__setattr__(self, "anneal_every", every)
-        _choice("gamma_sampler", self.gamma_sampler, GAMMA_SAMPLERS)
-        _choice("row_draw", self.row_draw, ROW_DRAWS)
+        for name, opt in options_of(_Sweep).items():
+            if opt.choices is not None:
+                _choice(name, getattr(self, name), opt.choices)
+
+
+@documented
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepOptions(_Sweep):
+    """What a Gibbs sweep adds to its plain blocks, checked when built (the fields of
+    :class:`Gibbs` of the same names; :class:`~bmczoo.inference.ConjugateGibbs` and
+    :func:`bmczoo.inference.gibbs.build_problem` take them through this object).
+    """
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def __post_init__(self):
+        self._check_sweep()
 
     def for_prior(self, prior) -> "SweepOptions":
         """The options for ``prior``: ``column_moves=None`` resolved (True where the prior
@@ -321,105 +384,104 @@ class SweepOptions:
         )
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Gibbs(Settings):
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class _Chains(Settings):
+    """The fields of the MCMC methods (:class:`Gibbs`, :class:`NUTS`)."""
+
+    num_warmup: int = option(
+        100, "int", "Warm-up iterations per chain (Gibbs: sweeps).", flag=True, metavar="N"
+    )
+    num_samples: int = option(
+        900,
+        "int",
+        "Iterations after warm-up per chain, before thinning (Gibbs: sweeps).",
+        flag=True,
+        metavar="N",
+    )
+    thinning: int = option(
+        10, "int", "Keep every ``thinning``-th post-warm-up draw.", flag=True, metavar="N"
+    )
+    num_chains: int = option(
+        4, "int", "Chains, advanced side by side.", flag="--chains", metavar="N"
+    )
+    track: Any = option(
+        8,
+        "int or (rows, cols)",
+        "Entries whose theta is kept per draw (a number of random training entries, or the "
+        "entries' rows and columns).",
+        record=False,
+    )
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class _Checkpointed(Settings):
+    """The checkpoints and devices of :class:`Gibbs` and :class:`VB`."""
+
+    checkpoint: Any = option(
+        None,
+        "str or os.PathLike, optional",
+        "Checkpoint file (``.npz``): the state is saved there every ``checkpoint_every`` "
+        "iterations and on an interrupt; the same run started again resumes from it.",
+        flag=True,
+        metavar="FILE.npz",
+        group=OUTPUTS_GROUP,
+        record=False,
+    )
+    checkpoint_every: int = option(
+        100,
+        "int",
+        "Iterations (Gibbs: sweeps) between checkpoints.",
+        flag=True,
+        metavar="N",
+        group=OUTPUTS_GROUP,
+        record=False,
+    )
+    devices: Any = option(
+        None,
+        "sequence of jax.Device, optional",
+        "Shard each iteration over these devices (the draws of one device's run).",
+        record=False,
+    )
+
+
+@documented
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class Gibbs(_Sweep, _Checkpointed, _Chains):
     """Conjugate blocked Gibbs sampling (:mod:`bmczoo.inference.gibbs`).
 
     ``num_warmup + num_samples`` sweeps per chain, every ``thinning``-th post-warm-up draw
-    kept; ``chain_method`` as in NumPyro's ``MCMC`` (``"vectorized"`` advances all chains
-    in one batched sweep); ``overrelax`` in (-1, 1): Adler over-relaxed row updates (0:
-    plain Gibbs); ``column_moves``: add to each sweep the moves that change ``gamma_h``
-    together with its column (docs/algorithms.md, "Column moves"; priors that define
-    ``column_proposal``: the discrete, inverse-gamma and gamma priors); None (the
-    default): on wherever the prior has a move, the plain sweep for the others; False:
-    the paper's plain sweep; ``column_moves_every``: the moves run every that many sweeps
-    (None, the default: the prior's schedule, every fourth sweep for the discrete prior and
-    every sweep for the others); ``fuse_column_moves``: the moves run inside the sweep,
-    each side's between its sparse products and its draw, reusing them (True, the default;
-    False: at its end; both exact, different draws); ``anneal_steps`` > 0 (the discrete prior): every
-    ``anneal_every`` sweeps, one spike/slab switch annealed over that many steps
-    (:func:`bmczoo.inference.gibbs.annealed_switch`; 0, the default: none);
-    ``gamma_sampler``: ``"one-hash"`` (the default: the sweep's gamma variates from one
-    threefry hash per rejection round, a faster first compilation) or ``"jax"``
-    (``jax.random.gamma``: the same law, other draws); ``row_draw``: ``"bordered"`` (the
-    default: one Cholesky factorisation and one triangular solve per row) or
-    ``"two-solves"`` (two solves: the same law, other rounding); ``init_gamma``: starting gamma (default the prior's); ``track``: entries
-    whose theta is kept per draw (a number of random training entries, or (rows, cols));
-    ``store_factors``: keep M, N of each kept draw, with the biases, a feature link's ``B``
-    and feature-driven biases' weights (``"auto"``: when those of all kept draws of all
-    chains take < 256 MiB);
-    ``checkpoint``/``checkpoint_every``: save and resume (``.npz``); ``devices``: shard
-    each sweep over these devices.
-
-    Parameters
-    ----------
-    num_warmup, num_samples : int
-        Warm-up sweeps and sweeps after warm-up, per chain.
-    thinning : int
-        Keep every ``thinning``-th post-warm-up draw.
-    num_chains : int
-        Number of chains.
-    chain_method : {"vectorized", "sequential", "parallel"}
-        As in NumPyro's ``MCMC``.
-    overrelax : float
-        Adler's over-relaxation of the row draws, in (-1, 1); 0 is plain Gibbs.
-    column_moves : bool or None
-        The moves that change ``gamma_h`` with its column; None: wherever the prior has one.
-    column_moves_every : int or None
-        Sweeps between two rounds of column moves (1: every sweep; None: the prior's).
-    fuse_column_moves : bool
-        The column moves inside the sweep, reusing its sparse products (the default; False:
-        at its end).
-    anneal_steps, anneal_every : int
-        Steps of the discrete prior's annealed switch (0: none) and sweeps between switches.
-    gamma_sampler : {"jax", "one-hash"}
-        The sampler of the sweep's gamma variates: ``bmczoo._rng.standard_gamma`` (the
-        default, a faster first compilation) or ``jax.random.gamma`` (other draws).
-    row_draw : {"bordered", "two-solves"}
-        How the rows are drawn: one factorisation of the bordered precision and one
-        triangular solve per row (the default) or two solves (the same law, other rounding).
-    init_gamma : optional
-        Starting column scales (default the prior's).
-    track : int or (rows, cols)
-        Entries whose theta is kept per draw.
-    store_factors : bool or "auto"
-        Keep ``M``, ``N`` of each kept draw (and the other draws of a factor's size: the
-        biases, a feature link's ``B``, feature-driven biases' weights); ``"auto"``: when
-        they take < 256 MiB for all kept draws of all chains.
-    checkpoint : str or os.PathLike, optional
-        Checkpoint file (``.npz``).
-    checkpoint_every : int
-        Sweeps between checkpoints.
-    devices : sequence of jax.Device, optional
-        Shard each sweep over these devices.
+    kept; the sweep's options are those of :class:`SweepOptions`.
     """
 
-    num_warmup: int = 100
-    num_samples: int = 900
-    thinning: int = 10
-    num_chains: int = 4
-    chain_method: str = "vectorized"
-    overrelax: float = 0.0
-    column_moves: bool | None = None
-    column_moves_every: int | None = None
-    fuse_column_moves: bool = True
-    anneal_steps: int = 0
-    anneal_every: int = 50
-    gamma_sampler: str = "one-hash"
-    row_draw: str = "bordered"
-    init_gamma: Any = None
-    track: Any = 8
-    store_factors: Any = "auto"
-    checkpoint: Any = None
-    checkpoint_every: int = 100
-    devices: Any = None
+    chain_method: str = option(
+        "vectorized",
+        '{"vectorized", "sequential", "parallel"}',
+        "As in NumPyro's ``MCMC`` (``vectorized`` advances all chains in one batched sweep).",
+        choices=("vectorized", "sequential", "parallel"),
+        record=False,
+    )
+    init_gamma: Any = option(
+        None, "optional", "Starting column scales (default the prior's).", record=False
+    )
+    store_factors: Any = option(
+        "auto",
+        'bool or "auto"',
+        "Keep ``M``, ``N`` of each kept draw (and the other draws of a factor's size: the "
+        "biases, a feature link's ``B``, feature-driven biases' weights), which recommend, "
+        "fold-in and new entries of a saved model need; ``auto``: when they take < 256 MiB "
+        "for all kept draws of all chains.",
+        flag=True,
+        group=OUTPUTS_GROUP,
+        words={"auto": "auto", "yes": True, "no": False},
+        record=False,
+    )
     method: ClassVar[str] = "gibbs"
 
     @property
     def sweep_options(self) -> SweepOptions:
         """The options of the sweep itself, as a ``SweepOptions`` (checked when the settings
         were built)."""
-        return self._sweep_options
+        return SweepOptions(**{f: getattr(self, f) for f in SweepOptions.field_names()})
 
     def for_prior(self, prior) -> "Gibbs":
         """``column_moves=None`` resolved (True where ``prior`` has a column move) and
@@ -439,10 +501,7 @@ class Gibbs(Settings):
     def __post_init__(self):
         _check_mcmc(self)
         _choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
-        options = SweepOptions(**{f: getattr(self, f) for f in SweepOptions.field_names()})
-        for f in SweepOptions.field_names():
-            object.__setattr__(self, f, getattr(options, f))
-        object.__setattr__(self, "_sweep_options", options)
+        self._check_sweep()
         object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
         object.__setattr__(self, "track", _check_track(self.track))
         if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):
@@ -468,38 +527,34 @@ class Gibbs(Settings):
             )
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class VB(Settings):
+@documented
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class VB(_Checkpointed):
     """Closed-form mean-field VB (CAVI, :mod:`bmczoo.inference.vb`): stop when the relative
     ELBO change is below ``tol`` or after ``max_iter``; ``restarts`` random starting
     points run side by side, the highest final ELBO kept; checkpoints and devices as for
     :class:`Gibbs`.
-
-    Parameters
-    ----------
-    max_iter : int
-        Maximum number of iterations.
-    tol : float
-        Relative ELBO change below which the iterations stop.
-    restarts : int
-        Independent runs from random starting points, side by side; the one with the
-        highest final ELBO is kept.  ``bmc.fit(method="vb", num_chains=R)`` is the same as
-        ``restarts=R`` (VB has runs, not chains); the result reports them as ``num_runs``
-        and ``best_run``.
-    checkpoint : str or os.PathLike, optional
-        Checkpoint file (``.npz``).
-    checkpoint_every : int
-        Iterations between checkpoints.
-    devices : sequence of jax.Device, optional
-        Shard each iteration over these devices.
     """
 
-    max_iter: int = 200
-    tol: float = 1e-4
-    restarts: int = 1
-    checkpoint: Any = None
-    checkpoint_every: int = 100
-    devices: Any = None
+    max_iter: int = option(200, "int", "Maximum number of iterations.", flag=True, metavar="N")
+    tol: float = option(
+        1e-4,
+        "float",
+        "Stop when the relative change of the ELBO is below ``tol`` (0: run ``max_iter`` "
+        "iterations).",
+        flag=True,
+        metavar="TOL",
+    )
+    restarts: int = option(
+        1,
+        "int",
+        "Runs from random starting points, side by side; the one with the highest final ELBO "
+        "is kept.  ``bmc.fit(method='vb', num_chains=R)`` is ``restarts=R`` (VB has runs, not "
+        "chains); the result reports them as ``num_runs`` and ``best_run``.",
+        flag="--chains",
+        metavar="N",
+        name="num_chains",
+    )
     method: ClassVar[str] = "vb"
 
     def __post_init__(self):
@@ -511,30 +566,12 @@ class VB(Settings):
         object.__setattr__(self, "devices", _mesh(self.devices))
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class NUTS(Settings):
-    """NumPyro NUTS on :func:`bmczoo.models.matrix_completion` (small problems).
+@documented
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class NUTS(_Chains):
+    """NumPyro NUTS on :func:`bmczoo.models.matrix_completion` (small problems)."""
 
-    Parameters
-    ----------
-    num_warmup, num_samples : int
-        Warm-up and kept iterations per chain (before thinning).
-    thinning : int
-        Keep every ``thinning``-th draw.
-    num_chains : int
-        Number of chains.
-    track : int or (rows, cols)
-        Entries whose theta is kept per draw.
-    target_accept_prob : float
-        NUTS's target acceptance probability.
-    """
-
-    num_warmup: int = 100
-    num_samples: int = 900
-    thinning: int = 10
-    num_chains: int = 4
-    track: Any = 8
-    target_accept_prob: float = 0.8
+    target_accept_prob: float = option(0.8, "float", "NUTS's target acceptance probability.")
     method: ClassVar[str] = "nuts"
 
     def __post_init__(self):
@@ -551,77 +588,58 @@ class NUTS(Settings):
         )
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class SVI(Settings):
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class _Optimisation(Settings):
+    """The optimisation settings that :class:`SVI` and :class:`MAP` share."""
+
+    num_steps: int = option(2000, "int", "Optimisation steps.", flag=True, metavar="N")
+    learning_rate: float = option(0.05, "float", "Adam's initial step size.")
+    subsample_size: int | None = option(None, "int, optional", "Ratings per minibatch (None: all).")
+
+    def __post_init__(self):
+        _int("num_steps", self.num_steps, 1)
+        _real("learning_rate", self.learning_rate, "finite and > 0", low=0.0, low_open=True)
+        if self.subsample_size is not None:
+            _int("subsample_size", self.subsample_size, 1)
+
+
+@documented
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class SVI(_Optimisation):
     """NumPyro SVI with an autoguide (``"normal"``: AutoNormal, ``"lowrank"``:
     AutoLowRankMultivariateNormal), Adam with a step size decaying tenfold over
     ``num_steps``, optional minibatches of ``subsample_size`` ratings; ``num_draws``
     draws from the fitted guide are kept.
-
-    Parameters
-    ----------
-    guide : {"normal", "lowrank"}
-        The autoguide.
-    num_steps : int
-        Optimisation steps.
-    learning_rate : float
-        Adam's initial step size.
-    subsample_size : int, optional
-        Ratings per minibatch (None: all).
-    num_draws : int
-        Draws kept from the fitted guide.
     """
 
-    guide: str = "normal"
-    num_steps: int = 2000
-    learning_rate: float = 0.05
-    subsample_size: int | None = None
-    num_draws: int = 100
+    guide: str = option("normal", '{"normal", "lowrank"}', "The autoguide.")
+    num_draws: int = option(100, "int", "Draws kept from the fitted guide.")
     method: ClassVar[str] = "svi"
 
     def __post_init__(self):
         _choice("guide", self.guide, ("normal", "lowrank"))
-        _check_optimisation(self)
+        super().__post_init__()
         _int("num_draws", self.num_draws, 1)
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class MAP(Settings):
+@documented
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class MAP(_Optimisation):
     """MAP by NumPyro's ``AutoDelta`` on the gamma-marginal model (nuclear norm for the
     fixed prior, group lasso for the gamma prior).
-
-    Parameters
-    ----------
-    num_steps : int
-        Optimisation steps.
-    learning_rate : float
-        Adam's initial step size.
-    subsample_size : int, optional
-        Ratings per minibatch (None: all).
     """
 
-    num_steps: int = 2000
-    learning_rate: float = 0.05
-    subsample_size: int | None = None
     method: ClassVar[str] = "map"
-
-    def __post_init__(self):
-        _check_optimisation(self)
-
-
-def _check_optimisation(s) -> None:
-    """The optimisation settings that :class:`SVI` and :class:`MAP` share."""
-    _int("num_steps", s.num_steps, 1)
-    _real("learning_rate", s.learning_rate, "finite and > 0", low=0.0, low_open=True)
-    if s.subsample_size is not None:
-        _int("subsample_size", s.subsample_size, 1)
 
 
 #: settings class of each ``method`` name
 SETTINGS: dict[str, type[Settings]] = {cls.method: cls for cls in (Gibbs, VB, SVI, NUTS, MAP)}
 
-# fit's names for settings fields that differ by method
-_ALIASES = {"vb": {"num_chains": "restarts"}}
+# fit's names for settings fields that differ by method (an option's ``name``)
+_ALIASES = {
+    m: {o.name: f for f, o in options_of(cls).items() if o.name is not None}
+    for m, cls in SETTINGS.items()
+}
 
 
 def methods_taking(name: str) -> list[str]:

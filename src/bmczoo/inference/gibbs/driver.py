@@ -24,6 +24,7 @@ from ...offsets import shift_clip
 from .. import gibbs
 from .. import settings as st
 from ..checkpoint import check_settings, fingerprint, load_npz, save_npz
+from ..options import record
 from ..problem import Prepared, run_settings, track_entries
 from ..results import FitInfo, GibbsFit
 from ..run import Job, donated, in_background, run_loop
@@ -348,38 +349,21 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
 def _checkpoint_settings(
     prep: Prepared, info: FitInfo, track, store: bool, gamma0, gram: bool
 ) -> dict:
-    """What identifies a Gibbs run for its checkpoint; the column moves and the annealed
-    switch only when on (a checkpoint of a run without them has no such keys), and
-    ``gram``: whether the sweeps take their Gram matrices from the compiled kernel (other
-    rounding than the sparse product, so a resumed run would not continue bit for bit)."""
-    s: st.Gibbs = info.settings
-    moves = {}
-    if s.column_moves:
-        moves["column_moves"] = True
-        if s.column_moves_every > 1:
-            moves["column_moves_every"] = s.column_moves_every
-        if s.fuse_column_moves:
-            moves["fuse_column_moves"] = True
-    if s.anneal_steps:
-        moves.update(anneal_steps=s.anneal_steps, anneal_every=s.anneal_every)
-    if s.gamma_sampler != "jax":  # a checkpoint of the "jax" sampler has no such key
-        moves["gamma_sampler"] = s.gamma_sampler
-    if s.row_draw != "two-solves":  # nor has a checkpoint of the two solves' draws
-        moves["row_draw"] = s.row_draw
-    if gram:  # nor has one of the sparse product's Gram matrices
-        moves["gram_kernel"] = True
+    """What identifies a Gibbs run for its checkpoint: the settings fields recorded as
+    their options say (:func:`bmczoo.inference.options.record`: an option of the sweep is
+    left out at the value the sampler had before the option existed, so older checkpoints
+    still resume), the tracked entries, ``store``, ``gamma0``, and ``gram``: whether the
+    sweeps take their Gram matrices from the compiled kernel (other rounding than the
+    sparse product, so a resumed run would not continue bit for bit)."""
     return run_settings(
         prep,
         info,
-        num_warmup=s.num_warmup,
-        num_samples=s.num_samples,
-        thinning=s.thinning,
-        num_chains=s.num_chains,
+        **record(info.settings),
         track=fingerprint(*track),
         store_factors=store,
         init_gamma=None if gamma0 is None else [float(x) for x in gamma0[0]],
-        overrelax=s.overrelax,
-        **moves,
+        # a checkpoint of the sparse product's Gram matrices has no such key
+        **({"gram_kernel": True} if gram else {}),
     )
 
 

@@ -40,7 +40,7 @@ from ..._checks import check_dtype, check_K, check_prior, check_ratings
 from ...models import matrix_completion
 from ...models.matrix_completion import model_likelihood
 from ...offsets import get_biases
-from ..settings import SweepOptions
+from ..settings import SweepOptions, check_known
 from .sampler import step
 from .state import Entries, GibbsProblem, GibbsState, Schedule, build_problem, draws, init
 from ..problem import track_entries
@@ -96,30 +96,11 @@ class ConjugateGibbs(MCMCKernel):
     devices : sequence of jax devices or Mesh, optional
         Shard each sweep over these devices (:mod:`bmczoo.inference.sharding`); the draws
         equal those of a single-device run with the same key.
-    overrelax : float
-        Coefficient in (-1, 1) of the over-relaxed row updates (0: plain Gibbs draws).
-    column_moves : bool or None
-        Add the column moves to each sweep (:func:`bmczoo.inference.gibbs.fused_moves`);
-        None (the default): wherever the prior has a move
-        (:attr:`~bmczoo.priors.Prior.has_column_move`); False: the paper's plain sweep.
-    column_moves_every : int or None
-        Sweeps between two rounds of column moves (1: every sweep); None (the default): the
-        prior's :attr:`~bmczoo.priors.Prior.column_moves_every` (4 for the discrete prior).
-    fuse_column_moves : bool
-        Run the column moves inside the sweep, each side's between the sparse products of
-        its half sweep and its draw, reusing them (:func:`bmczoo.inference.gibbs.fused_moves`;
-        True, the default); False: at the end of the sweep.
-    anneal_steps, anneal_every : int
-        The annealed spike/slab switch of the discrete prior
-        (:func:`bmczoo.inference.gibbs.annealed_switch`): its number of steps (0, the
-        default: none) and every how many sweeps it runs (default 50).
-    gamma_sampler : {"jax", "one-hash"}
-        The sampler of the sweep's gamma variates: ``bmczoo._rng.standard_gamma`` (the
-        default: one threefry hash per rejection round, a faster first compilation) or
-        ``jax.random.gamma`` (the same law, other draws).
-    row_draw : {"bordered", "two-solves"}
-        How the rows are drawn: one factorisation of the bordered precision and one
-        triangular solve per row (the default) or two solves (the same law, other rounding).
+    **options
+        The sweep's options, the fields of :class:`~bmczoo.inference.settings.SweepOptions`
+        (``overrelax``, ``column_moves``, ``column_moves_every``, ``fuse_column_moves``,
+        ``anneal_steps``, ``anneal_every``, ``gamma_sampler``, ``row_draw``), with their
+        defaults; an unknown name is a ``TypeError`` naming the closest option.
 
     After ``mcmc.run``, :func:`bmczoo.inference.gibbs.check_failure` on
     ``mcmc.last_state.core`` raises if any draw was non-finite (``bmc.fit`` does this).
@@ -141,14 +122,7 @@ class ConjugateGibbs(MCMCKernel):
         store_factors: bool = False,
         dtype=None,
         devices=None,
-        overrelax: float = 0.0,
-        column_moves: bool | None = None,
-        anneal_steps: int = 0,
-        anneal_every: int = 50,
-        column_moves_every: int | None = None,
-        fuse_column_moves: bool = True,
-        gamma_sampler: str = "one-hash",
-        row_draw: str = "bordered",
+        **options,
     ):
         self._model = model
         self._num_samples = num_samples
@@ -160,16 +134,8 @@ class ConjugateGibbs(MCMCKernel):
         self._store_factors = bool(store_factors)
         self._dtype = dtype
         self._devices = devices
-        self._options = SweepOptions(
-            overrelax=overrelax,
-            column_moves=column_moves,
-            column_moves_every=column_moves_every,
-            fuse_column_moves=fuse_column_moves,
-            anneal_steps=anneal_steps,
-            anneal_every=anneal_every,
-            gamma_sampler=gamma_sampler,
-            row_draw=row_draw,
-        )
+        check_known(options, SweepOptions.field_names(), where="ConjugateGibbs()")
+        self._options = SweepOptions(**options)
         self._prior = None
         self._batched = False
 
