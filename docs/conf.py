@@ -144,3 +144,13 @@ html_theme_options = {
 }
 html_static_path: list[str] = []
 html_show_sourcelink = False
+
+
+def _public_bases(app, name, obj, options, bases):
+    """ "Bases:" lists public classes only (a private base declares the fields that several
+    settings classes share: it is documented through them)."""
+    bases[:] = [b for b in bases if not getattr(b, "__name__", "").startswith("_")] or [object]
+
+
+def setup(app):
+    app.connect("autodoc-process-bases", _public_bases)

@@ -574,7 +574,7 @@ def test_a_settings_error_is_named_by_its_field_not_its_wording(
     the message itself is never read."""
     from bmczoo.inference import settings as st
 
-    monkeypatch.setattr(st, "_check_mcmc", _raise_from_mcmc_check(param, reason, others))
+    monkeypatch.setattr(st, "check_mcmc", _raise_from_mcmc_check(param, reason, others))
     assert main(["fit", "--data", "sim:20", "--quiet", "--num-warmup", "7"]) == 2
     err = one_line_error(capsys)
     assert err == f"bmczoo: error: {line} (see 'bmczoo fit --help')", err

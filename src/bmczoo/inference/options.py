@@ -46,7 +46,7 @@ UNSET: Any = _Unset()
 class Option:
     """What is said about a settings field outside its class.
 
-    Attributes
+    Parameters
     ----------
     type : str
         The numpydoc type of the field (``"int"``, ``"bool or None"``).
@@ -94,8 +94,24 @@ class Option:
 
 
 def option(default: Any, type: str, doc: str, *, flag: bool | str = False, **kw) -> Any:
-    """A settings field with its :class:`Option` (``flag=True``: ``--`` and the field's name
-    with dashes, set when the class is built; a string: that flag)."""
+    """A settings field with its :class:`Option`.
+
+    Parameters
+    ----------
+    default : object
+        The field's default.
+    type, doc : str
+        The numpydoc type and the description (:class:`Option`).
+    flag : bool or str
+        The ``bmczoo fit`` option: True, ``--`` and the field's name with dashes; a string,
+        that flag; False, none.
+    **kw
+        The other fields of :class:`Option`.
+
+    Returns
+    -------
+    dataclasses.Field
+    """
     opt = Option(type, doc, flag=flag if isinstance(flag, str) else None, **kw)
     return dataclasses.field(default=default, metadata={"option": opt, "derive_flag": flag is True})
 
@@ -184,10 +200,20 @@ def _default_text(default, opt: Option) -> str:
 
 
 def flags(classes: Mapping[str, type]) -> dict[str, Flag]:
-    """The command-line options of the settings ``classes`` (method name -> class), by
-    ``bmc.fit``'s argument name, in the order the fields are first declared.  One option
-    serves every method whose settings have the field; its help says, per method, what
-    the field does and its default (``"gibbs/nuts: ... (default 4); vb: ..."``)."""
+    """The command-line options of the settings classes, by ``bmc.fit``'s argument name, in
+    the order the fields are first declared.  One option serves every method whose settings
+    have the field; its help says, per method, what the field does and its default
+    (``"gibbs/nuts: ... (default 4); vb: ..."``).
+
+    Parameters
+    ----------
+    classes : mapping
+        Method name -> settings class.
+
+    Returns
+    -------
+    dict of str to Flag
+    """
     found: dict[str, dict] = {}
     for method, cls in classes.items():
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -219,7 +245,19 @@ def flags(classes: Mapping[str, type]) -> dict[str, Flag]:
 def record(settings, names=None) -> dict:
     """The fields of ``settings`` that identify a run for its checkpoint, as they are: each
     field whose option is recorded, left out at its ``before`` value or when the field it
-    is ``recorded_with`` is off; ``names``: only those fields."""
+    is ``recorded_with`` is off.
+
+    Parameters
+    ----------
+    settings : bmczoo.inference.Settings
+        The settings of the run.
+    names : collection of str, optional
+        Only these fields.
+
+    Returns
+    -------
+    dict
+    """
     out = {}
     for name, opt in options_of(type(settings)).items():
         if not opt.record or (names is not None and name not in names):
@@ -234,6 +272,16 @@ def record(settings, names=None) -> dict:
 
 
 def before_values(cls) -> dict:
-    """The ``before`` value of every field of ``cls`` that has one: the sampler of the
-    paper's experiments."""
+    """The ``before`` value of every field that has one: the sampler of the paper's
+    experiments.
+
+    Parameters
+    ----------
+    cls : type
+        A settings class.
+
+    Returns
+    -------
+    dict
+    """
     return {n: o.before for n, o in options_of(cls).items() if o.before is not UNSET}

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import numbers
 from typing import Any, ClassVar
 
 import numpy as np
 
-from .._checks import check_bool, check_choice, check_int, check_path, check_real
+from .._checks import check_bool
 from .._rng import GAMMA_SAMPLERS
 from ..linalg import ROW_DRAWS
 from .errors import (
@@ -35,6 +34,23 @@ from .errors import (
 )
 from .errors import checked as _checked
 from .errors import literal as _literal
+from .checks import (
+    check_checkpoint,
+    check_init_gamma,
+    check_mcmc,
+    check_track,
+    choice_setting,
+    int_setting,
+    mesh_of,
+    real_setting,
+    check_anneal,
+    check_column_moves,
+    check_column_moves_every,
+    check_overrelax,
+    check_spike_and_slab,
+    resolve_column_moves,
+    resolve_column_moves_every,
+)
 from .options import INTERNALS_GROUP, OUTPUTS_GROUP, documented, option, options_of
 
 __all__ = [
@@ -54,101 +70,6 @@ __all__ = [
     "WrongMethodError",
     "UnknownArgumentError",
 ]
-
-
-def _int(param: str, value, minimum: int, label: str | None = None) -> int:
-    """``value`` as an int >= ``minimum`` (:func:`bmczoo._checks.check_int`)."""
-    what = {0: "a non-negative integer", 1: "a positive integer"}.get(
-        minimum, f"an integer >= {minimum}"
-    )
-    return _checked(check_int, param, value, f"must be {what}", label=label, minimum=minimum)
-
-
-def _choice(param: str, value, choices) -> str:
-    """``value`` as one of ``choices`` (:func:`bmczoo._checks.check_choice`)."""
-    what = f"must be one of {tuple(choices)}"
-    return _checked(check_choice, param, value, what, choices, type_reason=f"{what} (a string)")
-
-
-def _real(param: str, value, what: str, **bounds) -> float:
-    """``value`` as a finite float within ``bounds`` (:func:`bmczoo._checks.check_real`,
-    whose ``what`` for those bounds is given: ``"finite and >= 0"``)."""
-    return _checked(
-        check_real,
-        param,
-        value,
-        f"must be {what}",
-        type_reason=f"must be a real number, {what}",
-        **bounds,
-    )
-
-
-def check_overrelax(rho) -> float:
-    """``rho`` as a float in (-1, 1), else an error naming ``overrelax``."""
-    if isinstance(rho, (bool, np.bool_)) or not isinstance(
-        rho, (numbers.Real, np.floating, np.integer)
-    ):
-        raise SettingsTypeError("overrelax", rho, "must be a number in (-1, 1)")
-    rho = float(rho)
-    if not -1.0 < rho < 1.0:
-        raise SettingsValueError("overrelax", rho, "must be in (-1, 1) (0: plain Gibbs)")
-    return rho
-
-
-def _check_init_gamma(value):
-    if value is None:
-        return None
-    try:
-        g = np.asarray(value, np.float64)
-    except (ValueError, TypeError):
-        raise SettingsTypeError(
-            "init_gamma", value, "must be a positive number or an array of them"
-        ) from None
-    if g.ndim > 1 or not np.all(np.isfinite(g) & (g > 0)):
-        raise SettingsValueError("init_gamma", value, "must be finite and > 0")
-    return float(g) if g.ndim == 0 else tuple(float(x) for x in g)
-
-
-def _check_track(track):
-    if isinstance(track, (numbers.Integral, np.integer)) and not isinstance(
-        track, (bool, np.bool_)
-    ):
-        if track < 0:
-            raise SettingsValueError("track", track, "must be >= 0 or (rows, cols)")
-        return int(track)
-    if not (isinstance(track, (tuple, list)) and len(track) == 2):
-        raise SettingsTypeError(
-            "track", track, "must be a number of entries or a pair (rows, cols)"
-        )
-    return (np.asarray(track[0]), np.asarray(track[1]))
-
-
-def _check_mcmc(s) -> None:
-    _int("num_warmup", s.num_warmup, 0)
-    _int("num_samples", s.num_samples, 1)
-    _int("thinning", s.thinning, 1)
-    _int("num_chains", s.num_chains, 1)
-    if s.thinning > s.num_samples:
-        raise SettingsValueError(
-            "thinning",
-            s.thinning,
-            "{thinning} > {num_samples} keeps no draw",
-            others={"num_samples": s.num_samples},
-        )
-
-
-def _check_checkpoint(s) -> None:
-    if s.checkpoint is not None:
-        _checked(check_path, "checkpoint", s.checkpoint, "must be a file path")
-    _int("checkpoint_every", s.checkpoint_every, 1)
-
-
-def _mesh(devices):
-    if devices is None:
-        return None
-    from .sharding import make_mesh
-
-    return make_mesh(devices)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -178,57 +99,6 @@ class Settings:
     def for_prior(self, prior) -> "Settings":
         """The settings as they apply to ``prior`` (choices left to the prior resolved)."""
         return self
-
-
-def check_column_moves(value) -> bool | None:
-    """``column_moves``: True, False or None (the moves where the prior has one)."""
-    if value is not None and not isinstance(value, (bool, np.bool_)):
-        raise SettingsTypeError(
-            "column_moves", value, "must be True, False or None (on where the prior has a move)"
-        )
-    return None if value is None else bool(value)
-
-
-def check_anneal(steps, every) -> tuple[int, int]:
-    """``anneal_steps`` (an int >= 0; 0: no annealed switch) and ``anneal_every`` (an int
-    >= 1), else an error naming the argument."""
-    return _int("anneal_steps", steps, 0), _int("anneal_every", every, 1)
-
-
-def check_spike_and_slab(prior, steps: int | None = None) -> None:
-    """Raise unless ``prior``'s column scales have a slab to switch with
-    (:meth:`~bmczoo.priors.Prior.column_block`): what the annealed switch needs
-    (``anneal_steps``, ``steps`` where known)."""
-    import jax.numpy as jnp
-
-    if not (prior.has_column_move and prior.column_block(jnp.ones(1)) is not None):
-        name = _literal(prior.name or type(prior).__name__)
-        raise SettingsValueError(
-            "anneal_steps",
-            steps,
-            f"the {name} prior has no spike and slab to switch between "
-            "({names[anneal_steps]} > 0 needs the discrete prior)",
-            others={},
-        )
-
-
-def check_column_moves_every(value) -> int | None:
-    """``column_moves_every``: the column moves run every that many sweeps (an int >= 1;
-    None: the prior's :attr:`~bmczoo.priors.Prior.column_moves_every`)."""
-    return None if value is None else _int("column_moves_every", value, 1)
-
-
-def resolve_column_moves(value, prior) -> bool:
-    """``column_moves`` for ``prior``: None means where the prior has a column move."""
-    return bool(prior.has_column_move) if value is None else bool(value)
-
-
-def resolve_column_moves_every(value, prior) -> int:
-    """``column_moves_every`` for ``prior``: None means the prior's own schedule (1 without
-    a prior)."""
-    if value is not None:
-        return value
-    return 1 if prior is None else int(prior.column_moves_every)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -304,7 +174,7 @@ class _Sweep:
         '{"one-hash", "jax"}',
         "The sampler of the sweep's gamma variates (the inverse-gamma and gamma priors' "
         "scales, the Wishart draws, a learned noise precision, the bias variances): "
-        "``one-hash`` (:func:`bmczoo._rng.standard_gamma`, one threefry hash per rejection "
+        "``one-hash`` (``bmczoo._rng.standard_gamma``, one threefry hash per rejection "
         "round, faster to compile) or ``jax`` (``jax.random.gamma``: the same law, other "
         "draws).",
         flag=True,
@@ -343,7 +213,7 @@ class _Sweep:
         object.__setattr__(self, "anneal_every", every)
         for name, opt in options_of(_Sweep).items():
             if opt.choices is not None:
-                _choice(name, getattr(self, name), opt.choices)
+                choice_setting(name, getattr(self, name), opt.choices)
 
 
 @documented
@@ -351,7 +221,7 @@ class _Sweep:
 class SweepOptions(_Sweep):
     """What a Gibbs sweep adds to its plain blocks, checked when built (the fields of
     :class:`Gibbs` of the same names; :class:`~bmczoo.inference.ConjugateGibbs` and
-    :func:`bmczoo.inference.gibbs.build_problem` take them through this object).
+    ``bmczoo.inference.gibbs.build_problem`` take them through this object).
     """
 
     @classmethod
@@ -364,7 +234,13 @@ class SweepOptions(_Sweep):
     def for_prior(self, prior) -> "SweepOptions":
         """The options for ``prior``: ``column_moves=None`` resolved (True where the prior
         has a column move) and ``column_moves_every=None`` (the prior's schedule); an
-        error when ``prior`` lacks what an option needs."""
+        error when ``prior`` lacks what an option needs.
+
+        Parameters
+        ----------
+        prior : bmczoo.priors.Prior
+            The prior of the fit.
+        """
         if self.anneal_steps:
             check_spike_and_slab(prior, self.anneal_steps)
         if self.column_moves and not prior.has_column_move:
@@ -450,7 +326,7 @@ class Gibbs(_Sweep, _Checkpointed, _Chains):
     """Conjugate blocked Gibbs sampling (:mod:`bmczoo.inference.gibbs`).
 
     ``num_warmup + num_samples`` sweeps per chain, every ``thinning``-th post-warm-up draw
-    kept; the sweep's options are those of :class:`SweepOptions`.
+    kept; the sweep's options are those of :class:`~bmczoo.inference.settings.SweepOptions`.
     """
 
     chain_method: str = option(
@@ -499,17 +375,17 @@ class Gibbs(_Sweep, _Checkpointed, _Chains):
         )
 
     def __post_init__(self):
-        _check_mcmc(self)
-        _choice("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
+        check_mcmc(self)
+        choice_setting("chain_method", self.chain_method, ("vectorized", "sequential", "parallel"))
         self._check_sweep()
-        object.__setattr__(self, "init_gamma", _check_init_gamma(self.init_gamma))
-        object.__setattr__(self, "track", _check_track(self.track))
+        object.__setattr__(self, "init_gamma", check_init_gamma(self.init_gamma))
+        object.__setattr__(self, "track", check_track(self.track))
         if not (isinstance(self.store_factors, (bool, np.bool_)) or self.store_factors == "auto"):
             raise SettingsValueError(
                 "store_factors", self.store_factors, "must be True, False or 'auto'"
             )
-        _check_checkpoint(self)
-        object.__setattr__(self, "devices", _mesh(self.devices))
+        check_checkpoint(self)
+        object.__setattr__(self, "devices", mesh_of(self.devices))
         if self.devices is not None and self.chain_method == "parallel":
             raise SettingsValueError(
                 "chain_method",
@@ -558,12 +434,12 @@ class VB(_Checkpointed):
     method: ClassVar[str] = "vb"
 
     def __post_init__(self):
-        _int("max_iter", self.max_iter, 1)
-        object.__setattr__(self, "tol", _real("tol", self.tol, "finite and >= 0", low=0.0))
+        int_setting("max_iter", self.max_iter, 1)
+        object.__setattr__(self, "tol", real_setting("tol", self.tol, "finite and >= 0", low=0.0))
         # bmc.fit's num_chains is VB's restarts: the error names both
-        _int("num_chains", self.restarts, 1, label="restarts (num_chains)")
-        _check_checkpoint(self)
-        object.__setattr__(self, "devices", _mesh(self.devices))
+        int_setting("num_chains", self.restarts, 1, label="restarts (num_chains)")
+        check_checkpoint(self)
+        object.__setattr__(self, "devices", mesh_of(self.devices))
 
 
 @documented
@@ -575,9 +451,9 @@ class NUTS(_Chains):
     method: ClassVar[str] = "nuts"
 
     def __post_init__(self):
-        _check_mcmc(self)
-        object.__setattr__(self, "track", _check_track(self.track))
-        _real(
+        check_mcmc(self)
+        object.__setattr__(self, "track", check_track(self.track))
+        real_setting(
             "target_accept_prob",
             self.target_accept_prob,
             "finite and > 0 and < 1",
@@ -597,10 +473,10 @@ class _Optimisation(Settings):
     subsample_size: int | None = option(None, "int, optional", "Ratings per minibatch (None: all).")
 
     def __post_init__(self):
-        _int("num_steps", self.num_steps, 1)
-        _real("learning_rate", self.learning_rate, "finite and > 0", low=0.0, low_open=True)
+        int_setting("num_steps", self.num_steps, 1)
+        real_setting("learning_rate", self.learning_rate, "finite and > 0", low=0.0, low_open=True)
         if self.subsample_size is not None:
-            _int("subsample_size", self.subsample_size, 1)
+            int_setting("subsample_size", self.subsample_size, 1)
 
 
 @documented
@@ -617,9 +493,9 @@ class SVI(_Optimisation):
     method: ClassVar[str] = "svi"
 
     def __post_init__(self):
-        _choice("guide", self.guide, ("normal", "lowrank"))
+        choice_setting("guide", self.guide, ("normal", "lowrank"))
         super().__post_init__()
-        _int("num_draws", self.num_draws, 1)
+        int_setting("num_draws", self.num_draws, 1)
 
 
 @documented
@@ -675,7 +551,7 @@ def settings_for(method: str, **kwargs) -> Settings:
     ``TypeError``) naming it and the closest valid name; an argument of another method
     :class:`WrongMethodError` (a ``ValueError``) naming it and the methods that take it;
     a bad value the :class:`SettingsError` of its argument, with ``method`` set."""
-    _choice("method", method, tuple(SETTINGS))
+    choice_setting("method", method, tuple(SETTINGS))
     check_known(kwargs, all_argument_names())
     cls = SETTINGS[method]
     aliases = _ALIASES.get(method, {})
