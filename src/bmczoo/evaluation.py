@@ -6,6 +6,10 @@ ratings ``test`` of that user with value ``>= threshold`` (default 4: "liked" on
 star scale).  Users without a relevant held-out item are left out of the mean (NaN when
 no user has one).
 
+:func:`ranking_metrics`: precision, recall, NDCG and MAP at ``k`` and AUC of any fit's
+rankings of held-out pairs, the training pairs excluded, for every user at once (a chunk
+of users at a time); :func:`per_user_ranking` the same per user.
+
 Binary and ordinal predictions (probit and ordered-probit fits, or any model that gives
 probabilities): :func:`log_loss`, :func:`auc`, :func:`accuracy` and
 :func:`classification_metrics` (all three at once) for outcomes 0/1 and predicted
@@ -19,9 +23,12 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import check_ratings
+from ._ranking import per_user_ranking, ranking_metrics
 from .inference.results.levels import classification_metrics
 
 __all__ = [
+    "ranking_metrics",
+    "per_user_ranking",
     "precision_at_k",
     "recall_at_k",
     "ndcg_at_k",

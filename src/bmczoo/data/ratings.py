@@ -414,6 +414,40 @@ class RatingData:
         test_idx = np.sort(perm[self.n - n_test :])
         return self.subset(train_idx), self.subset(test_idx)
 
+    def split_per_user(
+        self, test_fraction: float = 0.2, seed: int = 0, *, test_count: int | None = None
+    ) -> tuple["RatingData", "RatingData"]:
+        """Leave out a share of each user's (row's) pairs: the split of top-N evaluation.
+
+        Of the ``n_u`` pairs of user ``u``, ``round(test_fraction * n_u)`` (or
+        ``test_count``) go to the test set, at most ``n_u - 1``: every user keeps a training
+        pair, and a user with one pair has none held out.  The held-out pairs are chosen
+        uniformly with ``numpy.random.default_rng(seed)``.  Both parts keep the original
+        relative order, the full ``shape`` and the feature tables.
+
+        Parameters
+        ----------
+        test_fraction : float
+            Share of each user's pairs held out, in (0, 1).
+        seed : int
+            Seed of the choice.
+        test_count : int, optional
+            Pairs held out per user instead of a share.
+
+        Returns
+        -------
+        train, test : RatingData
+        """
+        from ._splits import per_user_test_mask
+
+        mask = per_user_test_mask(self._rows, self.shape[0], test_fraction, test_count, seed)
+        if not mask.any():
+            raise ValueError(
+                "the split holds out no pair: every user has too few pairs for "
+                + (f"test_count={test_count}" if test_count else f"test_fraction={test_fraction}")
+            )
+        return self.subset(~mask), self.subset(mask)
+
     def official_split(
         self, fold: str, *, check_order: bool = True
     ) -> tuple["RatingData", "RatingData"]:
