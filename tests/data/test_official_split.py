@@ -15,7 +15,7 @@ import pytest
 
 import bmczoo as bmc
 from bmczoo.data import OFFICIAL_FOLDS, Features, RatingData
-from bmczoo.data.ratings import _ML100K_PAIRS_SHA256, _official_test_mask
+from bmczoo.data._splits import _ML100K_PAIRS_SHA256, _official_test_mask
 
 
 # --------------------------------------------------------------------------- reference

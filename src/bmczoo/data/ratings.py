@@ -11,27 +11,13 @@ from __future__ import annotations
 from functools import cached_property
 from typing import NamedTuple
 
-import hashlib
-
 import numpy as np
 
+from ._splits import OFFICIAL_FOLDS
 from .features import Features
 
 __all__ = ["OFFICIAL_FOLDS", "RatingData", "SortedView", "check_entries"]
 
-#: Names of the official MovieLens 100K folds made by ``mku.sh`` (see
-#: :meth:`RatingData.official_split`).
-OFFICIAL_FOLDS = ("u1", "u2", "u3", "u4", "u5", "ua", "ub")
-
-# ML-100K's u.data: 100,000 lines, 943 users, 1682 movies; mku.sh's blocks of 20,000
-# lines and allbut.pl's held-out rating numbers per user (1-10 for ua, 11-20 for ub) with
-# at most 100,000 test lines.
-_ML100K_N, _ML100K_SHAPE, _ML100K_BLOCK, _ML100K_MAXTEST = 100_000, (943, 1682), 20_000, 100_000
-_ALLBUT = {"ua": (1, 10), "ub": (11, 20)}
-# SHA-256 of the 0-based (user, movie) pairs of u.data in file order, as little-endian
-# int32 rows then cols: the folds are defined by line positions, so official_split checks
-# it is given that order (tests/data/test_official_split.py recomputes it from the file).
-_ML100K_PAIRS_SHA256 = "bf16594b7287cfaf17641920286d2a666a384577651f6b32574008651f9316d3"
 
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -495,27 +481,9 @@ class RatingData:
         >>> train.n, test.n                                                  # doctest: +SKIP
         (80000, 20000)
         """
-        key = fold.strip().lower() if isinstance(fold, str) else fold
-        if key not in OFFICIAL_FOLDS:
-            raise ValueError(
-                f"unknown MovieLens 100K fold {fold!r}; the official folds are {', '.join(OFFICIAL_FOLDS)}"
-            )
-        if not isinstance(check_order, (bool, np.bool_)):
-            raise ValueError(f"check_order must be True or False, got {check_order!r}")
-        if self.n != _ML100K_N or self.shape != _ML100K_SHAPE:
-            raise ValueError(
-                f"official_split needs the MovieLens 100K ratings ({_ML100K_N} ratings of a "
-                f"{_ML100K_SHAPE[0]} x {_ML100K_SHAPE[1]} matrix, as load_movielens('100k') returns them); "
-                f"got {self.n} ratings of a {self.shape[0]} x {self.shape[1]} matrix"
-            )
-        if check_order and _pairs_sha256(self._rows, self._cols) != _ML100K_PAIRS_SHA256:
-            raise ValueError(
-                "official_split: these are not the MovieLens 100K (user, movie) pairs in u.data's line "
-                "order (the folds are defined by line positions); load the data with "
-                "bmczoo.datasets.load_movielens('100k', ...) and split before any reordering, or pass "
-                "check_order=False to apply mku.sh's rules to these entries as they are"
-            )
-        test = _official_test_mask(self._rows, key, _ML100K_BLOCK, _ML100K_MAXTEST)
+        from ._splits import official_test_mask
+
+        test = official_test_mask(self._rows, self._cols, self.shape, fold, check_order)
         return self.subset(self._sorted_positions(~test)), self.subset(self._sorted_positions(test))
 
     def _sorted_positions(self, mask: np.ndarray) -> np.ndarray:
@@ -619,39 +587,6 @@ class RatingData:
             What the indices are, for the error message.
         """
         return check_entries(rows, cols, self.shape, name)
-
-
-def _pairs_sha256(rows: np.ndarray, cols: np.ndarray) -> str:
-    h = hashlib.sha256()
-    h.update(np.ascontiguousarray(rows, dtype="<i4").tobytes())
-    h.update(np.ascontiguousarray(cols, dtype="<i4").tobytes())
-    return h.hexdigest()
-
-
-def _official_test_mask(rows: np.ndarray, fold: str, block: int, maxtest: int) -> np.ndarray:
-    """Test-set mask of an official fold over the lines of a ``u.data``-like file.
-
-    ``"u1"``..``"u5"`` (mku.sh): lines ``block*(k-1)`` .. ``block*k - 1`` (0-based) are
-    the test set.  ``"ua"``/``"ub"`` (allbut.pl): a line is a test line when its user's
-    running count of lines (1-based, in file order) is within the fold's range and fewer
-    than ``maxtest`` test lines came before it.
-    """
-    n = rows.shape[0]
-    test = np.zeros(n, dtype=bool)
-    if fold in _ALLBUT:
-        start, stop = _ALLBUT[fold]
-        order = np.argsort(rows, kind="stable")  # each user's lines, in file order
-        sorted_rows = rows[order]
-        first = np.r_[0, np.flatnonzero(sorted_rows[1:] != sorted_rows[:-1]) + 1]
-        count = np.empty(n, dtype=np.int64)
-        count[order] = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n])) + 1
-        test = (count >= start) & (count <= stop)
-        if maxtest > 0:  # allbut.pl: maxtest <= 0 means no limit
-            test &= np.cumsum(test) <= maxtest
-        return test
-    k = int(fold[1:])
-    test[block * (k - 1) : block * k] = True
-    return test
 
 
 def check_entries(
