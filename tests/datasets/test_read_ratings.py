@@ -98,7 +98,7 @@ def test_options(tmp_path):
         ({"columns": "abc"}, "columns must give 3 fields"),
         ({"columns": (0, 1, 1.5)}, "columns entries must be ints or names"),
         ({"columns": (0, -1, 2)}, "0-based and >= 0"),
-        ({"columns": (0, 1, 1)}, "user, item and rating must be 3 fields"),
+        ({"columns": (0, 1, 1)}, "must be distinct fields"),
         ({"columns": (0, 1, 5)}, "not a ratings table: line 1 is '1,2,3' (3 fields; columns="),
         ({"columns": ("user", "item", "rating")}, "has no header line"),
         ({"return_ids": "yes"}, "return_ids must be True or False"),

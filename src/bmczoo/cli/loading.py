@@ -171,16 +171,6 @@ def binarize(data, threshold: float):
     """``data`` with values ``>= threshold`` set to 1 and the others to 0."""
     import numpy as np
 
-    from ..data import RatingData
-
     if data is None:
         return None
-    values = (np.asarray(data.values) >= threshold).astype(np.float64)
-    return RatingData(
-        data.rows,
-        data.cols,
-        values,
-        data.shape,
-        row_features=data.row_features,
-        col_features=data.col_features,
-    )
+    return data.with_values((np.asarray(data.values) >= threshold).astype(np.float64))

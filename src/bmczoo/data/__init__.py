@@ -2,15 +2,19 @@
 
 from ._implicit import implicit_features
 from ._table import features_from_table
+from ._time import TIME_GROUPS, time_bins, time_features
 from .features import Features, hstack_features
 from .ratings import OFFICIAL_FOLDS, RatingData, SortedView
 
 __all__ = [
     "OFFICIAL_FOLDS",
+    "TIME_GROUPS",
     "Features",
     "RatingData",
     "SortedView",
     "features_from_table",
     "hstack_features",
     "implicit_features",
+    "time_bins",
+    "time_features",
 ]

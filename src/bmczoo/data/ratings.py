@@ -107,6 +107,13 @@ class RatingData:
         Side information: one feature row per matrix row (``m1`` rows) and per column
         (``m2`` rows).  Kept by every transformation (:meth:`split`, :meth:`subset`,
         :meth:`official_split`, :meth:`centered`, ...).
+    timestamps : array_like of int, shape (n,), optional
+        Each rating's time (seconds since the epoch in the MovieLens files; any integer
+        clock).  Kept, rating by rating, by every transformation.
+    context : Features, optional
+        Per-rating features: one feature row per rating (``n`` rows), such as the time
+        features of :func:`bmczoo.data.time_features`.  Kept, rating by rating, by every
+        transformation.
 
     Raises
     ------
@@ -114,7 +121,8 @@ class RatingData:
         On mismatched lengths, empty data, non-integer / negative / out-of-range indices,
         NaN or infinite values, or duplicate ``(row, col)`` pairs.  The message names the
         field and the first offending position.  Also for feature tables whose number of
-        rows is not ``m1`` / ``m2``.
+        rows is not ``m1`` / ``m2`` (``n`` for ``context``) and for timestamps that are
+        not integers.
 
     Notes
     -----
@@ -130,6 +138,8 @@ class RatingData:
         "_shape",
         "_row_features",
         "_col_features",
+        "_timestamps",
+        "_context",
         "__dict__",
     )
 
@@ -142,6 +152,8 @@ class RatingData:
         *,
         row_features: Features | None = None,
         col_features: Features | None = None,
+        timestamps=None,
+        context: Features | None = None,
     ):
         r = np.asarray(rows)
         c = np.asarray(cols)
@@ -168,6 +180,7 @@ class RatingData:
         self._rows, self._cols, self._values = _frozen(r), _frozen(c), _frozen(v)
         self._shape = shape
         self._row_features, self._col_features = self._check_features(row_features, col_features)
+        self._timestamps, self._context = _check_per_rating(timestamps, context, self.n)
         # duplicate check uses the row view (built here once, cached for the hot path); the
         # sorted keys are a temporary (not cached: 8 bytes a rating)
         v = self.row_view
@@ -251,6 +264,33 @@ class RatingData:
     def col_features(self) -> Features | None:
         """Side information of the columns (``m2`` feature rows), or ``None``."""
         return self._col_features
+
+    @property
+    def timestamps(self) -> np.ndarray | None:
+        """Each rating's time (int64, shape (n,), read-only), or ``None``."""
+        return self._timestamps
+
+    @property
+    def context(self) -> Features | None:
+        """The per-rating feature table (``n`` rows), or ``None``."""
+        return self._context
+
+    def with_context(self, context: Features | None = None, *, timestamps="keep") -> "RatingData":
+        """Same entries with another per-rating feature table (and timestamps).
+
+        Parameters
+        ----------
+        context : Features or None
+            The new table, one row per rating (None: none).
+        timestamps : array_like, None or "keep"
+            The new timestamps (``"keep"``: unchanged; None: none).
+        """
+        out = self.with_values(self._values)
+        keep = isinstance(timestamps, str) and timestamps == "keep"
+        out._timestamps, out._context = _check_per_rating(
+            self._timestamps if keep else timestamps, context, self.n
+        )
+        return out
 
     def with_features(
         self,
@@ -366,6 +406,8 @@ class RatingData:
             self.shape,
             row_features=self._row_features,
             col_features=self._col_features,
+            timestamps=None if self._timestamps is None else self._timestamps[idx],
+            context=None if self._context is None else self._context.take(_positions(idx)),
         )
 
     def split(self, test_fraction: float = 0.2, seed: int = 0) -> tuple["RatingData", "RatingData"]:
@@ -524,6 +566,7 @@ class RatingData:
             self._shape,
         )
         out._row_features, out._col_features = self._row_features, self._col_features
+        out._timestamps, out._context = self._timestamps, self._context
         cache = self.__dict__
         for name in ("row_view", "col_view"):
             if name in cache:
@@ -587,6 +630,35 @@ class RatingData:
             What the indices are, for the error message.
         """
         return check_entries(rows, cols, self.shape, name)
+
+
+def _positions(idx: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(idx) if idx.dtype == bool else idx
+
+
+def _check_per_rating(timestamps, context, n: int):
+    """``(timestamps, context)`` checked against ``n`` ratings: integer timestamps (int64,
+    read-only) and a :class:`Features` of ``n`` rows."""
+    if timestamps is not None:
+        t = np.asarray(timestamps)
+        if t.shape != (n,):
+            raise ValueError(f"timestamps must have shape ({n},) (one per rating), got {t.shape}")
+        if t.dtype.kind == "f":
+            bad = ~np.isfinite(t) | (t != np.round(t))
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"timestamps[{k}] = {float(t[k])!r} is not an integer")
+        elif t.dtype.kind not in "iu":
+            raise ValueError(f"timestamps must be integers, got dtype {t.dtype}")
+        timestamps = _frozen(t.astype(np.int64))
+    if context is not None:
+        if not isinstance(context, Features):
+            raise ValueError(
+                f"context must be a bmczoo.data.Features or None, got {type(context).__name__}"
+            )
+        if context.n_rows != n:
+            raise ValueError(f"context has {context.n_rows} rows; there are {n} ratings")
+    return timestamps, context
 
 
 def check_entries(

@@ -94,10 +94,10 @@ def _check_options(sep, header, columns, comment) -> None:
             n = None if isinstance(columns, (str, bytes)) else len(columns)
         except TypeError:
             n = None
-        if n != 3:
+        if n not in (3, 4):
             raise ValueError(
-                "columns must give 3 fields (user, item, rating) as 0-based positions or "
-                f"header names, got {columns!r}"
+                "columns must give 3 fields (user, item, rating) or 4 (user, item, rating, "
+                f"timestamp) as 0-based positions or header names, got {columns!r}"
             )
         for c in columns:
             if isinstance(c, bool) or not isinstance(c, (int, np.integer, str)):
@@ -107,7 +107,7 @@ def _check_options(sep, header, columns, comment) -> None:
 
 
 def _resolve_columns(columns, names: list[str] | None, source: str, line: int) -> tuple:
-    """``columns`` (positions or header names) as three distinct 0-based positions."""
+    """``columns`` (positions or header names) as three or four distinct 0-based positions."""
     if columns is None:
         return (0, 1, 2)
     cols = []
@@ -126,8 +126,11 @@ def _resolve_columns(columns, names: list[str] | None, source: str, line: int) -
                 )
             c = lowered.index(c.strip().lower())
         cols.append(int(c))
-    if len(set(cols)) != 3:
-        raise ValueError(f"columns={tuple(columns)!r}: user, item and rating must be 3 fields")
+    if len(set(cols)) != len(cols):
+        raise ValueError(
+            f"columns={tuple(columns)!r}: user, item, rating (and timestamp) must be distinct "
+            "fields"
+        )
     return tuple(cols)
 
 
@@ -145,8 +148,10 @@ def _not_a_table(source: str, line: int, text: bytes, why: str = "") -> ValueErr
 class _Layout(NamedTuple):
     sep: str
     ncols: int
-    cols: tuple[int, int, int]
+    cols: tuple[int, ...]
     header: list[str] | None
+    # the 4th field read as timestamps where its values are integers (columns not given)
+    time_if_integer: bool = False
 
 
 def _first_line(lines: _Lines) -> bytes:
@@ -205,6 +210,8 @@ def _layout(lines: _Lines, source: str, sep, header, columns, check_header) -> t
         raise _not_a_table(
             source, lines.line(0), first, f" ({ncols} fields; columns={cols} needs {max(cols) + 1})"
         )
+    if columns is None and ncols >= 4:
+        return _Layout(use_sep, ncols, (0, 1, 2, 3), names, True), lines
     return _Layout(use_sep, ncols, cols, names), lines
 
 
@@ -263,15 +270,21 @@ def to_ratingdata(
     first_line: int = 1,
     line_numbers: np.ndarray | None = None,
     item: str = "item",
+    time_if_integer: bool = False,
 ) -> tuple[RatingData, np.ndarray, np.ndarray]:
-    """``(RatingData, user_ids, item_ids)`` of a ``(user, item, rating)`` table whose row
-    ``k`` is line ``first_line + k`` of ``source`` (``line_numbers[k]`` where given); a
-    duplicate rating names both lines (``item``: what the items are, in that message)."""
+    """``(RatingData, user_ids, item_ids)`` of a ``(user, item, rating[, timestamp])`` table
+    whose row ``k`` is line ``first_line + k`` of ``source`` (``line_numbers[k]`` where
+    given); a duplicate rating names both lines (``item``: what the items are, in that
+    message).  ``time_if_integer``: the 4th column is kept as timestamps only where all its
+    values are integers (else no timestamps)."""
     user_ids, rows = _reindex(table[:, 0].astype(np.int64))
     item_ids, cols = _reindex(table[:, 1].astype(np.int64))
     shape = (len(user_ids), len(item_ids))
+    times = table[:, 3] if table.shape[1] > 3 else None
+    if times is not None and time_if_integer and not np.all(times == np.round(times)):
+        times = None
     try:
-        data = RatingData(rows, cols, table[:, 2].copy(), shape)
+        data = RatingData(rows, cols, table[:, 2].copy(), shape, timestamps=times)
     except ValueError as exc:
         key = rows.astype(np.int64) * shape[1] + cols
         order = np.argsort(key, kind="stable")
@@ -324,7 +337,9 @@ def read_ratings_bytes(
             raise
         raise ValueError(_renumbered(str(e), source, lines)) from None
     _check_ids(table, source, lines, labels, nonnegative_ids)
-    return to_ratingdata(table, source, lines.first, lines.numbers, labels[1])
+    return to_ratingdata(
+        table, source, lines.first, lines.numbers, labels[1], layout.time_if_integer
+    )
 
 
 @overload
@@ -381,10 +396,13 @@ def read_ratings(
         name (a word starting with a letter or ``_``, not a number, ``nan`` or ``inf``).
         A line holding a number in any field is data, so a first line with string ids
         and a numeric rating is read as data and reported as line 1.
-    columns : sequence of 3 ints or names, optional
-        The user, item and rating fields, as 0-based positions or header names
-        (case-insensitive; needs a header line).  Default ``(0, 1, 2)``.  Other fields
-        (timestamps...) are not returned, but must be numbers too.
+    columns : sequence of 3 or 4 ints or names, optional
+        The user, item and rating fields, and optionally the timestamp field (integers:
+        the result's ``timestamps``), as 0-based positions or header names
+        (case-insensitive; needs a header line).  Default ``(0, 1, 2)``, and the 4th field
+        as the timestamps where the lines have one holding integers (the MovieLens
+        layout ``user item rating timestamp``).  Other fields are not returned, but must
+        be numbers too.
     comment : str, optional
         Lines whose first non-blank characters are ``comment`` (e.g. ``"#"``) are
         skipped; line numbers in messages stay those of the file.
