@@ -156,3 +156,55 @@ def test_ranking_metrics_of_a_fit_equal_those_of_its_predictions():
     for m, v in want.items():
         assert got[m] == pytest.approx(v, rel=1e-6), m
     assert got["users"] == n_users
+
+
+class _Draws(_Scores):
+    """A stand-in fit with posterior draws of its scores: ``by="thompson"`` ranks by draw
+    ``seed % S`` (one draw for every user of the call)."""
+
+    def __init__(self, draws):
+        super().__init__(draws[0])
+        self.draws = np.asarray(draws, float)
+
+    def recommend(self, users, n=10, exclude_seen=True, by="mean", *, seen=None, seed=None, **_):
+        if by == "thompson":
+            fit = _Scores(self.draws[seed % len(self.draws)])
+            return fit.recommend(users, n, exclude_seen, seen=seen)
+        return super().recommend(users, n, exclude_seen, seen=seen)
+
+
+def test_metric_posterior_and_top_k_probability_from_posterior_draws():
+    from bmczoo._ranking import _draw_seeds
+
+    data = _data()
+    train, test = data.split_per_user(0.3, seed=0)
+    draws = np.random.default_rng(4).normal(size=(3,) + data.shape)
+    fit = _Draws(draws)
+    seeds = _draw_seeds(7, 5)
+    post = bmc.evaluation.metric_posterior(fit, train, test, 3, num_draws=5, seed=7)
+    for d, s in zip(post["draws"], seeds):
+        _, want = bmc.evaluation.per_user_ranking(_Scores(draws[s % 3]), train, test, 3)
+        assert np.array_equal(d, want, equal_nan=True)
+    assert np.allclose(post["mean"], post["draws"].mean(0), equal_nan=True)
+    assert np.allclose(post["sd"], post["draws"].std(0, ddof=1), equal_nan=True)
+    users = np.arange(12)
+    p = bmc.evaluation.top_k_probability(fit, users, 4, num_draws=5, seed=7, seen=train)
+    want = np.zeros((12, data.shape[1]))
+    for s in seeds:
+        items, _ = _Scores(draws[s % 3]).recommend(users, 4, True, seen=train)
+        for u, row in enumerate(items):
+            want[u, row[row >= 0]] += 1 / 5
+    assert np.allclose(p, want)
+    assert np.all(p[train.rows, train.cols] == 0)  # training pairs are never recommended
+
+
+def test_top_k_probability_of_a_fit():
+    sim = bmc.datasets.simulate_paper(30, seed=0)
+    train = sim.train
+    fit = bmc.fit(train, 2, method="vb", max_iter=30, progress_bar=False)
+    p = bmc.evaluation.top_k_probability(fit, [0, 1, 2], 5, num_draws=8, seed=0)
+    assert p.shape == (3, 30) and np.all((p >= 0) & (p <= 1))
+    assert np.allclose(p.sum(1), 5)  # each draw's list holds 5 items
+    mean_items, _ = fit.recommend([0, 1, 2], n=5)
+    # the posterior mean's top item is in most draws' top 5
+    assert np.all(p[np.arange(3), mean_items[:, 0]] >= 0.5)

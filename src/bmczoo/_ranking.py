@@ -11,7 +11,7 @@ import numpy as np
 
 from ._checks import check_int, check_ratings
 
-__all__ = ["ranking_metrics", "per_user_ranking"]
+__all__ = ["ranking_metrics", "per_user_ranking", "metric_posterior", "top_k_probability"]
 
 #: the metrics of :func:`ranking_metrics`, in the order of its dict
 METRICS = ("precision", "recall", "ndcg", "map", "auc")
@@ -200,3 +200,107 @@ def ranking_metrics(
     out["users"] = int(np.isfinite(values[:, 0]).sum())
     out["auc_users"] = int(np.isfinite(values[:, 4]).sum())
     return out
+
+
+def _draw_seeds(seed, num_draws: int) -> list[int]:
+    num_draws = check_int("num_draws", num_draws, minimum=1)
+    return [int(s) for s in np.random.SeedSequence(seed).generate_state(num_draws)]
+
+
+def metric_posterior(
+    fit,
+    train,
+    test,
+    k: int = 10,
+    *,
+    num_draws: int = 20,
+    seed: int = 0,
+    users=None,
+    threshold: float | None = None,
+    batch_size: int | None = None,
+) -> dict:
+    """Each user's posterior of the ranking metrics: the metrics of ``num_draws`` rankings,
+    each by one posterior draw of the user's scores (``recommend(by="thompson")``).
+
+    Parameters
+    ----------
+    fit, train, test, k, users, threshold, batch_size
+        As for :func:`ranking_metrics`.
+    num_draws : int
+        Posterior draws per user.
+    seed : int
+        Seed of the draws.
+
+    Returns
+    -------
+    dict
+        ``users`` (U,), ``draws`` (num_draws, U, 5): the metrics (precision, recall, NDCG,
+        MAP, AUC) of each draw, ``mean`` and ``sd`` (U, 5) over the draws.  A user's draws
+        are independent of another's: the spread of one user's metric is its posterior;
+        that of a mean over users needs joint draws.
+    """
+    draws = []
+    for s in _draw_seeds(seed, num_draws):
+        users, values = per_user_ranking(
+            fit,
+            train,
+            test,
+            k,
+            users=users,
+            threshold=threshold,
+            by="thompson",
+            seed=s,
+            batch_size=batch_size,
+        )
+        draws.append(values)
+    draws = np.stack(draws)
+    with np.errstate(invalid="ignore"):
+        sd = draws.std(0, ddof=1) if len(draws) > 1 else np.zeros_like(draws[0])
+    return {"users": users, "draws": draws, "mean": draws.mean(0), "sd": sd}
+
+
+def top_k_probability(
+    fit,
+    users,
+    k: int = 10,
+    *,
+    num_draws: int = 50,
+    seed: int = 0,
+    exclude_seen: bool = True,
+    seen=None,
+) -> np.ndarray:
+    """The posterior probability that each item is among a user's top ``k``, estimated from
+    ``num_draws`` posterior draws of the user's scores (``recommend(by="thompson")``).
+
+    Parameters
+    ----------
+    fit : FitResult
+        A fit that draws from its posterior (:meth:`~bmczoo.inference.FitResult.recommend`).
+    users : array_like of int
+        Row indices (their probabilities are a (len(users), m2) array: pass a batch).
+    k : int
+        The length of the list.
+    num_draws : int
+        Posterior draws per user.
+    seed : int
+        Seed of the draws.
+    exclude_seen, seen
+        As for :meth:`~bmczoo.inference.FitResult.recommend` (excluded items: 0).
+
+    Returns
+    -------
+    numpy.ndarray, shape (len(users), m2)
+    """
+    users = np.asarray(users, np.int64).ravel()
+    m2 = fit.shape[1]
+    k = check_int("k", k, minimum=1)
+    counts = np.zeros((users.size, m2))
+    seeds = _draw_seeds(seed, num_draws)
+    for s in seeds:
+        items, _ = fit.recommend(
+            users, n=min(k, m2), exclude_seen=exclude_seen, seen=seen, by="thompson", seed=s
+        )
+        rows = np.repeat(np.arange(users.size), items.shape[1])
+        keep = items.ravel() >= 0
+        np.add.at(counts, (rows[keep], items.ravel()[keep]), 1.0)
+    return counts / len(seeds)

@@ -8,7 +8,10 @@ no user has one).
 
 :func:`ranking_metrics`: precision, recall, NDCG and MAP at ``k`` and AUC of any fit's
 rankings of held-out pairs, the training pairs excluded, for every user at once (a chunk
-of users at a time); :func:`per_user_ranking` the same per user.
+of users at a time); :func:`per_user_ranking` the same per user;
+:func:`metric_posterior` each user's posterior of them (rankings by posterior draws) and
+:func:`top_k_probability` the posterior probability of each item to be in a user's top
+``k``.
 
 Binary and ordinal predictions (probit and ordered-probit fits, or any model that gives
 probabilities): :func:`log_loss`, :func:`auc`, :func:`accuracy` and
@@ -23,12 +26,14 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import check_ratings
-from ._ranking import per_user_ranking, ranking_metrics
+from ._ranking import metric_posterior, per_user_ranking, ranking_metrics, top_k_probability
 from .inference.results.levels import classification_metrics
 
 __all__ = [
     "ranking_metrics",
     "per_user_ranking",
+    "metric_posterior",
+    "top_k_probability",
     "precision_at_k",
     "recall_at_k",
     "ndcg_at_k",
