@@ -356,7 +356,8 @@ def replace_group(data, name: str, ds):
 
 def arrays_to_arviz(fa: FitArrays):
     """Convert :class:`FitArrays` into ArviZ data: ``InferenceData`` with ArviZ 0.x,
-    ``xarray.DataTree`` with ArviZ >= 1."""
+    ``xarray.DataTree`` with ArviZ >= 1.  The one converter of the package: every fit's
+    ArviZ data (``fit.to_arviz``, the diagnostics) is made here."""
     import xarray as xr
 
     datasets = {}

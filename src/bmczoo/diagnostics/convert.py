@@ -1,12 +1,14 @@
 """Fit results as ArviZ data: plain arrays first, converted to ArviZ only at the edge.
 
-:func:`fit_arrays` asks any fit result (``GibbsFit``, ``NUTSFit``, ``VBFit``, ``SVIFit``,
-``MAPFit``) for its quantities as a :class:`FitArrays`: numpy arrays with a leading
-``(chain, draw)`` axis pair (posterior and sample stats) or ``(chain, iteration)``
-(per-iteration traces), their dimension names and coordinates (the result's own hook,
-:meth:`~bmczoo.inference.FitResult.to_arviz`).  :func:`arrays_to_arviz` converts that into
-an ArviZ ``InferenceData`` (ArviZ 0.x) or an ``xarray.DataTree`` (ArviZ 1.x), the only
-place that depends on the ArviZ version.
+One path serves every fit result (``GibbsFit``, ``NUTSFit``, ``VBFit``, ``SVIFit``,
+``MAPFit``) and every entry point (``fit.to_arviz``, :func:`to_arviz`, the diagnostics):
+:func:`fit_arrays` (:mod:`bmczoo.inference.results.arrays`, the one place its keywords
+are written) asks the result's per-family hooks for its quantities and assembles them as
+a :class:`FitArrays`: numpy arrays with a leading ``(chain, draw)`` axis pair (posterior
+and sample stats) or ``(chain, iteration)`` (per-iteration traces), their dimension names
+and coordinates.  :func:`arrays_to_arviz` (:mod:`bmczoo._arviz`), the one converter,
+turns that into an ArviZ ``InferenceData`` (ArviZ 0.x) or an ``xarray.DataTree`` (ArviZ
+1.x); it is the only place that depends on the ArviZ version.
 
 Groups and variables
 --------------------
@@ -90,6 +92,8 @@ the fit already holds (one draw for MAP).
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from .. import _arviz
@@ -97,15 +101,16 @@ from .._arviz import (
     DEFAULT_VARS,
     INVARIANT_VARS,
     FitArrays,
+    add_factor_quantities,
     arrays_to_arviz,
     effective_rank,
     theta_singular_values,
 )
 from ..inference.results.arrays import (
-    MAX_DRAWS,
-    MAX_RATINGS,
     active_threshold,
     default_entries,
+    extra_var_names,
+    fit_arrays,
     num_active_draws,
 )
 from ..inference.thinning import kept_iterations
@@ -129,88 +134,7 @@ __all__ = [
 ]
 
 
-def extra_var_names(fit) -> list[str]:
-    """The names :func:`to_arviz` adds on request (``var_names=``; ``full=True`` adds
-    them all): the stored draws that are not in its default posterior, e.g. a Gibbs fit's
-    ``row_bias``, ``col_bias`` (one value per row / column of Y), ``M``, ``N`` (the factor
-    draws, with ``store_factors``), ``tau``, ``row_bias_var``, ``col_bias_var`` and a
-    Normal-Wishart state's ``mu_M``, ``Lambda_M``, ``mu_N``, ``Lambda_N``.  Sorted; empty
-    for a VB fit (its posterior is drawn from q).
-
-    Parameters
-    ----------
-    fit : FitResult
-        Any fit result.
-    """
-    return fit._extra_var_names()
-
-
-def fit_arrays(
-    fit,
-    *,
-    var_names=None,
-    full: bool = False,
-    entries=None,
-    num_draws: int = 500,
-    seed: int = 0,
-    log_likelihood=False,
-    max_draws: int = MAX_DRAWS,
-    max_ratings: int = MAX_RATINGS,
-) -> FitArrays:
-    """The arrays behind :func:`to_arviz` (see the module docstring for the variables).
-
-    Parameters
-    ----------
-    fit : FitResult
-        Any fit result (``GibbsFit``, ``NUTSFit``, ``VBFit``, ``SVIFit``, ``MAPFit``).
-    var_names : str or list of str, optional
-        Variables to add to the default posterior: stored draws such as ``row_bias``,
-        ``col_bias``, ``M``, ``N``, ``tau``, ``Lambda_M`` (:func:`extra_var_names` lists
-        those of a fit; names already in the default posterior are accepted).  An unknown
-        name raises ``ValueError`` listing the available ones.
-    full : bool
-        Add every stored draw (all of :func:`extra_var_names`).
-    entries : (rows, cols) or sequence of (i, j), optional
-        Entries of ``theta`` to include; default the fit's tracked entries (VB/SVI fits
-        without tracked entries: 8 entries drawn uniformly with ``default_rng(seed)``).
-        Gibbs/NUTS: entries must be tracked, or the factor draws stored.
-    num_draws, seed : int
-        VB only: number of draws from ``q`` and the seed of ``numpy.random.default_rng``
-        (the seed also draws the rating subsample and the predictive replicates).
-    log_likelihood : bool or RatingData
-        Add the ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` groups
-        of the training ratings (``True``) or of the given ratings (module docstring).
-    max_draws, max_ratings : int
-        Bounds of those groups (module docstring).
-
-    Returns
-    -------
-    FitArrays
-    """
-    return fit._arviz_arrays(
-        var_names=var_names,
-        full=full,
-        entries=entries,
-        num_draws=num_draws,
-        seed=seed,
-        log_likelihood=log_likelihood,
-        max_draws=max_draws,
-        max_ratings=max_ratings,
-    )
-
-
-def to_arviz(
-    fit,
-    *,
-    var_names=None,
-    full: bool = False,
-    entries=None,
-    num_draws: int = 500,
-    seed: int = 0,
-    log_likelihood=False,
-    max_draws: int = MAX_DRAWS,
-    max_ratings: int = MAX_RATINGS,
-):
+def to_arviz(fit, **kwargs):
     """ArviZ data for any fit (``InferenceData`` with ArviZ 0.x, ``DataTree`` with 1.x).
 
     By default the ``posterior`` group holds what one reads, a few small variables (see
@@ -231,18 +155,16 @@ def to_arviz(
     ``az.plot_ppc``, with at most ``max_ratings`` ratings and ``max_draws`` draws (a
     seeded subsample and a thinning; see :mod:`bmczoo.diagnostics.convert`).
 
-    Parameters are those of :func:`fit_arrays`.
+    Parameters are those of :func:`fit_arrays`: ``arrays_to_arviz(fit_arrays(fit,
+    **kwargs))``, as ``fit.to_arviz(**kwargs)``.
     """
-    return fit.to_arviz(
-        var_names=var_names,
-        full=full,
-        entries=entries,
-        num_draws=num_draws,
-        seed=seed,
-        log_likelihood=log_likelihood,
-        max_draws=max_draws,
-        max_ratings=max_ratings,
-    )
+    return fit.to_arviz(**kwargs)
+
+
+# the keywords are fit_arrays's, written there only; help() and the API reference show them
+to_arviz.__signature__ = inspect.signature(fit_arrays).replace(
+    return_annotation=inspect.Signature.empty
+)
 
 
 def from_numpyro(mcmc, *, fit=None, **kwargs):
@@ -266,9 +188,10 @@ def from_numpyro(mcmc, *, fit=None, **kwargs):
     if "M" in samples and "N" in samples:
         sv = theta_singular_values(samples["M"], samples["N"])
         K = sv.shape[-1]
-        post["theta_sv"] = (("chain", "draw", "h"), sv)
-        post["theta_fro"] = (("chain", "draw"), np.sqrt(np.sum(sv**2, axis=-1)))
-        post["eff_rank"] = (("chain", "draw"), effective_rank(sv))
+        quantities: dict = {}
+        add_factor_quantities(quantities, sv)  # theta_sv (h), theta_fro, eff_rank
+        for name, value in quantities.items():
+            post[name] = (("chain", "draw", "h")[: np.ndim(value)], value)
     if K is not None:
         post = post.assign_coords(h=np.arange(K))
     return _arviz.replace_group(data, "posterior", post)

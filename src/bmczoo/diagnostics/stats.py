@@ -53,7 +53,7 @@ SPLIT_RHAT_NOTE = (
 
 def _is_arviz_data(obj) -> bool:
     """ArviZ data (a ``posterior`` group), not a fit result (which converts itself)."""
-    return not hasattr(obj, "_arviz_arrays") and _arviz.group(obj) is not None
+    return not hasattr(obj, "to_arviz") and _arviz.group(obj) is not None
 
 
 def summary(

@@ -1,7 +1,8 @@
 """Fit results: one class per method family, plain arrays behind one typed interface.
 
 :mod:`.base` holds :class:`FitResult` (predictions, saving through the per-class hooks
-``_state_arrays`` / ``_state_from_arrays``, the ArviZ hook ``_arviz_arrays``);
+``_state_arrays`` / ``_state_from_arrays``, the abstract per-family hooks from which
+:func:`.arrays.fit_arrays` builds the fit's plain arrays for ArviZ);
 :mod:`.mcmc` (:class:`MCMCFit`, :class:`GibbsFit`, :class:`NUTSFit`), :mod:`.vb`
 (:class:`VBFit`) and :mod:`.svi` (:class:`SVIFit`, :class:`MAPFit`) the families;
 :mod:`.outputs` and :mod:`.levels` the Bayesian outputs they share; :mod:`.arrays`,

@@ -1,11 +1,13 @@
 """A fit's quantities as plain arrays, for ArviZ (:mod:`bmczoo._arviz`) and the diagnostics.
 
-:func:`fit_arrays` is the same for every result class: it asks the fit for what differs
-by family through the result's hooks (``_posterior_arrays``: the default posterior,
+:func:`fit_arrays` is the one conversion of a fit, the same for every result class (its
+keywords are those of every ``to_arviz``): it asks the fit for what differs by family
+through the result's abstract hooks (``_posterior_arrays``: the default posterior,
 sample stats and traces; ``_extra_draws``: stored draws on request; ``_tau_draws``: the
-draws of a learned noise precision; ``_ratings_theta_tau`` and ``_arviz_cuts``: theta,
-tau and the cut points at given ratings) and assembles the groups.  The variables are
-described in :mod:`bmczoo.diagnostics.convert`.
+draws of a learned noise precision; ``_ratings_theta_tau`` and ``_drawn_cuts``: theta,
+tau and the cut points at given ratings) and assembles the groups as a
+:class:`~bmczoo._arviz.FitArrays`, which :func:`bmczoo._arviz.arrays_to_arviz` alone
+turns into ArviZ data.  The variables are described in :mod:`bmczoo.diagnostics.convert`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "default_entries",
     "active_threshold",
     "num_active_draws",
+    "draws_prob_above",
     "MAX_DRAWS",
     "MAX_RATINGS",
 ]
@@ -171,6 +174,15 @@ def active_threshold(fit, gamma=None) -> float:
     return 0.01 * float(np.max(np.mean(g.reshape(-1, g.shape[-1]), axis=0)))
 
 
+def draws_prob_above(fit, draws: dict, threshold: float) -> np.ndarray:
+    """``P(gamma_h > threshold | draw)`` (S, K) for the draws (the prior's ``prob_above``;
+    without a recorded prior, the indicator of the drawn gamma_h)."""
+    prior = prior_of(fit)
+    prob_above = prior.prob_above if prior is not None else indicator_above
+    p = np.asarray(prob_above(draws, threshold), np.float64)
+    return p.reshape(-1, p.shape[-1])
+
+
 def num_active_draws(fit, draws: dict, threshold: float | None = None) -> np.ndarray:
     """``sum_h P(gamma_h > t | draw)`` for every draw (the draws' leading axes): the
     number of active columns (an integer count where gamma is drawn)."""
@@ -220,8 +232,20 @@ def default_posterior(fit, entries, num_draws: int, seed: int) -> Posterior:
 
 
 def extra_var_names(fit) -> list[str]:
-    """The names :func:`fit_arrays` adds on request (``var_names=``; ``full=True`` adds
-    them all): the stored draws that are not in its default posterior.  Sorted."""
+    """The names :func:`~bmczoo.diagnostics.to_arviz` adds on request (``var_names=``;
+    ``full=True`` adds them all): the stored draws that are not in its default posterior,
+    e.g. a Gibbs fit's ``row_bias``, ``col_bias`` (one value per row / column of Y),
+    ``M``, ``N`` (the factor draws, with ``store_factors``), ``tau``, ``row_bias_var``,
+    ``col_bias_var`` and a Normal-Wishart state's ``mu_M``, ``Lambda_M``, ``mu_N``,
+    ``Lambda_N``.  Sorted; empty for a VB fit (its posterior is drawn from q).
+
+    Parameters
+    ----------
+    fit : FitResult
+        Any fit result.
+    """
+    if fit.has_q:
+        return []
     post = default_posterior(fit, None, 1, 0).post
     return sorted(fit._extra_draws(post))
 
@@ -250,7 +274,39 @@ def fit_arrays(
     max_draws: int = MAX_DRAWS,
     max_ratings: int = MAX_RATINGS,
 ) -> FitArrays:
-    """The arrays behind ``fit.to_arviz`` (parameters: :func:`bmczoo.diagnostics.to_arviz`)."""
+    """The arrays behind :func:`~bmczoo.diagnostics.to_arviz` (see
+    :mod:`bmczoo.diagnostics.convert` for the variables).
+
+    Parameters
+    ----------
+    fit : FitResult
+        Any fit result (``GibbsFit``, ``NUTSFit``, ``VBFit``, ``SVIFit``, ``MAPFit``).
+    var_names : str or list of str, optional
+        Variables to add to the default posterior: stored draws such as ``row_bias``,
+        ``col_bias``, ``M``, ``N``, ``tau``, ``Lambda_M``
+        (:func:`~bmczoo.diagnostics.extra_var_names` lists those of a fit; names already
+        in the default posterior are accepted).  An unknown name raises ``ValueError``
+        listing the available ones.
+    full : bool
+        Add every stored draw (all of :func:`~bmczoo.diagnostics.extra_var_names`).
+    entries : (rows, cols) or sequence of (i, j), optional
+        Entries of ``theta`` to include; default the fit's tracked entries (VB/SVI fits
+        without tracked entries: 8 entries drawn uniformly with ``default_rng(seed)``).
+        Gibbs/NUTS: entries must be tracked, or the factor draws stored.
+    num_draws, seed : int
+        VB only: number of draws from ``q`` and the seed of ``numpy.random.default_rng``
+        (the seed also draws the rating subsample and the predictive replicates).
+    log_likelihood : bool or RatingData
+        Add the ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` groups
+        of the training ratings (``True``) or of the given ratings
+        (:mod:`bmczoo.diagnostics.convert`).
+    max_draws, max_ratings : int
+        Bounds of those groups (:mod:`bmczoo.diagnostics.convert`).
+
+    Returns
+    -------
+    FitArrays
+    """
     var_names = check_var_names(var_names)
     p = default_posterior(fit, entries, num_draws, seed)
     post = {

@@ -8,27 +8,27 @@ object it was run with, the map from ``theta`` to predictions) and gives:
 * the plain arrays of its family: draws with leading (chain, draw) axes (:class:`MCMCFit`:
   ``samples``; :class:`SVIFit`: ``draws``), or the moments of the variational posterior
   (:class:`VBFit`);
-* one hook that hands these quantities over as plain arrays (:meth:`FitResult._arviz_arrays`,
-  built by :mod:`.arrays` from the per-family hooks below it); the conversion to ArviZ
-  (:mod:`bmczoo._arviz`) and the diagnostics start from those arrays.
+* the per-family hooks, abstract methods here, from which :func:`.arrays.fit_arrays`
+  builds the fit's quantities as plain arrays; the one conversion to ArviZ
+  (:func:`bmczoo._arviz.arrays_to_arviz`) and the diagnostics start from those arrays.
 
 ``fit.meta`` is a read-only dict view of the same information.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import types
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..._arviz import FitArrays, arrays_to_arviz
+from ..._arviz import arrays_to_arviz
 from ..._checks import check_ratings, x64_context
 from ...data.ratings import check_entries
 from ...offsets import Shift
 from ...priors import Prior
-from ...priors.base import indicator_above
 from .. import saving
 from ..info import FitInfo
 from . import arrays, levels, rank
@@ -91,7 +91,7 @@ def draws_theta_mean(src: dict, rows, cols) -> np.ndarray:
 
 
 @dataclasses.dataclass(repr=False)
-class FitResult(out.PredictiveMixin):
+class FitResult(out.PredictiveMixin, abc.ABC):
     """Base of the result classes: predictions and their RMSE, diagnostics delegation,
     and the Bayesian outputs (:mod:`bmczoo.inference.results.outputs`): ``predict(...,
     return_std=True)``, ``predictive_interval``, ``log_predictive_density``,
@@ -100,6 +100,13 @@ class FitResult(out.PredictiveMixin):
     ``seen_rows``, ``seen_cols``: the training pattern (set by ``bmc.fit``; used by
     ``recommend(exclude_seen=True)``; None when unknown).  ``seen_values``: the training
     ratings (set by ``bmc.fit``; used by ``to_arviz(log_likelihood=True)``; not saved).
+
+    A family's class defines the abstract methods: what its fit holds (``_repr_holds``),
+    the moments of theta (``_predict_mean``, ``_theta_moments``), the level
+    probabilities of a latent likelihood (``_level_proba``), ``_fold_in``, and what
+    :func:`.arrays.fit_arrays` and :mod:`.rank` ask of it (``_posterior_arrays``,
+    ``_tau_draws``, ``_extra_draws``, ``_ratings_theta_tau``, ``_drawn_cuts``,
+    ``_gamma_draws``, ``_prob_gamma_above``).
     """
 
     info: FitInfo
@@ -127,8 +134,9 @@ class FitResult(out.PredictiveMixin):
             lines.append(f"  test RMSE: {rmse}")
         return "\n".join(lines)
 
+    @abc.abstractmethod
     def _repr_holds(self) -> str:
-        return ""
+        """What the fit holds, for :meth:`__repr__` (chains x draws, iterations, ...)."""
 
     def _repr_rmse(self) -> str:
         return ""
@@ -172,11 +180,13 @@ class FitResult(out.PredictiveMixin):
     def _seen_pattern(self):
         return None if self.seen_rows is None else (self.seen_rows, self.seen_cols)
 
-    def _predict_mean(self, r, c) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _predict_mean(self, r, c) -> np.ndarray:
+        """Posterior mean at the checked entries (data scale, clipped when the fit clips)."""
 
-    def _theta_moments(self, r, c):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _theta_moments(self, r, c):
+        """Mean and variance of ``theta`` at the checked entries (model scale)."""
 
     def noise_var(self) -> float:
         """``E[1/tau]``, the noise part of the predictive variance: the posterior mean of
@@ -201,7 +211,7 @@ class FitResult(out.PredictiveMixin):
             Also return the predictive sd.
         """
         r, c = self._check_entries(rows, cols)
-        if self._latent:
+        if self.info.likelihood.latent:
             mean, sd = levels.level_summary(
                 self._level_proba(r, c), self.info.likelihood.level_values
             )
@@ -213,13 +223,10 @@ class FitResult(out.PredictiveMixin):
         return mean, np.sqrt(np.maximum(var, 0.0) + self.noise_var())
 
     # ------------------------------------------------------------------ levels
-    @property
-    def _latent(self) -> bool:
-        """Whether the likelihood is a latent-Gaussian one (probit, ordered probit)."""
-        return self.info.likelihood.latent
-
-    def _level_proba(self, r, c) -> np.ndarray:  # pragma: no cover - per family
-        raise ValueError(f"{type(self).__name__} has no level probabilities")
+    @abc.abstractmethod
+    def _level_proba(self, r, c) -> np.ndarray:
+        """Predictive level probabilities (P, L) of a latent likelihood (probit, ordered
+        probit) at the checked entries."""
 
     def _cut_draws(self, src: dict | None, S: int) -> np.ndarray:
         """(S, L-1) cut points: the draws of ``cuts`` in ``src`` when learned, else the fixed ones."""
@@ -241,7 +248,7 @@ class FitResult(out.PredictiveMixin):
         rows, cols : array_like of int, shape (P,)
             Row and column indices of the entries.
         """
-        if not self._latent:
+        if not self.info.likelihood.latent:
             raise ValueError(
                 f"predict_proba needs a probit or ordered-probit likelihood; this fit's is "
                 f"{self.info.likelihood.name!r} (use predict / predictive_interval)"
@@ -263,7 +270,7 @@ class FitResult(out.PredictiveMixin):
         prob : float
             Probability of the interval, in (0, 1).
         """
-        if not self._latent:
+        if not self.info.likelihood.latent:
             return super().predictive_interval(rows, cols, prob)
         p = out.check_prob(prob)
         r, c = self._check_entries(rows, cols)
@@ -345,7 +352,7 @@ class FitResult(out.PredictiveMixin):
             Ratings of the new rows, shape ``(U, m2)``.
         """
         new = check_ratings(new, "new")
-        if self._latent:
+        if self.info.likelihood.latent:
             raise ValueError(
                 f"fold_in is not available for the {self.info.likelihood.name} likelihood yet (its new "
                 "rows would need their own latent block): refit with the new rows included"
@@ -357,8 +364,9 @@ class FitResult(out.PredictiveMixin):
         with x64_context(self.info.dtype):  # a float64 fit folds in in float64
             return self._fold_in(new)
 
+    @abc.abstractmethod
     def _fold_in(self, new):
-        raise ValueError(f"fold_in is not available for {type(self).__name__}")
+        """:meth:`fold_in` of the checked ``new`` rows."""
 
     def rmse(self, test) -> float:
         """RMSE of :meth:`predict` against the values of ``test``.
@@ -434,12 +442,7 @@ class FitResult(out.PredictiveMixin):
             ``log_likelihood``, ``max_draws``, ``max_ratings``: see
             :func:`bmczoo.diagnostics.to_arviz`.
         """
-        return arrays_to_arviz(self._arviz_arrays(**kwargs))
-
-    def _arviz_arrays(self, **kwargs) -> FitArrays:
-        """The fit's quantities as plain arrays (:class:`bmczoo._arviz.FitArrays`), the
-        one thing the diagnostics ask of a result: :func:`.arrays.fit_arrays`."""
-        return arrays.fit_arrays(self, **kwargs)
+        return arrays_to_arviz(arrays.fit_arrays(self, **kwargs))
 
     # ------------------------------------------------------------------ per-family hooks
     #: the draws are Markov chains (autocorrelation, R-hat across chains, warm-up apply)
@@ -447,56 +450,35 @@ class FitResult(out.PredictiveMixin):
     #: the fit holds a closed-form variational posterior q (its moments are exact)
     has_q: ClassVar[bool] = False
 
-    def _posterior_arrays(self, entries, num_draws: int, seed: int):  # pragma: no cover
+    @abc.abstractmethod
+    def _posterior_arrays(self, entries, num_draws: int, seed: int):
         """The default posterior, sample stats and traces (:class:`.arrays.Posterior`)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _tau_draws(self, num_draws: int, seed: int):
         """Draws of a learned noise precision aligned with the posterior (None: none)."""
-        return None
 
+    @abc.abstractmethod
     def _extra_draws(self, post: dict) -> dict:
-        """The stored draws the conversion adds on request (none by default)."""
-        return {}
+        """The stored draws the conversion adds on request (``{}``: none)."""
 
-    def _extra_var_names(self) -> list[str]:
-        return arrays.extra_var_names(self)
-
+    @abc.abstractmethod
     def _ratings_theta_tau(self, rows, cols, num_draws: int, max_draws: int, rng):
         """theta (chain, draw, rating) at the ratings, tau (chain, draw) or None, and how
         they were taken (a dict with at least ``draw_step``)."""
-        raise NotImplementedError  # pragma: no cover
 
-    def _arviz_cuts(self, lik, shape, step: int) -> np.ndarray:
-        """Cut points (chain, draw, L-1) matching theta's draws: the fixed ones, else the
-        family's (:meth:`_drawn_cuts`)."""
-        fixed = lik.fixed_cuts()
-        if fixed is not None:
-            return np.broadcast_to(np.asarray(fixed, np.float64), tuple(shape) + (len(fixed),))
-        return self._drawn_cuts(lik, shape, step)
+    @abc.abstractmethod
+    def _drawn_cuts(self, lik, shape, step: int) -> np.ndarray:
+        """Learned cut points (chain, draw, L-1) matching theta's draws of
+        :meth:`_ratings_theta_tau` (every ``step``-th draw)."""
 
-    def _drawn_cuts(self, lik, shape, step: int) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
-
+    @abc.abstractmethod
     def _gamma_draws(self):
         """Draws (..., K) of gamma (VB: ``1 / E_q[1/gamma]``), or None."""
-        return None
 
-    def _prob_gamma_above(self, threshold: float) -> np.ndarray:  # pragma: no cover
+    @abc.abstractmethod
+    def _prob_gamma_above(self, threshold: float) -> np.ndarray:
         """``P(gamma_h > threshold)`` per draw, (S, K) (VB: (1, K), exact under q)."""
-        raise NotImplementedError
-
-    def _draws_prob_above(self, draws: dict, threshold: float) -> np.ndarray:
-        """``P(gamma_h > threshold | draw)`` (S, K) for the draws (the prior's
-        ``prob_above``; without a recorded prior, the indicator of the drawn gamma_h)."""
-        prior = arrays.prior_of(self)
-        prob_above = prior.prob_above if prior is not None else indicator_above
-        p = np.asarray(prob_above(draws, threshold), np.float64)
-        return p.reshape(-1, p.shape[-1])
-
-    def _gamma_chains(self) -> dict | None:
-        """The draws with (chain, draw, K) gamma for the chains' rank mixing, or None."""
-        return None
 
     def _rmse_traces(self):
         """``(per-draw or None, mean)`` test RMSE traces (chain, iteration)."""

@@ -1,7 +1,7 @@
 """The model-comparison groups of the ArviZ conversion: ``log_likelihood``,
 ``posterior_predictive`` and ``observed_data`` at a set of ratings, from the draws of
 theta (and tau, or the cut points) at those ratings that the fit's
-``_ratings_theta_tau`` and ``_arviz_cuts`` hooks give (the rules:
+``_ratings_theta_tau`` and ``_drawn_cuts`` hooks give (the rules:
 :mod:`bmczoo.diagnostics.convert`)."""
 
 from __future__ import annotations
@@ -58,10 +58,19 @@ def draw_step(C: int, D: int, max_draws: int) -> int:
     return max(1, -(-C * D // max_draws))
 
 
+def arviz_cuts(fit, lik, shape, step: int) -> np.ndarray:
+    """Cut points (chain, draw, L-1) matching theta's draws: the fixed ones, else the
+    fit's learned ones (its ``_drawn_cuts``)."""
+    fixed = lik.fixed_cuts()
+    if fixed is not None:
+        return np.broadcast_to(np.asarray(fixed, np.float64), tuple(shape) + (len(fixed),))
+    return fit._drawn_cuts(lik, shape, step)
+
+
 def add_level_groups(fa: FitArrays, fit, lik, theta, y, step: int, rng) -> None:
     """``log_likelihood`` (log P(Y = y | theta, c)) and ``posterior_predictive`` (a level
     drawn from those probabilities) of a probit / ordered-probit fit."""
-    cuts = fit._arviz_cuts(lik, theta.shape[:2], step)
+    cuts = arviz_cuts(fit, lik, theta.shape[:2], step)
     logp = level_log_probs_np(theta, cuts[..., None, :])  # (chain, draw, rating, L)
     idx = lik.level_index(y)
     fa.groups["log_likelihood"] = {

@@ -198,7 +198,7 @@ class MCMCFit(FitResult):
             Held-out ratings of the fit's shape.
         """
         test = self._check_test(test)
-        if self._latent:
+        if self.info.likelihood.latent:
             return self._level_lpd(test)
         if "M" not in self._factor_src:
             return self._gaussian_lpd(test)
@@ -260,13 +260,7 @@ class MCMCFit(FitResult):
         return self.samples.get("gamma")
 
     def _prob_gamma_above(self, threshold: float) -> np.ndarray:
-        return self._draws_prob_above(self.samples, threshold)
-
-    def _gamma_chains(self) -> dict | None:
-        """The draws, when gamma is drawn with (chain, draw) axes (the active-column count
-        of each chain is then defined)."""
-        g = self.samples.get("gamma")
-        return self.samples if g is not None and np.ndim(g) == 3 else None
+        return arrays.draws_prob_above(self, self.samples, threshold)
 
     def _rmse_traces(self):
         """``(per-draw, running-mean)`` RMSE traces (chain, sweep)."""

@@ -4,8 +4,9 @@ The number of active columns ``#{h: gamma_h > t}`` (its law: the Poisson-binomia
 the per-draw probabilities :meth:`~bmczoo.priors.Prior.prob_above`, or of the exact
 ``q(gamma_h > t)`` of a variational fit) and, for a prior without column scales, the
 effective rank of theta (its singular values above a threshold).  The result classes
-give the probabilities through their hooks (``_prob_gamma_above``, ``_gamma_draws``,
-``_gamma_chains``); nothing here depends on a fit's family.
+give the probabilities through their hooks (``_prob_gamma_above``, ``_gamma_draws``) and
+say whether their draws are chains (``has_chains``); nothing here depends on a fit's
+family.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def theta_sv_draws(fit, *, num_draws: int = 500, seed: int = 0) -> np.ndarray:
     numpy.ndarray
         (S, K) singular values per draw, decreasing along the last axis.
     """
-    post = fit._arviz_arrays(num_draws=num_draws, seed=seed).groups["posterior"]
+    post = arrays.fit_arrays(fit, num_draws=num_draws, seed=seed).groups["posterior"]
     if "theta_sv" not in post:
         raise ValueError(
             "the rank of theta needs the draws of the factors M, N, which this fit does not hold "
@@ -256,6 +257,16 @@ def _ess_rhat(x: np.ndarray):
     return ess_bulk, ess_tail, r_hat, groups, defined
 
 
+def _gamma_chains(fit) -> dict | None:
+    """The draws of a fit whose draws are chains (``has_chains``: ``samples``), when gamma
+    is drawn with (chain, draw) axes (the active-column count of each chain is then
+    defined); else None."""
+    if not fit.has_chains:
+        return None
+    g = fit.samples.get("gamma")
+    return fit.samples if g is not None and np.ndim(g) == 3 else None
+
+
 def rank_mixing(fit, threshold: float | None = None) -> dict | None:
     """Convergence of the number of active columns ``#{h: gamma_h > threshold}`` of an
     MCMC fit (per draw ``sum_h P(gamma_h > threshold | draw)``): a dict with
@@ -267,7 +278,7 @@ def rank_mixing(fit, threshold: float | None = None) -> dict | None:
     is undefined because every chain is constant, chain modes that differ) and ``drifts``
     (one chain: its split R-hat > 1.05).  None for a fit without MCMC draws of gamma.
     ``threshold`` defaults to :func:`gamma_threshold`."""
-    draws = fit._gamma_chains()
+    draws = _gamma_chains(fit)
     if draws is None:
         return None
     arrays.require_column_scales(fit, "rank_mixing")

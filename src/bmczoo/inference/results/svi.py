@@ -91,7 +91,7 @@ class SVIFit(FitResult):
             Held-out ratings of the fit's shape.
         """
         test = self._check_test(test)
-        if self._latent:
+        if self.info.likelihood.latent:
             return self._level_lpd(test)
         src = self._draw_source()
         d = out.flat_draws(src, self.info.K)
@@ -162,7 +162,7 @@ class SVIFit(FitResult):
 
     def _prob_gamma_above(self, threshold: float) -> np.ndarray:
         try:
-            return self._draws_prob_above(self.draws, threshold)
+            return arrays.draws_prob_above(self, self.draws, threshold)
         except ValueError as e:
             raise ValueError(
                 f"{e} (a MAP fit, or a guide that integrates gamma out, keeps no draws of it)"

@@ -164,7 +164,7 @@ class VBFit(FitResult):
             Held-out ratings of the fit's shape.
         """
         test = self._check_test(test)
-        if self._latent:
+        if self.info.likelihood.latent:
             return self._level_lpd(test)
         return self._gaussian_lpd(test)
 
@@ -312,8 +312,8 @@ class VBFit(FitResult):
         rng = np.random.default_rng([seed, 1])
         return rng.gamma(float(q["shape"]), 1.0 / float(q["rate"]), size=(1, num_draws))
 
-    def _extra_var_names(self) -> list[str]:
-        return []  # the posterior is drawn from q: no stored draws
+    def _extra_draws(self, post: dict) -> dict:
+        return {}  # the posterior is drawn from q: no stored draws
 
     def _ratings_theta_tau(self, rows, cols, num_draws: int, max_draws: int, rng):
         return _vb_theta_tau(self, rows, cols, num_draws, max_draws, rng)
