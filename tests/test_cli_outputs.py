@@ -179,3 +179,22 @@ def test_recommend_unknown_user_is_one_line(saved, capsys):
     capsys.readouterr()
     assert main(["recommend", "--model", str(d / "model.npz"), "--user", "3"]) == 2
     one_line_error(capsys, "unknown user id 3")
+
+
+def test_recommend_by_top_k_probability(saved, capsys):
+    """``--by top-k``: the fit's ``recommend(by="top-k")`` with ``--seed`` and
+    ``--num-draws``, in the dataset's ids, scores the probabilities."""
+    d, table = saved
+    user = int(table[0, 0])
+    capsys.readouterr()
+    argv = ["recommend", "--model", str(d / "model.npz"), "--user", str(user), "-n", "3"]
+    assert main(argv + ["--by", "top-k", "--seed", "2", "--num-draws", "5"]) == 0
+    rows = _csv(capsys.readouterr().out)
+    fit = bmczoo.load(d / "model.npz")
+    extra = load_extra(d / "model.npz")
+    row = int(np.searchsorted(extra["user_ids"], user))
+    items, scores = fit.recommend([row], n=3, by="top-k", seed=2, num_draws=5)
+    assert [int(r["item_id"]) for r in rows] == extra["item_ids"][items[0]].tolist()
+    np.testing.assert_allclose([float(r["score"]) for r in rows], scores[0], atol=1e-6)
+    assert main(argv + ["--by", "top-k", "--num-draws", "0"]) == 2
+    assert "--num-draws must be at least 1" in capsys.readouterr().err

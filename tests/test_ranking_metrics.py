@@ -208,3 +208,21 @@ def test_top_k_probability_of_a_fit():
     mean_items, _ = fit.recommend([0, 1, 2], n=5)
     # the posterior mean's top item is in most draws' top 5
     assert np.all(p[np.arange(3), mean_items[:, 0]] >= 0.5)
+
+
+def test_recommend_by_top_k_probability():
+    """``recommend(by="top-k")``: the items by their posterior probability of being in the
+    top n, ties in the posterior mean's order; the scores are those probabilities."""
+    sim = bmc.datasets.simulate_paper(30, seed=0)
+    fit = bmc.fit(sim.train, 2, method="vb", max_iter=30, progress_bar=False)
+    users = np.array([0, 4, 7])
+    items, scores = fit.recommend(users, n=6, by="top-k", seed=3, num_draws=10)
+    p = bmc.evaluation.top_k_probability(fit, users, 6, num_draws=10, seed=3)
+    mean_items, _ = fit.recommend(users, n=30)
+    for u in range(3):
+        place = {int(i): r for r, i in enumerate(mean_items[u]) if i >= 0}
+        cand = sorted(place, key=lambda i: (-p[u, i], place[i]))[:6]
+        assert items[u].tolist() == cand
+        assert np.allclose(scores[u], p[u, cand])
+    with pytest.raises(ValueError, match='by="top-k" draws from the posterior'):
+        fit.recommend(users, n=6, by="top-k")

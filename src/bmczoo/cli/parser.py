@@ -360,12 +360,22 @@ def _add_recommend(sub) -> None:
     )
     rc.add_argument("-n", type=int, default=10, help="number of items per user")
     rc.add_argument(
-        "--by", choices=["mean", "upper", "thompson"], default="mean", help="ranking score"
+        "--by",
+        choices=["mean", "upper", "thompson", "top-k"],
+        default="mean",
+        help="ranking score: the posterior mean, the upper end of the --prob interval, one "
+        "posterior draw, or the posterior probability of being in the top -n (from "
+        "--num-draws draws)",
     )
     rc.add_argument(
         "--prob", type=float, default=0.9, help="--by upper: probability of the central interval"
     )
-    rc.add_argument("--seed", type=int, default=0, help="--by thompson: seed of the posterior draw")
+    rc.add_argument(
+        "--seed", type=int, default=0, help="--by thompson / top-k: seed of the posterior draws"
+    )
+    rc.add_argument(
+        "--num-draws", type=int, default=50, help="--by top-k: posterior draws per user"
+    )
     rc.add_argument(
         "--include-seen", action="store_true", help="also rank the items the user rated in training"
     )

@@ -141,6 +141,8 @@ def cmd_recommend(args) -> int:
     prob = _check_prob(args.prob)
     if args.n < 1:
         raise CLIError(f"-n must be at least 1, got {args.n}")
+    if args.num_draws < 1:
+        raise CLIError(f"--num-draws must be at least 1, got {args.num_draws}")
     model = _load_model(args.model)
     m2 = model.fit.shape[1]
     if args.n > m2:
@@ -155,6 +157,7 @@ def cmd_recommend(args) -> int:
             by=args.by,
             prob=prob,
             seed=args.seed,
+            num_draws=args.num_draws,
         )
     except ValueError as e:
         if "factor draws" in str(e):

@@ -272,6 +272,7 @@ class PredictiveMixin:
         seed: int | None = None,
         seen=None,
         batch_size: int | None = None,
+        num_draws: int = 50,
     ):
         """The top ``n`` items of each user: ``(items, scores)``, each (len(users), n), best first.
 
@@ -284,16 +285,20 @@ class PredictiveMixin:
             fewer than ``n`` items remain, the missing places hold item ``-1`` and score
             ``-inf``.
         by : ``"mean"`` (posterior mean of ``theta``), ``"upper"`` (upper end of the
-            central ``prob`` predictive interval) or ``"thompson"`` (one posterior draw per
-            user; needs ``seed``).
+            central ``prob`` predictive interval), ``"thompson"`` (one posterior draw per
+            user; needs ``seed``) or ``"top-k"`` (the posterior probability of the item to be
+            among the user's top ``n``, from ``num_draws`` posterior draws, ties in the
+            posterior mean's order; the scores are the probabilities; needs ``seed``).
         prob : float
             ``by="upper"``: probability of the central interval, in (0, 1).
         seed : int, optional
-            ``by="thompson"``: seed of the posterior draws.
+            ``by="thompson"`` or ``"top-k"``: seed of the posterior draws.
         seen : RatingData, optional
             The pattern excluded with ``exclude_seen`` (default: the training pattern).
         batch_size : int, optional
             Users scored at a time.
+        num_draws : int
+            ``by="top-k"``: posterior draws per user.
 
         Scores are on the data scale (offset added) and never clipped, so ranking is not
         tied at the clip bound.  Users are scored ``batch_size`` at a time (default: about
@@ -301,15 +306,17 @@ class PredictiveMixin:
         """
         from ..._checks import check_bool, check_int, check_choice
 
-        check_choice("by", by, ("mean", "upper", "thompson"))
+        check_choice("by", by, ("mean", "upper", "thompson", "top-k"))
         check_bool("exclude_seen", exclude_seen)
         m1, m2 = self.shape
         n = check_int("n", n, minimum=1)
         if n > m2:
             raise ValueError(f"n={n} exceeds the number of items {m2}")
         users = _check_users(users, m1)
-        if by == "thompson" and seed is None:
-            raise ValueError('by="thompson" draws from the posterior: give seed=')
+        if by in ("thompson", "top-k") and seed is None:
+            raise ValueError(f'by="{by}" draws from the posterior: give seed=')
+        if by == "top-k":
+            return self._recommend_top_k(users, n, exclude_seen, seen, seed, num_draws, batch_size)
         z = z_of(prob) if by == "upper" else 0.0
         rng = np.random.default_rng(seed)
         indptr = index = None
@@ -326,6 +333,32 @@ class PredictiveMixin:
                 for k, user in enumerate(u):
                     sc[k, index[indptr[user] : indptr[user + 1]]] = -np.inf
             items[b0 : b0 + B], scores[b0 : b0 + B] = _top_n(sc, n)
+        return items, scores
+
+    def _recommend_top_k(self, users, n, exclude_seen, seen, seed, num_draws, batch_size):
+        """``recommend(by="top-k")``: items by their posterior probability of being in the
+        top ``n`` (:func:`bmczoo.evaluation.top_k_probability`), then by posterior mean."""
+        from ..._ranking import top_k_probability
+
+        m2 = self.shape[1]
+        B = batch_size or max(1, _BUDGET // (m2 * max(int(self._K), 1)))
+        items = np.full((users.size, n), -1, np.int64)
+        scores = np.full((users.size, n), -np.inf)
+        for b0 in range(0, users.size, B):
+            u = users[b0 : b0 + B]
+            p = top_k_probability(
+                self, u, n, num_draws=num_draws, seed=seed, exclude_seen=exclude_seen, seen=seen
+            )
+            mean, _ = self.recommend(u, n=m2, exclude_seen=exclude_seen, seen=seen)
+            rank = np.full((u.size, m2), m2, np.int64)  # each item's place in the mean's order
+            rows = np.repeat(np.arange(u.size), m2)
+            ok = mean.ravel() >= 0
+            rank[rows[ok], mean.ravel()[ok]] = np.tile(np.arange(m2), u.size)[ok]
+            p[rank == m2] = -np.inf  # excluded items
+            order = np.lexsort((rank, -p), axis=-1)[:, :n]
+            ps = np.take_along_axis(p, order, 1)
+            order[~np.isfinite(ps)] = -1
+            items[b0 : b0 + u.size], scores[b0 : b0 + u.size] = order, ps
         return items, scores
 
     def _seen_csr(self, seen):
