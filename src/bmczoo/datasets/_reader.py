@@ -397,12 +397,10 @@ def read_ratings(
         A line holding a number in any field is data, so a first line with string ids
         and a numeric rating is read as data and reported as line 1.
     columns : sequence of 3 or 4 ints or names, optional
-        The user, item and rating fields, and optionally the timestamp field (integers:
-        the result's ``timestamps``), as 0-based positions or header names
-        (case-insensitive; needs a header line).  Default ``(0, 1, 2)``, and the 4th field
-        as the timestamps where the lines have one holding integers (the MovieLens
-        layout ``user item rating timestamp``).  Other fields are not returned, but must
-        be numbers too.
+        The user, item, rating (and timestamp: integers) fields, as 0-based positions or
+        header names (case-insensitive; needs a header).  Default ``(0, 1, 2)`` and a 4th
+        field of integers as the timestamps (MovieLens's ``user item rating timestamp``).
+        Other fields are not returned, but must be numbers too.
     comment : str, optional
         Lines whose first non-blank characters are ``comment`` (e.g. ``"#"``) are
         skipped; line numbers in messages stay those of the file.
