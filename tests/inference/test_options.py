@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -17,6 +14,7 @@ import numpy as np
 import pytest
 
 import bmczoo
+from _package_copy import copy_package, run_side_by_side
 from bmczoo.inference import options as opts
 from bmczoo.inference import settings as st
 
@@ -116,41 +114,20 @@ CHECKS = textwrap.dedent(
 )
 
 
-def _copy_with_field(tmp_path) -> Path:
-    pkg = Path(bmczoo.__file__).parent
-    dst = tmp_path / "bmczoo"
-    shutil.copytree(pkg, dst, ignore=shutil.ignore_patterns("__pycache__"))
-    path = dst / "inference" / "settings.py"
+def _add_field(pkg: Path) -> None:
+    path = pkg / "inference" / "settings.py"
     text = path.read_text()
     anchor = "\n    def _check_sweep(self) -> None:"
     assert text.count(anchor) == 1
     path.write_text(text.replace(anchor, FIELD + anchor))
-    return dst
-
-
-def _env(tmp_path) -> dict:
-    env = {
-        "PYTHONPATH": str(tmp_path),
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "JAX_PLATFORMS": "cpu",
-        "HOME": str(tmp_path),
-    }
-    env.update(
-        {
-            k: v
-            for k, v in os.environ.items()
-            if k == "XLA_FLAGS" or k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))
-        }
-    )
-    return env
 
 
 def test_a_sweep_option_added_as_one_field_reaches_every_consumer(tmp_path):
     """A copy of the package whose only change is one field in the sweep's declarations:
     ``bmc.fit``, ``Gibbs``, ``ConjugateGibbs``, the docs, ``bmczoo fit --help``, the flag,
     the fit's info and the checkpoint's settings record all have it."""
-    dst = _copy_with_field(tmp_path)
-    env = _env(tmp_path)
+    dst, changed = copy_package(tmp_path, _add_field)
+    assert changed == {Path("inference/settings.py")}  # the field, nothing else
     fit = [sys.executable, "-m", "bmczoo", "fit", "--data", "sim:20", "-K", "2", "--quiet"]
     fit += ["--num-warmup", "2", "--num-samples", "2", "--thinning", "1", "--chains", "1"]
     fit += ["--probe-option", "7", "--checkpoint", str(tmp_path / "ck.npz")]
@@ -159,17 +136,9 @@ def test_a_sweep_option_added_as_one_field_reaches_every_consumer(tmp_path):
         "help": [sys.executable, "-m", "bmczoo", "fit", "--help"],
         "cli": fit,
     }
-    procs = {
-        name: subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
-        )
-        for name, argv in runs.items()
-    }
-    outs = {name: (p.communicate(timeout=600), p.returncode) for name, p in procs.items()}
-    for name, ((out, err), rc) in outs.items():
-        assert rc == 0, f"{name}: exit {rc}\n{out[-2000:]}\n{err[-3000:]}"
-    assert outs["python"][0][0].strip().endswith("ok")
-    help_text = " ".join(outs["help"][0][0].split())
+    outs = run_side_by_side(runs, tmp_path)
+    assert outs["python"].strip().endswith("ok")
+    help_text = " ".join(outs["help"].split())
     internals = help_text.split("Gibbs sampler internals", 1)[1]
     assert "--probe-option P gibbs: A probe option of the sweep" in internals
     assert "(default 3)" in internals

@@ -10,14 +10,11 @@ Python, the registry, Gibbs and NUTS fits, the log predictive density and the Ar
 conversion's log likelihood (the module's density), and VB's refusal.
 """
 
-import os
-import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import bmczoo
+from _package_copy import copy_package, run_side_by_side
 
 MODULE = textwrap.dedent(
     '''
@@ -113,48 +110,17 @@ CHECKS = textwrap.dedent(
 )
 
 
-def _copy_with_probe(tmp_path) -> Path:
-    pkg = Path(bmczoo.__file__).parent
-    dst = tmp_path / "bmczoo"
-    shutil.copytree(pkg, dst, ignore=shutil.ignore_patterns("__pycache__"))
-    (dst / "likelihoods" / "probe_cauchy.py").write_text(MODULE)
-    src_files = {p.relative_to(pkg) for p in pkg.rglob("*.py") if "__pycache__" not in p.parts}
-    dst_files = {p.relative_to(dst) for p in dst.rglob("*.py") if "__pycache__" not in p.parts}
-    assert dst_files - src_files == {Path("likelihoods/probe_cauchy.py")}
-    return dst
-
-
 def test_new_likelihood_module_end_to_end(tmp_path):
-    dst = _copy_with_probe(tmp_path)
-    env = {
-        "PYTHONPATH": str(tmp_path),
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "JAX_PLATFORMS": "cpu",
-        "MPLBACKEND": "Agg",
-        "MPLCONFIGDIR": str(tmp_path / "mpl"),
-        "HOME": str(tmp_path),
-    }
-    env.update(
-        {
-            k: v
-            for k, v in os.environ.items()
-            if k == "XLA_FLAGS" or k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))
-        }
+    dst, changed = copy_package(
+        tmp_path, lambda pkg: (pkg / "likelihoods" / "probe_cauchy.py").write_text(MODULE)
     )
+    assert changed == {Path("likelihoods/probe_cauchy.py")}  # one file, nothing else
     cli = [sys.executable, "-m", "bmczoo", "fit", "--data", "sim:30", "--prior", "inverse-gamma"]
     cli += ["--likelihood", "probe-cauchy", "--likelihood-opt", "scale=0.5", "-K", "2"]
     cli += ["--num-warmup", "5", "--num-samples", "10", "--thinning", "1", "--quiet"]
     runs = {"python": [sys.executable, "-c", CHECKS, str(dst)], "cli": cli}
-    procs = {
-        name: subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
-        )
-        for name, argv in runs.items()
-    }
-    outs = {name: (p.communicate(timeout=600), p.returncode) for name, p in procs.items()}
-    for name, ((out, err), rc) in outs.items():
-        assert rc == 0, f"{name}: exit {rc}\n{out[-2000:]}\n{err[-3000:]}"
-    assert outs["python"][0][0].strip().endswith("ok")
-    lines = outs["cli"][0][0].strip().splitlines()
+    outs = run_side_by_side(runs, tmp_path)
+    assert outs["python"].strip().endswith("ok")
+    lines = outs["cli"].strip().splitlines()
     assert "likelihood: probe-cauchy" in "\n".join(lines), lines
     assert lines[-1].startswith("theta_rmse=") and float(lines[-1].split("=")[1]) > 0, lines

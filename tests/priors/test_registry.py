@@ -10,14 +10,11 @@ their ArviZ conversion, rank posterior, summary table and report, the ``--help``
 and a small experiments grid.
 """
 
-import os
-import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import bmczoo
+from _package_copy import copy_package, run_side_by_side
 
 MODULE = textwrap.dedent(
     '''
@@ -168,38 +165,11 @@ EXPERIMENTS = textwrap.dedent(
 )
 
 
-def _copy_with_probe(tmp_path) -> Path:
-    """The installed package copied under ``tmp_path`` plus ``priors/probe_point.py``,
-    and nothing else changed."""
-    pkg = Path(bmczoo.__file__).parent
-    dst = tmp_path / "bmczoo"
-    ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(pkg, dst, ignore=ignore)
-    (dst / "priors" / "probe_point.py").write_text(MODULE)
-    src_files = {p.relative_to(pkg) for p in pkg.rglob("*.py") if "__pycache__" not in p.parts}
-    dst_files = {p.relative_to(dst) for p in dst.rglob("*.py") if "__pycache__" not in p.parts}
-    assert dst_files - src_files == {Path("priors/probe_point.py")} and src_files <= dst_files
-    return dst
-
-
 def test_new_prior_module_end_to_end(tmp_path):
-    dst = _copy_with_probe(tmp_path)
-    env = {
-        "PYTHONPATH": str(tmp_path),
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "JAX_PLATFORMS": "cpu",
-        "MPLBACKEND": "Agg",
-        "MPLCONFIGDIR": str(tmp_path / "mpl"),
-        "HOME": str(tmp_path),
-    }
-    # the suite's compile options and compilation cache (tests/conftest.py) carry over
-    env.update(
-        {
-            k: v
-            for k, v in os.environ.items()
-            if k == "XLA_FLAGS" or k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))
-        }
+    dst, changed = copy_package(
+        tmp_path, lambda pkg: (pkg / "priors" / "probe_point.py").write_text(MODULE)
     )
+    assert changed == {Path("priors/probe_point.py")}  # one file, nothing else
     code = CHECKS.replace("# EXPERIMENTS\n", EXPERIMENTS)
     assert "run_grid" in code
     cli = ["fit", "--data", "sim:30", "--prior", "probe-point", "-K", "2", "--quiet"]
@@ -221,18 +191,9 @@ def test_new_prior_module_end_to_end(tmp_path):
         ],
         "cli vb": [sys.executable, "-m", "bmczoo", *cli, "--method", "vb", "--max-iter", "10"],
     }
-    # the three interpreters run side by side
-    procs = {
-        name: subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
-        )
-        for name, argv in runs.items()
-    }
-    outs = {name: (p.communicate(timeout=600), p.returncode) for name, p in procs.items()}
-    for name, ((out, err), rc) in outs.items():
-        assert rc == 0, f"{name}: exit {rc}\n{out[-2000:]}\n{err[-3000:]}"
-    assert outs["python"][0][0].strip().endswith("ok")
+    outs = run_side_by_side(runs, tmp_path)  # the three interpreters at once
+    assert outs["python"].strip().endswith("ok")
     for name in ("cli gibbs", "cli vb"):
-        lines = outs[name][0][0].strip().splitlines()
+        lines = outs[name].strip().splitlines()
         assert "prior: probe-point(lo=0.05, hi=1), K=2" in "\n".join(lines), lines
         assert lines[-1].startswith("theta_rmse=") and float(lines[-1].split("=")[1]) > 0, lines
