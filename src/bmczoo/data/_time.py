@@ -95,7 +95,7 @@ def time_features(
     data : RatingData
         Ratings with timestamps (seconds since the epoch).
     groups : sequence of str
-        The groups to build, a subset of :data:`TIME_GROUPS`.
+        The groups to build, a subset of ``TIME_GROUPS``.
     bins, by
         The time bins (:func:`time_bins`).
     beta : float
@@ -104,7 +104,7 @@ def time_features(
     Returns
     -------
     Features
-        ``data.n`` rows, the groups' columns in the order of :data:`TIME_GROUPS`.
+        ``data.n`` rows, the groups' columns in the order of ``TIME_GROUPS``.
     """
     t = _times(data)
     groups = tuple(groups)

@@ -8,7 +8,7 @@ object it was run with, the map from ``theta`` to predictions) and gives:
 * the plain arrays of its family: draws with leading (chain, draw) axes (:class:`MCMCFit`:
   ``samples``; :class:`SVIFit`: ``draws``), or the moments of the variational posterior
   (:class:`VBFit`);
-* the per-family hooks, abstract methods here, from which :func:`.arrays.fit_arrays`
+* the per-family hooks, abstract methods here, from which :func:`~bmczoo.diagnostics.fit_arrays`
   builds the fit's quantities as plain arrays; the one conversion to ArviZ
   (:func:`bmczoo._arviz.arrays_to_arviz`) and the diagnostics start from those arrays.
 
@@ -104,7 +104,7 @@ class FitResult(out.PredictiveMixin, abc.ABC):
     A family's class defines the abstract methods: what its fit holds (``_repr_holds``),
     the moments of theta (``_predict_mean``, ``_theta_moments``), the level
     probabilities of a latent likelihood (``_level_proba``), ``_fold_in``, and what
-    :func:`.arrays.fit_arrays` and :mod:`.rank` ask of it (``_posterior_arrays``,
+    :func:`~bmczoo.diagnostics.fit_arrays` and :mod:`.rank` ask of it (``_posterior_arrays``,
     ``_tau_draws``, ``_extra_draws``, ``_ratings_theta_tau``, ``_drawn_cuts``,
     ``_gamma_draws``, ``_prob_gamma_above``).
     """
