@@ -19,18 +19,6 @@ METRICS = ("precision", "recall", "ndcg", "map", "auc")
 _BUDGET = 1 << 22  # numbers per chunk of users (scores of all their candidates)
 
 
-def _by_user(data, m1: int, threshold) -> tuple[np.ndarray, np.ndarray]:
-    """``(indptr, cols)``: the columns of each row's pairs of ``data`` (value ``>=
-    threshold`` when given), rows in CSR order."""
-    rows, cols = np.asarray(data.rows), np.asarray(data.cols)
-    if threshold is not None:
-        keep = np.asarray(data.values) >= threshold
-        rows, cols = rows[keep], cols[keep]
-    order = np.lexsort((cols, rows))
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m1))])
-    return indptr, cols[order]
-
-
 def _chunk_metrics(items, scores, relevant: np.ndarray, n_cand: np.ndarray, k: int) -> np.ndarray:
     """(B, 5) metrics of a chunk of users from their full rankings.
 
@@ -102,10 +90,11 @@ def per_user_ranking(
     k = check_int("k", k, minimum=1)
     if k > m2:
         raise ValueError(f"k={k} exceeds the number of items {m2}")
-    t_ptr, t_cols = _by_user(test, m1, threshold)
-    s_ptr, _ = _by_user(train, m1, None)
+    held = test.row_view  # the held-out pairs by user (cached on the data)
+    keep = np.ones(test.n, bool) if threshold is None else held.values >= threshold
     if users is None:
-        users = np.flatnonzero(np.diff(t_ptr) > 0)
+        user_of = np.repeat(np.arange(m1), np.diff(held.indptr))
+        users = np.flatnonzero(np.bincount(user_of[keep], minlength=m1))
     users = np.asarray(users, np.int64).ravel()
     if users.size and (users.min() < 0 or users.max() >= m1):
         raise ValueError(f"users must be row indices in 0..{m1 - 1}")
@@ -118,8 +107,9 @@ def per_user_ranking(
         )
         relevant = np.zeros((u.size, m2), bool)
         for i, user in enumerate(u):
-            relevant[i, t_cols[t_ptr[user] : t_ptr[user + 1]]] = True
-        n_cand = m2 - (s_ptr[u + 1] - s_ptr[u])
+            a, b = held.indptr[user], held.indptr[user + 1]
+            relevant[i, held.index[a:b][keep[a:b]]] = True
+        n_cand = m2 - train.row_counts[u]
         out[b0 : b0 + u.size] = _chunk_metrics(
             np.asarray(items), np.asarray(scores, np.float64), relevant, n_cand, k
         )

@@ -128,17 +128,13 @@ def time_features(
         blocks.append((col, np.ones(t.size), names))
     if "user_dev" in groups:
         days = t / _DAY
-        mean = np.bincount(rows, days, minlength=m1) / np.maximum(
-            np.bincount(rows, minlength=m1), 1
-        )
+        mean = np.bincount(rows, days, minlength=m1) / np.maximum(data.row_counts, 1)
         d = days - mean[rows]
         blocks.append((rows, np.sign(d) * np.abs(d) ** beta, [f"user_dev={u}" for u in range(m1)]))
     offsets = np.cumsum([0] + [len(names) for _, _, names in blocks])
     indices = np.stack([col + off for (col, _, _), off in zip(blocks, offsets)], 1)
     values = np.stack([v for _, v, _ in blocks], 1)
     names = [name for _, _, ns in blocks for name in ns]
-    group_of = [
-        g for (_, _, ns), g in zip(blocks, [g for g in TIME_GROUPS if g in groups]) for _ in ns
-    ]
     indptr = np.arange(0, indices.size + 1, indices.shape[1])
-    return Features(indptr, indices.ravel(), values.ravel(), names, group_of)
+    # each name is "group=...": the table's groups are those of the names
+    return Features(indptr, indices.ravel(), values.ravel(), names)

@@ -224,14 +224,7 @@ class RatingData:
             ("row_features", row_features, self._shape[0]),
             ("col_features", col_features, self._shape[1]),
         ):
-            if f is None:
-                continue
-            if not isinstance(f, Features):
-                raise ValueError(
-                    f"{name} must be a bmczoo.data.Features or None, got {type(f).__name__}"
-                )
-            if f.n_rows != m:
-                raise ValueError(f"{name} has {f.n_rows} rows; the matrix has {m} {name[:3]}s")
+            _check_table(name, f, m, f"the matrix has {m} {name[:3]}s")
         return row_features, col_features
 
     # ------------------------------------------------------------------ basic fields
@@ -651,14 +644,21 @@ def _check_per_rating(timestamps, context, n: int):
         elif t.dtype.kind not in "iu":
             raise ValueError(f"timestamps must be integers, got dtype {t.dtype}")
         timestamps = _frozen(t.astype(np.int64))
-    if context is not None:
-        if not isinstance(context, Features):
-            raise ValueError(
-                f"context must be a bmczoo.data.Features or None, got {type(context).__name__}"
-            )
-        if context.n_rows != n:
-            raise ValueError(f"context has {context.n_rows} rows; there are {n} ratings")
+    _check_table("context", context, n, f"there are {n} ratings")
     return timestamps, context
+
+
+def _check_table(name: str, table, n: int, expected: str) -> None:
+    """A feature table (or None) of ``n`` rows, else an error naming ``name`` and what
+    ``expected`` says."""
+    if table is None:
+        return
+    if not isinstance(table, Features):
+        raise ValueError(
+            f"{name} must be a bmczoo.data.Features or None, got {type(table).__name__}"
+        )
+    if table.n_rows != n:
+        raise ValueError(f"{name} has {table.n_rows} rows; {expected}")
 
 
 def check_entries(

@@ -369,15 +369,15 @@ class PredictiveMixin:
             seen = check_ratings(seen, "seen")
             if seen.shape != (m1, m2):
                 raise ValueError(f"seen has shape {seen.shape}, the fit has {(m1, m2)}")
-            rows, cols = seen.rows, seen.cols
-        else:
-            pattern = self._seen_pattern()
-            if pattern is None:
-                raise ValueError(
-                    "exclude_seen needs the training pattern, which this result does not hold: "
-                    "pass seen= (a RatingData) or exclude_seen=False"
-                )
-            rows, cols = pattern
+            view = seen.row_view  # built once and cached on the data
+            return view.indptr, view.index
+        pattern = self._seen_pattern()
+        if pattern is None:
+            raise ValueError(
+                "exclude_seen needs the training pattern, which this result does not hold: "
+                "pass seen= (a RatingData) or exclude_seen=False"
+            )
+        rows, cols = pattern
         order = np.argsort(rows, kind="stable")
         indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m1))])
         return indptr, np.asarray(cols)[order]
