@@ -24,6 +24,8 @@ MAX_PARAMETERS = 10
 PUBLIC_SIGNATURES = {
     "bmczoo.inference.fit.fit",
     "bmczoo.inference.gibbs.kernel.ConjugateGibbs.__init__",
+    # the sampler's public entry point for hand-driven runs: one keyword per component
+    "bmczoo.inference.gibbs.state.build_problem",
 }
 
 

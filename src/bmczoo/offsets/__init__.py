@@ -7,6 +7,8 @@ ratings).  :class:`Biases` (``bmc.fit(..., biases=True)``): row and column biase
 the factors.  :class:`Shift` is the resulting map from ``theta`` to a
 prediction; its :meth:`Shift.apply` is the one place where the offset and the clipping
 are applied (results, VB's RMSE trace, and the Gibbs kernel's jitted RMSE all call it).
+:class:`Context` is a sampled offset (:class:`~bmczoo.offsets.base.Offset`): per-rating
+covariates with Gaussian weights and a precision per feature group.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 
 from ..data import RatingData
 
-__all__ = ["GlobalMean", "Biases", "Shift", "looks_like_ratings", "get_biases"]
+__all__ = ["GlobalMean", "Biases", "Context", "Offset", "Shift", "looks_like_ratings", "get_biases"]
 
 
 def looks_like_ratings(values: np.ndarray) -> bool:
@@ -350,3 +352,7 @@ def get_biases(biases) -> Biases | None:
     if isinstance(biases, Biases):
         return biases
     raise TypeError(f"biases must be True, False or a bmczoo.offsets.Biases, got {biases!r}")
+
+
+from .base import Offset  # noqa: E402  (the components import the data layer only)
+from .context import Context  # noqa: E402

@@ -13,6 +13,7 @@ from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import CSR, row_ids
 from ..settings import check_spike_and_slab
+from .latent import ratings_view
 from .rows import Conditional, Side, SweepFlags, half_sweep
 from .state import GibbsProblem, GibbsState, padded_dims
 
@@ -148,12 +149,12 @@ def _path_values(state: GibbsState, problem: GibbsProblem):
     ``(None, None)`` when they are the ratings themselves (then the half sweeps use the
     ratings of the pattern, one product for all chains)."""
     use_bias = problem.biases is not None
-    if not problem.latent and not use_bias:
+    if not problem.latent and not use_bias and not problem.offsets:
         return None, None
     b, c = state.row_bias, state.col_bias
     if problem.mesh is None:
-        z = state.lik_state["z"] if problem.latent else None
-        yr, yc = (z, z[:, problem.col_perm]) if problem.latent else (None, None)
+        view = ratings_view(state.lik_state, problem, state.offset_state)
+        yr, yc = (view[0].values, view[1].values) if view is not None else (None, None)
         if use_bias:
             yr, yc = _bias_residual(problem.rows, yr, b, c), _bias_residual(problem.cols, yc, c, b)
         return yr, yc

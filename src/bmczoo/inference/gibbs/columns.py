@@ -121,7 +121,10 @@ def column_moves(
     x = FactorRows(state.M, state.N, state.row_bias, state.col_bias)
     if problem.mesh is None:
         # a latent likelihood's z replace the ratings, a weighted one's weights weigh them
-        values = ratings_view(state.lik_state, problem) or (RatingsView(), RatingsView())
+        values = ratings_view(state.lik_state, problem, state.offset_state) or (
+            RatingsView(),
+            RatingsView(),
+        )
         M, N, gamma = _column_body(
             problem.rows, problem.cols, x, state.gamma, tb, (d1, d2), sh.LOCAL, setup, values
         )

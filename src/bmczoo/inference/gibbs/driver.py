@@ -40,7 +40,12 @@ _STORE_FACTORS_BUDGET = 256 * 2**20
 
 _ROWS = ("M", "N", "row_bias", "col_bias")
 #: state fields that are dicts of arrays, stored under ``state/<prefix>/<name>``
-_DICTS = {"prior_state": "prior", "lik_state": "lik", "bias_link": "bias"}
+_DICTS = {
+    "prior_state": "prior",
+    "lik_state": "lik",
+    "bias_link": "bias",
+    "offset_state": "offset",
+}
 
 
 #: the chain's fields stored one array each (the rows, the dicts and the key apart)
@@ -59,7 +64,10 @@ def _state_arrays(state: gibbs.GibbsState, problem: gibbs.GibbsProblem) -> dict[
         out[f"state/{f}"] = to_host(getattr(state, f)[:, :m])
     for field, prefix in _DICTS.items():
         for name, x in getattr(state, field).items():
-            out[f"state/{prefix}/{name}"] = to_host(x)
+            if isinstance(x, dict):  # an offset's variables: state/offset/<offset>/<name>
+                out.update({f"state/{prefix}/{name}/{k}": to_host(v) for k, v in x.items()})
+            else:
+                out[f"state/{prefix}/{name}"] = to_host(x)
     out["state/key"] = to_host(jax.random.key_data(state.key))
     out["state/key_impl"] = np.asarray(str(jax.random.key_impl(state.key)))
     return out
@@ -87,6 +95,11 @@ def _restore_state(arrays: dict, problem: gibbs.GibbsProblem) -> gibbs.GibbsStat
     for field, prefix in _DICTS.items():
         p = f"state/{prefix}/"
         fields[field] = {k[len(p) :]: jnp.asarray(v) for k, v in arrays.items() if k.startswith(p)}
+    offsets = {}
+    for k, v in fields["offset_state"].items():
+        name, var = k.split("/", 1)
+        offsets.setdefault(name, {})[var] = v
+    fields["offset_state"] = offsets
     fields["key"] = jax.random.wrap_key_data(
         jnp.asarray(arrays["state/key"]), impl=str(arrays["state/key_impl"])
     )

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from ...linalg import row_ids
+from .per_rating import offsets_shift
 from .rows import RatingsView
 from .state import GibbsProblem, GibbsState
 
@@ -28,12 +29,14 @@ LATENT_STREAM = 0x6C6174  # "lat"
 
 
 def ratings_theta(state: GibbsState, problem: GibbsProblem) -> jax.Array:
-    """``theta_k`` (C, n) at every rating, in row order (biases included)."""
+    """``theta_k`` (C, n) at every rating, in row order (biases and offsets included)."""
     rows = problem.rows
     rid = row_ids(rows)
     theta = jnp.einsum("cnk,cnk->cn", state.M[:, rid], state.N[:, rows.index])
     if problem.biases is not None:
         theta = theta + state.row_bias[:, rid] + state.col_bias[:, rows.index]
+    if problem.offsets:
+        theta = theta + offsets_shift(problem, state.offset_state)
     return theta
 
 
@@ -68,11 +71,15 @@ def weights_block(state: GibbsState, problem: GibbsProblem, keys: jax.Array) -> 
     return {"w": problem.likelihood.sample_weights(keys, resid, state.tau)}
 
 
-def ratings_view(lik_state: dict, problem: GibbsProblem):
+def ratings_view(lik_state: dict, problem: GibbsProblem, offset_state: dict | None = None):
     """The factor blocks' :class:`~bmczoo.inference.gibbs.rows.RatingsView` in row and in
     column order from the likelihood's per-rating variables (``z``: values; ``w``:
-    weights), or None when the blocks see the ratings themselves."""
+    weights) and the offsets (``offset_state``: the values minus their sum), or None
+    when the blocks see the ratings themselves."""
     z, w = lik_state.get("z"), lik_state.get("w")
+    if problem.offsets:
+        y = problem.rows.values[None] if z is None else z
+        z = y - offsets_shift(problem, offset_state)
     if z is None and w is None:
         return None
     perm = problem.col_perm

@@ -5,6 +5,7 @@ plus the running sums: posterior mean at the requested entries, RMSE traces).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -24,9 +25,11 @@ from .latent import (
     latent_block,
     latent_cuts,
     level_probs,
+    ratings_theta,
     ratings_view,
     weights_block,
 )
+from .per_rating import offsets_block
 from .rows import FactorRows, sweep_factors
 from .state import PER_RATING, GibbsProblem, GibbsState, RunStats, entries
 
@@ -53,10 +56,12 @@ def _sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState
         lik_state = block(
             state, problem, jax.vmap(lambda k: jax.random.fold_in(k, LATENT_STREAM))(state.key)
         )
-    values = ratings_view(lik_state, problem)
+    values = ratings_view(lik_state, problem, state.offset_state)
     sum_sq = jnp.broadcast_to(problem.sum_sq, state.tau.shape)
-    if problem.weighted:  # the weighted SSE's constant term, per chain
-        sum_sq = jnp.sum(lik_state["w"] * problem.rows.values[None] ** 2, axis=1)
+    if problem.weighted or (problem.offsets and problem.learned_tau):
+        # the (weighted) SSE's constant term, per chain, of the values the blocks fit
+        y = values[0].values if problem.offsets else problem.rows.values[None]
+        sum_sq = jnp.sum(lik_state.get("w", 1.0) * y**2, axis=1)
     fused = None
     opts = problem.options
     if opts.column_moves and opts.fuse_column_moves:
@@ -77,6 +82,9 @@ def _sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState
         state.bias_var,
         state.prior_state,
     )
+    offset_state = state.offset_state
+    if problem.offsets:  # the offsets given the new factors, biases and tau
+        offset_state = _offsets_block(problem, state, lik_state, res, problem.block_precision(tau))
     bias_state = state.bias_link
     if problem.bias_links:  # feature-driven biases: their link's blocks, all chains
         from ...offsets import bias_link
@@ -95,6 +103,7 @@ def _sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState
         bias_link=bias_state,
         key=keys,
         lik_state=lik_state,
+        offset_state=offset_state,
     )
     new, switched = _moves(new, state, problem, prior)
     stats = state.stats
@@ -103,6 +112,17 @@ def _sweep(state: GibbsState, problem: GibbsProblem, prior: Prior) -> GibbsState
     )
     switches = stats.switches if switched is None else stats.switches + switched
     return new._replace(stats=stats._replace(failure=failure, switches=switches))
+
+
+def _offsets_block(problem: GibbsProblem, state: GibbsState, lik_state: dict, res, tb):
+    """The offsets' blocks given the sweep's new factors and biases (``res``), the
+    likelihood's per-rating variables and the block precision ``tb`` (C,)."""
+    new = state._replace(M=res.M, N=res.N, row_bias=res.b, col_bias=res.c, offset_state={})
+    theta = ratings_theta(new, dataclasses.replace(problem, offsets=()))
+    y = lik_state["z"] if problem.latent else problem.rows.values[None]
+    precision = tb[:, None] * lik_state.get("w", 1.0)
+    precision = jnp.broadcast_to(precision, theta.shape)
+    return offsets_block(problem, state.offset_state, state.key, y - theta, precision)
 
 
 def _update_links(problem: GibbsProblem) -> dict:
@@ -297,7 +317,7 @@ def _accumulate(stats, chain: GibbsState, problem: GibbsProblem, it) -> RunStats
     """``stats`` with the draw of ``chain`` (after ``it`` sweeps) added to the running sums
     when kept, and its RMSE traces at iteration ``it``."""
     e, num_total = problem.entries, problem.schedule.num_total
-    theta = entries(chain, problem, e.pred_rows, e.pred_cols)
+    theta = entries(chain, problem, e.pred_rows, e.pred_cols, "pred")
     kept = is_kept(it, problem)
     pred_sum = jnp.where(kept, stats.pred_sum + theta, stats.pred_sum)
     pred_sq = jnp.where(kept, stats.pred_sq + theta * theta, stats.pred_sq)

@@ -20,6 +20,16 @@ from ...priors.macau.arrays import shared_link_arrays
 from .. import sharding as sh
 from ...linalg import CSR, csr_from_view, device_array
 from ..settings import SweepOptions, resolve_column_moves, resolve_column_moves_every
+from .per_rating import (
+    bind_likelihood,
+    check_likelihood_support,
+    check_offsets_support,
+    latent_data,
+    likelihood_start,
+    offset_arrays,
+    offsets_shift,
+    offsets_start,
+)
 
 __all__ = [
     "GibbsProblem",
@@ -76,6 +86,7 @@ class EntryArrays(NamedTuple):
         "cut_step",
         "links",
         "bias_links",
+        "offset_arrays",
     ],
     meta_fields=[
         "schedule",
@@ -86,6 +97,7 @@ class EntryArrays(NamedTuple):
         "biases",
         "num_ratings",
         "link_sites",
+        "offsets",
     ],
 )
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +120,9 @@ class GibbsProblem:
         (:func:`bmczoo.inference.sharding.shard_links`).
     bias_links : the arrays of the biases' feature links
         (:meth:`~bmczoo.offsets.Biases.gibbs_links`; empty without one).
+    offset_arrays : the sampled offsets' arrays at the ratings (row order), at the
+        requested and at the tracked entries
+        (:func:`bmczoo.inference.gibbs.per_rating.offset_arrays`; empty without offsets).
     schedule : iteration bookkeeping (:class:`Schedule`; ``num_total`` sizes the RMSE
         traces, 0 disables them).
     options : the sweep's options (:class:`~bmczoo.inference.settings.SweepOptions`,
@@ -126,6 +141,7 @@ class GibbsProblem:
     num_ratings : ``n``.
     link_sites : the prior's state variables kept in the draws only with the factors
         (:attr:`~bmczoo.priors.Prior.link_sites`).
+    offsets : the sampled offsets (:class:`bmczoo.offsets.base.Offset`), a tuple.
 
     The fields from ``schedule`` on are static pytree metadata (a jitted sweep is traced
     once per distinct value).
@@ -149,6 +165,8 @@ class GibbsProblem:
     links: dict = dataclasses.field(default_factory=dict)
     link_sites: tuple = ()
     bias_links: dict = dataclasses.field(default_factory=dict)
+    offsets: tuple = ()
+    offset_arrays: dict = dataclasses.field(default_factory=dict)
 
     @property
     def has_test(self) -> bool:
@@ -230,6 +248,7 @@ class GibbsState(NamedTuple):
     key: jax.Array
     iteration: jax.Array
     stats: RunStats
+    offset_state: dict = {}
 
     @property
     def gamma(self) -> jax.Array:
@@ -260,6 +279,7 @@ class Entries(NamedTuple):
     track: tuple | None = None
     offset: float = 0.0
     clip: tuple | None = None
+    context: RatingData | None = None
 
 
 class Schedule(NamedTuple):
@@ -290,6 +310,7 @@ def build_problem(
     likelihood=None,
     biases=None,
     prior: Prior | None = None,
+    offsets: tuple = (),
 ) -> GibbsProblem:
     """Prepare the device arrays of a problem (once; reused by every sweep).
 
@@ -308,10 +329,12 @@ def build_problem(
     :class:`~bmczoo.offsets.Biases` or None) are the model's other components.
     ``prior``: the arrays of its feature links (:meth:`~bmczoo.priors.Prior.gibbs_links`;
     docs/algorithms.md, "Feature links") are built from ``ratings`` (a linked prior must be
-    given here), once for a table the biases link too."""
+    given here), once for a table the biases link too.  ``offsets``: the sampled offsets
+    (:class:`bmczoo.offsets.Offset`; at the requested entries from ``entries.context``)."""
     m1, m2 = ratings.shape
     likelihood = bind_likelihood(likelihood, ratings)
-    _check_likelihood_support(likelihood, mesh, options)
+    check_likelihood_support(likelihood, mesh, options)
+    offsets = check_offsets_support(offsets, mesh)
     entry_arrays = _entry_arrays(ratings, entries, dtype)
     with shared_link_arrays():  # a table linked by the prior and the biases: once
         bias_links = _bias_links(biases, ratings, dtype, mesh)
@@ -330,7 +353,7 @@ def build_problem(
         sum_sq=device_array(
             _sum_sq(ratings.values) if likelihood is not None and likelihood.learned else 0.0, dtype
         ),
-        **_latent_data(likelihood, ratings, dtype),
+        **latent_data(likelihood, ratings, dtype, offsets),
         schedule=Schedule(*(int(v) for v in schedule)),
         options=dataclasses.replace(
             options,
@@ -345,6 +368,8 @@ def build_problem(
         links=links,
         link_sites=tuple(getattr(prior, "link_sites", ())) if links else (),
         bias_links=bias_links,
+        offsets=offsets,
+        offset_arrays=offset_arrays(offsets, ratings, entries, entry_arrays, dtype),
     )
     if mesh is not None:  # everything but the rating blocks is replicated
         rep = sh.replicated(mesh)
@@ -415,48 +440,6 @@ def _entry_arrays(ratings: RatingData, entries: Entries, dtype) -> EntryArrays:
     )
 
 
-def _check_likelihood_support(likelihood, mesh, options: SweepOptions) -> None:
-    """A clear error where a per-rating block meets several devices or the annealed switch."""
-    if likelihood is None:
-        return
-    if (likelihood.latent or likelihood.weighted) and mesh is not None:
-        raise ValueError(
-            f"the {likelihood.name} likelihood runs on one device: its sharded per-rating block "
-            "is not implemented (drop devices=)"
-        )
-    if likelihood.weighted and options.anneal_steps:
-        raise ValueError(
-            f"the annealed switch (anneal_steps) is not implemented with the {likelihood.name} "
-            "likelihood's per-rating weights (drop anneal_steps)"
-        )
-
-
-def bind_likelihood(likelihood, ratings: RatingData):
-    """A latent likelihood bound to the data (levels, threshold) when it is not yet
-    (:meth:`bmczoo.likelihoods.probit.LatentLikelihood.bind`); others unchanged."""
-    if likelihood is not None and likelihood.latent and not likelihood.bound:
-        return likelihood.bind(ratings.values)
-    return likelihood
-
-
-def _latent_data(likelihood, ratings: RatingData, dtype) -> dict:
-    """``levels`` (row order), ``col_perm`` and ``cut_step`` of a latent likelihood (empty
-    arrays otherwise)."""
-    e = device_array(np.zeros(0, np.int32))
-    out = {"levels": e, "col_perm": e, "cut_step": device_array(np.zeros(0), dtype)}
-    if likelihood is None or not (likelihood.latent or likelihood.weighted):
-        return out
-    rv, cv = ratings.row_view, ratings.col_view
-    row_pos = np.empty(ratings.n, np.int64)
-    row_pos[np.asarray(rv.order)] = np.arange(ratings.n)
-    out["col_perm"] = jnp.asarray(row_pos[np.asarray(cv.order)].astype(np.int32))
-    if likelihood.latent:
-        levels = likelihood.level_index(rv.values)
-        out["levels"] = jnp.asarray(levels)
-        out["cut_step"] = jnp.asarray(likelihood.cut_step(levels), dtype)
-    return out
-
-
 def _entries(ratings: RatingData, predict, track, test_values):
     """The checked requested and tracked entries and the test values (float64)."""
     empty = np.zeros(0, np.int32)
@@ -511,13 +494,15 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
 
         out.update(macau.stored_links(state.prior_state, problem.links, state.key))
     e = problem.entries
-    out["theta"] = entries(state, problem, e.track_rows, e.track_cols)
+    out["theta"] = entries(state, problem, e.track_rows, e.track_cols, "track")
     if problem.learned_tau:
         out["tau"] = state.tau
     # learned cut points; not the per-rating variables (z, w)
     out.update({k: v for k, v in state.lik_state.items() if k not in PER_RATING})
     if problem.biases is not None:
         out["row_bias_var"], out["col_bias_var"] = state.bias_var[:, 0], state.bias_var[:, 1]
+    for o in problem.offsets:
+        out.update(o.draws(state.offset_state[o.name], store_factors))
     for name, x in state.bias_link.items():  # w as large as a factor's row: with the factors
         if not name.endswith("_wt"):
             out[name] = x
@@ -533,12 +518,16 @@ def draws(state: GibbsState, problem: GibbsProblem, store_factors: bool = False)
 
 
 def entries(
-    state: GibbsState, problem: GibbsProblem, rows: jax.Array, cols: jax.Array
+    state: GibbsState, problem: GibbsProblem, rows: jax.Array, cols: jax.Array, where=None
 ) -> jax.Array:
-    """``theta[rows, cols]`` of each chain (C, P), the biases included when the model has them."""
+    """``theta[rows, cols]`` of each chain (C, P), the biases included when the model has
+    them; with offsets, ``where`` (``"pred"`` or ``"track"``) names the problem's entries
+    ``rows, cols`` are, whose offsets are added."""
     t = theta_at(state.M, state.N, rows, cols)
     if problem.biases is not None:
         t = t + state.row_bias[:, rows] + state.col_bias[:, cols]
+    if problem.offsets and where is not None:
+        t = t + offsets_shift(problem, state.offset_state, where)
     return t
 
 
@@ -586,7 +575,7 @@ def init(
             f"initial M, N must have shapes {(C, m1, K)}, {(C, m2, K)}, got {M.shape}, {N.shape}"
         )
     var0 = problem.biases.init_variance() if problem.biases is not None else 1.0
-    lik_state, L = _likelihood_start(problem, C, dtype)
+    lik_state, L = likelihood_start(problem, C, dtype)
     bias_link = {}
     if problem.bias_links:
         from ...offsets import bias_link as bl
@@ -606,6 +595,7 @@ def init(
         key=keys,
         iteration=jnp.zeros((), jnp.int32),
         stats=_stats_start(problem, C, L, dtype),
+        offset_state=offsets_start(problem, C, dtype),
     )
     return place(state, problem)
 
@@ -646,22 +636,6 @@ def _prior_start(problem: GibbsProblem, prior: Prior, K: int, C: int, overrides:
             )
         state0[name] = jnp.broadcast_to(jnp.asarray(value, dtype), state0[name].shape)
     return state0
-
-
-def _likelihood_start(problem: GibbsProblem, C: int, dtype) -> tuple[dict, int]:
-    """A latent likelihood's variables at the start (``z`` zero, the cut points at the
-    likelihood's start when learned) and its number of levels (empty and 0 otherwise)."""
-    if problem.weighted:  # unit weights: the first sweep draws them
-        return {"w": jnp.ones((C, problem.num_ratings), dtype)}, 0
-    if not problem.latent:
-        return {}, 0
-    lik = problem.likelihood
-    L = lik.num_levels
-    lik_state = {"z": jnp.zeros((C, problem.num_ratings), dtype)}
-    if lik.fixed_cuts() is None:
-        cuts0 = lik.init_cuts(np.asarray(problem.levels))
-        lik_state["cuts"] = jnp.broadcast_to(jnp.asarray(cuts0, dtype), (C, L - 1))
-    return lik_state, L
 
 
 #: a likelihood's per-rating variables in ``GibbsState.lik_state`` (not stored as draws)

@@ -1,0 +1,119 @@
+"""The interface of a sampled offset: a term added to ``theta`` at each rating.
+
+An offset component is a frozen dataclass (hashable: a static argument of jitted code)
+that owns its variables: how it reads its per-rating data (:meth:`Offset.arrays`), its
+start (:meth:`Offset.gibbs_state`), its value at each rating (:meth:`Offset.shift`) and its
+conditional block given the rest of the model (:meth:`Offset.gibbs_update`).  The Gibbs
+sweep calls these hooks for every offset of the problem and never branches on a
+component's name: the factor blocks fit the ratings minus the offsets, a latent or
+weighted likelihood sees ``theta`` plus the offsets, and each offset's block sees the
+ratings minus everything else.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import ClassVar
+
+import jax
+
+from ..data import RatingData
+
+__all__ = ["Offset"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Offset(abc.ABC):
+    """Base class of the sampled offsets ``s_k`` added to ``theta_k`` at rating ``k``."""
+
+    #: the offset's name (the prefix of its variables in the draws)
+    name: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def arrays(self, ratings: RatingData, positions, dtype) -> dict:
+        """The device arrays the offset reads at the ratings ``positions`` of ``ratings``
+        (in that order): its per-rating data (the sweep asks for them in row order, and at
+        the entries it predicts).
+
+        Parameters
+        ----------
+        ratings : RatingData
+            The data whose per-rating tables the offset reads.
+        positions : numpy.ndarray of int, shape (n,)
+            Positions of ratings in ``ratings``.
+        dtype : dtype
+            The float dtype of the run.
+
+        Returns
+        -------
+        dict
+            Arrays whose trailing axis runs over the ``n`` positions.
+        """
+
+    @abc.abstractmethod
+    def gibbs_state(self, arrays: dict, C: int, dtype) -> dict:
+        """The variables at the start, ``(C, ...)`` each.
+
+        Parameters
+        ----------
+        arrays : dict
+            What :meth:`arrays` gave at the ratings.
+        C : int
+            The number of chains.
+        dtype : dtype
+            The float dtype of the run.
+        """
+
+    @abc.abstractmethod
+    def shift(self, state: dict, arrays: dict) -> jax.Array:
+        """The offset ``s_k`` (C, n) of each chain at the ratings ``arrays`` describe.
+
+        Parameters
+        ----------
+        state : dict
+            The offset's variables, ``(C, ...)`` each.
+        arrays : dict
+            What :meth:`arrays` gave at the ratings (or at other entries).
+        """
+
+    @abc.abstractmethod
+    def gibbs_update(
+        self, key: jax.Array, state: dict, arrays: dict, target: jax.Array, precision: jax.Array
+    ) -> dict:
+        """The offset's Gibbs block: a draw of its variables given
+        ``target_k ~ N(s_k, 1 / precision_k)``.
+
+        Parameters
+        ----------
+        key : jax.Array, shape (C,)
+            One PRNG key per chain.
+        state : dict
+            The offset's current variables.
+        arrays : dict
+            What :meth:`arrays` gave at the ratings (row order).
+        target : jax.Array, shape (C, n)
+            The ratings (a latent likelihood's ``z``) minus ``theta`` and the other offsets.
+        precision : jax.Array, shape (C, n)
+            Each rating's precision in the factor blocks (``tau``, times a weighted
+            likelihood's weight).
+
+        Returns
+        -------
+        dict
+            The new variables.
+        """
+
+    def draws(self, state: dict, store_factors: bool) -> dict:
+        """What is kept of a draw, by the names of the draws (default: every variable,
+        prefixed with the offset's name).
+
+        Parameters
+        ----------
+        state : dict
+            The offset's variables.
+        store_factors : bool
+            Whether the run keeps the factors (variables as large as a factor's rows are
+            kept only then).
+        """
+        return {f"{self.name}_{k}": v for k, v in state.items()}

@@ -1,0 +1,225 @@
+"""The context offset: per-rating covariates with Gaussian weights, grouped precisions.
+
+``s_k = sum_f x_kf w_f`` for the per-rating feature table ``x`` of
+:attr:`bmczoo.data.RatingData.context` (time bins, item x time bin, user x day, the
+drift ``dev_u(t)``: :func:`bmczoo.data.time_features`), with ``w_f ~ N(0, 1/lam_g)`` for
+the features of group ``g`` and ``lam_g ~ Gamma(a, b)`` (myFM's grouped hyper-priors).
+Each group has at most one non-zero per rating (a one-hot group, or one number such as
+``dev_u(t)`` in the column of the rating's user), so given the other groups a group's
+weights are independent normals: the Gibbs block draws the groups one after the other,
+each with a diagonal precision built by segment sums over the ratings (never a dense
+``n x F`` matrix).  docs/algorithms.md, "Context offset", derives the conditionals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _rng
+from ..data import RatingData
+from .base import Offset
+
+__all__ = ["Context"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Context(Offset):
+    """Per-rating covariates ``sum_f x_kf w_f`` with a precision per feature group.
+
+    Parameters
+    ----------
+    groups : tuple of str, optional
+        The groups of :attr:`bmczoo.data.RatingData.context` the offset uses (default:
+        all of them, in the order of the table).
+    a, b : float
+        Shape and rate of the gamma prior on each group's precision ``lam_g``.
+    """
+
+    name: ClassVar[str] = "context"
+
+    groups: tuple[str, ...] | None = None
+    a: float = 1.0
+    b: float = 1.0
+
+    def __post_init__(self):
+        for k in ("a", "b"):
+            v = getattr(self, k)
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not (math.isfinite(v) and v > 0)
+            ):
+                raise ValueError(f"Context: {k} must be a positive finite number, got {v!r}")
+        if self.groups is not None:
+            groups = (self.groups,) if isinstance(self.groups, str) else tuple(self.groups)
+            if not groups or any(not isinstance(g, str) for g in groups):
+                raise ValueError(
+                    f"Context: groups must be names of feature groups, got {self.groups!r}"
+                )
+            object.__setattr__(self, "groups", groups)
+
+    # ------------------------------------------------------------------ data
+    def layout(self, ratings: RatingData) -> tuple[tuple[str, ...], np.ndarray]:
+        """The groups used and, for each feature of the context table, its group's index
+        (-1: a feature of a group not used).
+
+        Parameters
+        ----------
+        ratings : RatingData
+            Data with a per-rating ``context`` table.
+        """
+        ctx = ratings.context
+        if ctx is None:
+            raise ValueError(
+                "the context offset needs per-rating features: give the data a context table "
+                "(RatingData(..., context=...), data.with_context(...) or "
+                "bmczoo.data.time_features)"
+            )
+        present = tuple(dict.fromkeys(ctx.groups))
+        groups = present if self.groups is None else self.groups
+        missing = [g for g in groups if g not in present]
+        if missing:
+            raise ValueError(
+                f"Context: the context table has no group {missing[0]!r}; its groups are "
+                f"{', '.join(present)}"
+            )
+        where = {g: i for i, g in enumerate(groups)}
+        return groups, np.array([where.get(g, -1) for g in ctx.groups], np.int32)
+
+    def arrays(self, ratings: RatingData, positions, dtype) -> dict:
+        """``idx`` (G, n): each rating's feature in each group (its index among the used
+        features), ``val`` (G, n): its value (0 where the rating has none), and ``group``
+        (F,): each used feature's group.
+
+        Parameters
+        ----------
+        ratings : RatingData
+            Data with a per-rating ``context`` table.
+        positions : numpy.ndarray of int, shape (n,)
+            Positions of ratings in ``ratings``.
+        dtype : dtype
+            The float dtype of the run.
+        """
+        groups, of = self.layout(ratings)
+        used = np.flatnonzero(of >= 0)
+        column = np.full(of.size, -1, np.int64)
+        column[used] = np.arange(used.size)
+        table = ratings.context.take(np.asarray(positions))
+        n, G = table.n_rows, len(groups)
+        rows = table.row_ids().astype(np.int64)
+        cols = table.indices.astype(np.int64)
+        g = of[cols]
+        keep = g >= 0
+        rows, cols, g, vals = rows[keep], cols[keep], g[keep], table.values[keep]
+        slot = g.astype(np.int64) * max(n, 1) + rows
+        if np.unique(slot).size != slot.size:
+            k = int(np.flatnonzero(np.bincount(slot) > 1)[0])
+            raise ValueError(
+                f"Context: rating {int(np.asarray(positions)[k % max(n, 1)])} has more than one "
+                f"feature of group {groups[k // max(n, 1)]!r}; each group must have at most one "
+                "non-zero per rating"
+            )
+        idx = np.zeros((G, n), np.int32)
+        val = np.zeros((G, n), np.float64)
+        idx[g, rows], val[g, rows] = column[cols], vals
+        return {
+            "idx": jnp.asarray(idx),
+            "val": jnp.asarray(val, dtype),
+            "group": jnp.asarray(of[used]),
+        }
+
+    # ------------------------------------------------------------------ Gibbs
+    def gibbs_state(self, arrays: dict, C: int, dtype) -> dict:
+        """``w`` (C, F) at zero and ``lam`` (C, G) at the prior mean ``a / b``.
+
+        Parameters
+        ----------
+        arrays : dict
+            What :meth:`arrays` gave at the ratings.
+        C : int
+            The number of chains.
+        dtype : dtype
+            The float dtype of the run.
+        """
+        G, F = arrays["idx"].shape[0], arrays["group"].shape[0]
+        return {
+            "w": jnp.zeros((C, F), dtype),
+            "lam": jnp.full((C, G), self.a / self.b, dtype),
+        }
+
+    def shift(self, state: dict, arrays: dict) -> jax.Array:
+        """``sum_g w[idx_g] val_g`` (C, n).
+
+        Parameters
+        ----------
+        state : dict
+            ``w`` (C, F) and ``lam`` (C, G).
+        arrays : dict
+            What :meth:`arrays` gave.
+        """
+        return jnp.einsum("cgn,gn->cn", state["w"][:, arrays["idx"]], arrays["val"])
+
+    def gibbs_update(self, key, state, arrays, target, precision) -> dict:
+        """The groups' weights one group after the other (each group's weights are
+        independent normals given the other groups), then the groups' precisions.
+
+        Parameters
+        ----------
+        key : jax.Array, shape (C,)
+            One PRNG key per chain.
+        state : dict
+            ``w`` (C, F) and ``lam`` (C, G).
+        arrays : dict
+            What :meth:`arrays` gave at the ratings (row order).
+        target : jax.Array, shape (C, n)
+            The ratings minus ``theta`` and the other offsets.
+        precision : jax.Array, shape (C, n)
+            Each rating's precision.
+        """
+        idx, val, group = arrays["idx"], arrays["val"], arrays["group"]
+        G, F = idx.shape[0], group.shape[0]
+        w, lam = state["w"], state["lam"]
+        dtype = w.dtype
+        keys = jax.vmap(lambda k: jax.random.split(k, G + 1))(key)
+        part = w[:, idx] * val  # (C, G, n): each group's term at each rating
+        rest = target - jnp.sum(part, axis=1)
+
+        def sums(x, g):  # (C, n) -> (C, F): per-feature sums of group g's ratings
+            return jax.ops.segment_sum(x.T, idx[g], F).T
+
+        for g in range(G):
+            r = rest + part[:, g]
+            prec = lam[:, group] + sums(precision * val[g] ** 2, g)
+            lin = sums(precision * val[g] * r, g)
+            z = jax.vmap(lambda k: _rng.normal(k, (F,), dtype))(keys[:, g])
+            w = jnp.where(group == g, lin / prec + z / jnp.sqrt(prec), w)
+            new = w[:, idx[g]] * val[g]
+            rest = r - new
+        size = jnp.zeros(G, dtype).at[group].add(1.0)
+        sq = jax.ops.segment_sum((w * w).T, group, G).T  # (C, G)
+        shape = self.a + 0.5 * size
+        gam = jax.vmap(lambda k, s: _rng.gamma(k, s, (G,), dtype))(
+            keys[:, G], jnp.broadcast_to(shape, sq.shape)
+        )
+        return {"w": w, "lam": gam / (self.b + 0.5 * sq)}
+
+    def draws(self, state: dict, store_factors: bool) -> dict:
+        """``context_lam`` (C, G) and, with the factors, ``context_w`` (C, F).
+
+        Parameters
+        ----------
+        state : dict
+            ``w`` and ``lam``.
+        store_factors : bool
+            Whether the run keeps the factors.
+        """
+        out = {"context_lam": state["lam"]}
+        if store_factors:
+            out["context_w"] = state["w"]
+        return out

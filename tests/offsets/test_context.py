@@ -1,0 +1,192 @@
+"""The context offset (:class:`bmczoo.offsets.Context`): its per-rating arrays, its weight
+block against the closed form (float64, tolerances from the Monte Carlo standard error),
+the sweep's use of it (predictions at new entries with their context, the tracked
+entries, the checkpoint's state) and its errors.  Its Geweke tests are in
+``tests/inference/test_geweke_context.py``."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import bmczoo as bmc
+from bmczoo.data import Features
+from bmczoo.inference import gibbs
+from bmczoo.inference.gibbs import driver
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+PRIOR = bmc.priors.InverseGamma()
+
+
+def _data(n=120, m1=12, m2=10, seed=0, bins=4):
+    rng = np.random.default_rng(seed)
+    key = rng.choice(m1 * m2, n, replace=False)
+    rows, cols = key // m2, key % m2
+    b = rng.integers(0, bins, n)
+    dense = np.zeros((n, bins + m1))
+    dense[np.arange(n), b] = 1.0
+    dense[np.arange(n), bins + rows] = rng.uniform(-1, 1, n)
+    dense[:3, :bins] = 0.0  # three ratings without a bin
+    names = [f"bin={i}" for i in range(bins)] + [f"dev={i}" for i in range(m1)]
+    ctx = Features.from_dense(dense, names)
+    y = rng.normal(size=n)
+    return bmc.RatingData(rows, cols, y, (m1, m2), context=ctx), dense
+
+
+def test_arrays_reproduce_the_dense_table():
+    data, dense = _data()
+    pos = np.asarray(data.row_view.order)
+    a = bmc.offsets.Context().arrays(data, pos, jnp.float64)
+    w = np.random.default_rng(1).normal(size=(2, dense.shape[1]))
+    s = bmc.offsets.Context().shift({"w": jnp.asarray(w)}, a)
+    np.testing.assert_allclose(np.asarray(s), w @ dense[pos].T, rtol=1e-12, atol=1e-12)
+    assert a["group"].tolist() == [0] * 4 + [1] * 12
+
+
+def test_a_subset_of_groups():
+    data, dense = _data()
+    off = bmc.offsets.Context(groups=("dev",))
+    a = off.arrays(data, np.arange(data.n), jnp.float64)
+    w = np.random.default_rng(2).normal(size=(1, 12))
+    s = off.shift({"w": jnp.asarray(w)}, a)
+    np.testing.assert_allclose(np.asarray(s)[0], dense[:, 4:] @ w[0], rtol=1e-12)
+
+
+def test_weight_block_matches_the_closed_form():
+    """One group's weights given the rest: ``N(lin / prec, 1 / prec)`` with ``prec = lam +
+    sum_k p_k x_kf^2`` and ``lin = sum_k p_k x_kf r_k``; the other group's weights drawn
+    after it see the first group's new draw, so only the first group is compared (every
+    chain starts at the same state)."""
+    data, dense = _data(n=60, m1=6, m2=10, bins=3)
+    off = bmc.offsets.Context(groups=("bin",))
+    a = off.arrays(data, np.arange(data.n), jnp.float64)
+    rng = np.random.default_rng(3)
+    C = 20_000
+    target = jnp.broadcast_to(jnp.asarray(rng.normal(size=data.n)), (C, data.n))
+    p = rng.uniform(0.5, 2.0, data.n)
+    lam = np.array([0.7])
+    state = {"w": jnp.zeros((C, 3)), "lam": jnp.full((C, 1), lam[0])}
+    keys = jax.random.split(jax.random.key(0), C)
+    new = off.gibbs_update(keys, state, a, target, jnp.broadcast_to(jnp.asarray(p), (C, data.n)))
+    X = dense[:, :3]
+    prec = lam[0] + (p[:, None] * X**2).sum(0)
+    mean = (p[:, None] * X * np.asarray(target[0])[:, None]).sum(0) / prec
+    w = np.asarray(new["w"])
+    se = np.sqrt(1.0 / prec / C)
+    z = (w.mean(0) - mean) / se
+    assert np.max(np.abs(z)) < 4.0, z
+    # the variance: its standard error sqrt(2 / C) sigma^2 for a normal
+    zv = (w.var(0) - 1.0 / prec) / (np.sqrt(2.0 / C) / prec)
+    assert np.max(np.abs(zv)) < 4.0, zv
+
+
+def _problem(data, test=None, **kw):
+    entries = gibbs.Entries()
+    if test is not None:
+        entries = gibbs.Entries(
+            predict=(test.rows, test.cols), test_values=test.values, context=test
+        )
+    return gibbs.build_problem(
+        data,
+        1.0,
+        dtype=jnp.float64,
+        entries=entries,
+        likelihood=bmc.likelihoods.LearnedNoise(),
+        offsets=(bmc.offsets.Context(),),
+        prior=PRIOR,
+        schedule=gibbs.Schedule(0, 1, 10),
+        **kw,
+    )
+
+
+def test_predictions_and_tracked_entries_include_the_offset():
+    data, _ = _data()
+    train, test = data.split(0.2, seed=0)
+    p = _problem(
+        train,
+        test,
+    )
+    st = gibbs.init(jax.random.split(jax.random.key(0), 2), p, PRIOR, 2)
+    st = jax.jit(lambda s: gibbs.step(s, p, PRIOR))(st)
+    e = p.entries
+    plain = gibbs.entries(st, p, e.pred_rows, e.pred_cols)
+    ctx = st.offset_state["context"]["w"]
+    shift = np.asarray(ctx) @ test.context.to_dense().T
+    np.testing.assert_allclose(np.asarray(st.stats.pred_sum), np.asarray(plain) + shift, rtol=1e-10)
+    tr = np.asarray(e.track_rows), np.asarray(e.track_cols)
+    pos = [int(np.flatnonzero((train.rows == i) & (train.cols == j))[0]) for i, j in zip(*tr)]
+    theta = gibbs.draws(st, p)["theta"]
+    expect = (
+        np.asarray(gibbs.entries(st, p, *tr)) + np.asarray(ctx) @ train.context.to_dense()[pos].T
+    )
+    np.testing.assert_allclose(np.asarray(theta), expect, rtol=1e-10)
+
+
+def test_recovers_a_strong_time_effect():
+    """Ratings made of a bin effect and noise: the posterior mean of the bin weights is the
+    truth within a few posterior standard deviations."""
+    data, dense = _data(n=400, m1=30, m2=20, seed=5)
+    truth = np.array([1.5, -1.0, 0.5, 2.0])
+    y = dense[:, :4] @ truth + 0.3 * np.random.default_rng(6).normal(size=data.n)
+    data = bmc.RatingData(data.rows, data.cols, y, data.shape, context=data.context)
+    p = _problem(data)
+    st = gibbs.init(jax.random.split(jax.random.key(1), 2), p, PRIOR, 2)
+    sweep = jax.jit(lambda s: gibbs.sweep(s, p, PRIOR))
+    draws = []
+    for i in range(400):
+        st = sweep(st)
+        if i >= 100:
+            draws.append(np.asarray(st.offset_state["context"]["w"][:, :4]))
+    draws = np.concatenate(draws)
+    # the factors can absorb a little of each bin's mean: compare to the posterior spread
+    z = (draws.mean(0) - truth) / (draws.std(0) + 0.05)
+    assert np.max(np.abs(z)) < 4.0, (draws.mean(0), draws.std(0))
+
+
+def test_checkpoint_arrays_round_trip():
+    data, _ = _data()
+    p = _problem(data)
+    st = gibbs.init(jax.random.split(jax.random.key(0), 2), p, PRIOR, 2)
+    st = jax.jit(lambda s: gibbs.sweep(s, p, PRIOR))(st)
+    back = driver._restore_state(driver._state_arrays(st, p), p)
+    for k in ("w", "lam"):
+        np.testing.assert_array_equal(
+            np.asarray(back.offset_state["context"][k]), np.asarray(st.offset_state["context"][k])
+        )
+
+
+def test_errors():
+    data, dense = _data()
+    plain = bmc.RatingData(data.rows, data.cols, data.values, data.shape)
+    with pytest.raises(ValueError, match="needs per-rating features"):
+        _problem(plain)
+    with pytest.raises(ValueError, match="no group 'day'"):
+        bmc.offsets.Context(groups=("day",)).arrays(data, np.arange(3), jnp.float64)
+    two = dense.copy()
+    two[5, :2] = 1.0
+    bad = data.with_context(Features.from_dense(two, data.context.names))
+    with pytest.raises(ValueError, match="more than one feature of group 'bin'"):
+        bmc.offsets.Context().arrays(bad, np.arange(data.n), jnp.float64)
+    for kw in ({"a": 0.0}, {"b": -1.0}, {"a": float("nan")}, {"groups": ()}):
+        with pytest.raises(ValueError, match="Context"):
+            bmc.offsets.Context(**kw)
+    train, test = data.split(0.2, seed=0)
+    with pytest.raises(ValueError, match="requested entries' per-rating data"):
+        gibbs.build_problem(
+            train,
+            1.0,
+            entries=gibbs.Entries(predict=(test.rows, test.cols)),
+            offsets=(bmc.offsets.Context(),),
+        )
+    with pytest.raises(ValueError, match="is not a rating"):
+        gibbs.build_problem(
+            train,
+            1.0,
+            entries=gibbs.Entries(track=(test.rows[:1], test.cols[:1])),
+            offsets=(bmc.offsets.Context(),),
+        )
+    with pytest.raises(ValueError, match="one device"):
+        gibbs.build_problem(train, 1.0, offsets=(bmc.offsets.Context(),), mesh=jax.devices()[:1])
