@@ -190,3 +190,74 @@ def test_errors():
         )
     with pytest.raises(ValueError, match="one device"):
         gibbs.build_problem(train, 1.0, offsets=(bmc.offsets.Context(),), mesh=jax.devices()[:1])
+
+
+def _bin_data(seed=0):
+    """60 x 40 ratings of a rank-2 matrix plus a bin effect, split 80/20."""
+    rng = np.random.default_rng(seed)
+    m1, m2, n = 60, 40, 1500
+    key = rng.choice(m1 * m2, n, replace=False)
+    r, c = key // m2, key % m2
+    tb = rng.integers(0, 5, n)
+    ctx = Features(np.arange(n + 1), tb, np.ones(n), [f"bin={i}" for i in range(5)])
+    U, V = rng.normal(size=(m1, 2)), rng.normal(size=(m2, 2))
+    y = 3 + np.array([1.0, -1.0, 0.5, 1.5, 0.0])[tb] + 0.7 * (U @ V.T)[r, c]
+    y = y + 0.5 * rng.normal(size=n)
+    return bmc.RatingData(r, c, y, (m1, m2), context=ctx).split(0.2, seed=0)
+
+
+FIT = dict(
+    K=4,
+    prior=bmc.priors.InverseGamma(),
+    likelihood=bmc.likelihoods.LearnedNoise(),
+    num_warmup=50,
+    num_samples=100,
+    thinning=1,
+    num_chains=2,
+    progress_bar=False,
+)
+
+
+def test_fit_with_context_predicts_the_bins_and_saves(tmp_path):
+    train, test = _bin_data()
+    plain = bmc.fit(train, test=test, **FIT)
+    fit = bmc.fit(train, test=test, context=True, **FIT)
+    # the bin effect (sd 0.9) is what the plain model cannot fit; noise sd 0.5
+    assert fit.rmse(test) < 0.6 < plain.rmse(test)
+    assert fit.samples["context_lam"].shape[-1] == 1
+    assert fit.info.offsets == (bmc.offsets.Context(),)
+    fit.save(tmp_path / "f.npz")
+    back = bmc.load(tmp_path / "f.npz")
+    assert back.info.offsets == fit.info.offsets
+    np.testing.assert_array_equal(
+        back.predict(test.rows, test.cols), fit.predict(test.rows, test.cols)
+    )
+    with pytest.raises(ValueError, match=r"sampled offsets \(context\).*need each entry's context"):
+        fit.predict(train.rows[:3], train.cols[:3])
+    with pytest.raises(ValueError, match="need each entry's context"):
+        fit.log_predictive_density(test)
+    with pytest.raises(ValueError, match="need each entry's context"):
+        fit.to_arviz(log_likelihood=True)
+
+
+def test_fit_context_errors():
+    train, test = _bin_data()
+    kw = {
+        k: v
+        for k, v in FIT.items()
+        if k not in ("num_warmup", "num_samples", "thinning", "num_chains")
+    }
+    with pytest.raises(ValueError, match="method='gibbs' only, not 'vb'"):
+        bmc.fit(train, method="vb", context=True, **kw)
+    with pytest.raises(ValueError, match="give the entries to predict as test="):
+        bmc.fit(train, context=True, predict=(test.rows, test.cols), **kw)
+    bare = bmc.RatingData(test.rows, test.cols, test.values, test.shape)
+    with pytest.raises(ValueError, match="test has no per-rating context"):
+        bmc.fit(train, context=True, test=bare, **kw)
+    with pytest.raises(TypeError, match="context must be True, False or a bmczoo.offsets.Context"):
+        bmc.fit(train, context="yes", **kw)
+    no_ctx = bmc.RatingData(train.rows, train.cols, train.values, train.shape)
+    with pytest.raises(ValueError, match="needs per-rating features"):
+        bmc.fit(no_ctx, context=True, **kw)
+    with pytest.raises(ValueError, match="no group 'day'"):
+        bmc.fit(train, context=bmc.offsets.Context(groups=("day",)), **kw)

@@ -16,7 +16,7 @@ from .._checks import check_bool, check_dtype, check_int, check_K, check_prior, 
 from ..data import RatingData
 from ..likelihoods import Likelihood
 from ..models.matrix_completion import model_likelihood
-from ..offsets import GlobalMean, get_biases, looks_like_ratings
+from ..offsets import Context, GlobalMean, Offset, get_biases, looks_like_ratings
 from ..priors import Discrete, Prior
 from . import settings as st
 from .baselines import fit_map, fit_nuts, fit_svi, x64_context
@@ -49,7 +49,28 @@ DRIVERS = {
 }
 
 
-def _prepare(train: RatingData, test, predict, offsets: GlobalMean):
+def _sampled_offsets(context, settings: Settings, train: RatingData, test, predict) -> tuple:
+    """The sampled offsets of ``context=`` (a tuple, empty for None or False), checked
+    against the method and the data."""
+    if context is None or context is False:
+        return ()
+    off = Context() if context is True else context
+    if not isinstance(off, Offset):
+        raise TypeError(f"context must be True, False or a bmczoo.offsets.Context, got {context!r}")
+    if settings.method != "gibbs":
+        raise ValueError(f"context= is sampled by method='gibbs' only, not {settings.method!r}")
+    if predict is not None:
+        raise ValueError(
+            "with context=, give the entries to predict as test= (a RatingData holding their "
+            "context): predict=(rows, cols) carries none"
+        )
+    if test is not None and check_ratings(test, "test").context is None:
+        raise ValueError("test has no per-rating context: context= needs it at the test ratings")
+    off.layout(train)  # a clear error without train.context or with an unknown group
+    return (off,)
+
+
+def _prepare(train: RatingData, test, predict, offsets: GlobalMean, sampled: tuple = ()):
     fit_data, shift = offsets.prepare(train)
     # entries whose posterior mean is accumulated: the test entries first, then predict=
     pr, pc = [np.zeros(0, np.int32)], [np.zeros(0, np.int32)]
@@ -65,7 +86,9 @@ def _prepare(train: RatingData, test, predict, offsets: GlobalMean):
             raise TypeError(f"predict must be a pair (rows, cols), got {type(predict).__name__}")
         r, c = train.check_entries(*predict, name="predict")
         pr.append(r), pc.append(c)
-    return Prepared(train, fit_data, np.concatenate(pr), np.concatenate(pc), test_values), shift
+    context = test if sampled and test is not None else None
+    prep = Prepared(train, fit_data, np.concatenate(pr), np.concatenate(pc), test_values, context)
+    return prep, shift
 
 
 def _fit_argument_names() -> set[str]:
@@ -110,6 +133,7 @@ def fit(
     dtype=None,
     likelihood: Likelihood | None = None,
     biases=False,
+    context=None,
     **method_kwargs,
 ) -> FitResult:
     """Fit the low-rank model to ``train``.
@@ -156,6 +180,9 @@ def fit(
         ``predict_proba`` gives the level probabilities).
     biases : bool or bmczoo.offsets.Biases
         Row and column biases ``b_i + c_j`` (``True``: the default ``Biases()``).
+    context : bool or bmczoo.offsets.Context, optional
+        Gibbs: per-rating covariates ``x_k . w`` from ``train.context`` (``True``: the
+        default ``Context()``); ``test`` must then carry its ratings' context.
     **method_kwargs :
         The method's other settings (:mod:`bmczoo.inference.settings`); an argument of
         another method raises ``ValueError`` naming it and the method, an argument that no
@@ -176,8 +203,9 @@ def fit(
     )
     settings = _method_settings(method, positional, method_kwargs)
     likelihood, offsets = _observation_model(train, likelihood, lam, noise_sd, center, clip)
-    prep, shift = _prepare(train, test, predict, offsets)
-    components = dict(likelihood=likelihood, biases=get_biases(biases))
+    sampled = _sampled_offsets(context, settings, train, test, predict)
+    prep, shift = _prepare(train, test, predict, offsets, sampled)
+    components = dict(likelihood=likelihood, biases=get_biases(biases), offsets=sampled)
     info = _compose(
         train, K, prior, settings, shift, center=center, seed=seed, dtype=dt, **components
     )
@@ -220,6 +248,7 @@ def _compose(
     dtype,
     likelihood,
     biases,
+    offsets=(),
 ) -> FitInfo:
     """The model's components and the run's settings, checked, as the fit's typed info."""
     prior = Discrete() if prior is None else check_prior(prior)
@@ -236,4 +265,5 @@ def _compose(
         settings=settings.for_prior(prior),
         tau=likelihood.precision(train.n),
         biases=biases,
+        offsets=offsets,
     )

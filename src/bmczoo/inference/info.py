@@ -30,6 +30,8 @@ class FitInfo:
     tau : the likelihood precision of the factor blocks (the starting value when the
         likelihood learns it).
     biases : the :class:`~bmczoo.offsets.Biases` component, or None (no biases).
+    offsets : the sampled offsets (:class:`~bmczoo.offsets.Offset`, such as
+        :class:`~bmczoo.offsets.Context`), a tuple (empty: none).
     """
 
     method: str
@@ -44,6 +46,7 @@ class FitInfo:
     settings: Settings
     tau: float
     biases: Any = None
+    offsets: tuple = ()
 
     def as_dict(self) -> dict[str, Any]:
         lik = self.likelihood.describe()
@@ -59,6 +62,7 @@ class FitInfo:
             "tau": self.tau,
             "center": self.center,
             "biases": None if self.biases is None else self.biases.describe(),
+            "offsets": [o.describe() for o in self.offsets],
             "offset": self.shift.offset,
             "clip": self.shift.clip,
             "seed": self.seed,

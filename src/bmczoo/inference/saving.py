@@ -359,6 +359,7 @@ def _meta(fit, info, arrays: dict, fields: dict, kinds: dict) -> dict:
         "prior": prior_meta,
         "likelihood": info.likelihood.describe(),
         "biases": _biases_meta(info.biases, arrays),
+        **({"offsets": [o.describe() for o in info.offsets]} if info.offsets else {}),
         "K": int(info.K),
         "shape": [int(x) for x in info.shape],
         "shift": {
@@ -495,7 +496,7 @@ def load(path):
         A result of the class that was saved.
     """
     from ..likelihoods import get_likelihood
-    from ..offsets import Biases, Shift
+    from ..offsets import Biases, Offset, Shift
     from ..priors import get_prior
 
     data = _read_npz(path)
@@ -536,6 +537,7 @@ def load(path):
         settings=_settings(meta["method"], meta["settings"]),
         tau=meta["tau"],
         biases=biases,
+        offsets=tuple(Offset.from_description(d) for d in meta.get("offsets", ())),
     )
     cls = _CLASSES[meta["class"]]
     kw = {}

@@ -104,6 +104,38 @@ class Offset(abc.ABC):
             The new variables.
         """
 
+    def describe(self) -> dict:
+        """The name and the settings (JSON-ready: what a saved fit records)."""
+        out = {"name": self.name}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    @staticmethod
+    def from_description(desc: dict) -> "Offset":
+        """The offset a :meth:`describe` dict describes (its class found by name among the
+        subclasses of :class:`Offset` imported).
+
+        Parameters
+        ----------
+        desc : dict
+            What :meth:`describe` gave.
+        """
+        desc = dict(desc)
+        name = desc.pop("name")
+        todo, found = list(Offset.__subclasses__()), {}
+        while todo:
+            cls = todo.pop()
+            found.setdefault(cls.name, cls)
+            todo += cls.__subclasses__()
+        if name not in found:
+            raise ValueError(
+                f"no sampled offset is named {name!r} (known: {', '.join(sorted(found))})"
+            )
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in desc.items()}
+        return found[name](**kw)
+
     def draws(self, state: dict, store_factors: bool) -> dict:
         """What is kept of a draw, by the names of the draws (default: every variable,
         prefixed with the offset's name).

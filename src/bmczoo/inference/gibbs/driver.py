@@ -349,6 +349,7 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
             track=track,
             offset=sh.offset,
             clip=sh.clip,
+            context=prep.context,
         ),
         schedule=gibbs.Schedule(s.num_warmup, s.thinning, s.num_warmup + s.num_samples),
         options=s.sweep_options,
@@ -356,6 +357,7 @@ def _gibbs_problem(prep: Prepared, info: FitInfo, s: st.Gibbs, track):
         likelihood=info.likelihood,
         biases=info.biases,
         prior=info.prior,
+        offsets=info.offsets,
     )
 
 

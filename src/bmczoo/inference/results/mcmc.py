@@ -143,6 +143,10 @@ class MCMCFit(FitResult):
         return None
 
     def _draws(self, what: str = "these entries were not requested at fit time and"):
+        _check_no_sampled_offsets(
+            self.info,
+            "entries not requested at fit time, the log predictive density, recommend, fold_in",
+        )
         if "M" not in self._factor_src:
             hint = (
                 "pass them as fit(..., predict=(rows, cols)) or use store_factors=True"
@@ -392,9 +396,22 @@ def _mcmc_traces(fit, C: int, D: int) -> tuple[dict, dict]:
     return stats, conv
 
 
+def _check_no_sampled_offsets(info, what: str) -> None:
+    """A clear error where an output would be computed from the factor draws at entries
+    whose per-rating context the fit does not hold (the offsets would be left out)."""
+    if info.offsets:
+        names = ", ".join(o.name for o in info.offsets)
+        raise ValueError(
+            f"this fit has sampled offsets ({names}): it predicts at the entries requested at "
+            "fit time (test=) from the running sums; outputs computed from the factor draws "
+            f"({what}) need each entry's context, which they do not take yet"
+        )
+
+
 def _mcmc_theta_tau(fit, rows, cols, max_draws):
     """theta (C, D', E) at the ratings (centred scale, biases included) and tau (C, D') or
     None, over every ``step``-th kept draw."""
+    _check_no_sampled_offsets(fit.info, "the pointwise log likelihood")
     s = fit._factor_src
     if "M" in s and "N" in s:
         C, D = np.shape(s["M"])[:2]
