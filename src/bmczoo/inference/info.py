@@ -62,7 +62,7 @@ class FitInfo:
             "tau": self.tau,
             "center": self.center,
             "biases": None if self.biases is None else self.biases.describe(),
-            "offsets": [o.describe() for o in self.offsets],
+            **({"offsets": [o.describe() for o in self.offsets]} if self.offsets else {}),
             "offset": self.shift.offset,
             "clip": self.shift.clip,
             "seed": self.seed,
