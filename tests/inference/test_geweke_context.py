@@ -16,9 +16,12 @@ chain started from an exact joint draw.  ``a = 6`` keeps the weights' test funct
 variances finite.
 
 Members: the inverse-gamma prior with biases and a learned noise (default suite); the
-Student-t likelihood with the discrete prior and its fused column moves (slow).  Power:
-a weight block that sees half of each rating's precision (default suite) and a precision
-block with twice the prior's rate (slow) are detected (``max |z| > 2 z_crit``).
+Student-t likelihood with the discrete prior and its fused column moves, and the ordered
+probit (latent ``z`` and learned cut points given ``theta + x . w``) with the inverse-gamma
+prior and biases (slow).  Power: a weight block that sees half of each rating's precision
+(default suite; with the ordered probit, slow), a precision block with twice the prior's
+rate (slow) and factor blocks that ignore the offset (default suite) are detected
+(``max |z| > 2 z_crit``).
 """
 
 from __future__ import annotations
@@ -215,4 +218,107 @@ def test_geweke_context_detects_factor_blocks_without_the_offset(monkeypatch):
 
     monkeypatch.setattr(latent, "offsets_shift", lambda problem, state, where="ratings": 0.0)
     z, z_crit = geweke_z(IG, LEARNED, BIASES)
+    assert np.max(np.abs(z)) > 2 * z_crit, f"not detected: max |z| = {np.max(np.abs(z)):.2f}"
+
+
+# --------------------------------------------------------------------------- ordered probit
+def _probit_joint(prior, lik, biases, size, rng):
+    """Exact joint draws with the ordered probit: ``z = theta + x . w + N(0, 1)``, ``Y`` its
+    level (the construction of ``test_geweke_probit.py``)."""
+    from .test_geweke_components import _prior_draws
+    from .test_geweke_probit import _cut_draws
+
+    prior_state, M, N = _prior_draws(prior, size, rng)
+    var, b, c = bias_draws(biases, size, rng)
+    cuts = _cut_draws(lik, size, rng)
+    lam = rng.gamma(CONTEXT.a, 1.0 / CONTEXT.b, size=(size, 2))
+    w = rng.normal(size=(size, X.shape[1])) / np.sqrt(lam[:, GROUP])
+    theta = np.sum(M[:, ROWS] * N[:, COLS], axis=-1) + b[:, ROWS] + c[:, COLS] + w @ X.T
+    z = theta + rng.normal(size=theta.shape)
+    Y = np.sum(z[:, :, None] > cuts[:, None, :], axis=-1)
+    return dict(
+        prior_state=prior_state, M=M, N=N, b=b, c=c, var=var, cuts=cuts, w=w, lam=lam, z=z, Y=Y
+    )
+
+
+def _probit_functions(lik, biases):
+    from .test_geweke_probit import _functions
+
+    base = _functions(lik, biases)
+
+    def fn(prior_state, M, N, b, c, var, cuts, w, lam, z, Y):
+        f = base(prior_state, M, N, b, c, var, cuts, z, Y)
+        s = jnp.asarray(X) @ w
+        more = [w[0], w[3], jnp.sum(w * w), s[1], s[1] ** 2, lam[0], lam[1], jnp.log(lam[1])]
+        return jnp.concatenate([f, jnp.stack([jnp.asarray(x, jnp.float64) for x in more])])
+
+    return fn
+
+
+def probit_geweke_z(prior, lik, biases, *, offset=CONTEXT, num_chains=100, num_steps=200, seed=0):
+    fn = _probit_functions(lik, biases)
+    d = _probit_joint(prior, lik, biases, 40_000, np.random.default_rng(seed + 2))
+    marg = np.asarray(jax.vmap(lambda x: fn(**x))(jax.tree.map(jnp.asarray, d)))
+    d = _probit_joint(prior, lik, biases, num_chains, np.random.default_rng(seed + 1))
+    values = np.asarray(lik.level_values)[d["Y"][0]]
+    template = bmc.RatingData(ROWS, COLS, values, (M1, M2), context=_context())
+    problem = gibbs.build_problem(
+        template, 1.0, dtype=jnp.float64, likelihood=lik, biases=biases, offsets=(offset,)
+    )
+    row_order = jnp.asarray(template.row_view.order)
+
+    def start(key, prior_state, M, N, b, c, var, cuts, w, lam, z):
+        st = gibbs.init(
+            key[None], problem, prior, K, prior_state=jax.tree.map(lambda x: x[None], prior_state)
+        )
+        return st._replace(
+            M=M[None],
+            N=N[None],
+            row_bias=b[None],
+            col_bias=c[None],
+            bias_var=var[None],
+            lik_state={"z": z[row_order][None], "cuts": cuts[None]},
+            offset_state={"context": {"w": w[None], "lam": lam[None]}},
+        )
+
+    names = ("prior_state", "M", "N", "b", "c", "var", "cuts", "w", "lam", "z")
+    keys0 = jax.random.split(jax.random.key(seed + 10), num_chains)
+    state = jax.vmap(start)(keys0, *(jax.tree.map(jnp.asarray, d[k]) for k in names))
+    rows, cols, x = jnp.asarray(ROWS), jnp.asarray(COLS), jnp.asarray(X)
+
+    def one_step(carry, _):
+        state, Y, key = carry
+        key, k_y = jax.random.split(key)
+        prob = dataclasses.replace(problem, levels=Y[row_order].astype(jnp.int32))
+        state = gibbs.sweep(state, prob, prior)
+        M, N, b, c = state.M[0], state.N[0], state.row_bias[0], state.col_bias[0]
+        cuts = gibbs.latent_cuts(state, prob)[0]
+        ctx = state.offset_state["context"]
+        w, lam = ctx["w"][0], ctx["lam"][0]
+        ps = jax.tree.map(lambda v: v[0], state.prior_state)
+        f = fn(ps, M, N, b, c, state.bias_var[0], cuts, w, lam, state.lik_state["z"][0], Y)
+        theta = jnp.sum(M[rows] * N[cols], axis=-1) + b[rows] + c[cols] + x @ w
+        z = theta + jax.random.normal(k_y, theta.shape, theta.dtype)
+        return (state, jnp.sum(z[:, None] > cuts[None, :], axis=-1), key), f
+
+    keys = jax.random.split(jax.random.key(seed), num_chains)
+    succ = run_chains(one_step, (state, jnp.asarray(d["Y"]), keys), num_steps)
+    return z_scores(succ, marg)
+
+
+@pytest.mark.slow
+def test_geweke_context_ordered_probit():
+    """The ordered probit's latent ``z`` and cut points given ``theta + x . w``, the
+    offset's block given ``z``."""
+    from .test_geweke_probit import ORDERED
+
+    z, z_crit = probit_geweke_z(IG, ORDERED, BIASES)
+    assert np.max(np.abs(z)) < z_crit, f"max |z| = {np.max(np.abs(z)):.2f} >= {z_crit:.2f}"
+
+
+@pytest.mark.slow
+def test_geweke_context_ordered_probit_detects_half_precision():
+    from .test_geweke_probit import ORDERED
+
+    z, z_crit = probit_geweke_z(IG, ORDERED, BIASES, offset=HalfPrecision(a=6.0, b=5.0))
     assert np.max(np.abs(z)) > 2 * z_crit, f"not detected: max |z| = {np.max(np.abs(z)):.2f}"
