@@ -12,7 +12,7 @@ from .._checks import check_bool, check_K, check_positive_int, check_prior, chec
 from ..likelihoods import Likelihood, Tempered
 from ..linalg import features_product
 from ..data import RatingData
-from ..offsets import Biases, get_biases
+from ..offsets import Biases, Offset, get_biases
 from ..priors import Prior
 
 __all__ = ["matrix_completion", "model_likelihood", "sample_biases"]
@@ -27,6 +27,7 @@ def matrix_completion(
     *,
     likelihood=None,
     biases: Biases | None = None,
+    offsets: tuple = (),
     observed: bool = True,
     subsample_size: int | None = None,
     marginal: bool = False,
@@ -66,6 +67,10 @@ def matrix_completion(
         ``noise_sd`` must be left at their defaults when it is given).
     biases : bmczoo.offsets.Biases, keyword-only, optional
         Row and column biases (None: none; ``True`` means the default ``Biases()``).
+    offsets : tuple of bmczoo.offsets.Offset, keyword-only
+        Sampled offsets (:class:`~bmczoo.offsets.Context`: per-rating covariates): their
+        sites (:meth:`~bmczoo.offsets.Offset.sample`) after the biases, their sum added to
+        the mean of ``obs``.
     observed : bool, keyword-only
         If False, ``"obs"`` is sampled (prior predictive; used by the Geweke tests).
     subsample_size : int, keyword-only, optional
@@ -87,7 +92,10 @@ def matrix_completion(
     M, N = _factors(prior, ratings, K, marginal)
     m1, m2 = ratings.shape
     bias = None if biases is None else sample_biases(biases, m1, m2, ratings)
-    _observe(likelihood, ratings, M, N, bias, observed, subsample_size)
+    if any(not isinstance(o, Offset) for o in offsets):
+        raise TypeError(f"offsets must be bmczoo.offsets.Offset components, got {offsets!r}")
+    shift = sum(o.sample(ratings) for o in offsets) if offsets else None
+    _observe(likelihood, ratings, M, N, (bias, shift), observed, subsample_size)
 
 
 def _factors(prior, ratings, K: int, marginal: bool):
@@ -105,9 +113,11 @@ def _factors(prior, ratings, K: int, marginal: bool):
     return M, N
 
 
-def _observe(likelihood, ratings, M, N, bias, observed: bool, subsample_size):
+def _observe(likelihood, ratings, M, N, offsets, observed: bool, subsample_size):
     """The likelihood's global sites, then ``"obs"`` in the ``ratings`` plate (subsampled
-    for SVI when ``subsample_size`` is given)."""
+    for SVI when ``subsample_size`` is given); ``offsets``: the biases (or None) and the
+    sampled offsets' sum at the ratings (or None)."""
+    bias, shift = offsets
     rows = jnp.asarray(ratings.rows)
     cols = jnp.asarray(ratings.cols)
     y = jnp.asarray(ratings.values) if observed else None
@@ -119,6 +129,8 @@ def _observe(likelihood, ratings, M, N, bias, observed: bool, subsample_size):
         mean = jnp.sum(M[r] * N[c], axis=-1)
         if bias is not None:
             mean = mean + bias[0][r] + bias[1][c]
+        if shift is not None:
+            mean = mean + shift[idx]
         likelihood.sample_obs(mean, ratings.n, None if y is None else y[idx], **lik_params)
 
 

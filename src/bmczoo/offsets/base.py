@@ -2,8 +2,9 @@
 
 An offset component is a frozen dataclass (hashable: a static argument of jitted code)
 that owns its variables: how it reads its per-rating data (:meth:`Offset.arrays`), its
-start (:meth:`Offset.gibbs_state`), its value at each rating (:meth:`Offset.shift`) and its
-conditional block given the rest of the model (:meth:`Offset.gibbs_update`).  The Gibbs
+start (:meth:`Offset.gibbs_state`), its value at each rating (:meth:`Offset.shift`), its
+conditional block given the rest of the model (:meth:`Offset.gibbs_update`) and its NumPyro
+sample statements (:meth:`Offset.sample`).  The Gibbs
 sweep calls these hooks for every offset of the problem and never branches on a
 component's name: the factor blocks fit the ratings minus the offsets, a latent or
 weighted likelihood sees ``theta`` plus the offsets, and each offset's block sees the
@@ -102,6 +103,18 @@ class Offset(abc.ABC):
         -------
         dict
             The new variables.
+        """
+
+    @abc.abstractmethod
+    def sample(self, ratings: RatingData) -> jax.Array:
+        """The NumPyro sample statements of the offset's variables (sites named with its
+        :attr:`name` as prefix) and its value ``s_k`` (n,) at every rating of ``ratings``
+        (in their order).
+
+        Parameters
+        ----------
+        ratings : RatingData
+            The observed ratings (with the per-rating tables the offset reads).
         """
 
     def describe(self) -> dict:

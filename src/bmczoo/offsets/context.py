@@ -134,6 +134,26 @@ class Context(Offset):
             "group": jnp.asarray(of[used]),
         }
 
+    # ------------------------------------------------------------------ NumPyro
+    def sample(self, ratings: RatingData) -> jax.Array:
+        """``context_lam`` (G,) ``~ Gamma(a, b)``, ``context_w`` (F,) ``~ N(0, 1 /
+        context_lam[group])`` and the offset (n,) at the ratings.
+
+        Parameters
+        ----------
+        ratings : RatingData
+            The ratings with their ``context`` table.
+        """
+        import numpyro
+        import numpyro.distributions as dist
+
+        arrays = self.arrays(ratings, np.arange(ratings.n), jnp.result_type(float))
+        G = arrays["idx"].shape[0]
+        lam = numpyro.sample(f"{self.name}_lam", dist.Gamma(self.a, self.b).expand([G]).to_event(1))
+        sd = 1.0 / jnp.sqrt(lam[arrays["group"]])
+        w = numpyro.sample(f"{self.name}_w", dist.Normal(0.0, sd).to_event(1))
+        return self.shift({"w": w[None]}, arrays)[0]
+
     # ------------------------------------------------------------------ Gibbs
     def gibbs_state(self, arrays: dict, C: int, dtype) -> dict:
         """``w`` (C, F) at zero and ``lam`` (C, G) at the prior mean ``a / b``.
