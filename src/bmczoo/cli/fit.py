@@ -137,7 +137,11 @@ def _check_paths(args) -> _Paths:
 def _read_data(args) -> loading.Loaded:
     """The data of ``--data``, binarized when ``--binarize`` is given."""
     loaded = loading.load(
-        args.data, args.seed, args.test_fraction, side_info=args.features is not None
+        args.data,
+        args.seed,
+        args.test_fraction,
+        side_info=args.features is not None,
+        context=_context_groups(args),
     )
     if args.binarize is not None:
         loaded = loaded._replace(
@@ -145,6 +149,25 @@ def _read_data(args) -> loading.Loaded:
             test=loading.binarize(loaded.test, args.binarize),
         )
     return loaded
+
+
+def _context_groups(args) -> tuple[str, ...]:
+    """The time groups of ``--context`` (empty without it)."""
+    from ..data import TIME_GROUPS
+
+    if args.context is None:
+        return ()
+    if args.data.startswith("sim:"):
+        raise CLIError("--context needs ratings with timestamps; the simulator has none")
+    if args.method != "gibbs":
+        raise CLIError(f"--context is sampled by --method gibbs only, not {args.method}")
+    groups = TIME_GROUPS if args.context == "time" else tuple(args.context.split(","))
+    bad = [g for g in groups if g not in TIME_GROUPS]
+    if bad or not groups:
+        raise CLIError(
+            f"--context {args.context}: choose 'time' or groups among {', '.join(TIME_GROUPS)}"
+        )
+    return groups
 
 
 def _check_binary(likelihood, train) -> None:
@@ -169,6 +192,7 @@ def _announce(args, prior, likelihood, loaded: loading.Loaded) -> None:
             f", likelihood: {likelihood.name}" if args.likelihood != "tempered" else "",
             ", biases" if args.biases and not getattr(args, "bias_features", False) else "",
             ", feature-driven biases" if getattr(args, "bias_features", False) else "",
+            f", context: {args.context}" if args.context is not None else "",
         ]
     )
     print(
@@ -200,6 +224,7 @@ def _run_fit(args, prior, likelihood, loaded: loading.Loaded, given: dict, biase
         dtype=args.dtype,
         likelihood=likelihood,
         biases=biases,
+        context=args.context is not None,
         **given,
     )
 

@@ -31,13 +31,20 @@ class Loaded(NamedTuple):
     item_ids: object = None
 
 
-def load(spec: str, seed: int, test_fraction: float = 0.2, side_info: bool = False) -> Loaded:
+def load(
+    spec: str,
+    seed: int,
+    test_fraction: float = 0.2,
+    side_info: bool = False,
+    context: tuple[str, ...] = (),
+) -> Loaded:
     """The data of ``--data SPEC``: ``sim:M``, a MovieLens name, or a path to a ratings file
     (judged by its content, whatever its name), a folder holding one, or an official .zip.
     ``side_info`` (``--features``): a MovieLens ratings file given by path (``u.data``,
     ``ratings.dat``, ``ratings.csv``, or a folder holding one) is read by
     :func:`bmczoo.datasets.load_movielens` with the side files beside it (names and official
-    archives get them anyway)."""
+    archives get them anyway).  ``context`` (``--context``): the time groups of
+    :func:`bmczoo.data.time_features` built from the ratings' timestamps before the split."""
     from .. import datasets
 
     if spec.startswith("sim:"):
@@ -60,8 +67,22 @@ def load(spec: str, seed: int, test_fraction: float = 0.2, side_info: bool = Fal
             data, user_ids, item_ids = _load_folder(path, side_info)
         else:
             data, user_ids, item_ids = _load_file(path, side_info)
+    if context:
+        data = _with_time(data, context, spec)
     train, test = data.split(test_fraction, seed=0)
     return Loaded(train, test, None, user_ids, item_ids)
+
+
+def _with_time(data, groups: tuple[str, ...], spec: str):
+    """The data with the time features of ``groups`` as its per-rating context."""
+    from ..data import time_features
+
+    if data.timestamps is None:
+        raise CLIError(
+            f"--context needs the ratings' timestamps: {spec} has none (a 4th column of "
+            "integers: seconds since the epoch)"
+        )
+    return data.with_context(time_features(data, groups))
 
 
 def _download(name: str):

@@ -206,6 +206,17 @@ def _fit_model_options(f) -> None:
         action="store_true",
         help="add row and column biases b_i + c_j with inverse-gamma variances",
     )
+    f.add_argument(
+        "--context",
+        nargs="?",
+        const="time",
+        default=None,
+        metavar="GROUPS",
+        help="gibbs: per-rating time effects from the ratings' timestamps (a 4th, integer "
+        "column of the ratings file), each group with its own precision: 'time' (also the "
+        "flag alone) for all of time_bin, item_time_bin, user_day, user_dev, or a "
+        "comma-separated list of them (default: none)",
+    )
 
 
 def _fit_side_options(f) -> None:

@@ -1,0 +1,66 @@
+"""``bmczoo fit --context``: time effects from a ratings file's timestamp column (the
+context offset sampled by Gibbs), its outputs and saved model, and its errors (before any
+fit)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bmczoo
+from bmczoo.cli import main
+
+from test_cli_errors import no_fit, one_line_error, write_ratings  # noqa: F401 - fixture
+
+GIBBS = ["-K", "2", "--num-warmup", "5", "--num-samples", "10", "--thinning", "1", "--quiet"]
+
+
+def test_fit_with_time_context(tmp_path, capsys):
+    write_ratings(tmp_path / "r.data", n=300)
+    rc = main(
+        [
+            "fit",
+            "--data",
+            str(tmp_path / "r.data"),
+            "--context",
+            "time_bin,user_dev",
+            "--likelihood",
+            "learned",
+            "--biases",
+            *GIBBS,
+            "--save",
+            str(tmp_path / "m.npz"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "context: time_bin,user_dev" in out
+    rmse = float(out.strip().splitlines()[-1].split("=")[1])
+    assert np.isfinite(rmse)
+    fit = bmczoo.load(tmp_path / "m.npz")
+    assert fit.info.offsets == (bmczoo.offsets.Context(),)
+    assert "context_lam" in fit.samples and fit.samples["context_lam"].shape[-1] == 2
+    rows = (tmp_path / "out" / "predictions.csv").read_text().splitlines()
+    assert rows[0].startswith("user_id,item_id,rating,prediction") and len(rows) == 61
+
+
+@pytest.mark.parametrize(
+    "args, timestamp, needles",
+    [
+        (["--context"], False, ("--context needs the ratings' timestamps", "4th column")),
+        (["--context", "hour"], True, ("--context hour", "time_bin, item_time_bin")),
+        (["--context", "--method", "vb"], True, ("--method gibbs only, not vb",)),
+    ],
+)
+def test_context_errors(tmp_path, capsys, no_fit, args, timestamp, needles):  # noqa: F811
+    write_ratings(tmp_path / "r.data", timestamp=timestamp)
+    assert main(["fit", "--data", str(tmp_path / "r.data"), *args, "-K", "2", "--quiet"]) == 2
+    one_line_error(capsys, *needles)
+    assert no_fit == []
+
+
+def test_context_on_the_simulator_is_an_error(capsys, no_fit):  # noqa: F811
+    assert main(["fit", "--data", "sim:20", "--context", "-K", "2", "--quiet"]) == 2
+    one_line_error(capsys, "the simulator has none")
