@@ -69,7 +69,7 @@ def matrix_completion(
         Row and column biases (None: none; ``True`` means the default ``Biases()``).
     offsets : tuple of bmczoo.offsets.Offset, keyword-only
         Sampled offsets (:class:`~bmczoo.offsets.Context`: per-rating covariates): their
-        sites (:meth:`~bmczoo.offsets.Offset.sample`) after the biases, their sum added to
+        sites (``Offset.sample``) after the biases, their sum added to
         the mean of ``obs``.
     observed : bool, keyword-only
         If False, ``"obs"`` is sampled (prior predictive; used by the Geweke tests).
