@@ -240,6 +240,8 @@ DIMS = {
     "N": ("j", "h"),
     "row_bias": ("i",),
     "col_bias": ("j",),
+    "context_lam": ("context_group",),
+    "context_w": ("context_feature",),
 }
 
 

@@ -226,6 +226,12 @@ def test_fit_with_context_predicts_the_bins_and_saves(tmp_path):
     assert fit.rmse(test) < 0.6 < plain.rmse(test)
     assert fit.samples["context_lam"].shape[-1] == 1
     assert fit.info.offsets == (bmc.offsets.Context(),)
+    idata = fit.to_arviz(var_names=["context_lam", "context_w"])
+    assert idata.posterior["context_lam"].dims == ("chain", "draw", "context_group")
+    assert idata.posterior["context_w"].shape[-1] == 5
+    # float32 fits the bins too (the same bound as float64's above)
+    f32 = bmc.fit(train, test=test, context=True, dtype="float32", **FIT)
+    assert f32.samples["context_lam"].dtype == np.float32 and f32.rmse(test) < 0.6
     fit.save(tmp_path / "f.npz")
     back = bmc.load(tmp_path / "f.npz")
     assert back.info.offsets == fit.info.offsets
