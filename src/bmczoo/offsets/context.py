@@ -206,18 +206,22 @@ class Context(Offset):
         G, F = idx.shape[0], group.shape[0]
         w, lam = state["w"], state["lam"]
         dtype = w.dtype
-        keys = jax.vmap(lambda k: jax.random.split(k, G + 1))(key)
+        split = jax.vmap(jax.random.split)(key)
+        kz, kl = split[:, 0], split[:, 1]
+        # one standard normal per feature: each feature is drawn in its own group's block
+        z = jax.vmap(lambda k: _rng.normal(k, (F,), dtype))(kz)
         part = w[:, idx] * val  # (C, G, n): each group's term at each rating
         rest = target - jnp.sum(part, axis=1)
 
-        def sums(x, g):  # (C, n) -> (C, F): per-feature sums of group g's ratings
-            return jax.ops.segment_sum(x.T, idx[g], F).T
-
         for g in range(G):
             r = rest + part[:, g]
-            prec = lam[:, group] + sums(precision * val[g] ** 2, g)
-            lin = sums(precision * val[g] * r, g)
-            z = jax.vmap(lambda k: _rng.normal(k, (F,), dtype))(keys[:, g])
+            px = precision * val[g]
+            # per-feature sums of group g's ratings, both in one pass: (n, C, 2) -> (F, C, 2)
+            both = jax.ops.segment_sum(
+                jnp.stack([px * val[g], px * r], -1).swapaxes(0, 1), idx[g], F
+            )
+            prec = lam[:, group] + both[..., 0].T
+            lin = both[..., 1].T
             w = jnp.where(group == g, lin / prec + z / jnp.sqrt(prec), w)
             new = w[:, idx[g]] * val[g]
             rest = r - new
@@ -225,7 +229,7 @@ class Context(Offset):
         sq = jax.ops.segment_sum((w * w).T, group, G).T  # (C, G)
         shape = self.a + 0.5 * size
         gam = jax.vmap(lambda k, s: _rng.gamma(k, s, (G,), dtype))(
-            keys[:, G], jnp.broadcast_to(shape, sq.shape)
+            kl, jnp.broadcast_to(shape, sq.shape)
         )
         return {"w": w, "lam": gam / (self.b + 0.5 * sq)}
 

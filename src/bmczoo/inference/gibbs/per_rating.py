@@ -181,6 +181,10 @@ def offsets_block(problem, offset_state: dict, keys, target, precision) -> dict:
     offsets, with each rating's ``precision`` (C, n).  ``keys``: the chains' sweep keys
     (each offset draws from its own stream folded from them)."""
     arrays = problem.offset_arrays["ratings"]
+    if len(problem.offsets) == 1:  # nothing else to take out of the target
+        (o,), (a,) = problem.offsets, arrays
+        ko = jax.vmap(lambda k: jax.random.fold_in(jax.random.fold_in(k, OFFSET_STREAM), 0))(keys)
+        return {o.name: o.gibbs_update(ko, offset_state[o.name], a, target, precision)}
     parts = [o.shift(offset_state[o.name], a) for o, a in zip(problem.offsets, arrays)]
     total = sum(parts)
     out = dict(offset_state)
