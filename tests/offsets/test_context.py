@@ -39,7 +39,7 @@ def _data(n=120, m1=12, m2=10, seed=0, bins=4):
 def test_arrays_reproduce_the_dense_table():
     data, dense = _data()
     pos = np.asarray(data.row_view.order)
-    a = bmc.offsets.Context().arrays(data, pos, jnp.float64)
+    a = bmc.offsets.Context().arrays(data.context.take(pos), data.n, jnp.float64)
     w = np.random.default_rng(1).normal(size=(2, dense.shape[1]))
     s = bmc.offsets.Context().shift({"w": jnp.asarray(w)}, a)
     np.testing.assert_allclose(np.asarray(s), w @ dense[pos].T, rtol=1e-12, atol=1e-12)
@@ -49,7 +49,7 @@ def test_arrays_reproduce_the_dense_table():
 def test_a_subset_of_groups():
     data, dense = _data()
     off = bmc.offsets.Context(groups=("dev",))
-    a = off.arrays(data, np.arange(data.n), jnp.float64)
+    a = off.arrays(data.context, data.n, jnp.float64)
     w = np.random.default_rng(2).normal(size=(1, 12))
     s = off.shift({"w": jnp.asarray(w)}, a)
     np.testing.assert_allclose(np.asarray(s)[0], dense[:, 4:] @ w[0], rtol=1e-12)
@@ -62,7 +62,7 @@ def test_weight_block_matches_the_closed_form():
     chain starts at the same state)."""
     data, dense = _data(n=60, m1=6, m2=10, bins=3)
     off = bmc.offsets.Context(groups=("bin",))
-    a = off.arrays(data, np.arange(data.n), jnp.float64)
+    a = off.arrays(data.context, data.n, jnp.float64)
     rng = np.random.default_rng(3)
     C = 20_000
     target = jnp.broadcast_to(jnp.asarray(rng.normal(size=data.n)), (C, data.n))
@@ -87,7 +87,7 @@ def _problem(data, test=None, **kw):
     entries = gibbs.Entries()
     if test is not None:
         entries = gibbs.Entries(
-            predict=(test.rows, test.cols), test_values=test.values, context=test
+            predict=(test.rows, test.cols), test_values=test.values, context=test.context
         )
     return gibbs.build_problem(
         data,
@@ -164,17 +164,19 @@ def test_errors():
     with pytest.raises(ValueError, match="needs per-rating features"):
         _problem(plain)
     with pytest.raises(ValueError, match="no group 'day'"):
-        bmc.offsets.Context(groups=("day",)).arrays(data, np.arange(3), jnp.float64)
+        bmc.offsets.Context(groups=("day",)).arrays(data.context, data.n, jnp.float64)
     two = dense.copy()
     two[5, :2] = 1.0
     bad = data.with_context(Features.from_dense(two, data.context.names))
-    with pytest.raises(ValueError, match="more than one feature of group 'bin'"):
-        bmc.offsets.Context().arrays(bad, np.arange(data.n), jnp.float64)
+    with pytest.raises(
+        ValueError, match="rating 5 of the table has more than one feature of group 'bin'"
+    ):
+        bmc.offsets.Context().arrays(bad.context, bad.n, jnp.float64)
     for kw in ({"a": 0.0}, {"b": -1.0}, {"a": float("nan")}, {"groups": ()}):
         with pytest.raises(ValueError, match="Context"):
             bmc.offsets.Context(**kw)
     train, test = data.split(0.2, seed=0)
-    with pytest.raises(ValueError, match="requested entries' per-rating data"):
+    with pytest.raises(ValueError, match="needs per-rating features"):
         gibbs.build_problem(
             train,
             1.0,

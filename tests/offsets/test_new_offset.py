@@ -29,8 +29,8 @@ MODULE = textwrap.dedent(
     class ProbeLevel(Offset):
         name: ClassVar[str] = "probe_level"
 
-        def arrays(self, ratings, positions, dtype):
-            return {"one": jnp.ones(len(positions), dtype)}
+        def arrays(self, context, n, dtype):
+            return {"one": jnp.ones(n, dtype)}
 
         def gibbs_state(self, arrays, C, dtype):
             return {"mu": jnp.zeros((C,), dtype)}
@@ -73,7 +73,7 @@ CHECKS = textwrap.dedent(
     p = gibbs.build_problem(
         train, 1.0, dtype=jnp.float64, prior=prior, offsets=(ProbeLevel(),),
         likelihood=bmc.likelihoods.LearnedNoise(),
-        entries=gibbs.Entries(predict=(test.rows, test.cols), context=test),
+        entries=gibbs.Entries(predict=(test.rows, test.cols), context=test.context),
     )
     st = gibbs.init(jax.random.split(jax.random.key(0), 2), p, prior, 2)
     sweep = jax.jit(lambda s: gibbs.sweep(s, p, prior))

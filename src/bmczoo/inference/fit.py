@@ -49,7 +49,7 @@ DRIVERS = {
 }
 
 
-def _sampled_offsets(context, settings: Settings, train: RatingData, test, predict) -> tuple:
+def _sampled_offsets(context, settings: Settings, train: RatingData, test, predict, dtype) -> tuple:
     """The sampled offsets of ``context=`` (a tuple, empty for None or False), checked
     against the method and the data."""
     if context is None or context is False:
@@ -66,7 +66,9 @@ def _sampled_offsets(context, settings: Settings, train: RatingData, test, predi
         )
     if test is not None and check_ratings(test, "test").context is None:
         raise ValueError("test has no per-rating context: context= needs it at the test ratings")
-    off.layout(train)  # a clear error without train.context or with an unknown group
+    # a clear error without train.context, with an unknown group or a rating with two
+    # features of one group
+    off.arrays(train.context, train.n, dtype)
     return (off,)
 
 
@@ -86,7 +88,7 @@ def _prepare(train: RatingData, test, predict, offsets: GlobalMean, sampled: tup
             raise TypeError(f"predict must be a pair (rows, cols), got {type(predict).__name__}")
         r, c = train.check_entries(*predict, name="predict")
         pr.append(r), pc.append(c)
-    context = test if sampled and test is not None else None
+    context = test.context if sampled and test is not None else None
     prep = Prepared(train, fit_data, np.concatenate(pr), np.concatenate(pc), test_values, context)
     return prep, shift
 
@@ -203,7 +205,7 @@ def fit(
     )
     settings = _method_settings(method, positional, method_kwargs)
     likelihood, offsets = _observation_model(train, likelihood, lam, noise_sd, center, clip)
-    sampled = _sampled_offsets(context, settings, train, test, predict)
+    sampled = _sampled_offsets(context, settings, train, test, predict, dt)
     prep, shift = _prepare(train, test, predict, offsets, sampled)
     components = dict(likelihood=likelihood, biases=get_biases(biases), offsets=sampled)
     info = _compose(

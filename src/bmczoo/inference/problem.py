@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..data import RatingData
+from ..data import Features, RatingData
 from .checkpoint import fingerprint
 
 if TYPE_CHECKING:
@@ -23,15 +23,15 @@ class Prepared:
     """The data of one fit: the training data as given and as fitted (centred), the
     entries whose posterior mean is computed during the fit (test entries first), and
     the test values (data scale) for the per-iteration RMSE traces; ``context``: the test
-    data, whose per-rating tables the sampled offsets read at those entries (None without
-    sampled offsets)."""
+    ratings' per-rating table, which the sampled offsets read at those entries (None
+    without sampled offsets)."""
 
     train: RatingData
     fit_data: RatingData
     pred_rows: np.ndarray
     pred_cols: np.ndarray
     test_values: np.ndarray
-    context: RatingData | None = None
+    context: Features | None = None
 
 
 def track_entries(train: RatingData, track, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import jax
 
-from ..data import RatingData
+from ..data import Features, RatingData
 
 __all__ = ["Offset"]
 
@@ -32,17 +32,18 @@ class Offset(abc.ABC):
     name: ClassVar[str] = ""
 
     @abc.abstractmethod
-    def arrays(self, ratings: RatingData, positions, dtype) -> dict:
-        """The device arrays the offset reads at the ratings ``positions`` of ``ratings``
-        (in that order): its per-rating data (the sweep asks for them in row order, and at
-        the entries it predicts).
+    def arrays(self, context: Features | None, n: int, dtype) -> dict:
+        """The device arrays the offset reads at ``n`` ratings from their per-rating table
+        (the sweep asks for them at the ratings in row order, at the entries it predicts
+        and at the tracked entries).
 
         Parameters
         ----------
-        ratings : RatingData
-            The data whose per-rating tables the offset reads.
-        positions : numpy.ndarray of int, shape (n,)
-            Positions of ratings in ``ratings``.
+        context : Features or None
+            The ratings' per-rating table (:attr:`bmczoo.data.RatingData.context`, its
+            rows in the ratings' order), None where the data has none.
+        n : int
+            The number of ratings.
         dtype : dtype
             The float dtype of the run.
 

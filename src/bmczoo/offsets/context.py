@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _rng
-from ..data import RatingData
+from ..data import Features, RatingData
 from .base import Offset
 
 __all__ = ["Context"]
@@ -65,16 +65,16 @@ class Context(Offset):
             object.__setattr__(self, "groups", groups)
 
     # ------------------------------------------------------------------ data
-    def layout(self, ratings: RatingData) -> tuple[tuple[str, ...], np.ndarray]:
+    def layout(self, context: Features | None) -> tuple[tuple[str, ...], np.ndarray]:
         """The groups used and, for each feature of the context table, its group's index
         (-1: a feature of a group not used).
 
         Parameters
         ----------
-        ratings : RatingData
-            Data with a per-rating ``context`` table.
+        context : Features or None
+            A per-rating table (:attr:`bmczoo.data.RatingData.context`).
         """
-        ctx = ratings.context
+        ctx = context
         if ctx is None:
             raise ValueError(
                 "the context offset needs per-rating features: give the data a context table "
@@ -92,26 +92,28 @@ class Context(Offset):
         where = {g: i for i, g in enumerate(groups)}
         return groups, np.array([where.get(g, -1) for g in ctx.groups], np.int32)
 
-    def arrays(self, ratings: RatingData, positions, dtype) -> dict:
+    def arrays(self, context: Features | None, n: int, dtype) -> dict:
         """``idx`` (G, n): each rating's feature in each group (its index among the used
         features), ``val`` (G, n): its value (0 where the rating has none), and ``group``
         (F,): each used feature's group.
 
         Parameters
         ----------
-        ratings : RatingData
-            Data with a per-rating ``context`` table.
-        positions : numpy.ndarray of int, shape (n,)
-            Positions of ratings in ``ratings``.
+        context : Features or None
+            The ``n`` ratings' per-rating table.
+        n : int
+            The number of ratings.
         dtype : dtype
             The float dtype of the run.
         """
-        groups, of = self.layout(ratings)
+        groups, of = self.layout(context)
         used = np.flatnonzero(of >= 0)
         column = np.full(of.size, -1, np.int64)
         column[used] = np.arange(used.size)
-        table = ratings.context.take(np.asarray(positions))
-        n, G = table.n_rows, len(groups)
+        table = context
+        G = len(groups)
+        if table.n_rows != n:
+            raise ValueError(f"Context: the table has {table.n_rows} rows for {n} ratings")
         rows = table.row_ids().astype(np.int64)
         cols = table.indices.astype(np.int64)
         g = of[cols]
@@ -121,7 +123,7 @@ class Context(Offset):
         if np.unique(slot).size != slot.size:
             k = int(np.flatnonzero(np.bincount(slot) > 1)[0])
             raise ValueError(
-                f"Context: rating {int(np.asarray(positions)[k % max(n, 1)])} has more than one "
+                f"Context: rating {k % max(n, 1)} of the table has more than one "
                 f"feature of group {groups[k // max(n, 1)]!r}; each group must have at most one "
                 "non-zero per rating"
             )
@@ -147,7 +149,7 @@ class Context(Offset):
         import numpyro
         import numpyro.distributions as dist
 
-        arrays = self.arrays(ratings, np.arange(ratings.n), jnp.result_type(float))
+        arrays = self.arrays(ratings.context, ratings.n, jnp.result_type(float))
         G = arrays["idx"].shape[0]
         lam = numpyro.sample(f"{self.name}_lam", dist.Gamma(self.a, self.b).expand([G]).to_event(1))
         sd = 1.0 / jnp.sqrt(lam[arrays["group"]])

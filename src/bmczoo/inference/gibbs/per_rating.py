@@ -124,7 +124,8 @@ def check_offsets_support(offsets, mesh) -> tuple:
 def offset_arrays(offsets: tuple, ratings: RatingData, entries, entry_arrays, dtype) -> dict:
     """Each offset's arrays (a tuple in the order of ``offsets``) at the ratings in row
     order (``"ratings"``), at the requested entries (``"pred"``: read from
-    ``entries.context``, a :class:`~bmczoo.data.RatingData` holding them in order) and at
+    ``entries.context``, their per-rating table, a :class:`~bmczoo.data.Features` with one
+    row per entry) and at
     the tracked entries (``"track"``: ratings of the training data); ``entry_arrays`` the
     problem's :class:`~bmczoo.inference.gibbs.state.EntryArrays`."""
     if not offsets:
@@ -134,27 +135,19 @@ def offset_arrays(offsets: tuple, ratings: RatingData, entries, entry_arrays, dt
     track = np.asarray(e.track_rows), np.asarray(e.track_cols)
     P = int(np.asarray(pred[0]).shape[0])
     ctx = entries.context
-    if P and ctx is None:
-        raise ValueError(
-            "the model has offsets: give the requested entries' per-rating data "
-            "(Entries(context=...), a RatingData holding the predict entries in order)"
-        )
-    if ctx is not None and (
-        ctx.n != P or not np.array_equal(ctx.rows, pred[0]) or not np.array_equal(ctx.cols, pred[1])
-    ):
-        raise ValueError(
-            f"Entries.context must hold the {P} predict entries in order, got {ctx.n} ratings "
-            "at other entries"
-        )
+    if ctx is not None and ctx.n_rows != P:
+        raise ValueError(f"Entries.context has {ctx.n_rows} rows for {P} predict entries")
     at_rows = np.asarray(ratings.row_view.order)
     at_track = _positions(ratings, track[0], track[1], "a tracked")
+
+    def table(at):
+        return None if ratings.context is None else ratings.context.take(at)
+
     out = {"ratings": [], "pred": [], "track": []}
     for o in offsets:
-        out["ratings"].append(o.arrays(ratings, at_rows, dtype))
-        out["track"].append(o.arrays(ratings, at_track, dtype))
-        out["pred"].append(
-            o.arrays(ctx, np.arange(P), dtype) if P else o.arrays(ratings, at_track[:0], dtype)
-        )
+        out["ratings"].append(o.arrays(table(at_rows), ratings.n, dtype))
+        out["track"].append(o.arrays(table(at_track), len(at_track), dtype))
+        out["pred"].append(o.arrays(ctx if P else table(at_track[:0]), P, dtype))
     return {k: tuple(v) for k, v in out.items()}
 
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import _rng
-from ...data import RatingData
+from ...data import Features, RatingData
 from ...priors import Prior
 from ...priors.macau.arrays import shared_link_arrays
 from .. import sharding as sh
@@ -272,6 +272,9 @@ class Entries(NamedTuple):
         Added back to ``theta`` to predict (the training mean when centring).
     clip : (lo, hi) or None
         Prediction range of the RMSE traces (None: no clipping).
+    context : bmczoo.data.Features or None
+        The per-rating table of the ``predict`` entries (one row each), which sampled
+        offsets read there.
     """
 
     predict: tuple | None = None
@@ -279,7 +282,7 @@ class Entries(NamedTuple):
     track: tuple | None = None
     offset: float = 0.0
     clip: tuple | None = None
-    context: RatingData | None = None
+    context: Features | None = None
 
 
 class Schedule(NamedTuple):
