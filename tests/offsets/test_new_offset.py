@@ -2,7 +2,7 @@
 ``s_k = mu`` with ``mu ~ N(0, 1)``) added to a copy of the package as
 ``offsets/probe_level.py`` alone is sampled by the sweep (its block, the factor blocks
 fitting the ratings minus it, its draws, the predictions including it, the checkpoint's
-state) without any other file changing."""
+state) and its NumPyro statement is in the model, without any other file changing."""
 
 from __future__ import annotations
 
@@ -92,6 +92,12 @@ CHECKS = textwrap.dedent(
     )
     back = driver._restore_state(driver._state_arrays(st, p), p)
     assert np.array_equal(back.offset_state["probe_level"]["mu"], st.offset_state["probe_level"]["mu"])
+    import numpyro
+    with numpyro.handlers.seed(rng_seed=0):
+        tr = numpyro.handlers.trace(bmc.models.matrix_completion).get_trace(
+            train, 2, prior, offsets=(ProbeLevel(),)
+        )
+    assert "probe_level_mu" in tr, sorted(tr)
     print("ok")
     """
 )
