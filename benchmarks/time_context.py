@@ -14,7 +14,7 @@ kept draws of all averaged.  Nothing is chosen on the test ratings.
 timestamps, then split with the ratings: a rating's time is known when it is predicted):
 ``time_bin`` (30 equal-count bins), ``item_time_bin`` (the item x bin pair),
 ``user_day`` (the user x day pair) and ``user_dev`` (timeSVD++'s ``dev_u(t)`` in the
-user's column).
+user's column); ``--time-groups`` chooses a subset for both libraries.
 
 **bmczoo** (``--configs``): ``NormalWishart(row_features=True, col_features=True,
 implicit=True)`` rows with ``biases=True`` (side features through the Macau link,
@@ -199,6 +199,11 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=400)
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--time-groups",
+        default=",".join(("time_bin", "item_time_bin", "user_day", "user_dev")),
+        help="the time features both libraries get (default: all four groups)",
+    )
     p.add_argument("--quick", action="store_true", help="smoke test: 10 + 20 iterations")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
@@ -226,7 +231,7 @@ def main(argv=None) -> int:
     else:
         print("myFM: skipped (pip install myfm to compare)", flush=True)
     data = bmc.datasets.load_movielens("100k", a.data, download=False)
-    data = data.with_context(time_features(data))
+    data = data.with_context(time_features(data, a.time_groups.split(",")))
     res = {
         "machine": machine(),
         "load_start": list(os.getloadavg()),
