@@ -269,3 +269,22 @@ def test_fit_context_errors():
         bmc.fit(no_ctx, context=True, **kw)
     with pytest.raises(ValueError, match="no group 'day'"):
         bmc.fit(train, context=bmc.offsets.Context(groups=("day",)), **kw)
+
+
+def test_checkpointed_fit_with_context(tmp_path):
+    """A run with the context offset written every 40 sweeps and run again from its
+    checkpoint gives the same predictions; a run without the offset (or with other
+    groups) refuses that checkpoint."""
+    train, test = _bin_data()
+    path = tmp_path / "run.npz"
+    kw = dict(FIT, test=test, context=True)
+    a = bmc.fit(train, **kw)
+    b = bmc.fit(train, checkpoint=path, checkpoint_every=40, **kw)
+    np.testing.assert_array_equal(a.predict(test.rows, test.cols), b.predict(test.rows, test.cols))
+    c = bmc.fit(train, checkpoint=path, checkpoint_every=40, **kw)  # finished: loaded
+    np.testing.assert_array_equal(a.predict(test.rows, test.cols), c.predict(test.rows, test.cols))
+    with pytest.raises(ValueError, match="different run: (offsets|context)"):
+        bmc.fit(train, checkpoint=path, **{**kw, "context": False})
+    other = bmc.offsets.Context(a=2.0)
+    with pytest.raises(ValueError, match="different run: (offsets|context)"):
+        bmc.fit(train, checkpoint=path, **{**kw, "context": other})

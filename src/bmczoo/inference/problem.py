@@ -71,5 +71,20 @@ def run_settings(prep: Prepared, info: FitInfo, **extra) -> dict:
         "predict": fingerprint(prep.pred_rows, prep.pred_cols, prep.test_values),
         # a prior's feature links (only when it has some: other checkpoints stay valid)
         **({"links": links} if (links := getattr(info.prior, "links", dict)()) else {}),
+        # sampled offsets and the per-rating tables they read (only with offsets)
+        **(_offset_settings(prep, info) if info.offsets else {}),
         **extra,
+    }
+
+
+def _offset_settings(prep: Prepared, info: FitInfo) -> dict:
+    """The sampled offsets and fingerprints of the context tables of the training ratings
+    and of the requested entries."""
+
+    def table(f):
+        return None if f is None else fingerprint(f.indptr, f.indices, f.values)
+
+    return {
+        "offsets": [o.describe() for o in info.offsets],
+        "context": [table(prep.fit_data.context), table(prep.context)],
     }
