@@ -6,6 +6,10 @@ entries, the checkpoint's state) and its errors.  Its Geweke tests are in
 
 from __future__ import annotations
 
+import dataclasses
+from statistics import NormalDist
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -288,3 +292,63 @@ def test_checkpointed_fit_with_context(tmp_path):
     other = bmc.offsets.Context(a=2.0)
     with pytest.raises(ValueError, match="different run: (offsets|context)"):
         bmc.fit(train, checkpoint=path, **{**kw, "context": other})
+
+
+@dataclasses.dataclass(frozen=True)
+class Level(bmc.offsets.Offset):
+    """A second sampled offset for the tests: one level ``mu ~ N(0, 1)`` at every rating."""
+
+    name: ClassVar[str] = "level"
+
+    def arrays(self, context, n, dtype):
+        return {"one": jnp.ones(n, dtype)}
+
+    def gibbs_state(self, arrays, C, dtype):
+        return {"mu": jnp.zeros((C,), dtype)}
+
+    def shift(self, state, arrays):
+        return state["mu"][:, None] * arrays["one"]
+
+    def sample(self, ratings):
+        raise AssertionError("not used")
+
+    def gibbs_update(self, key, state, arrays, target, precision):
+        prec = 1.0 + jnp.sum(precision, axis=1)
+        z = jax.vmap(lambda k: jax.random.normal(k, (), prec.dtype))(key)
+        return {"mu": jnp.sum(precision * target, axis=1) / prec + z / jnp.sqrt(prec)}
+
+
+def test_two_offsets_each_see_the_other():
+    """A level and the drift group together: each block is given the ratings minus the
+    other offset, and both are recovered (posterior means within a few posterior sds of
+    the truth)."""
+    data, dense = _data(n=500, m1=30, m2=25, seed=7)
+    drift = np.random.default_rng(8).normal(size=30)
+    y = 2.0 + dense[:, 4:] @ drift + 0.3 * np.random.default_rng(9).normal(size=data.n)
+    data = bmc.RatingData(data.rows, data.cols, y, data.shape, context=data.context)
+    p = gibbs.build_problem(
+        data,
+        1.0 / 0.09,
+        dtype=jnp.float64,
+        prior=bmc.priors.Fixed(gamma=1e-6),
+        offsets=(Level(), bmc.offsets.Context(groups=("dev",))),
+    )
+    prior = bmc.priors.Fixed(gamma=1e-6)
+    st = gibbs.init(jax.random.split(jax.random.key(2), 2), p, prior, 2)
+    sweep = jax.jit(lambda s: gibbs.sweep(s, p, prior))
+    mu, w = [], []
+    for i in range(600):
+        st = sweep(st)
+        if i >= 100:
+            mu.append(np.asarray(st.offset_state["level"]["mu"]))
+            w.append(np.asarray(st.offset_state["context"]["w"]))
+    mu, w = np.concatenate(mu), np.concatenate(w)
+    # the truth is a draw of the weights' prior family: its z-scores against the posterior
+    # are standard normal, compared with the Bonferroni threshold at a familywise 1%
+    z = np.append((w.mean(0) - drift) / w.std(0), (mu.mean() - 2.0) / mu.std())
+    z_crit = NormalDist().inv_cdf(1 - 0.01 / (2 * z.size))
+    assert np.max(np.abs(z)) < z_crit, np.round(z, 2)
+    with pytest.raises(ValueError, match="distinct names, got level, level"):
+        gibbs.build_problem(data, 1.0, offsets=(Level(), Level()))
+    with pytest.raises(TypeError, match="Offset components"):
+        gibbs.build_problem(data, 1.0, offsets=("context",))

@@ -111,8 +111,17 @@ def _positions(ratings: RatingData, rows, cols, what: str) -> np.ndarray:
 
 
 def check_offsets_support(offsets, mesh) -> tuple:
-    """The offsets as a tuple; a clear error where they meet several devices."""
+    """The offsets as a tuple, checked: sampled offsets with distinct names (their
+    variables are kept under them), on one device."""
+    from ...offsets import Offset
+
     offsets = tuple(offsets)
+    bad = [o for o in offsets if not isinstance(o, Offset)]
+    if bad:
+        raise TypeError(f"offsets must be bmczoo.offsets.Offset components, got {bad[0]!r}")
+    names = [o.name for o in offsets]
+    if len(set(names)) != len(names):
+        raise ValueError(f"offsets must have distinct names, got {', '.join(names)}")
     if offsets and mesh is not None:
         raise ValueError(
             "sampled offsets run on one device: their sharded block is not implemented "
@@ -125,9 +134,8 @@ def offset_arrays(offsets: tuple, ratings: RatingData, entries, entry_arrays, dt
     """Each offset's arrays (a tuple in the order of ``offsets``) at the ratings in row
     order (``"ratings"``), at the requested entries (``"pred"``: read from
     ``entries.context``, their per-rating table, a :class:`~bmczoo.data.Features` with one
-    row per entry) and at
-    the tracked entries (``"track"``: ratings of the training data); ``entry_arrays`` the
-    problem's :class:`~bmczoo.inference.gibbs.state.EntryArrays`."""
+    row per entry) and at the tracked entries (``"track"``: ratings of the training data);
+    ``entry_arrays`` the problem's :class:`~bmczoo.inference.gibbs.state.EntryArrays`."""
     if not offsets:
         return {}
     e = entry_arrays
