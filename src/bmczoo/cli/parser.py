@@ -206,21 +206,11 @@ def _fit_model_options(f) -> None:
         action="store_true",
         help="add row and column biases b_i + c_j with inverse-gamma variances",
     )
-    f.add_argument(
-        "--context",
-        nargs="?",
-        const="time",
-        default=None,
-        metavar="GROUPS",
-        help="gibbs: per-rating time effects from the ratings' timestamps (a 4th, integer "
-        "column of the ratings file), each group with its own precision: 'time' (also the "
-        "flag alone) for all of time_bin, item_time_bin, user_day, user_dev, or a "
-        "comma-separated list of them (default: none)",
-    )
 
 
 def _fit_side_options(f) -> None:
-    """The Normal-Wishart prior's feature links and feature-driven biases."""
+    """The Normal-Wishart prior's feature links, feature-driven biases and the ratings'
+    time context."""
     f.add_argument(
         "--features",
         nargs="?",
@@ -244,6 +234,17 @@ def _fit_side_options(f) -> None:
         help="biases (implies --biases) whose prior means are linear in the features of "
         "--features / --implicit, so that a user or item without ratings gets the bias its "
         "features predict",
+    )
+    f.add_argument(
+        "--context",
+        nargs="?",
+        const="time",
+        default=None,
+        metavar="GROUPS",
+        help="gibbs: per-rating time effects from the ratings' timestamps (a 4th, integer "
+        "column of the ratings file), each group with its own precision: 'time' (also the "
+        "flag alone) for all of time_bin, item_time_bin, user_day, user_dev, or a "
+        "comma-separated list of them (default: none)",
     )
 
 

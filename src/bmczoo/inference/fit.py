@@ -209,7 +209,7 @@ def fit(
     prep, shift = _prepare(train, test, predict, offsets, sampled)
     components = dict(likelihood=likelihood, biases=get_biases(biases), offsets=sampled)
     info = _compose(
-        train, K, prior, settings, shift, center=center, seed=seed, dtype=dt, **components
+        train, K, prior, settings, shift, center=center, seed=seed, dtype=dt, components=components
     )
     check_bool("progress_bar", progress_bar)
     with x64_context(dt):
@@ -248,16 +248,14 @@ def _compose(
     center,
     seed,
     dtype,
-    likelihood,
-    biases,
-    offsets=(),
+    components: dict,
 ) -> FitInfo:
-    """The model's components and the run's settings, checked, as the fit's typed info."""
+    """The model's components (``likelihood``, ``biases``, ``offsets``) and the run's
+    settings, checked, as the fit's typed info."""
     prior = Discrete() if prior is None else check_prior(prior)
     return FitInfo(
         method=settings.method,
         prior=prior,
-        likelihood=likelihood,
         K=check_K(K, train.shape),
         shape=train.shape,
         shift=shift,
@@ -265,7 +263,6 @@ def _compose(
         seed=check_int("seed", seed, minimum=0),
         dtype=jnp.dtype(dtype).name,
         settings=settings.for_prior(prior),
-        tau=likelihood.precision(train.n),
-        biases=biases,
-        offsets=offsets,
+        tau=components["likelihood"].precision(train.n),
+        **components,
     )

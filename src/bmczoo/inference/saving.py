@@ -495,10 +495,6 @@ def load(path):
     FitResult
         A result of the class that was saved.
     """
-    from ..likelihoods import get_likelihood
-    from ..offsets import Biases, Offset, Shift
-    from ..priors import get_prior
-
     data = _read_npz(path)
     found = str(data.pop("__format__", ""))
     m = re.fullmatch(r"bmczoo-fit-(\d+)", found)
@@ -510,35 +506,8 @@ def load(path):
             "upgrade bmczoo"
         )
     meta = json.loads(str(data.pop("__meta__")))
-    lik = dict(meta["likelihood"])
-    prior = get_prior(
-        meta["prior"]["name"],
-        **meta["prior"]["hyperparameters"],
-        **_link_kwargs(meta["prior"].get("links"), data, path),
-    )
-    likelihood = get_likelihood(lik.pop("name"), **lik)
-    biases = None
-    if meta["biases"] is not None:
-        b = dict(meta["biases"])
-        b.pop("name", None)
-        links = b.pop("links", None)
-        biases = Biases(**b, **_link_kwargs(links, data, path, prefix="b"))
-    sh = meta["shift"]
-    info = FitInfo(
-        method=meta["method"],
-        prior=prior,
-        likelihood=likelihood,
-        K=int(meta["K"]),
-        shape=tuple(meta["shape"]),
-        shift=Shift(sh["offset"], sh["lo"], sh["hi"]),
-        center=meta["center"],
-        seed=meta["seed"],
-        dtype=meta["dtype"],
-        settings=_settings(meta["method"], meta["settings"]),
-        tau=meta["tau"],
-        biases=biases,
-        offsets=tuple(Offset.from_description(d) for d in meta.get("offsets", ())),
-    )
+    info = _info_from_meta(meta, data, path)
+    prior = info.prior
     cls = _CLASSES[meta["class"]]
     kw = {}
     for name, kind in meta["kinds"].items():
@@ -562,6 +531,43 @@ def load(path):
                 )
             )
     return cls(info=info, **kw)
+
+
+def _info_from_meta(meta: dict, data: dict, path) -> FitInfo:
+    """The fit's typed info from its saved description (and the link arrays in ``data``)."""
+    from ..likelihoods import get_likelihood
+    from ..offsets import Biases, Offset, Shift
+    from ..priors import get_prior
+
+    lik = dict(meta["likelihood"])
+    prior = get_prior(
+        meta["prior"]["name"],
+        **meta["prior"]["hyperparameters"],
+        **_link_kwargs(meta["prior"].get("links"), data, path),
+    )
+    likelihood = get_likelihood(lik.pop("name"), **lik)
+    biases = None
+    if meta["biases"] is not None:
+        b = dict(meta["biases"])
+        b.pop("name", None)
+        links = b.pop("links", None)
+        biases = Biases(**b, **_link_kwargs(links, data, path, prefix="b"))
+    sh = meta["shift"]
+    return FitInfo(
+        method=meta["method"],
+        prior=prior,
+        likelihood=likelihood,
+        K=int(meta["K"]),
+        shape=tuple(meta["shape"]),
+        shift=Shift(sh["offset"], sh["lo"], sh["hi"]),
+        center=meta["center"],
+        seed=meta["seed"],
+        dtype=meta["dtype"],
+        settings=_settings(meta["method"], meta["settings"]),
+        tau=meta["tau"],
+        biases=biases,
+        offsets=tuple(Offset.from_description(d) for d in meta.get("offsets", ())),
+    )
 
 
 def load_extra(path) -> dict:
