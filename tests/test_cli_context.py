@@ -40,7 +40,8 @@ def test_fit_with_time_context(tmp_path, capsys):
     rmse = float(out.strip().splitlines()[-1].split("=")[1])
     assert np.isfinite(rmse)
     fit = bmczoo.load(tmp_path / "m.npz")
-    assert fit.info.offsets == (bmczoo.offsets.Context(),)
+    (off,) = fit.info.offsets
+    assert off == bmczoo.offsets.Context(columns=off.columns) and off.columns is not None
     assert "context_lam" in fit.samples and fit.samples["context_lam"].shape[-1] == 2
     rows = (tmp_path / "out" / "predictions.csv").read_text().splitlines()
     assert rows[0].startswith("user_id,item_id,rating,prediction") and len(rows) == 61

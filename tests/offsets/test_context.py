@@ -231,7 +231,7 @@ def test_fit_with_context_predicts_the_bins_and_saves(tmp_path):
     # the bin effect (sd 0.9) is what the plain model cannot fit; noise sd 0.5
     assert fit.rmse(test) < 0.6 < plain.rmse(test)
     assert fit.samples["context_lam"].shape[-1] == 1
-    assert fit.info.offsets == (bmc.offsets.Context(),)
+    assert fit.info.offsets == (bmc.offsets.Context().bind(train.context),)
     idata = fit.to_arviz(var_names=["context_lam", "context_w"])
     assert idata.posterior["context_lam"].dims == ("chain", "draw", "context_group")
     assert idata.posterior["context_w"].shape[-1] == 5
@@ -246,10 +246,83 @@ def test_fit_with_context_predicts_the_bins_and_saves(tmp_path):
     )
     with pytest.raises(ValueError, match=r"sampled offsets \(context\).*need each entry's context"):
         fit.predict(train.rows[:3], train.cols[:3])
-    with pytest.raises(ValueError, match="need each entry's context"):
-        fit.log_predictive_density(test)
+    # the training ratings' context is not held by the fit
     with pytest.raises(ValueError, match="need each entry's context"):
         fit.to_arviz(log_likelihood=True)
+
+
+def _direct(fit, rows, cols, table):
+    """The posterior mean and variance of ``theta + x . w`` at the entries, from the
+    stored draws (float64), and each draw's value."""
+    s = fit.samples
+    M, N = (np.asarray(s[k], np.float64).reshape(-1, *np.shape(s[k])[2:]) for k in "MN")
+    w = np.asarray(s["context_w"], np.float64).reshape(M.shape[0], -1)
+    t = np.einsum("spk,spk->sp", M[:, rows], N[:, cols]) + w @ table.to_dense().T
+    if "row_bias" in s:
+        t += np.asarray(s["row_bias"]).reshape(M.shape[0], -1)[:, rows]
+        t += np.asarray(s["col_bias"]).reshape(M.shape[0], -1)[:, cols]
+    return t.mean(0), t.var(0)
+
+
+def test_predictions_at_new_entries_with_their_context(tmp_path):
+    """``predict(rows, cols, context=)`` at entries not requested at fit time is the mean
+    over the stored draws of ``theta + x . w`` (exact, float64); at the test entries in
+    another order it is the fit-time running mean (the same draws); the fit-time table
+    reads the running sums; a saved and loaded fit predicts the same; the log predictive
+    density and the predictive interval take the context too."""
+    train, test = _bin_data()
+    fit = bmc.fit(train, test=test, context=True, biases=True, store_factors=True, **FIT)
+    rows, cols, table = train.rows[:50], train.cols[:50], train.context.take(np.arange(50))
+    mean, var = _direct(fit, rows, cols, table)
+    got, sd = fit.predict(rows, cols, return_std=True, context=table)
+    np.testing.assert_allclose(got, mean + fit.info.shift.offset, rtol=1e-10)
+    np.testing.assert_allclose(sd**2, var + fit.noise_var(), rtol=1e-10)
+    # one entry at two times: two predictions that differ by the bins' weights
+    two = Features(np.arange(3), np.array([0, 3]), np.ones(2), train.context.names)
+    a, b = fit.predict([0, 0], [1, 1], context=two)
+    w = fit.samples["context_w"].reshape(-1, 5).mean(0)
+    assert a - b == pytest.approx(w[0] - w[3], rel=1e-10)
+    # the test entries reversed: the draws give the fit-time running mean
+    rev = np.arange(test.n)[::-1]
+    np.testing.assert_allclose(
+        fit.predict(test.rows[rev], test.cols[rev], context=test.context.take(rev)),
+        fit.pred_mean[rev],
+        rtol=1e-10,
+    )
+    assert fit.rmse(test) == pytest.approx(np.sqrt(np.mean((fit.pred_mean - test.values) ** 2)))
+    lpd = fit.log_predictive_density(test)
+    assert np.isfinite(lpd)
+    lo, hi = fit.predictive_interval(rows, cols, 0.9, context=table)
+    assert np.all(lo < got) and np.all(got < hi)
+    fit.save(tmp_path / "f.npz")
+    back = bmc.load(tmp_path / "f.npz")
+    np.testing.assert_array_equal(back.predict(rows, cols, context=table), got)
+    assert back.log_predictive_density(test) == lpd
+    # errors: a table of another length, other columns, not a table; a fit without offsets
+    with pytest.raises(ValueError, match="context has 3 rows for 50 entries"):
+        fit.predict(rows, cols, context=table.take([0, 1, 2]))
+    other = Features(np.arange(51), np.zeros(50, np.int64), np.ones(50), ["bin=9"])
+    with pytest.raises(ValueError, match=r"columns of the training.*reindex\(train.context\)"):
+        fit.predict(rows, cols, context=other)
+    np.testing.assert_array_equal(
+        fit.predict(rows, cols, context=table.reindex(train.context)), got
+    )
+    with pytest.raises(TypeError, match="context must be a bmczoo.data.Features"):
+        fit.predict(rows, cols, context=np.ones((50, 5)))
+    plain = bmc.fit(train, **FIT)
+    with pytest.raises(ValueError, match="context= is read by the sampled offsets.*has none"):
+        plain.predict(rows, cols, context=table)
+    no_factors = bmc.fit(train, context=True, store_factors=False, **FIT)
+    with pytest.raises(ValueError, match="no factor draws were stored"):
+        no_factors.predict(rows, cols, context=table)
+    # a test set whose table has other columns is refused by fit
+    with pytest.raises(ValueError, match="test.context does not have the columns"):
+        bmc.fit(
+            train,
+            test=test.with_context(test.context.reindex(["bin=0", "bin=1"])),
+            context=True,
+            **FIT,
+        )
 
 
 def test_fit_context_errors():
@@ -352,3 +425,28 @@ def test_two_offsets_each_see_the_other():
         gibbs.build_problem(data, 1.0, offsets=(Level(), Level()))
     with pytest.raises(TypeError, match="Offset components"):
         gibbs.build_problem(data, 1.0, offsets=("context",))
+
+
+def test_level_probabilities_at_new_entries_with_their_context():
+    """Ordered probit: ``predict_proba(rows, cols, context=)`` is the mean over the stored
+    draws of ``Phi(c_l - t) - Phi(c_{l-1} - t)``, ``t = theta + x . w`` (float64)."""
+    from scipy.stats import norm
+
+    train, test = _bin_data()
+    levels = lambda d: d.with_values(np.clip(np.round(d.values), 1, 5))  # noqa: E731
+    train, test = levels(train), levels(test)
+    kw = dict(FIT, likelihood=bmc.likelihoods.OrderedProbit(), num_samples=40)
+    fit = bmc.fit(train, test=test, context=True, store_factors=True, **kw)
+    rows, cols, table = train.rows[:30], train.cols[:30], train.context.take(np.arange(30))
+    s = fit.samples
+    M, N = (np.asarray(s[k], np.float64).reshape(-1, *np.shape(s[k])[2:]) for k in "MN")
+    w = np.asarray(s["context_w"], np.float64).reshape(M.shape[0], -1)
+    t = np.einsum("spk,spk->sp", M[:, rows], N[:, cols]) + w @ table.to_dense().T
+    cuts = np.asarray(s["cuts"], np.float64).reshape(M.shape[0], -1)
+    edges = np.concatenate(
+        [np.full((M.shape[0], 1), -np.inf), cuts, np.full((M.shape[0], 1), np.inf)], 1
+    )
+    cdf = norm.cdf(edges[:, None, :] - t[:, :, None])
+    want = np.diff(cdf, axis=-1).mean(0)
+    np.testing.assert_allclose(fit.predict_proba(rows, cols, context=table), want, atol=1e-10)
+    assert fit.log_predictive_density(test) < 0

@@ -69,6 +69,9 @@ def _sampled_offsets(context, settings: Settings, train: RatingData, test, predi
     # a clear error without train.context, with an unknown group or a rating with two
     # features of one group
     off.arrays(train.context, train.n, dtype)
+    off = off.bind(train.context)
+    if test is not None:
+        off.check_columns(test.context, "test.context")
     return (off,)
 
 

@@ -15,21 +15,86 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 from typing import ClassVar
 
 import jax
 
 from ..data import Features, RatingData
 
-__all__ = ["Offset"]
+__all__ = ["Offset", "table_columns", "table_key"]
+
+
+def table_columns(table: Features | None) -> str | None:
+    """A key of a per-rating table's columns (their names and groups, in order): two
+    tables with the same key put a feature in the same column."""
+    if table is None:
+        return None
+    h = hashlib.sha1()
+    for part in (table.names, table.groups):
+        h.update("\x1f".join(part).encode())
+        h.update(b"\x1e")
+    return h.hexdigest()
+
+
+def table_key(table: Features | None) -> str | None:
+    """A key of a per-rating table's columns and contents (the same rows, the same values)."""
+    if table is None:
+        return None
+    h = hashlib.sha1(table_columns(table).encode())
+    for a in (table.indptr, table.indices, table.values):
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)
 class Offset(abc.ABC):
-    """Base class of the sampled offsets ``s_k`` added to ``theta_k`` at rating ``k``."""
+    """Base class of the sampled offsets ``s_k`` added to ``theta_k`` at rating ``k``.
+
+    Parameters
+    ----------
+    columns : str, optional
+        Keyword only: the key of the training ratings' per-rating table's columns
+        (``table_columns``), set by :meth:`bind` (``bmc.fit`` binds the offsets it
+        samples); a table with other columns is then refused.
+    """
 
     #: the offset's name (the prefix of its variables in the draws)
     name: ClassVar[str] = ""
+
+    #: the key (:func:`table_columns`) of the training ratings' per-rating table, set by
+    #: :meth:`bind`: a table with other columns is refused by :meth:`check_columns`
+    columns: str | None = dataclasses.field(default=None, kw_only=True, repr=False)
+
+    def bind(self, context: Features | None) -> "Offset":
+        """This offset with the columns of the training ratings' table recorded.
+
+        Parameters
+        ----------
+        context : Features or None
+            The training ratings' per-rating table.
+        """
+        return dataclasses.replace(self, columns=table_columns(context))
+
+    def check_columns(self, context: Features | None, what: str = "the table") -> None:
+        """A clear error for a per-rating table whose columns are not the training
+        table's (a weight would be read for another feature).
+
+        Parameters
+        ----------
+        context : Features or None
+            A per-rating table.
+        what : str
+            How the error names the table.
+        """
+        if self.columns is None or context is None or table_columns(context) == self.columns:
+            return
+        raise ValueError(
+            f"{self.name}: {what} does not have the columns of the training ratings' context "
+            f"table ({context.n_features} features here): encode it in the training table's "
+            "columns with table.reindex(train.context)"
+        )
 
     @abc.abstractmethod
     def arrays(self, context: Features | None, n: int, dtype) -> dict:

@@ -39,6 +39,8 @@ class Context(Offset):
         all of them, in the order of the table).
     a, b : float
         Shape and rate of the gamma prior on each group's precision ``lam_g``.
+    columns : str, optional
+        Keyword only: the training table's columns (``Offset.bind``).
     """
 
     name: ClassVar[str] = "context"
@@ -107,6 +109,7 @@ class Context(Offset):
             The float dtype of the run.
         """
         groups, of = self.layout(context)
+        self.check_columns(context)
         used = np.flatnonzero(of >= 0)
         column = np.full(of.size, -1, np.int64)
         column[used] = np.arange(used.size)

@@ -23,6 +23,7 @@ from ...linalg import device_array, uses_gram_kernel
 from ...offsets import shift_clip
 from .. import gibbs
 from .. import settings as st
+from ...offsets.base import table_key
 from ..checkpoint import check_settings, fingerprint, load_npz, save_npz
 from ..options import record
 from ..problem import Prepared, run_settings, track_entries
@@ -460,4 +461,5 @@ def fit_gibbs(prep: Prepared, info: FitInfo, progress_bar: bool) -> GibbsFit:
         num_kept=num_kept,
         timings=timings,
         switches=np.asarray(stats.switches).reshape(C, 2) if s.anneal_steps else None,
+        pred_context=table_key(prep.context) if info.offsets else None,
     )

@@ -194,7 +194,7 @@ class FitResult(out.PredictiveMixin, abc.ABC):
         (``noise_sd^2``, or ``n / (2 lam)``)."""
         return 1.0 / float(self.info.tau)
 
-    def predict(self, rows, cols, return_std: bool = False):
+    def predict(self, rows, cols, return_std: bool = False, *, context=None):
         """Posterior (predictive) mean at the given entries (1-D array, data scale: offset
         added, clipped when the fit clips).  With ``return_std=True`` returns ``(mean,
         sd)``, ``sd = sqrt(Var[theta_ij] + E[1/tau])`` the posterior predictive sd (never
@@ -209,17 +209,22 @@ class FitResult(out.PredictiveMixin, abc.ABC):
             Row and column indices of the entries.
         return_std : bool
             Also return the predictive sd.
+        context : bmczoo.data.Features, optional
+            A fit with sampled offsets (``bmc.fit(..., context=...)``): the entries'
+            per-rating table (one row per entry, the training table's columns), which the
+            offsets read; needed at entries other than those requested at fit time.
         """
         r, c = self._check_entries(rows, cols)
+        kw = self._context_kw(context, r.size)
         if self.info.likelihood.latent:
             mean, sd = levels.level_summary(
-                self._level_proba(r, c), self.info.likelihood.level_values
+                self._level_proba(r, c, **kw), self.info.likelihood.level_values
             )
             return (mean, sd) if return_std else mean
-        mean = self._predict_mean(r, c)
+        mean = self._predict_mean(r, c, **kw)
         if not return_std:
             return mean
-        _, var = self._theta_moments(r, c)
+        _, var = self._theta_moments(r, c, **kw)
         return mean, np.sqrt(np.maximum(var, 0.0) + self.noise_var())
 
     # ------------------------------------------------------------------ levels
@@ -237,7 +242,7 @@ class FitResult(out.PredictiveMixin, abc.ABC):
             raise ValueError("the fit holds no draws of the cut points")
         return np.asarray(src["cuts"], np.float64).reshape(S, -1)
 
-    def predict_proba(self, rows, cols) -> np.ndarray:
+    def predict_proba(self, rows, cols, *, context=None) -> np.ndarray:
         """Posterior predictive level probabilities at the given entries: for a
         :class:`~bmczoo.likelihoods.Probit` fit ``P(Y_ij = 1 | data)`` (P,); for an
         :class:`~bmczoo.likelihoods.OrderedProbit` fit (P, L), column ``l`` the
@@ -247,6 +252,10 @@ class FitResult(out.PredictiveMixin, abc.ABC):
         ----------
         rows, cols : array_like of int, shape (P,)
             Row and column indices of the entries.
+        context : bmczoo.data.Features, optional
+            A fit with sampled offsets (``bmc.fit(..., context=...)``): the entries'
+            per-rating table (one row per entry, the training table's columns), which the
+            offsets read; needed at entries other than those requested at fit time.
         """
         if not self.info.likelihood.latent:
             raise ValueError(
@@ -254,10 +263,10 @@ class FitResult(out.PredictiveMixin, abc.ABC):
                 f"{self.info.likelihood.name!r} (use predict / predictive_interval)"
             )
         r, c = self._check_entries(rows, cols)
-        probs = self._level_proba(r, c)
+        probs = self._level_proba(r, c, **self._context_kw(context, r.size))
         return probs[:, 1] if self.info.likelihood.binary else probs
 
-    def predictive_interval(self, rows, cols, prob: float = 0.9):
+    def predictive_interval(self, rows, cols, prob: float = 0.9, *, context=None):
         """Central ``prob`` interval of the posterior predictive (see
         :meth:`bmczoo.inference.results.outputs.PredictiveMixin.predictive_interval`).  Probit and
         ordered probit: of the predictive level distribution (the lowest levels whose CDF
@@ -269,17 +278,23 @@ class FitResult(out.PredictiveMixin, abc.ABC):
             Row and column indices of the entries.
         prob : float
             Probability of the interval, in (0, 1).
+        context : bmczoo.data.Features, optional
+            A fit with sampled offsets (``bmc.fit(..., context=...)``): the entries'
+            per-rating table (one row per entry, the training table's columns), which the
+            offsets read; needed at entries other than those requested at fit time.
         """
         if not self.info.likelihood.latent:
-            return super().predictive_interval(rows, cols, prob)
+            return super().predictive_interval(rows, cols, prob, context=context)
         p = out.check_prob(prob)
         r, c = self._check_entries(rows, cols)
-        return levels.level_interval(self._level_proba(r, c), self.info.likelihood.level_values, p)
+        probs = self._level_proba(r, c, **self._context_kw(context, r.size))
+        return levels.level_interval(probs, self.info.likelihood.level_values, p)
 
     def _level_lpd(self, test) -> float:
         """Mean ``log P(Y = y | data)`` over ``test`` (exact predictive level probabilities)."""
         lik = self.info.likelihood
-        probs = self._level_proba(test.rows, test.cols)
+        kw = self._context_kw(self._test_context(test), test.n)
+        probs = self._level_proba(test.rows, test.cols, **kw)
         return float(np.mean(levels.level_lpd(probs, lik.level_index(test.values))))
 
     def save(
@@ -374,12 +389,13 @@ class FitResult(out.PredictiveMixin, abc.ABC):
         Parameters
         ----------
         test : RatingData
-            Held-out ratings of the fit's shape.
+            Held-out ratings of the fit's shape (with their ``context`` for a fit with
+            sampled offsets).
         """
         test = check_ratings(test, "test")
         if test.shape != self.shape:
             raise ValueError(f"test has shape {test.shape}, the fit has {self.shape}")
-        pred = self.predict(test.rows, test.cols)
+        pred = self.predict(test.rows, test.cols, context=self._test_context(test))
         return float(np.sqrt(np.mean((pred - test.values) ** 2)))
 
     def rmse_theta(self, theta, *, block_rows: int | None = None) -> float:

@@ -12,6 +12,7 @@ from .. import saving
 from ..thinning import kept_iterations
 from . import arrays, levels
 from . import outputs as out
+from ...offsets.base import table_key
 from .base import FitResult, draws_theta_mean
 from .fold_in import fold_in_draws
 from .loglik import draw_step
@@ -50,6 +51,9 @@ class MCMCFit(FitResult):
         ``anneal_steps > 0``; else None); also in :meth:`run_stats`.
     timings : Gibbs: ``compile_seconds`` (the sweeps' program) and ``sweep_seconds`` (per
         sweep, all chains) of the run (None after loading); also in :meth:`run_stats`.
+    pred_context : with sampled offsets, the key (``bmczoo.offsets.base.table_key``)
+        of the per-rating table of the entries requested at fit time: a ``context=`` equal
+        to it reads the fit-time running sums (else None).
     """
 
     samples: dict = dataclasses.field(default_factory=dict)
@@ -68,6 +72,7 @@ class MCMCFit(FitResult):
     switches: np.ndarray | None = None
     factor_samples: dict | None = dataclasses.field(default=None, repr=False)
     timings: dict | None = None
+    pred_context: str | None = None
     has_chains: ClassVar[bool] = True
 
     def _saved_fields(self, factor_limit: int | None) -> dict:
@@ -101,13 +106,13 @@ class MCMCFit(FitResult):
         """The draws in which the factor draws and the other per-draw sites align."""
         return self.samples if self.factor_samples is None else self.factor_samples
 
-    def _level_proba(self, r, c) -> np.ndarray:
+    def _level_proba(self, r, c, context=None) -> np.ndarray:
         """Level probabilities (P, L): at entries requested at fit time from the running
         sums (Gibbs), else averaged over the stored factor and cut-point draws."""
-        idx = self._lookup(r, c)
+        idx = self._known(r, c, context)
         if idx is not None and self.pred_proba is not None:
             return self.pred_proba[idx]
-        d = self._draws()
+        d = self._draws(context=context)
         return levels.draws_level_proba(
             out.draw_blocks(d, r, c), self._cut_draws(self._factor_src, d["M"].shape[0])
         )
@@ -142,11 +147,21 @@ class MCMCFit(FitResult):
             return order[pos]
         return None
 
-    def _draws(self, what: str = "these entries were not requested at fit time and"):
-        _check_no_sampled_offsets(
-            self.info,
-            "entries not requested at fit time, the log predictive density, recommend, fold_in",
-        )
+    def _known(self, r, c, context):
+        """Positions of the entries among those requested at fit time (None: not all
+        requested, or a ``context`` table other than the fit-time one)."""
+        if context is not None and table_key(context) != self.pred_context:
+            return None
+        return self._lookup(r, c)
+
+    def _draws(self, what: str = "these entries were not requested at fit time and", context=None):
+        """The flat factor draws; with sampled offsets, their value at the entries whose
+        per-rating table ``context`` is (``entry_shift``)."""
+        if context is None:
+            _check_no_sampled_offsets(
+                self.info,
+                "entries not requested at fit time, the log predictive density, recommend, fold_in",
+            )
         if "M" not in self._factor_src:
             hint = (
                 "pass them as fit(..., predict=(rows, cols)) or use store_factors=True"
@@ -154,27 +169,32 @@ class MCMCFit(FitResult):
                 else "refit with store_factors=True"
             )
             raise ValueError(f"{what} no factor draws were stored: {hint}")
-        return out.flat_draws(self._factor_src, self.info.K)
+        d = out.flat_draws(self._factor_src, self.info.K)
+        if context is not None:
+            d["entry_shift"] = _offset_draws(self.info, self._factor_src, context)
+        return d
 
-    def _predict_mean(self, r, c) -> np.ndarray:
+    def _predict_mean(self, r, c, context=None) -> np.ndarray:
         """Posterior mean of ``theta`` at the given entries (1-D array, data scale).
 
         Entries requested at fit time (``predict=`` or the test set) come from the running
         sums; other entries need the stored factor draws (``store_factors``).
         """
-        idx = self._lookup(r, c)
+        idx = self._known(r, c, context)
         if idx is not None:
             return self.pred_mean[idx]
+        if context is not None:
+            return self._finish(out.draws_theta_moments(self._draws(context=context), r, c)[0])
         self._draws()
         return self._finish(draws_theta_mean(self._factor_src, r, c))
 
-    def _theta_moments(self, r, c):
+    def _theta_moments(self, r, c, context=None):
         """Mean and variance of ``theta`` over the kept draws (all chains pooled): from the
         fit-time running sums at requested entries, else from the stored factor draws."""
-        idx = self._lookup(r, c)
+        idx = self._known(r, c, context)
         if idx is not None and self.pred_theta is not None:
             return self.pred_theta[idx], self.pred_var[idx]
-        return out.draws_theta_moments(self._draws(), r, c)
+        return out.draws_theta_moments(self._draws(context=context), r, c)
 
     def noise_var(self) -> float:
         """The noise variance: ``E[1/tau]`` (the mean of ``1/tau`` over the kept draws of a
@@ -204,9 +224,10 @@ class MCMCFit(FitResult):
         test = self._check_test(test)
         if self.info.likelihood.latent:
             return self._level_lpd(test)
-        if "M" not in self._factor_src:
+        context = self._context_kw(self._test_context(test), test.n).get("context")
+        if "M" not in self._factor_src or self._known(test.rows, test.cols, context) is not None:
             return self._gaussian_lpd(test)
-        d = self._draws()
+        d = self._draws(context=context)
         lp = out.draws_lpd(
             d,
             test.rows,
@@ -396,6 +417,34 @@ def _mcmc_traces(fit, C: int, D: int) -> tuple[dict, dict]:
     return stats, conv
 
 
+def _offset_draws(info, src: dict, context):
+    """``(p0, p1) -> (S, p1 - p0)``: each kept draw's sampled offsets at the entries
+    ``p0:p1`` of the per-rating table ``context``, float64."""
+    import jax
+
+    lead = np.shape(src["M"])[:2]
+    S = int(np.prod(lead))
+    states = []
+    for o in info.offsets:
+        pre = f"{o.name}_"
+        state = {
+            k[len(pre) :]: np.asarray(v, np.float64).reshape(S, *np.shape(v)[2:])
+            for k, v in src.items()
+            if k.startswith(pre) and np.shape(v)[:2] == lead
+        }
+        states.append((o, state))
+
+    def shift(p0: int, p1: int) -> np.ndarray:
+        table = context.take(np.arange(p0, p1))
+        total = np.zeros((S, p1 - p0))
+        with jax.enable_x64(True):
+            for o, state in states:
+                total += np.asarray(o.shift(state, o.arrays(table, p1 - p0, np.float64)))
+        return total
+
+    return shift
+
+
 def _check_no_sampled_offsets(info, what: str) -> None:
     """A clear error where an output would be computed from the factor draws at entries
     whose per-rating context the fit does not hold (the offsets would be left out)."""
@@ -403,8 +452,9 @@ def _check_no_sampled_offsets(info, what: str) -> None:
         names = ", ".join(o.name for o in info.offsets)
         raise ValueError(
             f"this fit has sampled offsets ({names}): it predicts at the entries requested at "
-            "fit time (test=) from the running sums; outputs computed from the factor draws "
-            f"({what}) need each entry's context, which they do not take yet"
+            "fit time (test=) from the running sums, and elsewhere from the factor draws "
+            "with the entries' per-rating table (predict(rows, cols, context=table)); "
+            f"outputs computed from the factor draws ({what}) need each entry's context"
         )
 
 

@@ -93,16 +93,17 @@ def _theta_block(d: dict, r, c) -> np.ndarray:
 
 
 def draw_blocks(d: dict, rows, cols):
-    """``(p0, p1, theta (S, p1 - p0))`` over blocks of the entries."""
+    """``(p0, p1, theta (S, p1 - p0))`` over blocks of the entries; ``d["entry_shift"]``,
+    when present, is a function of ``(p0, p1)`` giving each draw's sampled offsets at
+    those entries (S, p1 - p0), added to ``theta``."""
     rows, cols = np.asarray(rows), np.asarray(cols)
     S, K = d["M"].shape[0], d["M"].shape[-1]
     chunk = max(256, _BUDGET // (S * max(K, 1)))
+    shift = d.get("entry_shift")
     for p0 in range(0, len(rows), chunk):
-        yield (
-            p0,
-            min(len(rows), p0 + chunk),
-            _theta_block(d, rows[p0 : p0 + chunk], cols[p0 : p0 + chunk]),
-        )
+        p1 = min(len(rows), p0 + chunk)
+        t = _theta_block(d, rows[p0:p1], cols[p0:p1])
+        yield p0, p1, (t if shift is None else t + shift(p0, p1))
 
 
 def draws_theta_moments(d: dict, rows, cols) -> tuple[np.ndarray, np.ndarray]:
@@ -208,14 +209,44 @@ class PredictiveMixin:
     ``_theta_moments``, ``noise_var``, ``_user_scores`` and the attributes ``shape``,
     ``_shift`` (a :class:`~bmczoo.offsets.Shift`), ``_seen_pattern()``."""
 
-    def _predictive(self, rows, cols):
-        """(unclipped predictive mean on the data scale, predictive sd, clipped mean)."""
+    def _context_kw(self, context, n: int) -> dict:
+        """The keyword the hooks take for the entries' per-rating table: ``{}`` without
+        one, else ``{"context": table}`` checked (a fit with sampled offsets, one row per
+        entry, the training table's columns)."""
+        if context is None:
+            return {}
+        offsets = getattr(getattr(self, "info", None), "offsets", ())
+        if not offsets:
+            raise ValueError(
+                "context= is read by the sampled offsets of a fit (bmc.fit(..., context=...)); "
+                "this fit has none"
+            )
+        from ...data import Features
+
+        if not isinstance(context, Features):
+            raise TypeError(
+                f"context must be a bmczoo.data.Features table, got {type(context).__name__}"
+            )
+        if context.n_rows != n:
+            raise ValueError(f"context has {context.n_rows} rows for {n} entries (one per entry)")
+        for o in offsets:
+            o.check_columns(context, "context")
+        return {"context": context}
+
+    def _test_context(self, test):
+        """``test.context`` for a fit with sampled offsets, else None."""
+        return test.context if getattr(getattr(self, "info", None), "offsets", ()) else None
+
+    def _predictive(self, rows, cols, context=None):
+        """(rows, cols, unclipped predictive mean on the data scale, predictive sd)."""
         r, c = self._check_entries(rows, cols)
-        mean, var = self._theta_moments(r, c)
+        mean, var = self._theta_moments(r, c, **self._context_kw(context, r.size))
         sd = np.sqrt(np.maximum(var, 0.0) + self.noise_var())
         return r, c, mean + self._shift.offset, sd
 
-    def predictive_interval(self, rows, cols, prob: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+    def predictive_interval(
+        self, rows, cols, prob: float = 0.9, *, context=None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Central ``prob`` interval of the Gaussian with the posterior predictive's mean
         (unclipped, offset added) and sd (``sqrt(Var[theta_ij] + noise_var())``), both ends
         clipped to the fit's clip range when it clips; for Student-t noise, of the ``t_nu``
@@ -227,9 +258,11 @@ class PredictiveMixin:
             Row and column indices of the entries.
         prob : float
             Probability of the interval, in (0, 1).
+        context : bmczoo.data.Features, optional
+            The entries' per-rating table (one row each), for a fit with sampled offsets.
         """
         z = z_of(prob)
-        _, _, mean, sd = self._predictive(rows, cols)
+        _, _, mean, sd = self._predictive(rows, cols, context)
         lik = getattr(getattr(self, "info", None), "likelihood", None)
         half = z * sd if lik is None else lik.interval_half_width(sd, prob)
         lo, hi = mean - half, mean + half
@@ -238,7 +271,7 @@ class PredictiveMixin:
         )
 
     def _gaussian_lpd(self, test) -> float:
-        _, _, mean, sd = self._predictive(test.rows, test.cols)
+        _, _, mean, sd = self._predictive(test.rows, test.cols, self._test_context(test))
         return float(np.mean(gaussian_logpdf(np.asarray(test.values, np.float64), mean, sd**2)))
 
     def log_predictive_density(self, test) -> float:
