@@ -246,14 +246,15 @@ def test_fit_with_context_predicts_the_bins_and_saves(tmp_path):
     )
     with pytest.raises(ValueError, match=r"sampled offsets \(context\).*need each entry's context"):
         fit.predict(train.rows[:3], train.cols[:3])
-    # the training ratings' context is not held by the fit
+    # a loaded fit does not hold the training ratings: given without their context
+    bare = bmc.RatingData(train.rows, train.cols, train.values, train.shape)
     with pytest.raises(ValueError, match="need each entry's context"):
-        fit.to_arviz(log_likelihood=True)
+        back.to_arviz(log_likelihood=bare)
 
 
-def _direct(fit, rows, cols, table):
-    """The posterior mean and variance of ``theta + x . w`` at the entries, from the
-    stored draws (float64), and each draw's value."""
+def _direct(fit, rows, cols, table, draws=False):
+    """The posterior mean and variance of ``theta + x . w`` at the entries from the
+    stored draws (float64), or (``draws``) each draw's value."""
     s = fit.samples
     M, N = (np.asarray(s[k], np.float64).reshape(-1, *np.shape(s[k])[2:]) for k in "MN")
     w = np.asarray(s["context_w"], np.float64).reshape(M.shape[0], -1)
@@ -261,7 +262,7 @@ def _direct(fit, rows, cols, table):
     if "row_bias" in s:
         t += np.asarray(s["row_bias"]).reshape(M.shape[0], -1)[:, rows]
         t += np.asarray(s["col_bias"]).reshape(M.shape[0], -1)[:, cols]
-    return t.mean(0), t.var(0)
+    return t if draws else (t.mean(0), t.var(0))
 
 
 def test_predictions_at_new_entries_with_their_context(tmp_path):
@@ -292,6 +293,14 @@ def test_predictions_at_new_entries_with_their_context(tmp_path):
     assert fit.rmse(test) == pytest.approx(np.sqrt(np.mean((fit.pred_mean - test.values) ** 2)))
     lpd = fit.log_predictive_density(test)
     assert np.isfinite(lpd)
+    # the pointwise log likelihood of the training ratings includes the offset
+    ll = fit.to_arviz(log_likelihood=True).log_likelihood["y"].values
+    t = _direct(fit, train.rows, train.cols, train.context, draws=True)
+    sd = 1.0 / np.sqrt(np.asarray(fit.samples["tau"], np.float64).reshape(-1, 1))
+    from scipy.stats import norm
+
+    want = norm.logpdf(train.values, t + fit.info.shift.offset, sd)
+    np.testing.assert_allclose(ll.reshape(want.shape), want, rtol=1e-9)
     lo, hi = fit.predictive_interval(rows, cols, 0.9, context=table)
     assert np.all(lo < got) and np.all(got < hi)
     fit.save(tmp_path / "f.npz")

@@ -236,8 +236,9 @@ def _observation_model(train: RatingData, likelihood, lam, noise_sd, center, cli
 def _with_training(result: FitResult, train: RatingData) -> FitResult:
     """The training ratings (shared, not copied) on the result: the pattern for
     ``recommend(exclude_seen=True)``, the values for ``to_arviz(log_likelihood=True)``
-    (not saved by ``fit.save``)."""
+    and their per-rating table (not saved by ``fit.save``)."""
     result.seen_rows, result.seen_cols, result.seen_values = train.rows, train.cols, train.values
+    result.seen_context = train.context
     return result
 
 

@@ -89,7 +89,14 @@ class FactorDrawsThinnedWarning(UserWarning):
 
 VERSION = 1
 FORMAT = f"bmczoo-fit-{VERSION}"
-_SKIP = {"info", "mcmc", "guide", "state", "seen_values"}  # the training ratings are not saved
+_SKIP = {
+    "info",
+    "mcmc",
+    "guide",
+    "state",
+    "seen_values",
+    "seen_context",
+}  # the training ratings are not saved
 
 
 def _json_default(x):

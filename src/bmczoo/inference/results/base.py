@@ -99,7 +99,8 @@ class FitResult(out.PredictiveMixin, abc.ABC):
 
     ``seen_rows``, ``seen_cols``: the training pattern (set by ``bmc.fit``; used by
     ``recommend(exclude_seen=True)``; None when unknown).  ``seen_values``: the training
-    ratings (set by ``bmc.fit``; used by ``to_arviz(log_likelihood=True)``; not saved).
+    ratings (set by ``bmc.fit``; used by ``to_arviz(log_likelihood=True)``; not saved),
+    ``seen_context`` their per-rating table (likewise; None without one).
 
     A family's class defines the abstract methods: what its fit holds (``_repr_holds``),
     the moments of theta (``_predict_mean``, ``_theta_moments``), the level
@@ -113,6 +114,7 @@ class FitResult(out.PredictiveMixin, abc.ABC):
     seen_rows: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
     seen_cols: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
     seen_values: np.ndarray | None = dataclasses.field(default=None, kw_only=True, repr=False)
+    seen_context: Any = dataclasses.field(default=None, kw_only=True, repr=False)
 
     # ------------------------------------------------------------------ info
     def __repr__(self) -> str:

@@ -26,7 +26,8 @@ def ll_ratings(fit, log_likelihood):
                 "this fit does not hold its training ratings (a loaded fit, or one not made by "
                 "bmc.fit): pass them, to_arviz(log_likelihood=train)"
             )
-        return RatingData(rows, cols, values, shape=tuple(fit.shape))
+        context = getattr(fit, "seen_context", None)
+        return RatingData(rows, cols, values, shape=tuple(fit.shape), context=context)
     if not isinstance(log_likelihood, RatingData):
         raise TypeError(
             f"log_likelihood must be True, False or a RatingData of ratings, got "
@@ -114,7 +115,11 @@ def add_predictive_groups(
     cols = np.asarray(data.cols, np.int64)[pos]
     y = np.asarray(data.values, np.float64)[pos]
     rng = np.random.default_rng([int(seed), 13])
-    theta, tau, how = fit._ratings_theta_tau(rows, cols, num_draws, max_draws, rng)
+    # a fit with sampled offsets reads the ratings' per-rating table
+    kw = (
+        {"context": data.context.take(pos)} if fit.info.offsets and data.context is not None else {}
+    )
+    theta, tau, how = fit._ratings_theta_tau(rows, cols, num_draws, max_draws, rng, **kw)
     lik = fit.info.likelihood
     if lik.latent:
         add_level_groups(fa, fit, lik, theta, y, how["draw_step"], rng)

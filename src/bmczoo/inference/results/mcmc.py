@@ -275,8 +275,8 @@ class MCMCFit(FitResult):
             if k not in post and np.ndim(v) >= 2 and np.shape(v)[:2] == lead
         }
 
-    def _ratings_theta_tau(self, rows, cols, num_draws: int, max_draws: int, rng):
-        return _mcmc_theta_tau(self, rows, cols, max_draws)
+    def _ratings_theta_tau(self, rows, cols, num_draws: int, max_draws: int, rng, context=None):
+        return _mcmc_theta_tau(self, rows, cols, max_draws, context)
 
     def _drawn_cuts(self, lik, shape, step: int) -> np.ndarray:
         return np.asarray(self._factor_src["cuts"], np.float64)[:, ::step]
@@ -458,21 +458,32 @@ def _check_no_sampled_offsets(info, what: str) -> None:
         )
 
 
-def _mcmc_theta_tau(fit, rows, cols, max_draws):
-    """theta (C, D', E) at the ratings (centred scale, biases included) and tau (C, D') or
-    None, over every ``step``-th kept draw."""
-    _check_no_sampled_offsets(fit.info, "the pointwise log likelihood")
+def _mcmc_theta_tau(fit, rows, cols, max_draws, context=None):
+    """theta (C, D', E) at the ratings (centred scale, biases and the sampled offsets at
+    the ratings' per-rating table ``context`` included) and tau (C, D') or None, over
+    every ``step``-th kept draw."""
+    if context is None:
+        _check_no_sampled_offsets(fit.info, "the pointwise log likelihood")
     s = fit._factor_src
+    if context is not None and "M" not in s:
+        raise ValueError(
+            "the pointwise log likelihood of a fit with sampled offsets needs the factor "
+            "draws: refit with store_factors=True"
+        )
     if "M" in s and "N" in s:
         C, D = np.shape(s["M"])[:2]
         step = draw_step(C, D, max_draws)
         K = np.shape(s["M"])[-1]
+        prefixes = tuple(f"{o.name}_" for o in fit.info.offsets)
         src = {
             k: np.asarray(s[k])[:, ::step]
-            for k in ("M", "N", "row_bias", "col_bias", "tau")
-            if k in s
+            for k in s
+            if k in ("M", "N", "row_bias", "col_bias", "tau")
+            or (k.startswith(prefixes) and np.shape(s[k])[:2] == (C, D))
         }
         d = out.flat_draws(src, K)
+        if context is not None:
+            d["entry_shift"] = _offset_draws(fit.info, src, context)
         theta = np.empty((d["M"].shape[0], rows.size))
         for p0, p1, t in out.draw_blocks(d, rows, cols):
             theta[:, p0:p1] = t
