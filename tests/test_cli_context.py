@@ -45,6 +45,30 @@ def test_fit_with_time_context(tmp_path, capsys):
     assert "context_lam" in fit.samples and fit.samples["context_lam"].shape[-1] == 2
     rows = (tmp_path / "out" / "predictions.csv").read_text().splitlines()
     assert rows[0].startswith("user_id,item_id,rating,prediction") and len(rows) == 61
+    # bmczoo predict reads each entry's time and encodes it as the fit's features were
+    entries = tmp_path / "e.csv"
+    later = 881250949 + 1000 + 40 * 86_400
+    entries.write_text(f"user,item,time\n1000,50,{later}\n1000,50,881251949\n1007,53,{later}\n")
+    rc = main(["predict", "--model", str(tmp_path / "m.npz"), "--entries", str(entries)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    got = np.loadtxt(out.splitlines()[1:], delimiter=",")
+    from bmczoo.cli.saved import _load_model
+
+    model = _load_model(str(tmp_path / "m.npz"))
+    assert model.time.groups == ("time_bin", "user_dev")
+    r, c = (
+        np.searchsorted(model.user_ids, [1000, 1000, 1007]),
+        np.searchsorted(model.item_ids, [50, 50, 53]),
+    )
+    t = np.array([later, 881251949, later])
+    ctx = model.time.encode(r, c, t)
+    np.testing.assert_allclose(got[:, 2], fit.predict(r, c, context=ctx), rtol=1e-5)
+    assert got[0, 2] != got[1, 2]  # the same pair at two times: the drift differs
+    entries.write_text("1000 50\n")
+    rc = main(["predict", "--model", str(tmp_path / "m.npz"), "--entries", str(entries)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "fitted with --context, so each entry needs its time" in err
 
 
 @pytest.mark.parametrize(

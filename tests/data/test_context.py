@@ -138,3 +138,54 @@ def test_time_features_equal_their_definitions():
         bmc.data.time_features(d, ("hour",))
     with pytest.raises(ValueError, match="no timestamps"):
         bmc.data.time_features(d.with_context(None, timestamps=None))
+
+
+def test_time_encoder_encodes_later_ratings_in_the_fitted_columns():
+    """Fitted on the earlier ratings, the encoder gives a later rating the fitted bins
+    (after the last edge: the last bin), the item x bin and user x day columns seen at fit
+    time only, and ``dev_u(t)`` from the fitted mean date; its own ratings get the table
+    of :func:`time_features`; the JSON form encodes the same."""
+    import json
+
+    d = _data(n_users=10, seed=3)
+    order = np.argsort(d.timestamps, kind="stable")
+    early, late = d.subset(order[:20]), d.subset(order[20:])
+    enc = bmc.data.TimeEncoder.fit(early, bins=4, beta=0.5)
+    assert enc.table == bmc.data.time_features(early, bins=4, beta=0.5)
+    assert enc.transform(early) == enc.table
+    X = enc.transform(late)
+    assert X.names == enc.names and X.n_rows == late.n
+    days = early.timestamps / DAY
+    dense = X.to_dense()
+    for k, (u, i, t) in enumerate(zip(late.rows, late.cols, late.timestamps)):
+        on = {X.names[j]: dense[k, j] for j in np.flatnonzero(dense[k])}
+        want = {"time_bin=3": 1.0}  # every later time is in the last fitted bin
+        if f"item_time_bin={i}|3" in enc.names:
+            want[f"item_time_bin={i}|3"] = 1.0
+        if f"user_day={u}|{t // DAY}" in enc.names:
+            want[f"user_day={u}|{t // DAY}"] = 1.0
+        if (early.rows == u).any():
+            dev = t / DAY - days[early.rows == u].mean()
+            want[f"user_dev={u}"] = np.sign(dev) * abs(dev) ** 0.5
+        assert on.keys() == want.keys() and all(np.isclose(on[n], v) for n, v in want.items())
+    back = bmc.data.TimeEncoder.from_dict(json.loads(json.dumps(enc.to_dict())))
+    assert back.transform(late) == X
+    # months: a later month is in the last fitted month
+    months = bmc.data.TimeEncoder.fit(early, ("time_bin",), by="month")
+    nb = months.bins[2]
+    got = months.transform(late).to_dense().argmax(1)
+    want = np.minimum(
+        bmc.data.time_bins(d.timestamps, by="month")[0][order[20:]]
+        - bmc.data.time_bins(d.timestamps, by="month")[0][order[0]],
+        nb - 1,
+    )
+    assert got.tolist() == want.tolist()
+    np.testing.assert_array_equal(
+        enc.encode(late.rows, late.cols, late.timestamps).to_dense(), X.to_dense()
+    )
+    with pytest.raises(ValueError, match="user 10 is not among the 10 users"):
+        enc.transform(RatingData([10], [0], [1.0], (11, 8), timestamps=[1_000_000_000]))
+    with pytest.raises(ValueError, match="beta must be a positive number"):
+        bmc.data.TimeEncoder.fit(early, beta=0)
+    with pytest.raises(ValueError, match="no timestamps"):
+        enc.transform(late.with_context(None, timestamps=None))

@@ -21,14 +21,17 @@ MOVIELENS = {
 
 class Loaded(NamedTuple):
     """What ``bmczoo fit --data SPEC`` fits: the training data, the test data (None for the
-    simulator), the simulation (None for rating files) and the dataset's own ids of the rows
-    and columns (None for the simulator): ``user_ids[i]`` is the id of row ``i``."""
+    simulator), the simulation (None for rating files), the dataset's own ids of the rows
+    and columns (None for the simulator): ``user_ids[i]`` is the id of row ``i``, and with
+    ``--context`` the :class:`~bmczoo.data.TimeEncoder` of the time features (saved with
+    the model, so that ``bmczoo predict`` encodes new ratings in the same columns)."""
 
     train: object
     test: object
     sim: object
     user_ids: object = None
     item_ids: object = None
+    time: object = None
 
 
 def load(
@@ -67,22 +70,25 @@ def load(
             data, user_ids, item_ids = _load_folder(path, side_info)
         else:
             data, user_ids, item_ids = _load_file(path, side_info)
+    time = None
     if context:
-        data = _with_time(data, context, spec)
+        data, time = _with_time(data, context, spec)
     train, test = data.split(test_fraction, seed=0)
-    return Loaded(train, test, None, user_ids, item_ids)
+    return Loaded(train, test, None, user_ids, item_ids, time)
 
 
 def _with_time(data, groups: tuple[str, ...], spec: str):
-    """The data with the time features of ``groups`` as its per-rating context."""
-    from ..data import time_features
+    """The data with the time features of ``groups`` as its per-rating context, and
+    their encoder."""
+    from ..data import TimeEncoder
 
     if data.timestamps is None:
         raise CLIError(
             f"--context needs the ratings' timestamps: {spec} has none (a 4th column of "
             "integers: seconds since the epoch)"
         )
-    return data.with_context(time_features(data, groups))
+    time = TimeEncoder.fit(data, groups)
+    return data.with_context(time.table), time
 
 
 def _download(name: str):

@@ -11,7 +11,10 @@ from .loading import Loaded
 
 def save_model(fit, path: Path, loaded: Loaded, metric: str) -> None:
     """``fit.save`` with the dataset's own ids of the rows and columns beside it (the
-    0-based indices for the simulator), so that ``predict``/``recommend`` speak them."""
+    0-based indices for the simulator), so that ``predict``/``recommend`` speak them, and
+    the time features' encoder (JSON) of a fit with ``--context``."""
+    import json
+
     import numpy as np
 
     from ..inference.saving import save
@@ -22,7 +25,10 @@ def save_model(fit, path: Path, loaded: Loaded, metric: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # check_save refused an existing file before the fit unless --overwrite was given
-        save(fit, path, extra={"user_ids": users, "item_ids": items}, overwrite=True)
+        extra = {"user_ids": users, "item_ids": items}
+        if loaded.time is not None:
+            extra["time_encoder"] = np.array(json.dumps(loaded.time.to_dict()))
+        save(fit, path, extra=extra, overwrite=True)
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
         raise CLIError(
             f"could not write {path}: {' '.join(str(e).split())}; the fit itself finished "
@@ -30,16 +36,17 @@ def save_model(fit, path: Path, loaded: Loaded, metric: str) -> None:
         ) from e
 
 
-def proba_columns(fit, rows, cols):
+def proba_columns(fit, rows, cols, context=None):
     """Probit / ordered-probit fits: ``(names, probs (P, k))``, the predictive level
     probabilities at the entries (``p1`` = P(1) for probit, ``p_LEVEL`` per level for
-    ordered probit); ``([], None)`` for a Gaussian fit."""
+    ordered probit; ``context``: the entries' per-rating table); ``([], None)`` for a
+    Gaussian fit."""
     import numpy as np
 
     lik = fit.info.likelihood
     if not lik.latent:
         return [], None
-    probs = np.asarray(fit.predict_proba(rows, cols), np.float64)
+    probs = np.asarray(fit.predict_proba(rows, cols, context=context), np.float64)
     if probs.ndim == 1:
         return ["p1"], probs[:, None]
     return [f"p_{v:g}" for v in lik.level_values], probs

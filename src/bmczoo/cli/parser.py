@@ -334,7 +334,8 @@ def _add_predict(sub) -> None:
         required=True,
         metavar="PAIRS.csv",
         help="lines 'user_id item_id' (TAB, ',' or spaces between; an optional header line; "
-        "further fields ignored)",
+        "further fields ignored); a model fitted with --context: 'user_id item_id timestamp' "
+        "or 'user_id item_id rating timestamp'",
     )
     pr.add_argument(
         "--prob", type=float, default=0.9, help="probability of the central predictive interval"

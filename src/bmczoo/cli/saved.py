@@ -15,6 +15,7 @@ class _Model(NamedTuple):
     fit: object
     user_ids: object  # user_ids[i]: the dataset's id of row i
     item_ids: object
+    time: object = None  # the TimeEncoder of a model fitted with --context
 
 
 def _load_model(spec: str) -> _Model:
@@ -37,7 +38,14 @@ def _load_model(spec: str) -> _Model:
     items = np.asarray(extra.get("item_ids", np.arange(m2)))
     if users.shape != (m1,) or items.shape != (m2,):
         raise CLIError(f"--model {spec}: its id maps do not fit its {m1} x {m2} shape")
-    return _Model(fit, users, items)
+    time = None
+    if "time_encoder" in extra:
+        import json
+
+        from ..data import TimeEncoder
+
+        time = TimeEncoder.from_dict(json.loads(str(extra["time_encoder"])))
+    return _Model(fit, users, items, time)
 
 
 def _index_of(ids, wanted, what: str, where=None):
@@ -60,15 +68,16 @@ def _index_of(ids, wanted, what: str, where=None):
     return order[pos]
 
 
-def _read_pairs(spec: str):
+def _read_pairs(spec: str, timed: bool = False):
     """``--entries FILE``: lines ``user item`` (TAB, ',', '::' or spaces between; extra
-    fields ignored; an optional header line) -> (users, items, first line number)."""
+    fields ignored; an optional header line) -> (users, items); ``timed``: lines ``user
+    item timestamp`` or ``user item rating timestamp`` -> (users, items, timestamps)."""
     import numpy as np
 
     path = Path(spec).expanduser()
     if not path.is_file():
         raise CLIError(f"--entries {spec}: no such file")
-    users, items = [], []
+    users, items, times = [], [], []
     first = None
     for lineno, raw in enumerate(
         path.read_text(encoding="utf-8-sig", errors="replace").splitlines(), 1
@@ -90,9 +99,28 @@ def _read_pairs(spec: str):
             ) from None
         users.append(u)
         items.append(i)
+        if timed:
+            times.append(_timestamp(parts, spec, lineno, line))
     if not users:
         raise CLIError(f"--entries {spec}: no 'user_id item_id' lines")
-    return np.asarray(users, np.int64), np.asarray(items, np.int64)
+    pairs = np.asarray(users, np.int64), np.asarray(items, np.int64)
+    return (*pairs, np.asarray(times, np.int64)) if timed else pairs
+
+
+def _timestamp(parts: list, spec: str, lineno: int, line: str) -> int:
+    """The timestamp of an entry of a model fitted with ``--context``: the third field of
+    ``user item timestamp``, the fourth of ``user item rating timestamp``."""
+    field = parts[3] if len(parts) >= 4 else parts[2] if len(parts) == 3 else None
+    try:
+        if field is None or not field.lstrip("-").isdigit():
+            raise ValueError
+        return int(field)
+    except ValueError:
+        raise CLIError(
+            f"--entries {spec}, line {lineno}: this model was fitted with --context, so each "
+            "entry needs its time: 'user_id item_id timestamp' (or 'user_id item_id rating "
+            f"timestamp'; integer seconds since the epoch), got {line[:80]!r}"
+        ) from None
 
 
 def _check_prob(prob: float) -> float:
@@ -116,13 +144,24 @@ def cmd_predict(args) -> int:
             )
         probe_writable(out.parent, "--out", out)
     model = _load_model(args.model)
-    users, items = _read_pairs(args.entries)
+    users, items, *times = _read_pairs(args.entries, timed=model.time is not None)
     rows = _index_of(model.user_ids, users, "user", lambda k: f"entry {k + 1} of {args.entries}")
     cols = _index_of(model.item_ids, items, "item", lambda k: f"entry {k + 1} of {args.entries}")
-    mean, sd = model.fit.predict(rows, cols, return_std=True)
-    lo, hi = model.fit.predictive_interval(rows, cols, prob=prob)
+    kw = {}
+    if times:
+        kw["context"] = model.time.encode(rows, cols, times[0])
+    try:
+        mean, sd = model.fit.predict(rows, cols, return_std=True, **kw)
+        lo, hi = model.fit.predictive_interval(rows, cols, prob=prob, **kw)
+        names, probs = proba_columns(model.fit, rows, cols, **kw)
+    except ValueError as e:
+        if "no factor draws were stored" not in str(e):
+            raise
+        raise CLIError(
+            f"--model {args.model}: new entries of a model fitted with --context are predicted "
+            "from its factor draws, which it does not hold: refit with --store-factors yes"
+        ) from None
     pct = f"{100 * prob:g}"
-    names, probs = proba_columns(model.fit, rows, cols)
     header = ",".join([f"user_id,item_id,mean,sd,lo{pct},hi{pct}"] + names)
     table = np.column_stack([users, items, mean, sd, lo, hi] + ([probs] if names else []))
     fmt = ["%d", "%d", "%.6f", "%.6f", "%.6f", "%.6f"] + ["%.6f"] * len(names)

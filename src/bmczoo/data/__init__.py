@@ -2,13 +2,14 @@
 
 from ._implicit import implicit_features
 from ._table import features_from_table
-from ._time import TIME_GROUPS, time_bins, time_features
+from ._time import TIME_GROUPS, TimeEncoder, time_bins, time_features
 from .features import Features, hstack_features
 from .ratings import OFFICIAL_FOLDS, RatingData, SortedView
 
 __all__ = [
     "OFFICIAL_FOLDS",
     "TIME_GROUPS",
+    "TimeEncoder",
     "Features",
     "RatingData",
     "SortedView",
