@@ -85,7 +85,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _peers import importable  # noqa: E402
+from _peers import cpu_model, importable  # noqa: E402
 
 DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "ml-100k"
 
@@ -365,6 +365,7 @@ def _version(pkg: str) -> str | None:
 
 def machine() -> dict:
     return {
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "processor": platform.processor(),

@@ -4,6 +4,7 @@ the context offset against myFM with the same side, implicit and time features, 
     python benchmarks/time_context.py --out time_context.json
     python benchmarks/time_context.py --splits readme --K 10 --out readme10.json
     python benchmarks/time_context.py --quick --out quick.json        # smoke test: 10 + 20
+    python benchmarks/time_context.py --merge u1.json u3.json readme.json  # one table
 
 **Splits** (``--splits``): the official folds ``u1`` and ``u3`` and the README's 80/20
 split (``readme``: ``data.split(test_fraction=0.2, seed=0)``); ranks ``--K`` (10 and 32);
@@ -205,8 +206,25 @@ def main(argv=None) -> int:
         help="the time features both libraries get (default: all four groups)",
     )
     p.add_argument("--quick", action="store_true", help="smoke test: 10 + 20 iterations")
-    p.add_argument("--out", required=True)
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="RUN.json",
+        help="print the tables of the results of several earlier runs (their --out files) "
+        "together, and run nothing",
+    )
+    p.add_argument("--out")
     a = p.parse_args(argv)
+    if a.merge:
+        runs = [json.loads(Path(f).read_text()) for f in a.merge]
+        merged = {**runs[0], "results": [r for run in runs for r in run["results"]]}
+        for f, run in zip(a.merge, runs):
+            m = run["machine"]
+            print(f"{f}: {m.get('cpu', 'CPU not recorded')}, {m['cpu_count']} CPUs, {m['date']}")
+        print(tables(merged))
+        return 0
+    if a.out is None:
+        p.error("--out is required (unless --merge)")
     if a.quick:
         a.warmup, a.samples = 10, 20
     splits = [s for s in a.splits.split(",") if s]
