@@ -318,9 +318,20 @@ def test_predictions_at_new_entries_with_their_context(tmp_path):
     )
     with pytest.raises(TypeError, match="context must be a bmczoo.data.Features"):
         fit.predict(rows, cols, context=np.ones((50, 5)))
-    plain = bmc.fit(train, **FIT)
+    plain = bmc.fit(train, test=test, store_factors=True, **FIT)
     with pytest.raises(ValueError, match="context= is read by the sampled offsets.*has none"):
         plain.predict(rows, cols, context=table)
+    # without offsets, the log predictive density at the fit-time test entries is still the
+    # mixture over the stored draws
+    from scipy.special import logsumexp
+    from scipy.stats import norm
+
+    s = plain.samples
+    M, N = (np.asarray(s[k], np.float64).reshape(-1, *np.shape(s[k])[2:]) for k in "MN")
+    t = np.einsum("spk,spk->sp", M[:, test.rows], N[:, test.cols]) + plain.info.shift.offset
+    sd = 1.0 / np.sqrt(np.asarray(s["tau"], np.float64).reshape(-1, 1))
+    lp = logsumexp(norm.logpdf(test.values, t, sd), axis=0) - np.log(t.shape[0])
+    assert plain.log_predictive_density(test) == pytest.approx(lp.mean(), rel=1e-9)
     no_factors = bmc.fit(train, context=True, store_factors=False, **FIT)
     with pytest.raises(ValueError, match="no factor draws were stored"):
         no_factors.predict(rows, cols, context=table)

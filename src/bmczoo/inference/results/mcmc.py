@@ -224,10 +224,9 @@ class MCMCFit(FitResult):
         test = self._check_test(test)
         if self.info.likelihood.latent:
             return self._level_lpd(test)
-        context = self._context_kw(self._test_context(test), test.n).get("context")
-        if "M" not in self._factor_src or self._known(test.rows, test.cols, context) is not None:
+        if "M" not in self._factor_src:
             return self._gaussian_lpd(test)
-        d = self._draws(context=context)
+        d = self._draws(context=self._context_kw(self._test_context(test), test.n).get("context"))
         lp = out.draws_lpd(
             d,
             test.rows,
