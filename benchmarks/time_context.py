@@ -27,7 +27,8 @@ adds ``context=Context()`` (every time group with its own gamma precision).
 block per side (one-hot id, side features, implicit feedback; as in
 ``side_information.py``) and, with ``+time``, the time features as the per-rating matrix
 ``X``; ``group_shapes`` with one group per time group, id block, side feature group and
-implicit block.  Unlike bmczoo's context offset (linear terms), myFM also gives each time
+implicit block.  ``+date`` is myFM's own time feature instead (its ML-1M and ML-10M
+examples): the rating's calendar day, one-hot over the training days, as one group.  Unlike bmczoo's context offset (linear terms), myFM also gives each time
 feature a factor vector (its second-order interactions).
 
 Prints a markdown table of test RMSE per split and rank, what time adds to each library,
@@ -66,6 +67,8 @@ MYFM_CONFIGS = (
     "implicit+side+time",
     "oprobit+implicit+side",
     "oprobit+implicit+side+time",
+    "implicit+side+date",
+    "oprobit+implicit+side+date",
 )
 
 
@@ -101,6 +104,22 @@ def _time_block(data):
     return _scipy(ctx), [k for _, k in ctx.group_sizes()]
 
 
+def _date_block(train, test):
+    """myFM's own time feature (its ML-1M / ML-10M examples): the rating's calendar day,
+    one-hot over the training days, a test day not among them in a column of its own."""
+    import scipy.sparse as sp
+
+    days = np.unique(train.timestamps // 86_400)
+
+    def one_hot(data):
+        d = data.timestamps // 86_400
+        pos = np.searchsorted(days, d)
+        col = np.where((pos < days.size) & (days[np.minimum(pos, days.size - 1)] == d), pos + 1, 0)
+        return sp.csr_matrix((np.ones(data.n), (np.arange(data.n), col)), (data.n, days.size + 1))
+
+    return one_hot(train), one_hot(test), [days.size + 1]
+
+
 def run_myfm(config: str, train, test, K: int, a) -> dict:
     import myfm
 
@@ -116,6 +135,9 @@ def run_myfm(config: str, train, test, K: int, a) -> dict:
     ]
     X_train = X_test = None
     groups = gu + gv
+    if config.endswith("+date"):
+        X_train, X_test, gt = _date_block(train, test)
+        groups = gt + groups
     if config.endswith("+time"):
         (X_train, gt), (X_test, _) = _time_block(train), _time_block(test)
         groups = gt + groups  # myFM orders the columns: X, then the relation blocks
@@ -172,7 +194,10 @@ def _best(get, model, s, k, timed=None):
     v = [
         r
         for (m, c, s2, k2), r in get.items()
-        if m == model and s2 == s and k2 == k and (timed is None or c.endswith("+time") == timed)
+        if m == model
+        and s2 == s
+        and k2 == k
+        and (timed is None or c.endswith(("+time", "+date")) == timed)
     ]
     return min(v) if v else None
 
