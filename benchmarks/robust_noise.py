@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _peers import cpu_model  # noqa: E402
+
 REAL_100K = HERE.parent.parent / "shared" / "data" / "ml-100k"
 
 
@@ -50,16 +53,6 @@ def plant_outliers(train, fraction: float, kind: str, seed: int):
     else:
         raise ValueError(f"unknown outlier kind {kind!r}; known: flip, far")
     return bmc.RatingData(train.rows, train.cols, y, train.shape), pos
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def run(train, test, likelihood, args) -> dict:

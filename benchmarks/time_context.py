@@ -28,8 +28,9 @@ block per side (one-hot id, side features, implicit feedback; as in
 ``side_information.py``) and, with ``+time``, the time features as the per-rating matrix
 ``X``; ``group_shapes`` with one group per time group, id block, side feature group and
 implicit block.  ``+date`` is myFM's own time feature instead (its ML-1M and ML-10M
-examples): the rating's calendar day, one-hot over the training days, as one group.  Unlike bmczoo's context offset (linear terms), myFM also gives each time
-feature a factor vector (its second-order interactions).
+examples): the rating's calendar day, one-hot over the training days, as one group.
+Unlike bmczoo's context offset (linear terms), myFM also gives each time feature a factor
+vector (its second-order interactions).
 
 Prints a markdown table of test RMSE per split and rank, what time adds to each library,
 and bmczoo's lead (myFM's best RMSE minus bmczoo's best), and writes every number with the

@@ -111,16 +111,13 @@ def _timestamp(parts: list, spec: str, lineno: int, line: str) -> int:
     """The timestamp of an entry of a model fitted with ``--context``: the third field of
     ``user item timestamp``, the fourth of ``user item rating timestamp``."""
     field = parts[3] if len(parts) >= 4 else parts[2] if len(parts) == 3 else None
-    try:
-        if field is None or not field.lstrip("-").isdigit():
-            raise ValueError
-        return int(field)
-    except ValueError:
+    if field is None or not field.lstrip("-").isdigit():
         raise CLIError(
             f"--entries {spec}, line {lineno}: this model was fitted with --context, so each "
             "entry needs its time: 'user_id item_id timestamp' (or 'user_id item_id rating "
             f"timestamp'; integer seconds since the epoch), got {line[:80]!r}"
-        ) from None
+        )
+    return int(field)
 
 
 def _check_prob(prob: float) -> float:

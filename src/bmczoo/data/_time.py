@@ -234,9 +234,8 @@ class TimeEncoder:
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
             raise ValueError(f"beta must be a positive number, got {beta!r}")
         rows = np.asarray(data.rows, np.int64)
-        counts = np.bincount(rows, minlength=data.shape[0])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.bincount(rows, t / _DAY, minlength=data.shape[0]) / counts
+        with np.errstate(invalid="ignore", divide="ignore"):  # NaN: a user without ratings
+            mean = np.bincount(rows, t / _DAY, minlength=data.shape[0]) / data.row_counts
         enc = cls(groups, _bin_rule(t, bins, by), mean, float(beta), ())
         table = _blocks(enc, rows, np.asarray(data.cols, np.int64), t)
         return dataclasses.replace(enc, names=table.names, table=table)
