@@ -26,6 +26,8 @@ PUBLIC_SIGNATURES = {
     "bmczoo.inference.gibbs.kernel.ConjugateGibbs.__init__",
     # the sampler's public entry point for hand-driven runs: one keyword per component
     "bmczoo.inference.gibbs.state.build_problem",
+    # the VB core's entry point for hand-driven runs (bmczoo.inference.vb.update): likewise
+    "bmczoo.inference.vb.cavi.update",
     # the public NumPyro model (API.md): one keyword per component, like fit
     "bmczoo.models.matrix_completion.matrix_completion",
 }

@@ -352,8 +352,8 @@ def test_fit_context_errors():
         for k, v in FIT.items()
         if k not in ("num_warmup", "num_samples", "thinning", "num_chains")
     }
-    with pytest.raises(ValueError, match="method='gibbs' only, not 'vb'"):
-        bmc.fit(train, method="vb", context=True, **kw)
+    with pytest.raises(ValueError, match="method='gibbs' and 'vb' only, not 'svi'"):
+        bmc.fit(train, method="svi", context=True, **kw)
     with pytest.raises(ValueError, match="give the entries to predict as test="):
         bmc.fit(train, context=True, predict=(test.rows, test.cols), **kw)
     bare = bmc.RatingData(test.rows, test.cols, test.values, test.shape)

@@ -57,8 +57,10 @@ def _sampled_offsets(context, settings: Settings, train: RatingData, test, predi
     off = Context() if context is True else context
     if not isinstance(off, Offset):
         raise TypeError(f"context must be True, False or a bmczoo.offsets.Context, got {context!r}")
-    if settings.method != "gibbs":
-        raise ValueError(f"context= is sampled by method='gibbs' only, not {settings.method!r}")
+    if settings.method not in ("gibbs", "vb"):
+        raise ValueError(
+            f"context= is fitted by method='gibbs' and 'vb' only, not {settings.method!r}"
+        )
     if predict is not None:
         raise ValueError(
             "with context=, give the entries to predict as test= (a RatingData holding their "

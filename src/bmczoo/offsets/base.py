@@ -19,6 +19,7 @@ import hashlib
 from typing import ClassVar
 
 import jax
+import numpy as np
 
 from ..data import Features, RatingData
 
@@ -182,6 +183,87 @@ class Offset(abc.ABC):
         ratings : RatingData
             The observed ratings (with the per-rating tables the offset reads).
         """
+
+    # ------------------------------------------------------------------ VB (optional)
+    def vb_state(self, arrays: dict, C: int, dtype) -> dict:
+        """The offset's variational parameters at the start, ``(C, ...)`` each (an offset
+        without VB hooks is fitted by ``method="gibbs"`` only).
+
+        Parameters
+        ----------
+        arrays : dict
+            What :meth:`arrays` gave at the ratings.
+        C : int
+            The number of runs.
+        dtype : dtype
+            The float dtype of the run.
+        """
+        raise NotImplementedError(f"the {self.name} offset has no VB update")
+
+    def vb_moments(self, q: dict, arrays: dict) -> tuple[jax.Array, jax.Array]:
+        """``E_q[s_k]`` and ``Var_q[s_k]`` (C, n) at the entries ``arrays`` describe.
+
+        Parameters
+        ----------
+        q : dict
+            The offset's variational parameters.
+        arrays : dict
+            What :meth:`arrays` gave (at the ratings or at other entries).
+        """
+        raise NotImplementedError(f"the {self.name} offset has no VB update")
+
+    def vb_update(self, q: dict, arrays: dict, target: jax.Array, precision: jax.Array) -> dict:
+        """The offset's CAVI update: the optimal q of its variables given
+        ``target_k ~ N(s_k, 1 / precision_k)`` (the evidence lower bound never decreases).
+
+        Parameters
+        ----------
+        q : dict
+            The offset's current variational parameters.
+        arrays : dict
+            What :meth:`arrays` gave at the ratings (row order).
+        target : jax.Array, shape (C, n)
+            The ratings (a latent likelihood's ``E_q[z]``) minus ``E_q[theta]`` and the
+            other offsets' means.
+        precision : jax.Array, shape (C, n)
+            Each rating's precision (``E_q[tau]``, times a weighted likelihood's ``E_q[w]``).
+        """
+        raise NotImplementedError(f"the {self.name} offset has no VB update")
+
+    def vb_elbo_term(self, q: dict, arrays: dict) -> jax.Array:
+        """The offset's part of the evidence lower bound (C,): ``E_q[log p(variables)] -
+        E_q[log q(variables)]`` (the likelihood's term sees :meth:`vb_moments`).
+
+        Parameters
+        ----------
+        q : dict
+            The offset's variational parameters.
+        arrays : dict
+            What :meth:`arrays` gave at the ratings.
+        """
+        raise NotImplementedError(f"the {self.name} offset has no VB update")
+
+    def vb_draws(self, q: dict, arrays: dict, S: int, rng) -> np.ndarray:
+        """``S`` draws (S, n) of the offset from its q (one run: no leading run axis) at
+        the entries ``arrays`` describe, with ``rng`` (a :class:`numpy.random.Generator`).
+
+        Parameters
+        ----------
+        q : dict
+            The offset's variational parameters of one run.
+        arrays : dict
+            What :meth:`arrays` gave.
+        S : int
+            The number of draws.
+        rng : numpy.random.Generator
+            The source of the draws.
+        """
+        raise NotImplementedError(f"the {self.name} offset has no VB update")
+
+    @property
+    def has_vb(self) -> bool:
+        """Whether the offset implements the VB hooks."""
+        return type(self).vb_update is not Offset.vb_update
 
     def describe(self) -> dict:
         """The name and the settings (JSON-ready: what a saved fit records)."""

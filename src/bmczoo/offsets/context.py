@@ -8,7 +8,9 @@ Each group has at most one non-zero per rating (a one-hot group, or one number s
 ``dev_u(t)`` in the column of the rating's user), so given the other groups a group's
 weights are independent normals: the Gibbs block draws the groups one after the other,
 each with a diagonal precision built by segment sums over the ratings (never a dense
-``n x F`` matrix).  docs/algorithms.md, "Context offset", derives the conditionals.
+``n x F`` matrix).  VB takes ``q(w_f) = N`` per feature and ``q(lam_g) = Gamma``: the same
+segment sums give each group's exact coordinate update.  docs/algorithms.md, "Context
+offset", derives the conditionals and the VB updates.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jax.scipy.special import digamma, gammaln
 
 from .. import _rng
 from ..data import Features, RatingData
@@ -252,3 +256,125 @@ class Context(Offset):
         if store_factors:
             out["context_w"] = state["w"]
         return out
+
+    # ------------------------------------------------------------------ VB
+    def vb_state(self, arrays: dict, C: int, dtype) -> dict:
+        """``q(w_f) = N(0, b / a)`` (the prior's variance at ``E[lam] = a / b``) and
+        ``q(lam_g) = Gamma(a, b)`` (the prior).
+
+        Parameters
+        ----------
+        arrays : dict
+            What :meth:`arrays` gave at the ratings.
+        C : int
+            The number of runs.
+        dtype : dtype
+            The float dtype of the run.
+        """
+        G, F = arrays["idx"].shape[0], arrays["group"].shape[0]
+        return {
+            "w_mean": jnp.zeros((C, F), dtype),
+            "w_var": jnp.full((C, F), self.b / self.a, dtype),
+            "lam_shape": jnp.full((C, G), self.a, dtype),
+            "lam_rate": jnp.full((C, G), self.b, dtype),
+        }
+
+    def vb_moments(self, q: dict, arrays: dict) -> tuple[jax.Array, jax.Array]:
+        """``E[s_k] = sum_g E[w_(g,k)] x_gk`` and ``Var[s_k] = sum_g Var[w_(g,k)] x_gk^2``
+        (C, n): the groups' weights are independent under q.
+
+        Parameters
+        ----------
+        q : dict
+            ``w_mean``, ``w_var`` (C, F) and ``lam_shape``, ``lam_rate`` (C, G).
+        arrays : dict
+            What :meth:`arrays` gave.
+        """
+        idx, val = arrays["idx"], arrays["val"]
+        mean = jnp.einsum("cgn,gn->cn", q["w_mean"][:, idx], val)
+        var = jnp.einsum("cgn,gn->cn", q["w_var"][:, idx], val * val)
+        return mean, var
+
+    def vb_draws(self, q: dict, arrays: dict, S: int, rng) -> np.ndarray:
+        """``S`` draws of ``s`` at the entries (S, n): the weights drawn from ``q(w)``
+        (independent normals), then ``sum_g w_(g,k) x_gk``.
+
+        Parameters
+        ----------
+        q : dict
+            ``w_mean``, ``w_var`` (F,) of one run.
+        arrays : dict
+            What :meth:`arrays` gave.
+        S : int
+            The number of draws.
+        rng : numpy.random.Generator
+            The source of the draws.
+        """
+        mean, sd = np.asarray(q["w_mean"], np.float64), np.sqrt(np.asarray(q["w_var"], np.float64))
+        idx, val = np.asarray(arrays["idx"]), np.asarray(arrays["val"], np.float64)
+        w = mean + sd * rng.standard_normal((S,) + mean.shape)
+        return np.einsum("sgn,gn->sn", w[:, idx], val)
+
+    def vb_update(self, q: dict, arrays: dict, target: jax.Array, precision: jax.Array) -> dict:
+        """``q(w)`` group after group, then ``q(lam)``: for feature ``f`` of group ``g``,
+        precision ``E[lam_g] + sum_{k: f} p_k x_kf^2`` and mean ``sum_{k: f} p_k x_kf r_k /
+        precision``, with ``r_k`` the target minus the other groups' means (a rating has at
+        most one feature per group, so the group's features are independent given the
+        rest); ``q(lam_g) = Gamma(a + F_g / 2, b + sum_{f in g} E[w_f^2] / 2)``.
+
+        Parameters
+        ----------
+        q : dict
+            ``w_mean``, ``w_var`` (C, F) and ``lam_shape``, ``lam_rate`` (C, G).
+        arrays : dict
+            What :meth:`arrays` gave at the ratings (row order).
+        target : jax.Array, shape (C, n)
+            The ratings minus ``E[theta]`` and the other offsets' means.
+        precision : jax.Array, shape (C, n)
+            Each rating's precision.
+        """
+        idx, val, group = arrays["idx"], arrays["val"], arrays["group"]
+        G, F = idx.shape[0], group.shape[0]
+        mean, var = q["w_mean"], q["w_var"]
+        Elam = q["lam_shape"] / q["lam_rate"]
+        part = mean[:, idx] * val  # (C, G, n)
+        rest = target - jnp.sum(part, axis=1)
+        for g in range(G):
+            r = rest + part[:, g]
+            px = precision * val[g]
+            both = jax.ops.segment_sum(
+                jnp.stack([px * val[g], px * r], -1).swapaxes(0, 1), idx[g], F
+            )
+            prec = Elam[:, group] + both[..., 0].T
+            mean = jnp.where(group == g, both[..., 1].T / prec, mean)
+            var = jnp.where(group == g, 1.0 / prec, var)
+            rest = r - mean[:, idx[g]] * val[g]
+        size = jnp.zeros(G, mean.dtype).at[group].add(1.0)
+        sq = jax.ops.segment_sum((mean * mean + var).T, group, G).T  # (C, G)
+        return {
+            "w_mean": mean,
+            "w_var": var,
+            "lam_shape": jnp.broadcast_to(self.a + 0.5 * size, sq.shape).astype(mean.dtype),
+            "lam_rate": self.b + 0.5 * sq,
+        }
+
+    def vb_elbo_term(self, q: dict, arrays: dict) -> jax.Array:
+        """``sum_f (E[log lam_g] - E[lam_g] E[w_f^2] + 1 + log Var[w_f]) / 2`` (``E[log
+        p(w | lam)] + H[q(w)]``, the ``log 2 pi`` cancel) plus ``sum_g E[log p(lam_g)] -
+        E[log q(lam_g)]`` (C,).
+
+        Parameters
+        ----------
+        q : dict
+            ``w_mean``, ``w_var`` (C, F) and ``lam_shape``, ``lam_rate`` (C, G).
+        arrays : dict
+            What :meth:`arrays` gave at the ratings.
+        """
+        ls, lr = q["lam_shape"], q["lam_rate"]
+        Elam, Elog = ls / lr, digamma(ls) - jnp.log(lr)
+        mean, var, group = q["w_mean"], q["w_var"], arrays["group"]
+        w_part = 0.5 * (1.0 + jnp.log(var) - Elam[:, group] * (mean * mean + var) + Elog[:, group])
+        a, b = self.a, self.b
+        log_p = a * math.log(b) - math.lgamma(a) + (a - 1.0) * Elog - b * Elam
+        log_q = ls * jnp.log(lr) - gammaln(ls) + (ls - 1.0) * Elog - lr * Elam
+        return jnp.sum(w_part, -1) + jnp.sum(log_p - log_q, -1)

@@ -51,6 +51,10 @@ class VBFit(FitResult):
     q_biases, row_bias, col_bias : the biases' q (``b_mean, b_var, c_mean, c_var`` and
         the inverse-gamma ``sb_shape, sb_rate, sc_shape, sc_rate``) and the means
         ``E[b_i]``, ``E[c_j]`` ({} and None without biases).
+    q_offsets : the q of the sampled offsets (``"<name>/<variable>"``, e.g. the context
+        offset's ``context/w_mean``, ``context/w_var``, ``context/lam_shape``,
+        ``context/lam_rate``; {} without offsets): its predictions at new ratings read
+        their per-rating table (``context=``).
     elbo, rmse_trace : per-iteration ELBO and test RMSE (empty without test data).
     converged : whether the relative-ELBO tolerance was reached before ``max_iter``.
     state : the full :class:`~bmczoo.inference.vb.VBState` of the kept run (covariances).
@@ -65,6 +69,7 @@ class VBFit(FitResult):
     q_prior: dict = dataclasses.field(default_factory=dict)
     q_noise: dict = dataclasses.field(default_factory=dict)
     q_biases: dict = dataclasses.field(default_factory=dict)
+    q_offsets: dict = dataclasses.field(default_factory=dict)
     row_bias: np.ndarray | None = None
     col_bias: np.ndarray | None = None
     elbo: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
@@ -104,10 +109,35 @@ class VBFit(FitResult):
             "final_elbo_per_run": list(self.final_elbo_per_run),
         }
 
-    def _predict_mean(self, r, c) -> np.ndarray:
-        """``m_i . n_j`` (plus ``E[b_i] + E[c_j]`` with biases, plus the centring offset,
-        clipped) at the given entries."""
-        return self._finish(self._theta_mean(r, c))
+    def _predict_mean(self, r, c, context=None) -> np.ndarray:
+        """``m_i . n_j`` (plus ``E[b_i] + E[c_j]`` with biases, plus ``E[s]`` at the
+        entries' context with sampled offsets, plus the centring offset, clipped) at the
+        given entries."""
+        theta = self._theta_mean(r, c)
+        if self.info.offsets:
+            theta = theta + self._offset_moments(context, r.size)[0]
+        return self._finish(theta)
+
+    def _offset_moments(self, context, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``E_q[s]`` and ``Var_q[s]`` (n,) of the sampled offsets at ``n`` entries whose
+        per-rating table is ``context`` (float64)."""
+        import jax
+
+        from ..vb import offsets as vbo
+
+        if context is None:
+            names = ", ".join(o.name for o in self.info.offsets)
+            raise ValueError(
+                f"this fit has sampled offsets ({names}): its predictions need each entry's "
+                "per-rating table (predict(rows, cols, context=table), test.context); "
+                "recommend and fold_in are not available"
+            )
+        offs = self.info.offsets
+        with jax.enable_x64(True):
+            q = {k: np.asarray(v, np.float64)[None] for k, v in self.q_offsets.items()}
+            arrays = tuple(o.arrays(context, n, np.float64) for o in offs)
+            mean, var = vbo.moments(offs, q, arrays)
+            return np.asarray(mean, np.float64)[0], np.asarray(var, np.float64)[0]
 
     def _theta_mean(self, r, c) -> np.ndarray:
         theta = theta_mean(self.m, self.n, r, c)
@@ -130,10 +160,12 @@ class VBFit(FitResult):
             self.q_biases["c_var"], np.float64
         )
 
-    def _theta_moments(self, r, c):
+    def _theta_moments(self, r, c, context=None):
         """``E_q[theta_ij]`` and, analytically (docs/algorithms.md, "Predictive moments"),
         ``Var_q[M_i . N_j]`` (:func:`product_var`) plus
-        ``Var_q[b_i] + Var_q[c_j]`` with biases."""
+        ``Var_q[b_i] + Var_q[c_j]`` with biases (plus the sampled offsets' ``E_q[s]``,
+        ``Var_q[s]`` at the entries' ``context``)."""
+        shift = self._offset_moments(context, len(r)) if self.info.offsets else (0.0, 0.0)
         V, W = self.covariances()
         var = np.zeros(len(r))
         chunk = max(256, out._BUDGET // (self.info.K**2 + 1))
@@ -145,7 +177,7 @@ class VBFit(FitResult):
         bv, cv = self._bias_vars()
         if bv is not None:
             var = var + bv[r] + cv[c]
-        return self._theta_mean(r, c), var
+        return self._theta_mean(r, c) + shift[0], var + shift[1]
 
     def noise_var(self) -> float:
         """``E_q[1/tau]`` of a learned noise (``q_noise["inv_mean"]``), else the fixed ``1/tau``."""
@@ -168,13 +200,15 @@ class VBFit(FitResult):
             return self._level_lpd(test)
         return self._gaussian_lpd(test)
 
-    def _level_proba(self, r, c) -> np.ndarray:
+    def _level_proba(self, r, c, context=None) -> np.ndarray:
         """``P_q(Y = l)`` with ``theta ~ N(E_q[theta], Var_q[theta])`` and the cut points
         at their fitted values (:func:`bmczoo.inference.results.levels.gaussian_level_proba`)."""
-        mean, var = self._theta_moments(r, c)
+        mean, var = self._theta_moments(r, c, context)
         return levels.gaussian_level_proba(mean, var, self._cut_draws(self.q_noise, 1)[0])
 
     def _user_scores(self, users, by, z, rng):
+        if self.info.offsets:
+            self._offset_moments(None, 0)  # the error: no context for a recommendation
         a = np.asarray(self.m[users], np.float64)
         nn = np.asarray(self.n, np.float64)
         bv, cv = self._bias_vars()
@@ -222,6 +256,8 @@ class VBFit(FitResult):
         """The optimal Gaussian ``q(M_u, b_u)`` of each new row given ``q(N)``, ``q(c)`` and
         the expectations of the prior's, the noise's and the bias variance's q."""
         info, K = self.info, self.info.K
+        if info.offsets:
+            self._offset_moments(None, 0)  # the error: the new ratings' context is not read
         (pM, shiftM), _ = info.prior.vb_row_priors(vbstate.prior_q(self.state))
         prec = out.dense_precision(np.asarray(pM), K)
         shift = None if shiftM is None else np.asarray(shiftM, np.float64).reshape(1, K)
@@ -315,8 +351,29 @@ class VBFit(FitResult):
     def _extra_draws(self, post: dict) -> dict:
         return {}  # the posterior is drawn from q: no stored draws
 
-    def _ratings_theta_tau(self, rows, cols, num_draws: int, max_draws: int, rng):
-        return _vb_theta_tau(self, rows, cols, num_draws, max_draws, rng)
+    def _ratings_theta_tau(self, rows, cols, num_draws: int, max_draws: int, rng, context=None):
+        theta, tau, how = _vb_theta_tau(self, rows, cols, num_draws, max_draws, rng)
+        if self.info.offsets:  # plus draws of the offsets from q at the ratings' context
+            theta = theta + self._offset_draws(context, len(rows), theta.shape[1], rng)[None]
+        return theta, tau, how
+
+    def _offset_draws(self, context, n: int, S: int, rng) -> np.ndarray:
+        """``S`` draws (S, n) of the offsets' sum from q at ``n`` entries whose per-rating
+        table is ``context``."""
+        import jax
+
+        from ..vb import offsets as vbo
+
+        if context is None:
+            self._offset_moments(None, n)  # the error
+        total = np.zeros((S, n))
+        with jax.enable_x64(True):
+            for o in self.info.offsets:
+                q = {
+                    k: np.asarray(v, np.float64) for k, v in vbo.own(self.q_offsets, o.name).items()
+                }
+                total += np.asarray(o.vb_draws(q, o.arrays(context, n, np.float64), S, rng))
+        return total
 
     def _drawn_cuts(self, lik, shape, step: int) -> np.ndarray:
         return np.broadcast_to(

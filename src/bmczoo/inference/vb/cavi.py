@@ -296,11 +296,12 @@ def update(
     sharded: Sharded | None = None,
     latent=None,
     links: dict | None = None,
+    offsets: tuple = (),
 ) -> VBState:
     """One CAVI iteration: ``q(M)``, then ``q(N)``, then (with biases) ``q(b)``, ``q(c)``,
     ``q(s_b^2)``, ``q(s_c^2)``, then the prior's q (:meth:`~bmczoo.priors.Prior.vb_step`),
-    then (learned likelihood) ``q(tau)``.  Each step is the exact optimum of its factor
-    given the others, so the ELBO never decreases.
+    then (sampled offsets) each offset's q, then (learned likelihood) ``q(tau)``.  Each
+    step is the exact optimum of its factor given the others, so the ELBO never decreases.
 
     ``tau`` is the fixed likelihood precision (the block precision of a learned
     likelihood comes from ``state.noise``).  With ``sharded`` (a state of
@@ -309,7 +310,9 @@ def update(
     runs on each device.  ``links``: the arrays of a prior's feature links
     (``prior.gibbs_links``; one device), updated as :class:`~bmczoo.priors.macau.VBLink`
     says, and those of feature-driven biases under ``biases/``
-    (``bmczoo.offsets.bias_link_vb.VBBiasLink``).
+    (``bmczoo.offsets.bias_link_vb.VBBiasLink``).  ``offsets``: pairs ``(offset, its
+    arrays at the ratings in row order)`` of the sampled offsets (one device; ``latent``
+    gives ``col_perm``), their q in ``state.offsets``.
     """
     links, bias_links = split_links(links)
     prior = check_links(prior, links, sharded)
@@ -319,6 +322,10 @@ def update(
         raise ValueError(
             "the VB state and the biases argument disagree (biases on in one, off in the other)"
         )
+    if offsets:
+        if sharded is not None or latent is None:
+            raise ValueError("sampled offsets run on one device and need latent=(levels, col_perm)")
+        return _offsets_update(state, rows, cols, prior, tau, lik, biases, latent, offsets)
     if lik is not None and lik.latent:
         return _latent_update(state, rows, cols, prior, lik, biases, latent)
     if lik is not None and lik.weighted:
@@ -421,11 +428,14 @@ def _per_run(rows: CSR, cols: CSR, values, col_perm, fn):
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *outs)
 
 
-def rating_expected_sq(state: VBState, rows: CSR, chunk: int = 4096) -> jax.Array:
+def rating_expected_sq(
+    state: VBState, rows: CSR, chunk: int = 4096, shift=None, shift_var=None
+) -> jax.Array:
     """``E_q[(Y_k - theta_k)^2]`` (C, n) at every rating in row order (one device; biases
     included): the squared residual of ``E_q[theta_k]`` plus ``Var_q[theta_k] =
     tr(V_i W_j) + m_i^T W_j m_i + n_j^T V_i n_j (+ Var b_i + Var c_j)``, over chunks of
-    ``chunk`` ratings (no (n, K, K) array)."""
+    ``chunk`` ratings (no (n, K, K) array).  With the offsets' moments ``shift``,
+    ``shift_var`` (C, n): ``E_q[(Y_k - theta_k - s_k)^2]``."""
     rid, col = row_ids(rows), rows.index
     n = col.shape[0]
     B = max(1, min(chunk, n))
@@ -443,6 +453,8 @@ def rating_expected_sq(state: VBState, rows: CSR, chunk: int = 4096) -> jax.Arra
     var = jnp.moveaxis(lax.map(var_chunk, idx), 0, 1).reshape(state.m.shape[0], -1)[:, :n]
     if state.bias:
         var = var + state.bias["b_var"][:, rid] + state.bias["c_var"][:, col]
+    if shift is not None:
+        return (rows.values[None] - ratings_mean(state, rows) - shift) ** 2 + var + shift_var
     return (rows.values[None] - ratings_mean(state, rows)) ** 2 + var
 
 
@@ -455,23 +467,33 @@ def _weighted_update(
     holding its weights), then ``q(tau)`` given the weighted expected squared error."""
     if latent is None:
         raise ValueError("a weighted likelihood's VB update needs latent=(levels, col_perm)")
-    col_perm = latent[1]
-    C = state.m.shape[0]
-    tau = jnp.broadcast_to(lik.vb_block_precision(state.noise, tau), (C,))  # E_q[tau]
-    w = lik.vb_weights(rating_expected_sq(state, rows), tau)
-    y = rows.values[None]
-
-    def run(c, r, k):
-        r = r._replace(values=w[c] * y[0], ones=w[c])
-        k = k._replace(values=(w[c] * y[0])[col_perm], ones=w[c][col_perm])
-        return update(one_run(gauss, c), r, k, prior, tau[c : c + 1], biases=biases)
-
-    gauss = state._replace(noise={})
-    new = _per_run(rows, cols, w, col_perm, run)._replace(noise=state.noise)
+    new, w, _ = _weighted_factors(state, rows, cols, prior, lik, biases, latent[1], tau)
     if not lik.learned:
         return new
     sse = jnp.sum(w * rating_expected_sq(new, rows), axis=1)
     return new._replace(noise=lik.vb_step(state.noise, sse, rows.values.shape[0]))
+
+
+def _weighted_factors(
+    state: VBState, rows: CSR, cols: CSR, prior, lik, biases, col_perm, tau, moments=None
+):
+    """``q(w)`` and the Gaussian updates of a weighted likelihood (``q(tau)`` not updated):
+    ``(new state, E[w] (C, n), E[tau] (C,))``; ``moments``: the offsets' ``(E[s], Var[s])``
+    (C, n) each, the factors then fitting ``Y - E[s]``."""
+    C = state.m.shape[0]
+    tau = jnp.broadcast_to(lik.vb_block_precision(state.noise, tau), (C,))  # E_q[tau]
+    shift = (None, None) if moments is None else moments
+    w = lik.vb_weights(rating_expected_sq(state, rows, 4096, *shift), tau)
+    y = rows.values[None]
+
+    def run(c, r, k):
+        v = y[0] if moments is None else y[0] - shift[0][c]
+        r = r._replace(values=w[c] * v, ones=w[c])
+        k = k._replace(values=(w[c] * v)[col_perm], ones=w[c][col_perm])
+        return update(one_run(gauss, c), r, k, prior, tau[c : c + 1], biases=biases)
+
+    gauss = state._replace(noise={})
+    return _per_run(rows, cols, w, col_perm, run)._replace(noise=state.noise), w, tau
 
 
 def _latent_update(
@@ -479,13 +501,22 @@ def _latent_update(
 ) -> VBState:
     """One CAVI iteration of a latent likelihood: the cut points (learned), ``q(z)``, then
     the Gaussian updates with ``E_q[z]`` as the ratings and ``tau = 1``."""
-    from ...likelihoods import truncnorm
-
     if latent is None:
         raise ValueError("a latent likelihood's VB update needs latent=(levels, col_perm)")
+    return _latent_factors(state, rows, cols, prior, lik, biases, latent)[0]
+
+
+def _latent_factors(state: VBState, rows: CSR, cols: CSR, prior, lik, biases, latent, shift=None):
+    """The cut points, ``q(z)`` and the Gaussian updates of a latent likelihood: ``(new
+    state, E[z] (C, n))``; ``shift``: the offsets' means ``E[s]`` (C, n), added to
+    ``E[theta]`` in ``q(z)`` and taken from ``E[z]`` in the factor updates."""
+    from ...likelihoods import truncnorm
+
     levels, col_perm = latent
     C = state.m.shape[0]
     mu = ratings_mean(state, rows)
+    if shift is not None:
+        mu = mu + shift
     cuts = cuts_of(state, lik, C, mu.dtype)
     noise = state.noise
     if "cuts" in noise:
@@ -497,10 +528,59 @@ def _latent_update(
     new = _per_run(
         rows,
         cols,
-        Ez,
+        Ez if shift is None else Ez - shift,
         col_perm,
         lambda c, r, k: update(
             one_run(gauss, c), r, k, prior, jnp.asarray(1.0, mu.dtype), biases=biases
         ),
     )
-    return new._replace(noise=noise)
+    return new._replace(noise=noise), Ez
+
+
+def _offsets_update(
+    state: VBState, rows: CSR, cols: CSR, prior: Prior, tau, lik, biases, latent, offsets
+) -> VBState:
+    """One CAVI iteration with sampled offsets: the likelihood's updates with the factors
+    fitting the ratings (``E[z]``) minus ``E_q[s]``, then each offset's q given the
+    ratings minus the new ``E_q[theta]``, then a learned ``q(tau)`` given the expected
+    squared error, ``sum_k Var_q[s_k]`` included."""
+    from . import offsets as vbo
+
+    offs, arrays = tuple(o for o, _ in offsets), tuple(a for _, a in offsets)
+    C = state.m.shape[0]
+    es, vs = vbo.moments(offs, state.offsets, arrays)
+    base = state._replace(offsets={})
+    y = jnp.broadcast_to(rows.values[None], es.shape)
+    if lik.latent:
+        new, values = _latent_factors(base, rows, cols, prior, lik, biases, latent, es)
+        precision = jnp.ones_like(es)
+    elif lik.weighted:
+        new, w, t = _weighted_factors(
+            base, rows, cols, prior, lik, biases, latent[1], tau, (es, vs)
+        )
+        values, precision = y, t[:, None] * w
+    else:
+        t = jnp.broadcast_to(lik.vb_block_precision(state.noise, tau), (C,))
+        gauss = base._replace(noise={})
+        new = _per_run(
+            rows,
+            cols,
+            y - es,
+            latent[1],
+            lambda c, r, k: update(one_run(gauss, c), r, k, prior, t[c : c + 1], biases=biases),
+        )._replace(noise=state.noise)
+        values, precision = y, jnp.broadcast_to(t[:, None], es.shape)
+    q = vbo.block(offs, state.offsets, arrays, values - ratings_mean(new, rows), precision)
+    new = new._replace(offsets=q)
+    if not lik.learned or lik.latent:
+        return new
+    es, vs = vbo.moments(offs, q, arrays)
+    if lik.weighted:
+        sse = jnp.sum(w * rating_expected_sq(new, rows, 4096, es, vs), axis=1)
+    else:
+        sse = (
+            parts_of(new, rows, None, None)[0]["sq"]
+            + vbo.sq_correction(y, ratings_mean(new, rows), es)
+            + jnp.sum(vs, axis=1)
+        )
+    return new._replace(noise=lik.vb_step(state.noise, sse, rows.values.shape[0]))

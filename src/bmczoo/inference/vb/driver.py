@@ -32,6 +32,7 @@ from ..results import VBFit
 from ..run import Job, run_loop
 from ..sharding import put, to_host
 from .cavi import update
+from . import offsets as vbo
 from .elbo import elbo
 from .state import (
     BIAS_LINKS,
@@ -53,8 +54,9 @@ __all__ = ["fit_vb"]
 
 class _Data(NamedTuple):
     """The arrays an iteration reads: the ratings by rows and by columns, the likelihood
-    precision, the test entries, a latent likelihood's ``(levels, col_perm)`` and a
-    prior's and the biases' feature links (the biases' under ``biases/``)."""
+    precision, the test entries, a latent likelihood's ``(levels, col_perm)``, a
+    prior's and the biases' feature links (the biases' under ``biases/``) and the sampled
+    offsets' arrays at the ratings (row order) and at the test entries."""
 
     rows: Any
     cols: Any
@@ -63,6 +65,8 @@ class _Data(NamedTuple):
     test_cols: Any
     latent: Any
     links: dict
+    offsets: tuple = ()
+    test_offsets: tuple = ()
 
 
 def per_rating(likelihood) -> bool:
@@ -71,7 +75,7 @@ def per_rating(likelihood) -> bool:
     return likelihood.latent or likelihood.weighted
 
 
-def _iterate(state: VBState, data: _Data, *, prior, likelihood, biases, sharded):
+def _iterate(state: VBState, data: _Data, *, prior, likelihood, biases, sharded, offsets=()):
     # jitted once per fit (_Runs.compile) with the problem as an argument: no array is baked
     # into the compiled program, and the program is dropped with the fit (a module-level
     # jit would keep one compiled program per prior and shape for the life of the process)
@@ -79,8 +83,11 @@ def _iterate(state: VBState, data: _Data, *, prior, likelihood, biases, sharded)
         likelihood=likelihood,
         biases=biases,
         sharded=sharded,
-        latent=data.latent if (likelihood is not None and per_rating(likelihood)) else None,
+        latent=(
+            data.latent if offsets or (likelihood is not None and per_rating(likelihood)) else None
+        ),
         links=data.links,
+        offsets=tuple(zip(offsets, data.offsets)),
     )
     state = update(state, data.rows, data.cols, prior, data.tau, **kw)
     pred = jnp.sum(state.m[:, data.test_rows] * state.n[:, data.test_cols], axis=-1)
@@ -88,6 +95,8 @@ def _iterate(state: VBState, data: _Data, *, prior, likelihood, biases, sharded)
         pred = (
             pred + state.bias["b_mean"][:, data.test_rows] + state.bias["c_mean"][:, data.test_cols]
         )
+    if offsets and data.test_offsets:  # plus E[s] at the test ratings' context
+        pred = pred + vbo.moments(offsets, state.offsets, data.test_offsets)[0]
     return state, elbo(state, data.rows, prior, data.tau, **kw), pred
 
 
@@ -162,12 +171,23 @@ def _start(info: FitInfo, problem, links: dict, bias_links: dict) -> VBState:
         biases=check_bias_links(info.biases, bias_links, None),
         links=links,
     )
+    if info.offsets:
+        arrays = problem.offset_arrays["ratings"]
+        state = state._replace(offsets=vbo.init(info.offsets, arrays, runs, info.dtype))
     lik = info.likelihood
     if lik.latent and lik.fixed_cuts() is None:
         cuts0 = lik.init_cuts(np.asarray(problem.levels))
         cuts = jnp.broadcast_to(jnp.asarray(cuts0, info.dtype), (runs, cuts0.size))
         state = state._replace(noise={"cuts": cuts})
     return state
+
+
+def _test_offsets(prep: Prepared, info: FitInfo, n_test: int) -> tuple:
+    """The sampled offsets' arrays at the test ratings (from their per-rating table), for
+    the RMSE trace (empty without offsets or test ratings)."""
+    if not info.offsets or not n_test:
+        return ()
+    return tuple(o.arrays(prep.context, n_test, info.dtype) for o in info.offsets)
 
 
 class _Runs(Job):
@@ -188,6 +208,7 @@ class _Runs(Job):
             dtype=info.dtype,
             mesh=s.devices,
             likelihood=info.likelihood if per_rating(info.likelihood) else None,
+            offsets=info.offsets,
         )
         with shared_link_arrays():  # a table linked by the prior and the biases: once
             self.links = _links(prep, info, self.sharded)
@@ -200,7 +221,16 @@ class _Runs(Job):
             test_rc = [put(x, rep) for x in test_rc]
         p = self.problem
         links = {**self.links, **{BIAS_LINKS + k: v for k, v in self.bias_links.items()}}
-        self.data = _Data(p.rows, p.cols, p.tau, *test_rc, (p.levels, p.col_perm), links)
+        self.data = _Data(
+            p.rows,
+            p.cols,
+            p.tau,
+            *test_rc,
+            (p.levels, p.col_perm),
+            links,
+            p.offset_arrays.get("ratings", ()),
+            _test_offsets(prep, info, n_test),
+        )
         self.compiled, self.compile_seconds = None, 0.0
         self.elbos, self.rmses, self.seconds, self.converged = [], [], [], False
         self.settings = _checkpoint_settings(prep, info)
@@ -242,6 +272,7 @@ class _Runs(Job):
                 likelihood=info.likelihood,
                 biases=info.biases,
                 sharded=self.sharded,
+                offsets=info.offsets,
             )
         )
         # compiled once, with bmczoo's options, for every iteration
@@ -322,6 +353,7 @@ def fit_vb(prep: Prepared, info: FitInfo, progress_bar: bool) -> VBFit:
             f"method='vb' has no update for the {lik.name} likelihood's per-rating weights: "
             "use method='gibbs' (or 'nuts', 'svi', 'map')"
         )
+    vbo.check_vb_offsets(info.offsets)
     runs = _Runs(prep, info)
     runs.resume()
     run_loop(runs, info.settings.checkpoint, info.settings.checkpoint_every, progress_bar)
@@ -349,6 +381,7 @@ def fit_vb(prep: Prepared, info: FitInfo, progress_bar: bool) -> VBFit:
         q_prior=q_prior,
         q_noise=q_noise,
         q_biases=bias,
+        q_offsets=one(state.offsets) if state.offsets else {},
         row_bias=bias.get("b_mean"),
         col_bias=bias.get("c_mean"),
         elbo=np.asarray([e[best] for e in runs.elbos]),

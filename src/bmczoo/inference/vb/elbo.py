@@ -12,6 +12,7 @@ from ...likelihoods import Tempered
 from ...priors import Prior
 from .. import sharding as sh
 from ...linalg import CSR
+from . import offsets as vbo
 from .cavi import log_Z, parts_body, parts_of, rating_expected_sq
 from .state import (
     Sharded,
@@ -46,6 +47,7 @@ def elbo(
     sharded: Sharded | None = None,
     latent=None,
     links: dict | None = None,
+    offsets: tuple = (),
 ) -> jax.Array:
     """The evidence lower bound of each run (C,).
 
@@ -57,24 +59,42 @@ def elbo(
     :meth:`~bmczoo.likelihoods.base.Likelihood.vb_elbo_term` (default: the Gaussian
     ``N(Y | theta, 1/tau)``, normalising constant included, so that the ELBO is a bound
     on the log evidence of that Gaussian model; learned noise: tempered log-likelihood
-    plus ``E[log p(tau)] - E[log q(tau)]``).  ``sharded``/``links`` as in
-    :func:`~bmczoo.inference.vb.cavi.update`.
+    plus ``E[log p(tau)] - E[log q(tau)]``).  ``sharded``/``links``/``offsets`` as in
+    :func:`~bmczoo.inference.vb.cavi.update`; the offsets add their terms
+    (:meth:`~bmczoo.offsets.base.Offset.vb_elbo_term`) and their moments enter the
+    likelihood's.
     """
     links, bias_links = split_links(links)
     prior = check_links(prior, links, sharded)
     biases = check_bias_links(biases, bias_links, sharded)
     lik = Tempered() if likelihood is None else likelihood
+    moments, extra = None, 0.0
+    if offsets:
+        offs, arrays = tuple(o for o, _ in offsets), tuple(a for _, a in offsets)
+        moments = vbo.moments(offs, state.offsets, arrays)
+        extra = vbo.elbo_term(offs, state.offsets, arrays)
     if lik is not None and lik.latent:
-        return _latent_elbo(state, rows, prior, lik, biases, latent)
+        return _latent_elbo(state, rows, prior, lik, biases, latent, moments) + extra
     parts, n_obs = parts_of(state, rows, prior, sharded)
     if (
         lik.weighted
     ):  # q(w) at its optimum: the likelihood's term from each rating's E[(Y - theta)^2]
-        loglik = lik.vb_weighted_elbo_term(state.noise, rating_expected_sq(state, rows))
+        shift = (None, None) if moments is None else moments
+        loglik = lik.vb_weighted_elbo_term(
+            state.noise, rating_expected_sq(state, rows, 4096, *shift)
+        )
     else:
-        loglik = lik.vb_elbo_term(state.noise, n_obs, parts["sq"], tau)
-    return _elbo_rest(
-        state, parts, loglik, prior, biases, rows.shape if sharded is None else sharded.dims
+        sq = parts["sq"]
+        if moments is not None:  # E[(Y - theta - s)^2] = E[(Y - E s - theta)^2] + Var s
+            y = rows.values[None]
+            sq = sq + vbo.sq_correction(y, ratings_mean(state, rows), moments[0])
+            sq = sq + jnp.sum(moments[1], axis=1)
+        loglik = lik.vb_elbo_term(state.noise, n_obs, sq, tau)
+    return (
+        _elbo_rest(
+            state, parts, loglik, prior, biases, rows.shape if sharded is None else sharded.dims
+        )
+        + extra
     )
 
 
@@ -92,21 +112,32 @@ def _elbo_rest(state: VBState, parts: dict, loglik, prior: Prior, biases, dims):
     return out
 
 
-def _latent_elbo(state: VBState, rows: CSR, prior: Prior, lik, biases, latent) -> jax.Array:
+def _latent_elbo(
+    state: VBState, rows: CSR, prior: Prior, lik, biases, latent, moments=None
+) -> jax.Array:
     """The ELBO of a latent likelihood (C,) (cut points at their point estimates, their
-    log prior density included)."""
+    log prior density included); ``moments``: the offsets' ``(E[s], Var[s])`` (C, n)."""
     levels, _ = latent
     C = state.m.shape[0]
-    mu = ratings_mean(state, rows)
+    theta = ratings_mean(state, rows)
+    mu = theta if moments is None else theta + moments[0]
     cuts = cuts_of(state, lik, C, mu.dtype)
     out = []
     for c in range(C):
         run = one_run(state, c)
         # with the ratings replaced by E_q[theta], sum_k E[(Y_k - theta_k)^2] = sum_k Var_q[theta_k]
         parts = parts_body(
-            rows._replace(values=mu[c]), run.m, run.V, run.n, run.W, run.bias, sh.LOCAL, prior=prior
+            rows._replace(values=theta[c]),
+            run.m,
+            run.V,
+            run.n,
+            run.W,
+            run.bias,
+            sh.LOCAL,
+            prior=prior,
         )
-        loglik = log_Z(mu[c : c + 1], cuts[c : c + 1], levels) - 0.5 * parts["sq"]
+        sq = parts["sq"] if moments is None else parts["sq"] + jnp.sum(moments[1][c])
+        loglik = log_Z(mu[c : c + 1], cuts[c : c + 1], levels) - 0.5 * sq
         if "cuts" in state.noise:
             loglik = loglik + lik.cut_log_prior(cuts[c])
         out.append(_elbo_rest(run, parts, loglik, prior, biases, rows.shape))

@@ -53,6 +53,9 @@ class VBState(NamedTuple):
         ``q(tau)`` of a learned likelihood.
     bias : dict
         The q of the biases (``bmczoo.offsets.Biases.vb_state``); empty dicts when absent.
+    offsets : dict
+        The q of the sampled offsets (:mod:`bmczoo.inference.vb.offsets`: keys
+        ``"<offset name>/<variable>"``).
     """
 
     m: jax.Array
@@ -64,6 +67,7 @@ class VBState(NamedTuple):
     prior: dict = {}
     noise: dict = {}
     bias: dict = {}
+    offsets: dict = {}
 
 
 class Sharded(NamedTuple):
@@ -286,7 +290,7 @@ def unshard_state(state: VBState, dims: tuple[int, int]) -> VBState:
 
 
 #: the parts of a :class:`VBState` that are dicts of arrays (the components' own parameters)
-_DICT_PARTS = ("prior", "noise", "bias")
+_DICT_PARTS = ("prior", "noise", "bias", "offsets")
 
 
 def state_arrays(state: VBState) -> dict:
