@@ -1,5 +1,5 @@
 """``bmczoo fit --context``: time effects from a ratings file's timestamp column (the
-context offset sampled by Gibbs), its outputs and saved model, and its errors (before any
+context offset sampled by Gibbs or fitted by VB), its outputs and saved model, and its errors (before any
 fit)."""
 
 from __future__ import annotations
@@ -71,12 +71,38 @@ def test_fit_with_time_context(tmp_path, capsys):
     assert rc == 2 and "fitted with --context, so each entry needs its time" in err
 
 
+def test_vb_fit_with_time_context(tmp_path, capsys):
+    """``--method vb --context``: the saved model's predictions at new times are the
+    library's from the fit's q."""
+    write_ratings(tmp_path / "r.data", n=300)
+    args = ["fit", "--data", str(tmp_path / "r.data"), "--context", "--method", "vb"]
+    rc = main(args + ["-K", "2", "--quiet", "--save", str(tmp_path / "m.npz")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    fit = bmczoo.load(tmp_path / "m.npz")
+    assert fit.q_offsets["context/w_mean"].ndim == 1
+    entries = tmp_path / "e.csv"
+    later = 881250949 + 1000 + 40 * 86_400
+    entries.write_text(f"user,item,time\n1000,50,{later}\n1007,53,881251949\n")
+    rc = main(["predict", "--model", str(tmp_path / "m.npz"), "--entries", str(entries)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    got = np.loadtxt(out.splitlines()[1:], delimiter=",")
+    from bmczoo.cli.saved import _load_model
+
+    model = _load_model(str(tmp_path / "m.npz"))
+    r = np.searchsorted(model.user_ids, [1000, 1007])
+    c = np.searchsorted(model.item_ids, [50, 53])
+    ctx = model.time.encode(r, c, np.array([later, 881251949]))
+    np.testing.assert_allclose(got[:, 2], fit.predict(r, c, context=ctx), rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     "args, timestamp, needles",
     [
         (["--context"], False, ("--context needs the ratings' timestamps", "4th column")),
         (["--context", "hour"], True, ("--context hour", "time_bin, item_time_bin")),
-        (["--context", "--method", "vb"], True, ("--method gibbs only, not vb",)),
+        (["--context", "--method", "nuts"], True, ("--method gibbs and vb only, not nuts",)),
     ],
 )
 def test_context_errors(tmp_path, capsys, no_fit, args, timestamp, needles):  # noqa: F811
