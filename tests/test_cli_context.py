@@ -102,7 +102,7 @@ def test_vb_fit_with_time_context(tmp_path, capsys):
     [
         (["--context"], False, ("--context needs the ratings' timestamps", "4th column")),
         (["--context", "hour"], True, ("--context hour", "time_bin, item_time_bin")),
-        (["--context", "--method", "nuts"], True, ("--method gibbs and vb only, not nuts",)),
+        (["--context", "--method", "svi"], True, ("--method gibbs, vb and nuts only, not svi",)),
     ],
 )
 def test_context_errors(tmp_path, capsys, no_fit, args, timestamp, needles):  # noqa: F811

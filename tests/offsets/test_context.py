@@ -352,7 +352,7 @@ def test_fit_context_errors():
         for k, v in FIT.items()
         if k not in ("num_warmup", "num_samples", "thinning", "num_chains")
     }
-    with pytest.raises(ValueError, match="method='gibbs' and 'vb' only, not 'svi'"):
+    with pytest.raises(ValueError, match="method='gibbs', 'vb' and 'nuts' only, not 'svi'"):
         bmc.fit(train, method="svi", context=True, **kw)
     with pytest.raises(ValueError, match="give the entries to predict as test="):
         bmc.fit(train, context=True, predict=(test.rows, test.cols), **kw)
@@ -470,3 +470,42 @@ def test_level_probabilities_at_new_entries_with_their_context():
     want = np.diff(cdf, axis=-1).mean(0)
     np.testing.assert_allclose(fit.predict_proba(rows, cols, context=table), want, atol=1e-10)
     assert fit.log_predictive_density(test) < 0
+
+
+def test_nuts_fit_with_context():
+    """``bmc.fit(method="nuts", context=...)``: the test predictions and the tracked theta
+    are ``theta + x . w`` over the draws (exact, float64), and other entries read their
+    context."""
+    train, test = _bin_data()
+    fit = bmc.fit(
+        train,
+        test=test,
+        context=True,
+        method="nuts",
+        K=2,
+        num_warmup=60,
+        num_samples=40,
+        thinning=1,
+        num_chains=1,
+        track=15,
+        progress_bar=False,
+    )
+    mean, _ = _direct(fit, test.rows, test.cols, test.context)
+    np.testing.assert_allclose(
+        fit.predict(test.rows, test.cols), fit.info.shift.apply(mean), rtol=1e-12
+    )
+    pos = np.arange(5)
+    sub = test.context.take(pos)
+    # the same entries with a table of their own rows: from the draws
+    np.testing.assert_allclose(
+        fit.predict(test.rows[pos], test.cols[pos], context=sub),
+        fit.info.shift.apply(mean[pos]),
+        rtol=1e-12,
+    )
+    # the tracked ratings' theta includes the offset at their own context
+    where = {(int(r), int(c)): k for k, (r, c) in enumerate(zip(train.rows, train.cols))}
+    at = np.array([where[(int(r), int(c))] for r, c in zip(fit.track_rows, fit.track_cols)])
+    draws = _direct(fit, fit.track_rows, fit.track_cols, train.context.take(at), draws=True)
+    np.testing.assert_allclose(
+        np.asarray(fit.samples["theta"]).reshape(draws.shape), draws, rtol=1e-10
+    )

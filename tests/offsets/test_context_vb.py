@@ -271,7 +271,7 @@ def test_vb_float32_and_checkpoint(tmp_path):
 
 def test_vb_context_errors():
     train, test = _bin_data()
-    with pytest.raises(ValueError, match="method='gibbs' and 'vb' only, not 'nuts'"):
-        bmc.fit(train, method="nuts", context=True, K=2, progress_bar=False)
+    with pytest.raises(ValueError, match="method='gibbs', 'vb' and 'nuts' only, not 'map'"):
+        bmc.fit(train, method="map", context=True, K=2, progress_bar=False)
     with pytest.raises(ValueError, match="one device"):
         bmc.fit(train, context=True, devices=jax.devices()[:1], **VB)

@@ -159,8 +159,10 @@ def _context_groups(args) -> tuple[str, ...]:
         return ()
     if args.data.startswith("sim:"):
         raise CLIError("--context needs ratings with timestamps; the simulator has none")
-    if args.method not in ("gibbs", "vb"):
-        raise CLIError(f"--context is fitted by --method gibbs and vb only, not {args.method}")
+    if args.method not in ("gibbs", "vb", "nuts"):
+        raise CLIError(
+            f"--context is fitted by --method gibbs, vb and nuts only, not {args.method}"
+        )
     groups = TIME_GROUPS if args.context == "time" else tuple(args.context.split(","))
     bad = [g for g in groups if g not in TIME_GROUPS]
     if bad or not groups:

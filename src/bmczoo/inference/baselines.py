@@ -27,6 +27,9 @@ from .problem import Prepared, track_entries
 from .info import FitInfo
 from .results import MAPFit, NUTSFit, SVIFit
 from .results.base import bias_draws, draws_theta_mean
+from .results.mcmc import _offset_draws
+from .gibbs.per_rating import _positions
+from ..offsets.base import table_key
 
 __all__ = [
     "GUIDES",
@@ -118,6 +121,7 @@ def run_nuts(
             info.prior,
             likelihood=info.likelihood,
             biases=info.biases,
+            offsets=info.offsets,
             init_params=init_params,
         )
         samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
@@ -188,8 +192,14 @@ def fit_nuts(prep: Prepared, info: FitInfo, progress_bar: bool) -> NUTSFit:
     samples["theta"] = np.sum(M[:, :, track[0]] * N[:, :, track[1]], axis=-1) + bias_draws(
         samples, *track
     )
-    pred_theta = draws_theta_mean(samples, prep.pred_rows, prep.pred_cols)
     flat = flat_draws(samples, info.K)
+    if info.offsets:  # theta + s at the tracked ratings and at the test ratings' context
+        samples["theta"] = samples["theta"] + _tracked_offsets(prep, info, samples, track)
+        if prep.context is not None:
+            flat["entry_shift"] = _offset_draws(info, samples, prep.context)
+        pred_theta = draws_theta_moments(flat, prep.pred_rows, prep.pred_cols)[0]
+    else:
+        pred_theta = draws_theta_mean(samples, prep.pred_rows, prep.pred_cols)
     return NUTSFit(
         info=info,
         samples=samples,
@@ -204,7 +214,18 @@ def fit_nuts(prep: Prepared, info: FitInfo, progress_bar: bool) -> NUTSFit:
         track_cols=np.asarray(track[1]),
         num_kept=M.shape[1],
         mcmc=mcmc,
+        pred_context=table_key(prep.context) if info.offsets else None,
     )
+
+
+def _tracked_offsets(prep: Prepared, info: FitInfo, samples: dict, track) -> np.ndarray:
+    """The sampled offsets' draws (C, D, E) at the tracked ratings (their per-rating table
+    taken from the training ratings')."""
+    C, D = np.shape(samples["M"])[:2]
+    train = prep.fit_data
+    pos = _positions(train, track[0], track[1], "a tracked")
+    shift = _offset_draws(info, samples, train.context.take(pos))
+    return shift(0, pos.size).reshape(C, D, pos.size)
 
 
 def fit_svi(prep: Prepared, info: FitInfo, progress_bar: bool) -> SVIFit:

@@ -57,9 +57,9 @@ def _sampled_offsets(context, settings: Settings, train: RatingData, test, predi
     off = Context() if context is True else context
     if not isinstance(off, Offset):
         raise TypeError(f"context must be True, False or a bmczoo.offsets.Context, got {context!r}")
-    if settings.method not in ("gibbs", "vb"):
+    if settings.method not in ("gibbs", "vb", "nuts"):
         raise ValueError(
-            f"context= is fitted by method='gibbs' and 'vb' only, not {settings.method!r}"
+            f"context= is fitted by method='gibbs', 'vb' and 'nuts' only, not {settings.method!r}"
         )
     if predict is not None:
         raise ValueError(
