@@ -34,6 +34,7 @@ _SUBMODULES = (
 )
 _NAMES = {
     "RatingData": "data",
+    "TensorData": "data",
     "fit": "inference",
     "load": "inference.saving",
     "enable_compilation_cache": "_cache",
@@ -43,6 +44,7 @@ _NAMES = {
 
 __all__ = [
     "RatingData",
+    "TensorData",
     "fit",
     "load",
     "enable_compilation_cache",
@@ -76,7 +78,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     )
     from ._cache import enable_compilation_cache
     from ._config import show_config
-    from .data import RatingData
+    from .data import RatingData, TensorData
     from .inference import fit
     from .inference.errors import SettingsError
     from .inference.saving import load

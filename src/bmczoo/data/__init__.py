@@ -5,6 +5,7 @@ from ._table import features_from_table
 from ._time import TIME_GROUPS, TimeEncoder, time_bins, time_features
 from .features import Features, hstack_features
 from .ratings import OFFICIAL_FOLDS, RatingData, SortedView
+from .tensor import TensorData
 
 __all__ = [
     "OFFICIAL_FOLDS",
@@ -13,6 +14,7 @@ __all__ = [
     "Features",
     "RatingData",
     "SortedView",
+    "TensorData",
     "features_from_table",
     "hstack_features",
     "implicit_features",

@@ -92,6 +92,41 @@ def _as_index(name: str, x, m: int) -> np.ndarray:
     return a.astype(np.int32 if m <= _INT32_MAX else np.int64)
 
 
+def _check_positions(index, n: int) -> np.ndarray:
+    """A boolean mask (n,) or integer positions in ``0..n-1``, checked."""
+    idx = np.asarray(index)
+    if idx.dtype == bool:
+        if idx.shape != (n,):
+            raise ValueError(f"boolean mask must have shape ({n},), got {idx.shape}")
+    elif not np.issubdtype(idx.dtype, np.integer):
+        raise ValueError(
+            f"index must be a boolean mask or integer positions, got dtype {idx.dtype}"
+        )
+    elif idx.size and (idx.min() < 0 or idx.max() >= n):
+        k = int(np.flatnonzero((idx < 0) | (idx >= n))[0])
+        raise ValueError(f"index[{k}] = {int(idx[k])} is not a position in 0..{n - 1}")
+    return idx
+
+
+def _split_positions(n: int, test_fraction, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The training and test positions of a uniform random split of ``n`` entries: the
+    positions permuted with ``numpy.random.default_rng(seed)``, the first ``n -
+    round(test_fraction * n)`` for training, each part sorted."""
+    if (
+        isinstance(test_fraction, (str, bytes, bool, np.bool_))
+        or not isinstance(test_fraction, (int, float, np.number))
+        or not (0.0 < float(test_fraction) < 1.0)
+    ):
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    n_test = int(round(test_fraction * n))
+    if n_test == 0 or n_test == n:
+        raise ValueError(
+            f"test_fraction={test_fraction} leaves an empty train or test set with n={n} ratings"
+        )
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[: n - n_test]), np.sort(perm[n - n_test :])
+
+
 class RatingData:
     """Observed entries ``(rows, cols, values)`` of an ``m1 x m2`` matrix.
 
@@ -381,17 +416,7 @@ class RatingData:
         index : array_like of bool, shape (n,), or array_like of int
             A boolean mask or integer positions.
         """
-        idx = np.asarray(index)
-        if idx.dtype == bool:
-            if idx.shape != (self.n,):
-                raise ValueError(f"boolean mask must have shape ({self.n},), got {idx.shape}")
-        elif not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError(
-                f"index must be a boolean mask or integer positions, got dtype {idx.dtype}"
-            )
-        elif idx.size and (idx.min() < 0 or idx.max() >= self.n):
-            k = int(np.flatnonzero((idx < 0) | (idx >= self.n))[0])
-            raise ValueError(f"index[{k}] = {int(idx[k])} is not a position in 0..{self.n - 1}")
+        idx = _check_positions(index, self.n)
         return RatingData(
             self._rows[idx],
             self._cols[idx],
@@ -419,20 +444,7 @@ class RatingData:
 
         Both parts keep the feature tables.
         """
-        if (
-            isinstance(test_fraction, (str, bytes, bool, np.bool_))
-            or not isinstance(test_fraction, (int, float, np.number))
-            or not (0.0 < float(test_fraction) < 1.0)
-        ):
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-        n_test = int(round(test_fraction * self.n))
-        if n_test == 0 or n_test == self.n:
-            raise ValueError(
-                f"test_fraction={test_fraction} leaves an empty train or test set with n={self.n} ratings"
-            )
-        perm = np.random.default_rng(seed).permutation(self.n)
-        train_idx = np.sort(perm[: self.n - n_test])
-        test_idx = np.sort(perm[self.n - n_test :])
+        train_idx, test_idx = _split_positions(self.n, test_fraction, seed)
         return self.subset(train_idx), self.subset(test_idx)
 
     def split_per_user(

@@ -1,0 +1,265 @@
+"""The Gibbs sweep of the CP model of an N-way array (docs/algorithms.md, "Tensors").
+
+``theta[i_1..i_D] = sum_h prod_d U_d[i_d, h]`` (plus ``sum_d b_d[i_d]`` with biases per
+mode), ``U_d[:, h] ~ N(0, gamma_h I)`` with the column scales ``gamma_h`` shared by all
+modes, so every column-scale prior of the paper carries over with ``S_h = sum_d
+||U_d[:, h]||^2`` and ``d = sum_d m_d`` (:meth:`~bmczoo.priors.Prior.sample_conditional`).
+
+Given the other modes, the rows of ``U_d`` are independent Gaussian regressions whose
+design rows are ``w_k = prod_{d' != d} U_d'[i_d'k]`` (elementwise), one per observed
+entry: the mode's pattern is a CSR of its rows over the *entries* (``index`` the entries'
+positions), and ``w`` (C, n, K) plays the other factor of the matrix sweep, so the row
+block is the matrix's (:func:`bmczoo.linalg.pattern_gram` on every hot path, the compiled
+Gram kernel included; :func:`bmczoo.linalg.draw_rows`).  Nothing of size ``prod m_d`` is
+formed.  Pure functions over a :class:`TensorState` (leading chain axis ``C``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ... import _rng
+from ...data import TensorData
+from ...linalg import (
+    CSR,
+    device_array,
+    draw_rows,
+    pattern_gram,
+    prior_precision_term,
+    resolve_hot_path,
+    row_ids_from_indptr,
+    row_rhs,
+)
+
+__all__ = [
+    "TensorProblem",
+    "TensorState",
+    "build_problem",
+    "design",
+    "init",
+    "mode_conditional",
+    "sweep",
+    "theta_at",
+]
+
+
+class TensorProblem(NamedTuple):
+    """The device arrays of a problem: ``modes`` one CSR per mode (rows ``m_d``, over the
+    ``n`` entries: ``index`` their positions, ``values`` their values in the mode's
+    order), ``index`` (n, D) int32 and ``values`` (n,) in the entries' order, and ``tau``
+    the likelihood precision (the start of a learned one)."""
+
+    modes: tuple
+    index: jax.Array
+    values: jax.Array
+    tau: jax.Array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(c.shape[0] for c in self.modes)
+
+
+class TensorState(NamedTuple):
+    """``C`` chains: ``U`` one (C, m_d, K) factor per mode, ``gamma`` (C, K) the column
+    scales, ``tau`` (C,) the noise precision, ``bias`` one (C, m_d) bias vector per mode
+    (empty without biases), ``bias_var`` (C, D) their variances, ``key`` (C,) the chains'
+    keys."""
+
+    U: tuple
+    gamma: jax.Array
+    tau: jax.Array
+    bias: tuple
+    bias_var: jax.Array
+    key: jax.Array
+
+
+def build_problem(data: TensorData, tau: float, dtype=jnp.float32) -> TensorProblem:
+    """The device arrays of ``data`` (once; every sweep reuses them)."""
+    modes = []
+    n = data.n
+    for d, view in enumerate(data.views):
+        index = device_array(np.asarray(view.index), jnp.int32)
+        values = device_array(view.values, dtype)
+        modes.append(
+            CSR(
+                indptr=device_array(view.indptr, jnp.int32),
+                index=index,
+                values=values,
+                ones=device_array(np.ones(n), dtype),
+                shape=(data.shape[d], n),
+                row_ids=device_array(row_ids_from_indptr(view.indptr)),
+                hot_path=resolve_hot_path(None),
+            )
+        )
+    return TensorProblem(
+        modes=tuple(modes),
+        index=device_array(data.indices, jnp.int32),
+        values=device_array(data.values, dtype),
+        tau=device_array(tau, dtype),
+    )
+
+
+def init(
+    keys: jax.Array,
+    problem: TensorProblem,
+    prior,
+    K: int,
+    *,
+    biases=None,
+    scale: float = 0.1,
+) -> TensorState:
+    """Chains started at small random factors (``N(0, scale^2)``), ``gamma`` at the
+    prior's ``init_gamma``, ``tau`` at the problem's, zero biases with unit variances;
+    ``keys`` (C,) one key per chain."""
+    dtype = problem.values.dtype
+    shape = problem.shape
+    C = keys.shape[0]
+    split = jax.vmap(lambda k: jax.random.split(k, len(shape) + 1))(keys)
+    U = tuple(
+        scale * jax.vmap(lambda k, m=m: _rng.normal(k, (m, K), dtype))(split[:, d])
+        for d, m in enumerate(shape)
+    )
+    gamma = jnp.broadcast_to(prior.init_gamma(K, sum(shape), dtype), (C, K))
+    bias = () if biases is None else tuple(jnp.zeros((C, m), dtype) for m in shape)
+    return TensorState(
+        U=U,
+        gamma=jnp.asarray(gamma, dtype),
+        tau=jnp.full((C,), problem.tau, dtype),
+        bias=bias,
+        bias_var=jnp.ones((C, len(shape)), dtype),
+        key=split[:, -1],
+    )
+
+
+def design(U: tuple, index: jax.Array, d: int) -> jax.Array:
+    """``w_k = prod_{d' != d} U_d'[i_d'k]`` (C, n, K) at every entry."""
+    out = None
+    for e, F in enumerate(U):
+        if e != d:
+            rows = F[:, index[:, e]]
+            out = rows if out is None else out * rows
+    return out
+
+
+def theta_at(U: tuple, bias: tuple, index: jax.Array) -> jax.Array:
+    """``theta`` (C, P) at the entries ``index`` (P, D): the CP term plus the biases."""
+    t = jnp.sum(design(U, index, -1), axis=-1)
+    for e, b in enumerate(bias):
+        t = t + b[:, index[:, e]]
+    return t
+
+
+def _bias_sum(bias: tuple, index: jax.Array, skip: int = -1):
+    """``sum_{d != skip} b_d[i_dk]`` (C, n), or 0 without biases."""
+    out = 0.0
+    for e, b in enumerate(bias):
+        if e != skip:
+            out = out + b[:, index[:, e]]
+    return out
+
+
+def mode_conditional(problem: TensorProblem, U: tuple, d: int, target, t, row_prec):
+    """The conditional of the rows of ``U_d`` given the other modes: precisions ``P``
+    (C, m_d, K, K) and right-hand sides (C, m_d, K) (the means are ``P^-1 rhs``).
+
+    Parameters
+    ----------
+    problem : TensorProblem
+        The problem.
+    U : tuple of jax.Array
+        The factors (C, m_e, K) (``U[d]`` is not read).
+    d : int
+        The mode.
+    target : jax.Array or float
+        The values the CP term fits (C, n) in the entries' order (the data minus the
+        biases), or 0.0: the data.
+    t : jax.Array, shape (C,)
+        The block precision.
+    row_prec : jax.Array, shape (C, K)
+        The rows' diagonal prior precision.
+    """
+    csr = problem.modes[d]
+    K = U[0].shape[-1]
+    w = design(U, problem.index, d)
+    # the target in the mode's order is the CSR's values (one chain's pattern, as the
+    # weighted likelihoods' sums): per chain when the biases move it
+    G = pattern_gram(csr, w).G
+    if jnp.ndim(target) == 0:
+        rhs = row_rhs(csr, w, t[:, None, None])
+    else:
+        rhs = jnp.stack(
+            [
+                row_rhs(csr._replace(values=target[c][csr.index]), w[c : c + 1], t[c])[0]
+                for c in range(w.shape[0])
+            ]
+        )
+    P = t[:, None, None, None] * G + prior_precision_term(row_prec, K, G.dtype)
+    return P, rhs
+
+
+def _mode_block(key, problem: TensorProblem, U: tuple, d: int, target, t, row_prec):
+    """A draw of ``U_d`` from :func:`mode_conditional`."""
+    P, rhs = mode_conditional(problem, U, d, target, t, row_prec)
+    z = jax.vmap(lambda k: _rng.normal(k, rhs.shape[1:], rhs.dtype))(key)
+    return draw_rows(P, rhs, z)
+
+
+def _bias_block(key, problem: TensorProblem, state_bias: tuple, var, d: int, resid, t):
+    """A draw of ``b_d`` given the rest: ``resid`` (C, n) the data minus the CP term and
+    the other modes' biases; ``var`` (C,) the bias variance ``s_d^2``."""
+    csr = problem.modes[d]
+    m = csr.shape[0]
+    idx = problem.index[:, d]
+    sums = jax.ops.segment_sum(resid.T, idx, m).T  # (C, m)
+    counts = jax.ops.segment_sum(jnp.ones_like(idx, resid.dtype), idx, m)
+    prec = t[:, None] * counts[None] + 1.0 / var[:, None]
+    z = jax.vmap(lambda k: _rng.normal(k, (m,), resid.dtype))(key)
+    return t[:, None] * sums / prec + z / jnp.sqrt(prec)
+
+
+def sweep(state: TensorState, problem: TensorProblem, prior, likelihood, biases=None):
+    """One Gibbs sweep: each mode's factor given the others, each mode's biases, the
+    column scales, the bias variances and a learned ``tau``."""
+    D = len(state.U)
+    keys = jax.vmap(lambda k: jax.random.split(k, 2 * D + 4))(state.key)
+    y = problem.values[None]
+    t = likelihood.block_precision(state.tau)
+    row_prec = jax.vmap(prior.row_prior)(state.gamma)
+    U, bias = list(state.U), list(state.bias)
+    for d in range(D):
+        target = y - _bias_sum(tuple(bias), problem.index) if bias else 0.0
+        U[d] = _mode_block(keys[:, d], problem, tuple(U), d, target, t, row_prec)
+    if bias:
+        cp = jnp.sum(design(tuple(U), problem.index, -1), axis=-1)
+        for d in range(D):
+            resid = y - cp - _bias_sum(tuple(bias), problem.index, skip=d)
+            bias[d] = _bias_block(
+                keys[:, D + d], problem, tuple(bias), state.bias_var[:, d], d, resid, t
+            )
+    S = sum(jnp.sum(F * F, axis=1) for F in U)
+    gamma = jax.vmap(lambda k, s: prior.sample_conditional(k, s, sum(problem.shape)))(
+        keys[:, 2 * D], S
+    )
+    bias_var = state.bias_var
+    if bias:
+        sumsq = jnp.stack([jnp.sum(b * b, axis=1) for b in bias], axis=1)  # (C, D)
+        kv = jax.vmap(lambda k: jax.random.split(k, D))(keys[:, 2 * D + 1])
+        bias_var = jnp.stack(
+            [
+                jax.vmap(lambda k, q, m=m: biases.sample_variance(k, q, m))(kv[:, d], sumsq[:, d])
+                for d, m in enumerate(problem.shape)
+            ],
+            axis=1,
+        )
+    tau = state.tau
+    if likelihood.learned:
+        resid = y - theta_at(tuple(U), tuple(bias), problem.index)
+        sse = jnp.sum(resid * resid, axis=1)
+        tau = jax.vmap(lambda k, s: likelihood.sample_tau(k, s, problem.values.shape[0]))(
+            keys[:, 2 * D + 2], sse
+        )
+    return TensorState(tuple(U), gamma, tau, tuple(bias), bias_var, keys[:, 2 * D + 3])
