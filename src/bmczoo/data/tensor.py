@@ -188,6 +188,26 @@ class TensorData:
         train, test = _split_positions(self.n, test_fraction, seed)
         return self.subset(train), self.subset(test)
 
+    def mean(self) -> float:
+        """The mean value (float64 accumulation)."""
+        return float(np.mean(self._values, dtype=np.float64))
+
+    def value_range(self) -> tuple[float, float]:
+        """``(min, max)`` of the observed values."""
+        return float(self._values.min()), float(self._values.max())
+
+    def with_values(self, values) -> "TensorData":
+        """Same entries with new values (validated)."""
+        v = _as_values(np.asarray(values))
+        if v.shape != self._values.shape:
+            raise ValueError(f"values must have shape {self._values.shape}, got {v.shape}")
+        return TensorData(self._indices, v, self._shape, modes=self._modes)
+
+    def centered(self, offset: float | None = None) -> tuple["TensorData", float]:
+        """Values minus ``offset`` (the mean by default); returns ``(data, offset)``."""
+        off = self.mean() if offset is None else float(offset)
+        return self.with_values(self._values - self._values.dtype.type(off)), off
+
     def check_entries(self, indices, name: str = "indices") -> np.ndarray:
         """``indices`` (P, D) checked against the shape, as int32."""
         idx = np.asarray(indices)

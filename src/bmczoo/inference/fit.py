@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_bool, check_dtype, check_int, check_K, check_prior, check_ratings
-from ..data import RatingData
+from ..data import RatingData, TensorData
 from ..likelihoods import Likelihood
 from ..models.matrix_completion import model_likelihood
 from ..offsets import Context, GlobalMean, Offset, get_biases, looks_like_ratings
@@ -199,8 +199,6 @@ def fit(
     -------
     GibbsFit, NUTSFit, VBFit, SVIFit or MAPFit (:mod:`bmczoo.inference.results`)
     """
-    train = check_ratings(train, "train")
-    dt = check_dtype(dtype)
     positional = dict(
         num_warmup=num_warmup,
         num_samples=num_samples,
@@ -208,6 +206,15 @@ def fit(
         num_chains=num_chains,
         devices=devices,
     )
+    if isinstance(train, TensorData):  # the CP model of an N-way array
+        settings = _method_settings(method, positional, method_kwargs)
+        model = dict(likelihood=likelihood, lam=lam, noise_sd=noise_sd, biases=biases)
+        run = dict(seed=seed, dtype=dtype, center=center, clip=clip, progress_bar=progress_bar)
+        if predict is not None or context not in (None, False):
+            raise ValueError("predict= and context= are not implemented for a TensorData")
+        return _fit_tensor(train, K, prior, settings, test, {**model, **run, "kw": method_kwargs})
+    train = check_ratings(train, "train")
+    dt = check_dtype(dtype)
     settings = _method_settings(method, positional, method_kwargs)
     likelihood, offsets = _observation_model(train, likelihood, lam, noise_sd, center, clip)
     sampled = _sampled_offsets(context, settings, train, test, predict, dt)
@@ -219,6 +226,47 @@ def fit(
     check_bool("progress_bar", progress_bar)
     with x64_context(dt):
         return _with_training(DRIVERS[type(settings)](prep, info, progress_bar), train)
+
+
+def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
+    """``bmc.fit`` on a :class:`~bmczoo.data.TensorData`: Gibbs on the CP model
+    (:mod:`bmczoo.inference.tensor`), with the column-scale priors, the Gaussian
+    likelihoods and biases per mode."""
+    from .tensor.fit import check_tensor_settings, fit_tensor
+
+    check_tensor_settings(settings, opts["kw"])
+    dt = check_dtype(opts["dtype"])
+    prior = Discrete() if prior is None else check_prior(prior)
+    if not prior.has_column_scales:
+        raise ValueError(f"the {prior.name} prior is not implemented for a TensorData yet")
+    likelihood = model_likelihood(opts["likelihood"], opts["lam"], opts["noise_sd"])
+    if likelihood.latent or likelihood.weighted:
+        raise ValueError(
+            f"the {likelihood.name} likelihood is not implemented for a TensorData yet"
+        )
+    if test is not None:
+        if not isinstance(test, TensorData):
+            raise TypeError(f"test must be a TensorData like train, got {type(test).__name__}")
+        if test.shape != train.shape:
+            raise ValueError(f"test has shape {test.shape}, train has {train.shape}")
+    fit_data, shift = GlobalMean(center=opts["center"], clip=opts["clip"]).prepare(train)
+    info = FitInfo(
+        method="gibbs",
+        prior=prior,
+        likelihood=likelihood,
+        K=check_int("K", K, minimum=1),
+        shape=train.shape,
+        shift=shift,
+        center=opts["center"],
+        seed=check_int("seed", opts["seed"], minimum=0),
+        dtype=jnp.dtype(dt).name,
+        settings=settings.for_prior(prior),
+        tau=likelihood.precision(train.n),
+        biases=get_biases(opts["biases"]),
+    )
+    check_bool("progress_bar", opts["progress_bar"])
+    with x64_context(dt):
+        return fit_tensor(fit_data, info, test, opts["progress_bar"])
 
 
 def _observation_model(train: RatingData, likelihood, lam, noise_sd, center, clip):

@@ -127,7 +127,7 @@ def _joint(prior, learned, biases, size, seed):
     return gamma, U, bias, bvar, tau, Y
 
 
-def _chains(prior, sampler_prior, learned, biases, sampler_tau, num_chains, num_steps, seed):
+def _chains(prior, sampler_prior, learned, biases, sampler_tau, num_chains, num_steps, seed, moves):
     lik = LEARNED if learned else bmc.likelihoods.Tempered(noise_sd=1.0 / math.sqrt(sampler_tau))
     data = bmc.TensorData(IDX, np.zeros(N_OBS), SHAPE)
     problem = T.build_problem(data, sampler_tau, jnp.float64)
@@ -150,7 +150,7 @@ def _chains(prior, sampler_prior, learned, biases, sampler_tau, num_chains, num_
         st = T.TensorState(
             tuple(map(one, U)), one(gamma), one(t), tuple(map(one, bias)), one(bvar), k_sweep[None]
         )
-        st = T.sweep(st, prob, sampler_prior, lik, bz)
+        st = T.sweep(st, prob, sampler_prior, lik, bz, moves)
         first = lambda x: x[0]  # noqa: E731
         U, bias = tuple(map(first, st.U)), tuple(map(first, st.bias))
         gamma, bvar = st.gamma[0], st.bias_var[0]
@@ -163,9 +163,11 @@ def _chains(prior, sampler_prior, learned, biases, sampler_tau, num_chains, num_
     return run_chains(step, (keys, gamma, U, bias, bvar, tau, Y), num_steps)
 
 
-def _z(prior, sampler_prior=None, *, learned=False, biases=False, sampler_tau=TAU, seed=0):
+def _z(
+    prior, sampler_prior=None, *, learned=False, biases=False, sampler_tau=TAU, seed=0, moves=False
+):
     sampler_prior = prior if sampler_prior is None else sampler_prior
-    succ = _chains(prior, sampler_prior, learned, biases, sampler_tau, 400, 400, seed)
+    succ = _chains(prior, sampler_prior, learned, biases, sampler_tau, 400, 400, seed, moves)
     marg = _functions(prior, learned, biases, *_joint(prior, learned, biases, 100_000, seed + 2))
     return z_scores(succ, marg)
 
@@ -182,6 +184,25 @@ def _z(prior, sampler_prior=None, *, learned=False, biases=False, sampler_tau=TA
 def test_geweke_every_prior(name):
     z, z_crit = _z(PRIORS[name])
     assert np.max(np.abs(z)) < z_crit, np.round(z, 2)
+
+
+@pytest.mark.parametrize(
+    "name, learned, biases",
+    [("discrete", True, True), ("inverse-gamma", False, False)],
+    ids=["discrete+learned+biases", "inverse-gamma"],
+)
+def test_geweke_column_moves(name, learned, biases):
+    """The sweep with the column moves (each mode's column integrated out in turn)."""
+    z, z_crit = _z(PRIORS[name], learned=learned, biases=biases, seed=3, moves=True)
+    assert np.max(np.abs(z)) < z_crit, np.round(z, 2)
+
+
+def test_geweke_column_moves_have_power(monkeypatch):
+    """Moves whose rescaled design forgets one of the other modes (``s^(D-2)`` for
+    ``s^(D-1)``) are caught."""
+    monkeypatch.setattr(T.core, "_design_scale", lambda log_s, D: jnp.exp((D - 2) * log_s))
+    z, z_crit = _z(PRIORS["discrete"], seed=3, moves=True)
+    assert np.max(np.abs(z)) > 2 * z_crit, np.round(z, 2)
 
 
 def test_geweke_learned_noise_and_biases():

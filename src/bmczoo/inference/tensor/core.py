@@ -29,6 +29,7 @@ from ...linalg import (
     device_array,
     draw_rows,
     pattern_gram,
+    pattern_product,
     prior_precision_term,
     resolve_hot_path,
     row_ids_from_indptr,
@@ -39,6 +40,7 @@ __all__ = [
     "TensorProblem",
     "TensorState",
     "build_problem",
+    "column_moves",
     "design",
     "init",
     "mode_conditional",
@@ -221,11 +223,83 @@ def _bias_block(key, problem: TensorProblem, state_bias: tuple, var, d: int, res
     return t[:, None] * sums / prec + z / jnp.sqrt(prec)
 
 
-def sweep(state: TensorState, problem: TensorProblem, prior, likelihood, biases=None):
+def _log_marginal(gamma, p, b):
+    """``sum_i (-log(gamma p_i) + b_i^2 / p_i) / 2`` (C,): the log likelihood of a column
+    of mode ``d`` integrated out, up to what does not depend on ``gamma`` and ``w``."""
+    return 0.5 * jnp.sum(-jnp.log(gamma[:, None] * p) + b * b / p, axis=1)
+
+
+def _design_scale(log_s, D: int):
+    """The factor of the design ``w`` when the other ``D - 1`` modes' columns are
+    multiplied by ``s``: ``s^(D-1)``."""
+    return jnp.exp((D - 1) * log_s)
+
+
+def column_moves(key, state: TensorState, problem: TensorProblem, prior, likelihood, d: int):
+    """The column moves with mode ``d``'s column integrated out (docs/algorithms.md,
+    "Tensors"), column after column: ``gamma_h'`` from the prior's
+    :meth:`~bmczoo.priors.Prior.column_proposal` with the other modes' columns ``h``
+    rescaled by ``s = sqrt(gamma_h' / gamma_h)`` (their prior and Jacobian cancel), accepted
+    by Metropolis-Hastings on the marginal of ``U_d[:, h]``, then ``U_d[:, h]`` drawn from
+    its univariate conditionals.  ``key`` (C,) one key per chain."""
+    D, C, K = len(state.U), state.gamma.shape[0], state.gamma.shape[1]
+    idx, m, csr = problem.index, problem.shape[d], problem.modes[d]
+    dt = state.gamma.dtype
+    keys = jax.vmap(lambda k: jax.random.split(k, 3))(key)
+    z = jax.vmap(lambda k: _rng.normal(k, (K,), dt))(keys[:, 0])
+    u = jax.vmap(lambda k: _rng.uniform(k, (K,), dt))(keys[:, 1])
+    zz = jax.vmap(lambda k: _rng.normal(k, (m, K), dt))(keys[:, 2])
+    t = likelihood.block_precision(state.tau)[:, None]
+    resid = problem.values[None] - theta_at(state.U, state.bias, idx)
+    total = sum(problem.shape)
+
+    def one(h, carry):
+        U, gamma, resid = carry
+        w = None
+        for e in range(D):
+            if e != d:
+                col = U[e][:, :, h][:, idx[:, e]]
+                w = col if w is None else w * col
+        ud = U[d][:, :, h]
+        r = resid + ud[:, idx[:, d]] * w  # without column h
+        g = gamma[:, h]
+        g2, log_s, log_ratio = prior.column_proposal(g, z[:, h], total)
+        # both per-row sums in one sparse product over the mode's pattern (the hot path)
+        sums = pattern_product(csr, csr.ones, jnp.concatenate([w * w, r * w]).T)
+        ww, rw = sums[:, :C].T, sums[:, C:].T  # (C, m)
+        scale = _design_scale(log_s, D)[:, None]
+        p0, b0 = 1.0 / g[:, None] + t * ww, t * rw
+        p1, b1 = 1.0 / g2[:, None] + t * scale**2 * ww, t * scale * rw
+        log_a = log_ratio + _log_marginal(g2, p1, b1) - _log_marginal(g, p0, b0)
+        ok = jnp.log(u[:, h]) < log_a
+        s = jnp.where(ok, jnp.exp(log_s), 1.0)
+        p, b = jnp.where(ok[:, None], p1, p0), jnp.where(ok[:, None], b1, b0)
+        new_u = b / p + zz[:, :, h] / jnp.sqrt(p)
+        U = tuple(
+            F.at[:, :, h].set(new_u if e == d else F[:, :, h] * s[:, None]) for e, F in enumerate(U)
+        )
+        w = w * jnp.where(ok, _design_scale(log_s, D), 1.0)[:, None]
+        resid = r - new_u[:, idx[:, d]] * w
+        return U, gamma.at[:, h].set(jnp.where(ok, g2, g)), resid
+
+    U, gamma, _ = jax.lax.fori_loop(0, K, one, (state.U, state.gamma, resid))
+    return state._replace(U=U, gamma=gamma)
+
+
+def sweep(
+    state: TensorState,
+    problem: TensorProblem,
+    prior,
+    likelihood,
+    biases=None,
+    moves: bool = False,
+):
     """One Gibbs sweep: each mode's factor given the others, each mode's biases, the
-    column scales, the bias variances and a learned ``tau``."""
+    column scales, the bias variances and a learned ``tau``; with ``moves`` (a prior with
+    a column proposal) then the column moves with each mode's column integrated out in
+    turn."""
     D = len(state.U)
-    keys = jax.vmap(lambda k: jax.random.split(k, 2 * D + 4))(state.key)
+    keys = jax.vmap(lambda k: jax.random.split(k, 3 * D + 4))(state.key)
     y = problem.values[None]
     t = likelihood.block_precision(state.tau)
     row_prec = jax.vmap(prior.row_prior)(state.gamma)
@@ -262,4 +336,8 @@ def sweep(state: TensorState, problem: TensorProblem, prior, likelihood, biases=
         tau = jax.vmap(lambda k, s: likelihood.sample_tau(k, s, problem.values.shape[0]))(
             keys[:, 2 * D + 2], sse
         )
-    return TensorState(tuple(U), gamma, tau, tuple(bias), bias_var, keys[:, 2 * D + 3])
+    new = TensorState(tuple(U), gamma, tau, tuple(bias), bias_var, keys[:, 2 * D + 3])
+    if moves:
+        for d in range(D):
+            new = column_moves(keys[:, 2 * D + 4 + d], new, problem, prior, likelihood, d)
+    return new

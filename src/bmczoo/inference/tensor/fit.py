@@ -1,0 +1,360 @@
+"""``bmc.fit`` on a :class:`~bmczoo.data.TensorData`: the CP Gibbs sampler's driver and its
+result, :class:`TensorFit` (predictions, intervals, RMSE, log predictive density, the
+rank posterior, ArviZ data, save and load)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..._arviz import FitArrays, arrays_to_arviz
+from ...data import TensorData
+from .. import saving
+from .. import settings as st
+from ..info import FitInfo
+from . import core
+
+__all__ = ["TensorFit", "fit_tensor"]
+
+#: the largest block of (draws x entries) values computed at once by the outputs
+_BLOCK = 2**22
+
+
+def _chunk_sweeps(prior, likelihood, biases, moves: int):
+    """``num`` sweeps in one compiled call, returning the last state and each sweep's
+    ``theta`` at the test entries (C, num, P); ``moves``: the column moves every
+    ``moves``-th sweep of the call (0: none)."""
+
+    def run(state, problem, test_index, num):
+        def body(s, i):
+            if moves:
+                s = jax.lax.cond(
+                    i % moves == 0,
+                    lambda s: core.sweep(s, problem, prior, likelihood, biases, True),
+                    lambda s: core.sweep(s, problem, prior, likelihood, biases, False),
+                    s,
+                )
+            else:
+                s = core.sweep(s, problem, prior, likelihood, biases, False)
+            return s, core.theta_at(s.U, s.bias, test_index)
+
+        state, th = jax.lax.scan(body, state, jnp.arange(num))
+        return state, jnp.swapaxes(th, 0, 1)
+
+    return jax.jit(run, static_argnums=3)
+
+
+def fit_tensor(
+    train: TensorData,
+    info: FitInfo,
+    test: TensorData | None,
+    progress_bar: bool,
+) -> "TensorFit":
+    """Run the chains of ``info.settings`` (:class:`~bmczoo.inference.settings.Gibbs`) on
+    ``train`` (the values the model fits: centred by the caller; the CP model of
+    :mod:`bmczoo.inference.tensor.core`) and keep every ``thinning``-th post-warm-up draw
+    of the factors, the column scales, ``tau`` and the biases."""
+    s = info.settings
+    dtype = jnp.dtype(info.dtype)
+    problem = core.build_problem(train, info.tau, dtype)
+    keys = jax.random.split(jax.random.key(info.seed), s.num_chains)
+    state = core.init(keys, problem, info.prior, info.K, biases=info.biases)
+    if s.init_gamma is not None:  # e.g. the discrete prior's spike start
+        g = jnp.broadcast_to(jnp.asarray(s.init_gamma, dtype), state.gamma.shape)
+        state = state._replace(gamma=g)
+    test_index = jnp.asarray(
+        np.zeros((0, train.ndim), np.int32) if test is None else test.indices, jnp.int32
+    )
+    # the column moves on the prior's schedule (column_moves_every)
+    moves = int(s.column_moves_every or 1) if s.column_moves and info.prior.has_column_move else 0
+    run = _chunk_sweeps(info.prior, info.likelihood, info.biases, moves)
+    t0 = time.perf_counter()
+    state, _ = run(state, problem, test_index, max(s.num_warmup, 1))
+    jax.block_until_ready(state)
+    kept, rmse_draw, seconds = [], [], [time.perf_counter() - t0]
+    y_test = None if test is None else np.asarray(test.values, np.float64)
+    n_kept = s.num_samples // s.thinning
+    from tqdm.auto import tqdm
+
+    for _ in tqdm(range(n_kept), disable=not progress_bar, desc="tensor gibbs"):
+        t0 = time.perf_counter()
+        state, th = run(state, problem, test_index, s.thinning)
+        kept.append(jax.tree.map(np.asarray, state._replace(key=None)))
+        seconds.append((time.perf_counter() - t0) / s.thinning)
+        if y_test is not None:
+            pred = info.shift.apply(np.asarray(th, np.float64))
+            rmse_draw.append(np.sqrt(np.mean((pred - y_test) ** 2, axis=-1)))
+    return _result(info, train, kept, rmse_draw, seconds)
+
+
+def _result(info, train, kept, rmse_draw, seconds) -> "TensorFit":
+    """The fit from the kept states (each with a leading chain axis)."""
+    stack = lambda xs: np.stack(xs, axis=1)  # noqa: E731 - (C, S, ...)
+    factors = {f"U{d}": stack([k.U[d] for k in kept]) for d in range(train.ndim)}
+    samples = {"gamma": stack([k.gamma for k in kept])}
+    if info.likelihood.learned:
+        samples["tau"] = stack([k.tau for k in kept])
+    if info.biases is not None:
+        factors.update({f"b{d}": stack([k.bias[d] for k in kept]) for d in range(train.ndim)})
+        samples["bias_var"] = stack([k.bias_var for k in kept])
+    return TensorFit(
+        info=info,
+        samples=samples,
+        factors=factors,
+        modes=tuple(train.modes),
+        rmse_draw=np.concatenate(rmse_draw, axis=1) if rmse_draw else np.zeros((0, 0)),
+        sweep_seconds=tuple(seconds),
+    )
+
+
+@saving.result_class
+@dataclasses.dataclass(repr=False)
+class TensorFit:
+    """Result of ``bmc.fit`` on a :class:`~bmczoo.data.TensorData` (Gibbs on the CP model).
+
+    Attributes
+    ----------
+    info : the fit's :class:`~bmczoo.inference.info.FitInfo` (``shape`` the array's).
+    samples : kept draws (chain, draw, ...): ``gamma`` (K,), ``tau`` (learned noise),
+        ``bias_var`` (D,) (biases).
+    factors : kept draws of the factors ``U0``... (chain, draw, m_d, K) and the biases
+        ``b0``... (chain, draw, m_d).
+    modes : the modes' names.
+    rmse_draw : (chain, kept draw) RMSE of each kept draw's theta at the test entries
+        (empty without test data).
+    sweep_seconds : wall seconds of the warm-up (compilation included), then per sweep of
+        each kept block.
+    """
+
+    info: Any = None
+    samples: dict = dataclasses.field(default_factory=dict)
+    factors: dict = dataclasses.field(default_factory=dict)
+    modes: tuple = ()
+    rmse_draw: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0)))
+    sweep_seconds: tuple = ()
+    has_q: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ saving (hooks)
+    def _saved_fields(self, factor_limit) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def _state_arrays(self) -> dict:
+        return {}
+
+    @classmethod
+    def _state_from_arrays(cls, arrays: dict) -> dict:
+        return {}
+
+    def save(self, path, *, overwrite: bool = False) -> None:
+        """Write the fit to ``path`` (``.npz``; :func:`bmczoo.load` reads it back).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file.
+        overwrite : bool
+            Replace an existing file.
+        """
+        saving.save(self, path, overwrite=overwrite, _stacklevel=3)
+
+    def __repr__(self) -> str:
+        C, S = np.shape(self.samples["gamma"])[:2]
+        dims = " x ".join(str(m) for m in self.shape)
+        return (
+            f"<TensorFit: {self.info.prior.name} prior, K={self.info.K}, a {dims} array, "
+            f"{C} chain{'s' if C != 1 else ''} x {S} draws>"
+        )
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
+        return tuple(self.info.shape)
+
+    # ------------------------------------------------------------------ draws
+    def _check_indices(self, indices) -> np.ndarray:
+        dummy = TensorData(
+            np.zeros((1, len(self.shape)), np.int32), [0.0], self.shape, modes=self.modes
+        )
+        return dummy.check_entries(indices)
+
+    def _theta_blocks(self, idx: np.ndarray):
+        """``(p0, p1, theta (S, p1 - p0))`` over blocks of the entries: each kept draw's
+        theta (centred scale, biases included), float64."""
+        U = [np.asarray(self.factors[f"U{d}"], np.float64) for d in range(len(self.shape))]
+        C, S = U[0].shape[:2]
+        U = [u.reshape(C * S, *u.shape[2:]) for u in U]
+        bias = [
+            np.asarray(self.factors[f"b{d}"], np.float64).reshape(C * S, -1)
+            for d in range(len(self.shape))
+            if f"b{d}" in self.factors
+        ]
+        step = max(1, _BLOCK // max(C * S * self.info.K, 1))
+        for p0 in range(0, idx.shape[0], step):
+            sub = idx[p0 : p0 + step]
+            t = np.ones((C * S, sub.shape[0], self.info.K))
+            for d, u in enumerate(U):
+                t = t * u[:, sub[:, d]]
+            t = t.sum(-1)
+            for d, b in enumerate(bias):
+                t = t + b[:, sub[:, d]]
+            yield p0, p0 + sub.shape[0], t
+
+    def _moments(self, idx) -> tuple[np.ndarray, np.ndarray]:
+        mean, var = np.zeros(idx.shape[0]), np.zeros(idx.shape[0])
+        for p0, p1, t in self._theta_blocks(idx):
+            mean[p0:p1], var[p0:p1] = t.mean(0), t.var(0)
+        return mean, var
+
+    def noise_var(self) -> float:
+        """``E[1/tau]`` over the draws of a learned noise, else the fixed ``1/tau``."""
+        if "tau" in self.samples:
+            return float(np.mean(1.0 / np.asarray(self.samples["tau"], np.float64)))
+        return 1.0 / float(self.info.tau)
+
+    # ------------------------------------------------------------------ outputs
+    def predict(self, indices, return_std: bool = False):
+        """Posterior mean of the entries ``indices`` (P, D) on the data scale (the
+        centring offset added, clipped when the fit clips); with ``return_std`` also the
+        predictive sd ``sqrt(Var[theta] + E[1/tau])``.
+
+        Parameters
+        ----------
+        indices : array_like of int, shape (P, D)
+            The entries.
+        return_std : bool
+            Also return the predictive sd.
+        """
+        idx = self._check_indices(indices)
+        mean, var = self._moments(idx)
+        out = self.info.shift.apply(mean)
+        return (out, np.sqrt(var + self.noise_var())) if return_std else out
+
+    def predictive_interval(self, indices, prob: float = 0.9):
+        """Central ``prob`` interval of the Gaussian with the predictive mean and sd
+        (unclipped).
+
+        Parameters
+        ----------
+        indices : array_like of int, shape (P, D)
+            The entries.
+        prob : float
+            The interval's probability, in (0, 1).
+        """
+        from statistics import NormalDist
+
+        if not (0.0 < float(prob) < 1.0):
+            raise ValueError(f"prob must be in (0, 1), got {prob!r}")
+        idx = self._check_indices(indices)
+        mean, var = self._moments(idx)
+        sd = np.sqrt(var + self.noise_var())
+        z = NormalDist().inv_cdf(0.5 + 0.5 * float(prob))
+        mean = mean + self.info.shift.offset
+        return mean - z * sd, mean + z * sd
+
+    def _check_test(self, test) -> TensorData:
+        if not isinstance(test, TensorData):
+            raise TypeError(f"test must be a TensorData, got {type(test).__name__}")
+        if tuple(test.shape) != self.shape:
+            raise ValueError(f"test has shape {test.shape}, the fit has {self.shape}")
+        return test
+
+    def rmse(self, test: TensorData) -> float:
+        """RMSE of :meth:`predict` at the entries of ``test``.
+
+        Parameters
+        ----------
+        test : TensorData
+            Held-out entries of the fit's shape.
+        """
+        test = self._check_test(test)
+        pred = self.predict(test.indices)
+        return float(np.sqrt(np.mean((pred - np.asarray(test.values, np.float64)) ** 2)))
+
+    def log_predictive_density(self, test: TensorData) -> float:
+        """Mean over ``test`` of ``log mean_s N(y | theta_s + offset, 1/tau_s)`` (the
+        mixture over the kept draws).
+
+        Parameters
+        ----------
+        test : TensorData
+            Held-out entries of the fit's shape.
+        """
+        from scipy.special import logsumexp
+
+        test = self._check_test(test)
+        y = np.asarray(test.values, np.float64) - self.info.shift.offset
+        if "tau" in self.samples:
+            tau = np.asarray(self.samples["tau"], np.float64).reshape(-1, 1)
+        else:
+            tau = np.full((1, 1), float(self.info.tau))
+        out = np.zeros(test.n)
+        for p0, p1, t in self._theta_blocks(test.indices):
+            lp = 0.5 * (np.log(tau) - math.log(2 * math.pi)) - 0.5 * tau * (y[None, p0:p1] - t) ** 2
+            out[p0:p1] = logsumexp(lp, axis=0) - math.log(t.shape[0])
+        return float(np.mean(out))
+
+    # ------------------------------------------------------------------ rank
+    def active_threshold(self) -> float:
+        """The threshold on ``gamma_h`` of an active column: the prior's, else 1% of the
+        largest posterior mean of ``gamma``."""
+        t = self.info.prior.active_threshold()
+        if t is not None:
+            return float(t)
+        return 0.01 * float(np.max(np.mean(self.samples["gamma"], axis=(0, 1))))
+
+    def num_active(self) -> np.ndarray:
+        """The number of active columns (the CP rank) of each kept draw (chain, draw)."""
+        return np.sum(np.asarray(self.samples["gamma"]) > self.active_threshold(), axis=-1)
+
+    def rank_posterior(self) -> dict[int, float]:
+        """The posterior probability of each CP rank (over every kept draw)."""
+        r, c = np.unique(self.num_active(), return_counts=True)
+        return {int(k): float(v) / float(c.sum()) for k, v in zip(r, c)}
+
+    # ------------------------------------------------------------------ ArviZ
+    def to_arviz(self):
+        """The kept draws as ArviZ data (``InferenceData``, or a ``DataTree`` with ArviZ
+        1.x): ``gamma``, ``num_active``, ``tau`` (learned noise; and ``noise_sd``) and
+        ``bias_var``, and the per-draw test RMSE in ``sample_stats``."""
+        post = {"gamma": np.asarray(self.samples["gamma"]), "num_active": self.num_active()}
+        dims = {"gamma": ("h",), "bias_var": ("mode",)}
+        if "tau" in self.samples:
+            post["tau"] = np.asarray(self.samples["tau"])
+            post["noise_sd"] = 1.0 / np.sqrt(post["tau"])
+        if "bias_var" in self.samples:
+            post["bias_var"] = np.asarray(self.samples["bias_var"])
+        groups = {"posterior": post}
+        if np.size(self.rmse_draw):
+            groups["sample_stats"] = {"rmse": np.asarray(self.rmse_draw)}
+        fa = FitArrays(
+            groups=groups,
+            dims=dims,
+            coords={"h": ("h", np.arange(self.info.K)), "mode": ("mode", list(self.modes))},
+            attrs={
+                "method": "gibbs",
+                "model": "cp",
+                "prior": self.info.prior.name,
+                "K": int(self.info.K),
+                "shape": list(self.shape),
+            },
+        )
+        return arrays_to_arviz(fa)
+
+
+def check_tensor_settings(settings, method_kwargs: dict) -> None:
+    """A clear error for what the tensor sampler does not implement yet."""
+    if not isinstance(settings, st.Gibbs):
+        raise ValueError(
+            f"a TensorData is fitted by method='gibbs' only for now, not {settings.method!r}"
+        )
+    allowed = {"num_warmup", "num_samples", "thinning", "num_chains", "column_moves", "init_gamma"}
+    extra = sorted(set(method_kwargs) - allowed)
+    if extra or settings.devices is not None or settings.checkpoint is not None:
+        what = extra[0] if extra else ("devices" if settings.devices is not None else "checkpoint")
+        raise ValueError(f"{what}= is not implemented for a TensorData (the CP sampler) yet")
