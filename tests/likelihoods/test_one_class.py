@@ -311,3 +311,46 @@ def test_model_density_is_the_gaussian_over_every_pair(x64):
     want = stats.norm.logpdf(P, M @ N.T, 1.0 / np.sqrt(LIK.lam * C)).sum()
     want += stats.norm.logpdf(M, 0.0, np.sqrt(0.7)).sum() + stats.norm.logpdf(N, 0, 0.7**0.5).sum()
     assert float(lp) == pytest.approx(want, rel=1e-12)
+
+
+def _theta_draws(fit, entries):
+    """(chains, draws, P) ``theta`` at ``entries`` from a fit's factor draws."""
+    M, N = (np.asarray(fit.samples[k], np.float64) for k in ("M", "N"))
+    r, c = entries
+    return np.einsum("cdpk,cdpk->cdp", M[:, :, r], N[:, :, c])
+
+
+@pytest.mark.slow
+def test_gibbs_agrees_with_nuts():
+    """On a 6 x 5 matrix the Gibbs sampler and NUTS on the NumPyro model (the full matrix)
+    give the same posterior of ``theta`` at observed and unobserved pairs: means and second
+    moments within Bonferroni z_crit combined ArviZ MCSEs."""
+    import arviz as az
+
+    from tests.inference.test_nuts_components import _z_crit
+
+    data = _implicit_data(m1=6, m2=5, density=0.35, seed=2)
+    lik = bmc.likelihoods.OneClass(alpha=1.0, c0=0.4, lam=3.0)
+    entries = (np.array([0, 2, 5, 3]), np.array([1, 4, 0, 3]))
+    kw = dict(K=2, prior=bmc.priors.Fixed(0.8), likelihood=lik, seed=0, progress_bar=False)
+    runs = {
+        "gibbs": dict(num_warmup=200, num_samples=4000, num_chains=4, thinning=1),
+        "nuts": dict(num_warmup=500, num_samples=1500, num_chains=4),
+    }
+    moments = {}
+    for method, settings in runs.items():
+        extra = dict(store_factors=True) if method == "gibbs" else {}
+        fit = bmc.fit(data, method=method, dtype="float64", **kw, **settings, **extra)
+        t = _theta_draws(fit, entries)
+        ds = az.convert_to_dataset({"t": t, "t2": t * t})
+        moments[method] = [
+            (ds[v].values.mean(axis=(0, 1)), az.mcse(ds, method="mean")[v].values)
+            for v in ("t", "t2")
+        ]
+    z = np.concatenate(
+        [
+            (g[0] - n[0]) / np.sqrt(g[1] ** 2 + n[1] ** 2)
+            for g, n in zip(moments["gibbs"], moments["nuts"])
+        ]
+    )
+    assert np.max(np.abs(z)) < _z_crit(z.size), f"z {np.round(z, 2)}"
