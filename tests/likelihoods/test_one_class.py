@@ -12,8 +12,8 @@ sweep (Geweke) and its NumPyro model.
   model's targets are the constants 1 and 0, which a joint test cannot redraw): a test
   likelihood reads the targets from the values and gives each pair a confidence from its
   position, so the sparse weights ``c_k - c0`` and the shared ``c0 N^T N`` both enter.
-  Members: the inverse-gamma prior and the discrete prior with its fused column moves
-  (which read the same sums).  Power: a sweep without the shared Gram term, and one with
+  Members: the inverse-gamma prior and the discrete prior with its column moves, fused
+  and at the sweep's end (both read the same sums).  Power: a sweep without the shared Gram term, and one with
   ``c0`` counted twice at the ratings, are detected.
   The unobserved pairs' part (``c0`` on pairs outside the pattern) is what the exact
   conditional checks.
@@ -114,6 +114,17 @@ def test_fit_runs_in_both_dtypes(dtype):
     score = fit.predict(r, c)
     assert np.all(np.isfinite(score))
     assert score.reshape(20, 18)[rows, cols].mean() > score.mean()
+
+
+def test_saved_fit_predicts_what_the_fit_predicted(tmp_path):
+    data = _implicit_data()
+    kw = dict(num_warmup=5, num_samples=10, num_chains=2, progress_bar=False)
+    fit = bmc.fit(data, K=2, prior=bmc.priors.InverseGamma(), likelihood=LIK, **kw)
+    fit.save(tmp_path / "one_class.npz")
+    back = bmc.load(tmp_path / "one_class.npz")
+    assert back.info.likelihood == LIK
+    r, c = np.divmod(np.arange(40), 15)
+    assert np.array_equal(fit.predict(r, c), back.predict(r, c))
 
 
 # --------------------------------------------------------------------------- exact conditional
@@ -264,6 +275,10 @@ def _geweke_z(prior, options, seed=0):
 MEMBERS = {
     "inverse-gamma": (IG, SweepOptions(column_moves=False)),
     "discrete+fused-moves": (DISCRETE, SweepOptions(column_moves=True)),
+    "discrete+moves-at-end": (
+        DISCRETE,
+        SweepOptions(column_moves=True, fuse_column_moves=False, column_moves_every=1),
+    ),
 }
 
 
