@@ -13,9 +13,9 @@ sweep (Geweke) and its NumPyro model.
   likelihood reads the targets from the values and gives each pair a confidence from its
   position, so the sparse weights ``c_k - c0`` and the shared ``c0 N^T N`` both enter.
   Members: the inverse-gamma prior and the discrete prior with its column moves, fused
-  and at the sweep's end (both read the same sums).  Power: a sweep without the shared Gram term, and one with
-  ``c0`` counted twice at the ratings, are detected.
-  The unobserved pairs' part (``c0`` on pairs outside the pattern) is what the exact
+  and at the sweep's end (both read the same sums).  Power: a sweep without the shared
+  Gram term, and one with ``c0`` counted twice at the ratings, are detected.  The
+  unobserved pairs' part (``c0`` on pairs outside the pattern) is what the exact
   conditional checks.
 """
 
