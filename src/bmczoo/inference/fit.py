@@ -240,11 +240,10 @@ def _observation_model(train: RatingData, likelihood, lam, noise_sd, center, cli
 
 def _check_method(likelihood: Likelihood, settings: Settings) -> None:
     """A clear error where the likelihood is not implemented for the method."""
-    methods = likelihood.methods
-    if methods is not None and settings.method not in methods:
+    if settings.method in likelihood.unsupported_methods:
         raise ValueError(
             f"the {likelihood.name} likelihood is not implemented for method="
-            f"{settings.method!r}; use method={' or '.join(repr(m) for m in methods)}"
+            f"{settings.method!r}; use another method (method='gibbs', for one)"
         )
 
 

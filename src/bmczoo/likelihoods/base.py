@@ -51,8 +51,8 @@ class Likelihood(abc.ABC):
     #: blocks then add one Gram matrix shared by every row, never an ``m1 x m2`` array
     all_pairs: ClassVar[bool] = False
 
-    #: the methods of :func:`bmczoo.fit` that implement it (None: every method)
-    methods: ClassVar[tuple[str, ...] | None] = None
+    #: the methods of :func:`bmczoo.fit` that do not implement it (a clear error there)
+    unsupported_methods: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def precision(self, n: int) -> float:

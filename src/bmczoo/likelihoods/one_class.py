@@ -35,9 +35,9 @@ class OneClass(Likelihood):
     sum_j c_ij N_j``.  ``c0 N^T N`` is one ``K x K`` matrix shared by every row, so a Gibbs
     sweep costs what an ALS iteration costs and never builds an ``m1 x m2`` array.
 
-    Gibbs (:attr:`all_pairs`: the factor blocks ask :meth:`gibbs_view` and
-    :meth:`unrated_weight`) and, for small matrices (``m1 m2 <= 2e6``), the NumPyro model
-    (NUTS, SVI, MAP: the full matrix, :meth:`sample_pairs`).  Not VB, not the biases, the
+    Gibbs (``all_pairs``: the factor blocks ask ``gibbs_view`` and ``unrated_weight``)
+    and, for small matrices (``m1 m2 <= 2e6``), the NumPyro model (NUTS, SVI, MAP: the
+    full matrix, ``sample_pairs``).  Not VB, not the biases, the
     sampled offsets, several devices or the annealed switch (each a clear error).  A fit
     neither centres nor clips: ``predict`` gives the posterior mean of ``theta``, a score
     for ranking the unobserved pairs.
@@ -58,7 +58,7 @@ class OneClass(Likelihood):
     name = "one-class"
     cli_help = "implicit feedback: observed pairs against all others, with confidences"
     all_pairs = True
-    methods = ("gibbs", "nuts", "svi", "map")
+    unsupported_methods = ("vb",)
 
     def __post_init__(self):
         checks = {
@@ -118,7 +118,7 @@ class OneClass(Likelihood):
 
     # ------------------------------------------------------------------ NumPyro
     def sample_obs(self, mean, n, obs):
-        """Not used: the one-class likelihood observes every pair (:meth:`sample_pairs`)."""
+        """Not used: the one-class likelihood observes every pair (``sample_pairs``)."""
         raise NotImplementedError(
             f"the {self.name} likelihood observes every pair of the matrix: the model calls "
             "its sample_pairs(theta, ratings, observed)"
