@@ -217,6 +217,7 @@ def fit(
     dt = check_dtype(dtype)
     settings = _method_settings(method, positional, method_kwargs)
     likelihood, offsets = _observation_model(train, likelihood, lam, noise_sd, center, clip)
+    _check_method(likelihood, settings)
     sampled = _sampled_offsets(context, settings, train, test, predict, dt)
     prep, shift = _prepare(train, test, predict, offsets, sampled)
     components = dict(likelihood=likelihood, biases=get_biases(biases), offsets=sampled)
@@ -275,12 +276,25 @@ def _observation_model(train: RatingData, likelihood, lam, noise_sd, center, cli
     analogue of centring) from the data."""
     likelihood = model_likelihood(likelihood, lam, noise_sd)
     offsets = GlobalMean(center=center, clip=clip)  # checks center and clip in every case
+    if likelihood.all_pairs:  # the values are the observed pairs' strengths, as they are
+        check_bool("center", center)
+        likelihood.check_values(train.values)
+        return likelihood, GlobalMean(center=False, clip=False)
     if likelihood is None or not likelihood.latent:
         return likelihood, offsets
     check_bool("center", center)
     likelihood = likelihood if likelihood.bound else likelihood.bind(train.values, center=center)
     likelihood.level_index(train.values)
     return likelihood, GlobalMean(center=False, clip=False)
+
+
+def _check_method(likelihood: Likelihood, settings: Settings) -> None:
+    """A clear error where the likelihood is not implemented for the method."""
+    if settings.method in likelihood.unsupported_methods:
+        raise ValueError(
+            f"the {likelihood.name} likelihood is not implemented for method="
+            f"{settings.method!r}; use another method (method='gibbs', for one)"
+        )
 
 
 def _with_training(result: FitResult, train: RatingData) -> FitResult:

@@ -5,7 +5,8 @@ subclass.  Every module here is imported and every subclass exported under its c
 so a new likelihood is one new module (plus its tests): ``bmc.likelihoods.MyLikelihood``,
 :func:`get_likelihood` and :func:`registry` then find it.  Today: :class:`Tempered` (the
 paper's, the default), :class:`LearnedNoise`, :class:`StudentT` (robust noise), and the
-latent-Gaussian :class:`Probit` (binary) and :class:`OrderedProbit` (ordinal levels).
+latent-Gaussian :class:`Probit` (binary) and :class:`OrderedProbit` (ordinal levels), and
+:class:`OneClass` (implicit feedback: every pair observed).
 """
 
 import dataclasses
@@ -14,6 +15,7 @@ from .._components import all_subclasses, export_components
 
 from .base import Likelihood
 from .learned_noise import LearnedNoise
+from .one_class import OneClass
 from .probit import LatentLikelihood, OrderedProbit, Probit
 from .student_t import StudentT
 from .tempered import Tempered
@@ -26,6 +28,7 @@ __all__ = [
     "OrderedProbit",
     "LatentLikelihood",
     "StudentT",
+    "OneClass",
     "get_likelihood",
     "registry",
 ]

@@ -45,6 +45,15 @@ class Likelihood(abc.ABC):
     #: whether the values are binary 0/1 (``predict_proba`` gives ``P(Y = 1)``)
     binary: ClassVar[bool] = False
 
+    #: whether every pair of the ``m1 x m2`` matrix is observed: the ratings through
+    #: :meth:`gibbs_view` (a target and a weight each), every other pair as a target 0 with
+    #: the weight :meth:`unrated_weight` (implicit feedback, :class:`OneClass`); the factor
+    #: blocks then add one Gram matrix shared by every row, never an ``m1 x m2`` array
+    all_pairs: ClassVar[bool] = False
+
+    #: the methods of :func:`bmczoo.fit` that do not implement it (a clear error there)
+    unsupported_methods: ClassVar[tuple[str, ...]] = ()
+
     @abc.abstractmethod
     def precision(self, n: int) -> float:
         """The likelihood precision ``tau`` for ``n`` ratings (the starting value when it is
@@ -78,6 +87,35 @@ class Likelihood(abc.ABC):
             The weights.
         """
         raise NotImplementedError(f"{type(self).__name__} has no per-rating weights")
+
+    def gibbs_view(self, values, rows, cols):
+        """An :attr:`all_pairs` likelihood's ``(targets, weights)`` at the ratings (jax,
+        each of the shape of ``values``): the factor blocks fit the targets with rating
+        ``k``'s precision ``tau w_k``.  Only called when :attr:`all_pairs`.
+
+        Parameters
+        ----------
+        values : jax.Array, shape (n,)
+            The ratings' values, in the order of one side's ratings.
+        rows, cols : jax.Array, shape (n,)
+            The row and the column of each rating (same order).
+        """
+        raise NotImplementedError(f"{type(self).__name__} observes the ratings only")
+
+    def unrated_weight(self) -> float:
+        """An :attr:`all_pairs` likelihood's weight of every unrated pair (target 0,
+        precision ``tau`` times it)."""
+        raise NotImplementedError(f"{type(self).__name__} observes the ratings only")
+
+    def check_values(self, values) -> None:
+        """Raise ``ValueError`` where the data's values are not this likelihood's (any
+        finite value here).
+
+        Parameters
+        ----------
+        values : numpy.ndarray
+            The ratings' values.
+        """
 
     # ------------------------------------------------------------------ outputs (numpy)
     def noise_variance(self, inv_tau):

@@ -118,6 +118,13 @@ def _observe(likelihood, ratings, M, N, offsets, observed: bool, subsample_size)
     for SVI when ``subsample_size`` is given); ``offsets``: the biases (or None) and the
     sampled offsets' sum at the ratings (or None)."""
     bias, shift = offsets
+    if likelihood.all_pairs:  # every pair of the matrix (small matrices)
+        if bias is not None or shift is not None or subsample_size is not None:
+            raise ValueError(
+                f"the {likelihood.name} likelihood's model takes no biases, offsets or "
+                "subsample_size: it observes every pair of the matrix"
+            )
+        return likelihood.sample_pairs(M @ N.T, ratings, observed)
     rows = jnp.asarray(ratings.rows)
     cols = jnp.asarray(ratings.cols)
     y = jnp.asarray(ratings.values) if observed else None

@@ -21,6 +21,7 @@ __all__ = [
     "latent_block",
     "weights_block",
     "ratings_view",
+    "all_pairs_view",
     "level_probs",
 ]
 
@@ -76,6 +77,8 @@ def ratings_view(lik_state: dict, problem: GibbsProblem, offset_state: dict | No
     column order from the likelihood's per-rating variables (``z``: values; ``w``:
     weights) and the offsets (``offset_state``: the values minus their sum), or None
     when the blocks see the ratings themselves."""
+    if problem.all_pairs:
+        return all_pairs_view(problem)
     z, w = lik_state.get("z"), lik_state.get("w")
     if problem.offsets:
         y = problem.rows.values[None] if z is None else z
@@ -88,6 +91,22 @@ def ratings_view(lik_state: dict, problem: GibbsProblem, offset_state: dict | No
         return None if x is None else x[:, perm]
 
     return RatingsView(z, w), RatingsView(cols(z), cols(w))
+
+
+def all_pairs_view(problem: GibbsProblem):
+    """An ``all_pairs`` likelihood's :class:`~bmczoo.inference.gibbs.rows.RatingsView` in
+    row and in column order: its targets and weights at the ratings (its
+    :meth:`~bmczoo.likelihoods.Likelihood.gibbs_view` of each side's values and positions,
+    O(n), the same for every chain: (1, n) each) and the unrated pairs' weight."""
+    lik = problem.likelihood
+    unrated = lik.unrated_weight()
+
+    def side(csr, rows, cols):
+        t, w = lik.gibbs_view(csr.values, rows, cols)
+        return RatingsView(t[None], w[None], unrated)
+
+    rows, cols = problem.rows, problem.cols
+    return side(rows, row_ids(rows), rows.index), side(cols, cols.index, row_ids(cols))
 
 
 def level_probs(theta: jax.Array, cuts: jax.Array) -> jax.Array:

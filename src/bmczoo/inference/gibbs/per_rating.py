@@ -31,10 +31,15 @@ __all__ = [
 OFFSET_STREAM = 0x6F6666  # "off"
 
 
-def check_likelihood_support(likelihood, mesh, options: SweepOptions) -> None:
-    """A clear error where a per-rating block meets several devices or the annealed switch."""
+def check_likelihood_support(
+    likelihood, mesh, options: SweepOptions, *, biases=None, offsets: tuple = ()
+) -> None:
+    """A clear error where a per-rating block meets several devices or the annealed switch,
+    and where a likelihood that observes every pair meets what it does not implement."""
     if likelihood is None:
         return
+    if likelihood.all_pairs:
+        _check_all_pairs_support(likelihood, mesh, options, biases, offsets)
     if (likelihood.latent or likelihood.weighted) and mesh is not None:
         raise ValueError(
             f"the {likelihood.name} likelihood runs on one device: its sharded per-rating block "
@@ -47,9 +52,29 @@ def check_likelihood_support(likelihood, mesh, options: SweepOptions) -> None:
         )
 
 
+def _check_all_pairs_support(likelihood, mesh, options: SweepOptions, biases, offsets) -> None:
+    """The components an ``all_pairs`` likelihood's sweep does not implement: their blocks
+    would need sums over every pair of the matrix."""
+    what = {
+        "biases": biases is not None,
+        "sampled offsets (context=)": bool(offsets),
+        "several devices (devices=)": mesh is not None,
+        "the annealed switch (anneal_steps)": bool(options.anneal_steps),
+    }
+    bad = [name for name, given in what.items() if given]
+    if bad:
+        raise ValueError(
+            f"the {likelihood.name} likelihood's Gibbs sweep does not implement {bad[0]}: "
+            "its blocks would need sums over every pair of the matrix (drop it)"
+        )
+
+
 def bind_likelihood(likelihood, ratings: RatingData):
     """A latent likelihood bound to the data (levels, threshold) when it is not yet
-    (:meth:`bmczoo.likelihoods.probit.LatentLikelihood.bind`); others unchanged."""
+    (:meth:`bmczoo.likelihoods.probit.LatentLikelihood.bind`); others unchanged.  The
+    likelihood checks the values (:meth:`~bmczoo.likelihoods.Likelihood.check_values`)."""
+    if likelihood is not None:
+        likelihood.check_values(ratings.values)
     if likelihood is not None and likelihood.latent and not likelihood.bound:
         return likelihood.bind(ratings.values)
     return likelihood

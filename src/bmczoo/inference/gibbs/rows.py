@@ -64,10 +64,13 @@ class RatingsView(NamedTuple):
     """What a likelihood's per-rating block gives the factor blocks, per chain, in the
     order of one side's ratings: ``values`` (C, n) that replace the ratings (a latent
     likelihood's ``z``) and ``weights`` (C, n), rating ``k``'s precision ``tb w_k`` (a
-    scale mixture such as Student-t); None: the ratings, unit weights."""
+    scale mixture such as Student-t); None: the ratings, unit weights.  ``unrated``: the
+    weight of every pair that is not a rating, observed as 0 (an ``all_pairs``
+    likelihood's, e.g. one-class; needs ``weights``); None: the ratings alone."""
 
     values: jax.Array | None = None
     weights: jax.Array | None = None
+    unrated: float | None = None
 
 
 class Side(NamedTuple):
@@ -83,6 +86,7 @@ class Side(NamedTuple):
     bias_other: jax.Array
     values: jax.Array | None = None
     weights: jax.Array | None = None
+    unrated: float | None = None
 
 
 class Conditional(NamedTuple):
@@ -184,7 +188,14 @@ class RowSums(NamedTuple):
 def side_sums(side: Side, use_bias: bool, packed: bool = False) -> RowSums:
     """:func:`row_sums` of ``side``."""
     return row_sums(
-        side.csr, side.other, side.bias_other, use_bias, side.values, packed, side.weights
+        side.csr,
+        side.other,
+        side.bias_other,
+        use_bias,
+        side.values,
+        packed,
+        side.weights,
+        side.unrated,
     )
 
 
@@ -309,6 +320,56 @@ def _packed_quadratic(Gp, x):
 
 
 def row_sums(
+    csr: CSR,
+    other,
+    bias_other,
+    use_bias: bool,
+    values=None,
+    packed: bool = False,
+    weights=None,
+    unrated=None,
+) -> RowSums:
+    """The per-row sums over the ratings (:func:`_rating_sums`), and with ``unrated`` (the
+    weight of every pair that is not a rating, observed as 0: an ``all_pairs``
+    likelihood's) those over every pair of the row: the ratings' Gram terms weigh
+    ``w_k - unrated`` and ``unrated * sum_j F_j F_j^T`` over all rows ``j`` of ``other`` is
+    added to every row's Gram matrix (one (C, K, K) matrix shared by the rows, O(m_other
+    K^2)); the right-hand sides keep ``w_k y_k`` (the unrated pairs' targets are 0).  Every
+    block that reads the sums (the rows' draws, the column moves, fused or not) then sees
+    the full likelihood, and on every hot path.
+
+    Parameters
+    ----------
+    csr, other, bias_other, use_bias, values, packed, weights :
+        As for :func:`_rating_sums`.
+    unrated : float, optional
+        The unrated pairs' weight (None: the ratings alone); needs ``weights``.
+    """
+    if unrated is None:
+        return _rating_sums(csr, other, bias_other, use_bias, values, packed, weights)
+    if weights is None or use_bias:
+        raise ValueError("the unrated pairs' weight needs per-rating weights and no biases")
+    C, _, K = other.shape
+    rhs = weights * (csr.values[None] if values is None else values)
+    if rhs.shape[0] == 1:  # one view for every chain: one product, the chains stacked
+        r = _pattern_product(csr, rhs[0], other)
+    else:
+        r = jnp.stack([pattern_product(csr, rhs[c], other[c]) for c in range(C)])
+    gram_w = weights - unrated
+    packed = packed or not uses_gram_kernel(csr, K)
+    if gram_w.shape[0] == 1 and resolve_hot_path(csr.hot_path) != "gram":
+        # the weights as the pattern's entries: one product for every chain
+        G, Gp, _, _ = pattern_gram(csr._replace(ones=gram_w[0]), other, packed=packed)
+    else:  # the compiled kernel takes per-chain weights
+        gram_w = jnp.broadcast_to(gram_w, (C, gram_w.shape[-1]))
+        G, Gp, _, _ = pattern_gram(csr, other, packed=packed, rating_weights=gram_w)
+    shared = unrated * jnp.einsum("cjk,cjl->ckl", other, other)  # (C, K, K)
+    if Gp is not None:
+        Gp = Gp + pack_upper(shared)[:, None]
+    return RowSums(Gp, G + shared[:, None], r, None, None, None, None)
+
+
+def _rating_sums(
     csr: CSR,
     other,
     bias_other,

@@ -187,6 +187,11 @@ class GibbsProblem:
         """Whether each rating has a weight with its own block (Student-t)."""
         return self.likelihood is not None and self.likelihood.weighted
 
+    @property
+    def all_pairs(self) -> bool:
+        """Whether the likelihood observes every pair of the matrix (one-class)."""
+        return self.likelihood is not None and self.likelihood.all_pairs
+
     def block_precision(self, tau):
         """The precision the factor and bias blocks see, per chain."""
         return tau if self.likelihood is None else self.likelihood.block_precision(tau)
@@ -336,8 +341,8 @@ def build_problem(
     (:class:`bmczoo.offsets.Offset`; at the requested entries from ``entries.context``)."""
     m1, m2 = ratings.shape
     likelihood = bind_likelihood(likelihood, ratings)
-    check_likelihood_support(likelihood, mesh, options)
     offsets = check_offsets_support(offsets, mesh)
+    check_likelihood_support(likelihood, mesh, options, biases=biases, offsets=offsets)
     entry_arrays = _entry_arrays(ratings, entries, dtype)
     with shared_link_arrays():  # a table linked by the prior and the biases: once
         bias_links = _bias_links(biases, ratings, dtype, mesh)
