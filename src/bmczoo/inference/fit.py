@@ -241,7 +241,7 @@ def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
     if not prior.has_column_scales:
         raise ValueError(f"the {prior.name} prior is not implemented for a TensorData yet")
     likelihood = model_likelihood(opts["likelihood"], opts["lam"], opts["noise_sd"])
-    if likelihood.latent or likelihood.weighted:
+    if likelihood.latent or likelihood.weighted or likelihood.all_pairs:
         raise ValueError(
             f"the {likelihood.name} likelihood is not implemented for a TensorData yet"
         )
