@@ -149,7 +149,10 @@ def design(U: tuple, index: jax.Array, d: int) -> jax.Array:
 
 def theta_at(U: tuple, bias: tuple, index: jax.Array) -> jax.Array:
     """``theta`` (C, P) at the entries ``index`` (P, D): the CP term plus the biases."""
-    t = jnp.sum(design(U, index, -1), axis=-1)
+    # the last mode's rows enter a dot product: XLA's CPU reduction over a short minor
+    # axis (jnp.sum(..., axis=-1)) is several times slower than the contraction
+    last = len(U) - 1
+    t = jnp.einsum("cpk,cpk->cp", design(U, index, last), U[last][:, index[:, last]])
     for e, b in enumerate(bias):
         t = t + b[:, index[:, e]]
     return t
@@ -204,10 +207,17 @@ def mode_conditional(problem: TensorProblem, U: tuple, d: int, target, t, row_pr
 
 
 def _mode_block(key, problem: TensorProblem, U: tuple, d: int, target, t, row_prec):
-    """A draw of ``U_d`` from :func:`mode_conditional`."""
+    """A draw of ``U_d`` from :func:`mode_conditional`, and the data's part of the squared
+    error at it when ``target`` is the data: ``sum_k (u^T w_k)^2 - 2 y_k u^T w_k`` from the
+    conditional's sums (O(m K^2), no pass over the entries)."""
     P, rhs = mode_conditional(problem, U, d, target, t, row_prec)
     z = jax.vmap(lambda k: _rng.normal(k, rhs.shape[1:], rhs.dtype))(key)
-    return draw_rows(P, rhs, z)
+    x = draw_rows(P, rhs, z)
+    quad = jnp.einsum("cik,cikl,cil->c", x, P, x) - jnp.einsum(
+        "cik,cik->c", x * x, jnp.broadcast_to(row_prec[:, None, :], x.shape)
+    )
+    part = (quad - 2.0 * jnp.einsum("cik,cik->c", x, rhs)) / t
+    return x, part
 
 
 def _bias_block(key, problem: TensorProblem, state_bias: tuple, var, d: int, resid, t):
@@ -306,9 +316,9 @@ def sweep(
     U, bias = list(state.U), list(state.bias)
     for d in range(D):
         target = y - _bias_sum(tuple(bias), problem.index) if bias else 0.0
-        U[d] = _mode_block(keys[:, d], problem, tuple(U), d, target, t, row_prec)
+        U[d], part = _mode_block(keys[:, d], problem, tuple(U), d, target, t, row_prec)
     if bias:
-        cp = jnp.sum(design(tuple(U), problem.index, -1), axis=-1)
+        cp = theta_at(tuple(U), (), problem.index)
         for d in range(D):
             resid = y - cp - _bias_sum(tuple(bias), problem.index, skip=d)
             bias[d] = _bias_block(
@@ -331,8 +341,11 @@ def sweep(
         )
     tau = state.tau
     if likelihood.learned:
-        resid = y - theta_at(tuple(U), tuple(bias), problem.index)
-        sse = jnp.sum(resid * resid, axis=1)
+        if bias:
+            resid = y - theta_at(tuple(U), tuple(bias), problem.index)
+            sse = jnp.sum(resid * resid, axis=1)
+        else:  # the last mode's sums: sum_k y_k^2 + (u^T w_k)^2 - 2 y_k u^T w_k
+            sse = jnp.maximum(jnp.sum(problem.values * problem.values) + part, 0.0)
         tau = jax.vmap(lambda k, s: likelihood.sample_tau(k, s, problem.values.shape[0]))(
             keys[:, 2 * D + 2], sse
         )
