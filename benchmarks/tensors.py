@@ -19,7 +19,11 @@ bmczoo's members (``bmc.fit`` on a ``RatingData`` or a ``TensorData``):
   (without the column moves, whose scale walk runs every sweep);
 * ``tensor-ig-biases``: the same with a bias per mode (user, item, time bin);
 * ``tensor-discrete-biases``: the discrete prior (its column moves every fourth sweep)
-  with learned noise and biases per mode.
+  with learned noise and biases per mode;
+* ``tensor-nw``: Normal-Wishart rows per mode (each mode's mean and precision: the model
+  of SMURFF's tensor BPMF, Xiong et al.'s BPTF without its time-smoothness prior) and
+  learned noise;
+* ``tensor-nw-biases``: the same with biases per mode.
 
 Peers (only when importable; never dependencies): SMURFF's ``TrainSession`` with normal
 (Normal-Wishart) priors on every mode and its ``AdaptiveNoise``, on the matrix
@@ -52,6 +56,8 @@ MEMBERS = (
     "tensor-ig",
     "tensor-ig-biases",
     "tensor-discrete-biases",
+    "tensor-nw",
+    "tensor-nw-biases",
 )
 
 
@@ -69,6 +75,8 @@ def member(name: str) -> dict:
         "tensor-discrete-biases": dict(
             prior=bmc.priors.Discrete(), likelihood=learned, biases=True
         ),
+        "tensor-nw": dict(prior=bmc.priors.NormalWishart(), likelihood=learned),
+        "tensor-nw-biases": dict(prior=bmc.priors.NormalWishart(), likelihood=learned, biases=True),
     }[name]
 
 

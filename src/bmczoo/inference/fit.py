@@ -17,7 +17,7 @@ from ..data import RatingData, TensorData
 from ..likelihoods import Likelihood
 from ..models.matrix_completion import model_likelihood
 from ..offsets import Context, GlobalMean, Offset, get_biases, looks_like_ratings
-from ..priors import Discrete, Prior
+from ..priors import Discrete, NormalWishart, Prior
 from . import settings as st
 from .baselines import fit_map, fit_nuts, fit_svi, x64_context
 from .gibbs.driver import fit_gibbs
@@ -238,8 +238,11 @@ def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
     check_tensor_settings(settings, opts["kw"])
     dt = check_dtype(opts["dtype"])
     prior = Discrete() if prior is None else check_prior(prior)
-    if not prior.has_column_scales:
-        raise ValueError(f"the {prior.name} prior is not implemented for a TensorData yet")
+    if not prior.has_column_scales and (not isinstance(prior, NormalWishart) or prior.linked_sides):
+        raise ValueError(
+            f"the {prior.name} prior{' with features' if not prior.has_column_scales else ''}"
+            " is not implemented for a TensorData yet"
+        )
     likelihood = model_likelihood(opts["likelihood"], opts["lam"], opts["noise_sd"])
     if likelihood.latent or likelihood.weighted or likelihood.all_pairs:
         raise ValueError(

@@ -42,18 +42,26 @@ def _draws(fit, idx):
     return t
 
 
-@pytest.mark.parametrize("biases", [False, True])
-def test_outputs_are_the_draws(tmp_path, biases):
+@pytest.mark.parametrize(
+    "prior, biases",
+    [
+        (bmc.priors.InverseGamma(), False),
+        (bmc.priors.InverseGamma(), True),
+        (bmc.priors.NormalWishart(), True),
+    ],
+    ids=["inverse-gamma", "inverse-gamma+biases", "normal-wishart+biases"],
+)
+def test_outputs_are_the_draws(tmp_path, prior, biases):
     train, test = _array()
     fit = bmc.fit(
         train,
         test=test,
-        prior=bmc.priors.InverseGamma(),
+        prior=prior,
         biases=biases,
         likelihood=bmc.likelihoods.LearnedNoise(),
         **FIT,
     )
-    assert fit.samples["gamma"].shape == (2, 40, 4) and fit.factors["U2"].shape == (2, 40, 10, 4)
+    assert fit.factors["U2"].shape == (2, 40, 10, 4)
     t = _draws(fit, test.indices)
     off = fit.info.shift.offset
     mean, sd = fit.predict(test.indices, return_std=True)
@@ -72,7 +80,8 @@ def test_outputs_are_the_draws(tmp_path, biases):
     from bmczoo._arviz import group
 
     idata = fit.to_arviz()
-    assert group(idata, "posterior")["gamma"].shape == (2, 40, 4)
+    name = "gamma" if prior.has_column_scales else "mu0"
+    assert group(idata, "posterior")[name].shape == (2, 40, 4)
     np.testing.assert_array_equal(group(idata, "sample_stats")["rmse"], fit.rmse_draw)
     fit.save(tmp_path / "t.npz")
     back = bmc.load(tmp_path / "t.npz")
@@ -103,8 +112,8 @@ def test_errors():
         bmc.fit(train, K=2, overrelax=0.5)
     with pytest.raises(ValueError, match="probit likelihood is not implemented"):
         bmc.fit(train, K=2, likelihood=bmc.likelihoods.Probit())
-    with pytest.raises(ValueError, match="normal-wishart prior is not implemented"):
-        bmc.fit(train, K=2, prior=bmc.priors.NormalWishart())
+    with pytest.raises(ValueError, match="normal-wishart prior with features is not implemented"):
+        bmc.fit(train, K=2, prior=bmc.priors.NormalWishart(implicit=True))
     with pytest.raises(TypeError, match="test must be a TensorData"):
         bmc.fit(train, K=2, test=bmc.RatingData([0], [0], [1.0], (2, 2)))
     with pytest.raises(ValueError, match="predict= and context="):

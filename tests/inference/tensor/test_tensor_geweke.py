@@ -86,8 +86,13 @@ def _theta(U, bias, idx, xp=np):
 
 
 def _functions(prior, learned, biases, gamma, U, bias, bvar, tau, Y, xp=np):
+    """Test functions; ``gamma`` is the prior's variables: the column scales, or with
+    Normal-Wishart rows each mode's ``(mu, Lambda)``."""
     out = []
-    if not isinstance(prior, bmc.priors.Fixed):
+    if isinstance(prior, bmc.priors.NormalWishart):
+        for mu, Lam in gamma:
+            out += [mu[..., 0], mu[..., 1] ** 2, xp.linalg.slogdet(Lam)[1], Lam[..., 0, 1]]
+    elif not isinstance(prior, bmc.priors.Fixed):
         gs = xp.sort(gamma, axis=-1)
         out += [gs[..., 0], gs[..., -1]]
         if not isinstance(prior, bmc.priors.Discrete):
@@ -109,10 +114,29 @@ def _functions(prior, learned, biases, gamma, U, bias, bvar, tau, Y, xp=np):
     return xp.stack(out, axis=-1)
 
 
+def _nw_rows(prior, size, rng):
+    """Each mode's ``(mu, Lambda)`` from NW(0, beta0, W0_scale I, nu0 = K) and its rows."""
+    from scipy import stats
+
+    rows, U = [], []
+    for m in SHAPE:
+        Lam = stats.wishart(df=K, scale=prior.W0_scale * np.eye(K)).rvs(size, random_state=rng)
+        cov = np.linalg.inv(Lam)
+        L = np.linalg.cholesky(cov)
+        mu = np.einsum("skl,sl->sk", L, rng.standard_normal((size, K))) / np.sqrt(prior.beta0)
+        F = mu[:, None, :] + np.einsum("skl,sml->smk", L, rng.standard_normal((size, m, K)))
+        rows.append((mu, Lam))
+        U.append(F)
+    return tuple(rows), tuple(U)
+
+
 def _joint(prior, learned, biases, size, seed):
     rng = np.random.default_rng(seed)
-    gamma = _prior_gamma(prior, size, rng)
-    U = tuple(rng.standard_normal((size, m, K)) * np.sqrt(gamma)[:, None, :] for m in SHAPE)
+    if isinstance(prior, bmc.priors.NormalWishart):
+        gamma, U = _nw_rows(prior, size, rng)
+    else:
+        gamma = _prior_gamma(prior, size, rng)
+        U = tuple(rng.standard_normal((size, m, K)) * np.sqrt(gamma)[:, None, :] for m in SHAPE)
     bvar = BIASES.b / rng.gamma(BIASES.a, 1.0, (size, 3)) if biases else np.ones((size, 3))
     bias = (
         tuple(
@@ -147,13 +171,21 @@ def _chains(prior, sampler_prior, learned, biases, sampler_tau, num_chains, num_
         one = lambda x: x[None]  # noqa: E731
         # a fixed noise precision is the sweep's (sampler_tau), a learned one the chain's
         t = tau if learned else jnp.full_like(tau, sampler_tau)
+        nw = isinstance(gamma, tuple)
         st = T.TensorState(
-            tuple(map(one, U)), one(gamma), one(t), tuple(map(one, bias)), one(bvar), k_sweep[None]
+            tuple(map(one, U)),
+            jnp.ones((1, K)) if nw else one(gamma),
+            one(t),
+            tuple(map(one, bias)),
+            one(bvar),
+            k_sweep[None],
+            jax.tree.map(one, gamma) if nw else (),
         )
         st = T.sweep(st, prob, sampler_prior, lik, bz, moves)
         first = lambda x: x[0]  # noqa: E731
         U, bias = tuple(map(first, st.U)), tuple(map(first, st.bias))
-        gamma, bvar = st.gamma[0], st.bias_var[0]
+        gamma = jax.tree.map(first, st.rows) if nw else st.gamma[0]
+        bvar = st.bias_var[0]
         tau = st.tau[0] if learned else tau
         f = _functions(prior, learned, biases, gamma, U, bias, bvar, tau, Y, jnp)
         th = _theta(U, bias, idx, jnp)
@@ -202,6 +234,16 @@ def test_geweke_column_moves_have_power(monkeypatch):
     ``s^(D-1)``) are caught."""
     monkeypatch.setattr(T.core, "_design_scale", lambda log_s, D: jnp.exp((D - 2) * log_s))
     z, z_crit = _z(PRIORS["discrete"], seed=3, moves=True)
+    assert np.max(np.abs(z)) > 2 * z_crit, np.round(z, 2)
+
+
+def test_geweke_normal_wishart_rows():
+    """Normal-Wishart rows per mode (each mode's mean and precision) with learned noise,
+    and its power check: a sampler told another Wishart scale is caught."""
+    z, z_crit = _z(bmc.priors.NormalWishart(), learned=True, seed=4)
+    assert np.max(np.abs(z)) < z_crit, np.round(z, 2)
+    wrong = bmc.priors.NormalWishart(W0_scale=4.0)
+    z, z_crit = _z(bmc.priors.NormalWishart(), wrong, learned=True, seed=4)
     assert np.max(np.abs(z)) > 2 * z_crit, np.round(z, 2)
 
 

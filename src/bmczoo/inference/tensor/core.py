@@ -69,7 +69,8 @@ class TensorState(NamedTuple):
     """``C`` chains: ``U`` one (C, m_d, K) factor per mode, ``gamma`` (C, K) the column
     scales, ``tau`` (C,) the noise precision, ``bias`` one (C, m_d) bias vector per mode
     (empty without biases), ``bias_var`` (C, D) their variances, ``key`` (C,) the chains'
-    keys."""
+    keys, ``rows`` with the Normal-Wishart prior each mode's ``(mu (C, K), Lambda (C, K,
+    K))`` (empty for a column-scale prior; with Normal-Wishart rows ``gamma`` is unused)."""
 
     U: tuple
     gamma: jax.Array
@@ -77,6 +78,7 @@ class TensorState(NamedTuple):
     bias: tuple
     bias_var: jax.Array
     key: jax.Array
+    rows: tuple = ()
 
 
 def build_problem(data: TensorData, tau: float, dtype=jnp.float32) -> TensorProblem:
@@ -125,8 +127,13 @@ def init(
         scale * jax.vmap(lambda k, m=m: _rng.normal(k, (m, K), dtype))(split[:, d])
         for d, m in enumerate(shape)
     )
-    gamma = jnp.broadcast_to(prior.init_gamma(K, sum(shape), dtype), (C, K))
+    g0 = prior.init_gamma(K, sum(shape), dtype) if prior.has_column_scales else jnp.ones(K)
+    gamma = jnp.broadcast_to(jnp.asarray(g0, dtype), (C, K))
     bias = () if biases is None else tuple(jnp.zeros((C, m), dtype) for m in shape)
+    rows = ()
+    if not prior.has_column_scales:  # Normal-Wishart rows: mu = 0, Lambda = I per mode
+        eye = jnp.broadcast_to(jnp.eye(K, dtype=dtype), (C, K, K))
+        rows = tuple((jnp.zeros((C, K), dtype), eye) for _ in shape)
     return TensorState(
         U=U,
         gamma=jnp.asarray(gamma, dtype),
@@ -134,6 +141,7 @@ def init(
         bias=bias,
         bias_var=jnp.ones((C, len(shape)), dtype),
         key=split[:, -1],
+        rows=rows,
     )
 
 
@@ -167,7 +175,7 @@ def _bias_sum(bias: tuple, index: jax.Array, skip: int = -1):
     return out
 
 
-def mode_conditional(problem: TensorProblem, U: tuple, d: int, target, t, row_prec):
+def mode_conditional(problem: TensorProblem, U: tuple, d: int, target, t, row_prec, shift=None):
     """The conditional of the rows of ``U_d`` given the other modes: precisions ``P``
     (C, m_d, K, K) and right-hand sides (C, m_d, K) (the means are ``P^-1 rhs``).
 
@@ -184,8 +192,11 @@ def mode_conditional(problem: TensorProblem, U: tuple, d: int, target, t, row_pr
         biases), or 0.0: the data.
     t : jax.Array, shape (C,)
         The block precision.
-    row_prec : jax.Array, shape (C, K)
-        The rows' diagonal prior precision.
+    row_prec : jax.Array, shape (C, K) or (C, K, K)
+        The rows' prior precision (diagonal, or full: Normal-Wishart's ``Lambda``).
+    shift : jax.Array, shape (C, K), optional
+        The prior-mean term ``Lambda mu`` (Normal-Wishart), added to every row's
+        right-hand side.
     """
     csr = problem.modes[d]
     K = U[0].shape[-1]
@@ -203,21 +214,55 @@ def mode_conditional(problem: TensorProblem, U: tuple, d: int, target, t, row_pr
             ]
         )
     P = t[:, None, None, None] * G + prior_precision_term(row_prec, K, G.dtype)
-    return P, rhs
+    return P, rhs if shift is None else rhs + shift[:, None, :]
 
 
-def _mode_block(key, problem: TensorProblem, U: tuple, d: int, target, t, row_prec):
-    """A draw of ``U_d`` from :func:`mode_conditional`, and the data's part of the squared
-    error at it when ``target`` is the data: ``sum_k (u^T w_k)^2 - 2 y_k u^T w_k`` from the
-    conditional's sums (O(m K^2), no pass over the entries)."""
-    P, rhs = mode_conditional(problem, U, d, target, t, row_prec)
+def _mode_block(key, problem: TensorProblem, U: tuple, d: int, target, t, row_prior):
+    """A draw of ``U_d`` from :func:`mode_conditional` (``row_prior``: the rows' prior
+    precision and shift), and the data's part of the squared error at it when ``target``
+    is the data: ``sum_k (u^T w_k)^2 - 2 y_k u^T w_k`` from the conditional's sums
+    (O(m K^2), no pass over the entries)."""
+    row_prec, shift = row_prior
+    P, rhs = mode_conditional(problem, U, d, target, t, row_prec, shift)
     z = jax.vmap(lambda k: _rng.normal(k, rhs.shape[1:], rhs.dtype))(key)
     x = draw_rows(P, rhs, z)
-    quad = jnp.einsum("cik,cikl,cil->c", x, P, x) - jnp.einsum(
-        "cik,cik->c", x * x, jnp.broadcast_to(row_prec[:, None, :], x.shape)
-    )
-    part = (quad - 2.0 * jnp.einsum("cik,cik->c", x, rhs)) / t
+    if row_prec.ndim == 3:  # a full prior precision
+        prior_quad = jnp.einsum("cik,ckl,cil->c", x, row_prec, x)
+    else:
+        prior_quad = jnp.einsum("cik,cik->c", x * x, jnp.broadcast_to(row_prec[:, None], x.shape))
+    lin = rhs if shift is None else rhs - shift[:, None, :]
+    quad = jnp.einsum("cik,cikl,cil->c", x, P, x) - prior_quad
+    part = (quad - 2.0 * jnp.einsum("cik,cik->c", x, lin)) / t
     return x, part
+
+
+def _row_priors(state: TensorState, prior, D: int) -> tuple:
+    """Each mode's ``(prior precision, shift)``: ``(1/gamma, None)`` for the column-scale
+    priors, ``(Lambda_d, Lambda_d mu_d)`` for Normal-Wishart rows."""
+    if state.rows:
+        return tuple((Lam, jnp.einsum("ckl,cl->ck", Lam, mu)) for mu, Lam in state.rows)
+    p = jax.vmap(prior.row_prior)(state.gamma)
+    return tuple((p, None) for _ in range(D))
+
+
+def _normal_wishart_rows(keys, U: tuple, prior) -> tuple:
+    """Each mode's ``(mu_d, Lambda_d)`` from its Normal-Wishart conditional given the
+    mode's rows (``keys`` (C, D))."""
+    from ...priors._wishart import nw_posterior, wishart_draw
+
+    K = U[0].shape[-1]
+    nu0, W0_inv = prior.degrees(K), jnp.eye(K, dtype=U[0].dtype) / prior.W0_scale
+    out = []
+    for d, F in enumerate(U):
+
+        def one(k, F):
+            mu, beta, nu, Winv = nw_posterior(
+                jnp.sum(F, 0), F.T @ F, F.shape[0], prior.beta0, nu0, W0_inv
+            )
+            return wishart_draw(k, Winv, nu, beta, mu)
+
+        out.append(jax.vmap(one)(keys[:, d], F))
+    return tuple(out)
 
 
 def _bias_block(key, problem: TensorProblem, state_bias: tuple, var, d: int, resid, t):
@@ -312,11 +357,11 @@ def sweep(
     keys = jax.vmap(lambda k: jax.random.split(k, 3 * D + 4))(state.key)
     y = problem.values[None]
     t = likelihood.block_precision(state.tau)
-    row_prec = jax.vmap(prior.row_prior)(state.gamma)
+    row_priors = _row_priors(state, prior, D)
     U, bias = list(state.U), list(state.bias)
     for d in range(D):
         target = y - _bias_sum(tuple(bias), problem.index) if bias else 0.0
-        U[d], part = _mode_block(keys[:, d], problem, tuple(U), d, target, t, row_prec)
+        U[d], part = _mode_block(keys[:, d], problem, tuple(U), d, target, t, row_priors[d])
     if bias:
         cp = theta_at(tuple(U), (), problem.index)
         for d in range(D):
@@ -324,10 +369,15 @@ def sweep(
             bias[d] = _bias_block(
                 keys[:, D + d], problem, tuple(bias), state.bias_var[:, d], d, resid, t
             )
-    S = sum(jnp.sum(F * F, axis=1) for F in U)
-    gamma = jax.vmap(lambda k, s: prior.sample_conditional(k, s, sum(problem.shape)))(
-        keys[:, 2 * D], S
-    )
+    gamma, rows = state.gamma, state.rows
+    if rows:
+        kr = jax.vmap(lambda k: jax.random.split(k, D))(keys[:, 2 * D])
+        rows = _normal_wishart_rows(kr, tuple(U), prior)
+    else:
+        S = sum(jnp.sum(F * F, axis=1) for F in U)
+        gamma = jax.vmap(lambda k, s: prior.sample_conditional(k, s, sum(problem.shape)))(
+            keys[:, 2 * D], S
+        )
     bias_var = state.bias_var
     if bias:
         sumsq = jnp.stack([jnp.sum(b * b, axis=1) for b in bias], axis=1)  # (C, D)
@@ -349,7 +399,7 @@ def sweep(
         tau = jax.vmap(lambda k, s: likelihood.sample_tau(k, s, problem.values.shape[0]))(
             keys[:, 2 * D + 2], sse
         )
-    new = TensorState(tuple(U), gamma, tau, tuple(bias), bias_var, keys[:, 2 * D + 3])
+    new = TensorState(tuple(U), gamma, tau, tuple(bias), bias_var, keys[:, 2 * D + 3], rows)
     if moves:
         for d in range(D):
             new = column_moves(keys[:, 2 * D + 4 + d], new, problem, prior, likelihood, d)

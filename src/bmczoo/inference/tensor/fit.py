@@ -97,7 +97,13 @@ def _result(info, train, kept, rmse_draw, seconds) -> "TensorFit":
     """The fit from the kept states (each with a leading chain axis)."""
     stack = lambda xs: np.stack(xs, axis=1)  # noqa: E731 - (C, S, ...)
     factors = {f"U{d}": stack([k.U[d] for k in kept]) for d in range(train.ndim)}
-    samples = {"gamma": stack([k.gamma for k in kept])}
+    if kept[0].rows:  # Normal-Wishart rows: each mode's (mu, Lambda)
+        samples = {}
+        for d in range(train.ndim):
+            samples[f"mu{d}"] = stack([k.rows[d][0] for k in kept])
+            samples[f"Lambda{d}"] = stack([k.rows[d][1] for k in kept])
+    else:
+        samples = {"gamma": stack([k.gamma for k in kept])}
     if info.likelihood.learned:
         samples["tau"] = stack([k.tau for k in kept])
     if info.biases is not None:
@@ -121,8 +127,9 @@ class TensorFit:
     Attributes
     ----------
     info : the fit's :class:`~bmczoo.inference.info.FitInfo` (``shape`` the array's).
-    samples : kept draws (chain, draw, ...): ``gamma`` (K,), ``tau`` (learned noise),
-        ``bias_var`` (D,) (biases).
+    samples : kept draws (chain, draw, ...): ``gamma`` (K,) (column-scale priors),
+        ``mu0``, ``Lambda0``, ... (Normal-Wishart rows: each mode's), ``tau`` (learned
+        noise), ``bias_var`` (D,) (biases).
     factors : kept draws of the factors ``U0``... (chain, draw, m_d, K) and the biases
         ``b0``... (chain, draw, m_d).
     modes : the modes' names.
@@ -164,7 +171,7 @@ class TensorFit:
         saving.save(self, path, overwrite=overwrite, _stacklevel=3)
 
     def __repr__(self) -> str:
-        C, S = np.shape(self.samples["gamma"])[:2]
+        C, S = np.shape(self.factors["U0"])[:2]
         dims = " x ".join(str(m) for m in self.shape)
         return (
             f"<TensorFit: {self.info.prior.name} prior, K={self.info.K}, a {dims} array, "
@@ -310,6 +317,10 @@ class TensorFit:
 
     def num_active(self) -> np.ndarray:
         """The number of active columns (the CP rank) of each kept draw (chain, draw)."""
+        if "gamma" not in self.samples:
+            raise ValueError(
+                f"the {self.info.prior.name} prior has no column scales: no CP rank posterior"
+            )
         return np.sum(np.asarray(self.samples["gamma"]) > self.active_threshold(), axis=-1)
 
     def rank_posterior(self) -> dict[int, float]:
@@ -322,8 +333,12 @@ class TensorFit:
         """The kept draws as ArviZ data (``InferenceData``, or a ``DataTree`` with ArviZ
         1.x): ``gamma``, ``num_active``, ``tau`` (learned noise; and ``noise_sd``) and
         ``bias_var``, and the per-draw test RMSE in ``sample_stats``."""
-        post = {"gamma": np.asarray(self.samples["gamma"]), "num_active": self.num_active()}
         dims = {"gamma": ("h",), "bias_var": ("mode",)}
+        if "gamma" in self.samples:
+            post = {"gamma": np.asarray(self.samples["gamma"]), "num_active": self.num_active()}
+        else:  # Normal-Wishart rows: each mode's mean
+            post = {f"mu{d}": np.asarray(self.samples[f"mu{d}"]) for d in range(len(self.shape))}
+            dims.update({f"mu{d}": ("h",) for d in range(len(self.shape))})
         if "tau" in self.samples:
             post["tau"] = np.asarray(self.samples["tau"])
             post["noise_sd"] = 1.0 / np.sqrt(post["tau"])
