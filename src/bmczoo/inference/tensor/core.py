@@ -270,9 +270,9 @@ def _bias_block(key, problem: TensorProblem, state_bias: tuple, var, d: int, res
     the other modes' biases; ``var`` (C,) the bias variance ``s_d^2``."""
     csr = problem.modes[d]
     m = csr.shape[0]
-    idx = problem.index[:, d]
-    sums = jax.ops.segment_sum(resid.T, idx, m).T  # (C, m)
-    counts = jax.ops.segment_sum(jnp.ones_like(idx, resid.dtype), idx, m)
+    # the residuals' sums and the counts of each row in one sparse product (the hot path)
+    both = pattern_product(csr, csr.ones, jnp.concatenate([resid, jnp.ones_like(resid[:1])]).T)
+    sums, counts = both[:, :-1].T, both[:, -1]  # (C, m), (m,)
     prec = t[:, None] * counts[None] + 1.0 / var[:, None]
     z = jax.vmap(lambda k: _rng.normal(k, (m,), resid.dtype))(key)
     return t[:, None] * sums / prec + z / jnp.sqrt(prec)
