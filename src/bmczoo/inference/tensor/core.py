@@ -33,7 +33,6 @@ from ...linalg import (
     prior_precision_term,
     resolve_hot_path,
     row_ids_from_indptr,
-    row_rhs,
 )
 
 __all__ = [
@@ -201,18 +200,11 @@ def mode_conditional(problem: TensorProblem, U: tuple, d: int, target, t, row_pr
     csr = problem.modes[d]
     K = U[0].shape[-1]
     w = design(U, problem.index, d)
-    # the target in the mode's order is the CSR's values (one chain's pattern, as the
-    # weighted likelihoods' sums): per chain when the biases move it
-    G = pattern_gram(csr, w).G
-    if jnp.ndim(target) == 0:
-        rhs = row_rhs(csr, w, t[:, None, None])
-    else:
-        rhs = jnp.stack(
-            [
-                row_rhs(csr._replace(values=target[c][csr.index]), w[c : c + 1], t[c])[0]
-                for c in range(w.shape[0])
-            ]
-        )
+    # the Gram matrices and the targets' sums sum_k y_k w_k in one pass over the entries:
+    # the targets are the weights of the design's rows (pattern_gram's S)
+    y = problem.values[None] if jnp.ndim(target) == 0 else target
+    sums = pattern_gram(csr, w, jnp.broadcast_to(y, w.shape[:2])[..., None])
+    G, rhs = sums.G, t[:, None, None] * sums.S[:, :, 0, :]
     P = t[:, None, None, None] * G + prior_precision_term(row_prec, K, G.dtype)
     return P, rhs if shift is None else rhs + shift[:, None, :]
 
