@@ -383,8 +383,8 @@ def sweep(
         )
     tau = state.tau
     if likelihood.learned:
-        if bias:
-            resid = y - theta_at(tuple(U), tuple(bias), problem.index)
+        if bias:  # the CP term of the biases' block and the new biases
+            resid = y - cp - _bias_sum(tuple(bias), problem.index)
             sse = jnp.sum(resid * resid, axis=1)
         else:  # the last mode's sums: sum_k y_k^2 + (u^T w_k)^2 - 2 y_k u^T w_k
             sse = jnp.maximum(jnp.sum(problem.values * problem.values) + part, 0.0)
