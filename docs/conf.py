@@ -83,7 +83,7 @@ numpydoc_validation_exclude = {
     r"\.__[a-z]+__$",  # dunder methods
     # Containers the library builds and hands out (results, their metadata, data views);
     # users read their documented attributes and methods, never call their constructors.
-    r"^bmczoo\.inference\.(FitResult|MCMCFit|GibbsFit|NUTSFit|VBFit|SVIFit|MAPFit|FitInfo|ConjugateGibbsState)$",
+    r"^bmczoo\.inference\.(FitResult|MCMCFit|GibbsFit|NUTSFit|VBFit|SVIFit|MAPFit|TensorFit|FitInfo|ConjugateGibbsState)$",
     r"^bmczoo\.inference\.results\.outputs\.FoldInFit$",
     r"^bmczoo\.(diagnostics\.FitArrays|priors\.VBGamma|datasets\.(Simulation|MovieLensInfo)|data\.SortedView|offsets\.Shift)$",
     r"^bmczoo\.inference\.checkpoint\.ResumeGuarantee$",

@@ -30,7 +30,7 @@ __all__ = ["TensorData"]
 
 
 class TensorData:
-    """Observed entries of a ``m_1 x ... x m_D`` array (``D >= 2``).
+    """Observed entries of an N-way array (``D >= 2`` modes, shape ``(m_1, ..., m_D)``).
 
     Parameters
     ----------
@@ -168,8 +168,13 @@ class TensorData:
 
     # ------------------------------------------------------------------ subsets
     def subset(self, index) -> "TensorData":
-        """The entries at the given positions (a boolean mask or integer positions), same
-        shape."""
+        """The entries at the given positions, same shape.
+
+        Parameters
+        ----------
+        index : array_like of bool, shape (n,), or array_like of int
+            A boolean mask or integer positions.
+        """
         idx = _check_positions(index, self.n)
         return TensorData(self._indices[idx], self._values[idx], self._shape, modes=self._modes)
 
@@ -197,19 +202,39 @@ class TensorData:
         return float(self._values.min()), float(self._values.max())
 
     def with_values(self, values) -> "TensorData":
-        """Same entries with new values (validated)."""
+        """Same entries with new values (validated).
+
+        Parameters
+        ----------
+        values : array_like, shape (n,)
+            The new values.
+        """
         v = _as_values(np.asarray(values))
         if v.shape != self._values.shape:
             raise ValueError(f"values must have shape {self._values.shape}, got {v.shape}")
         return TensorData(self._indices, v, self._shape, modes=self._modes)
 
     def centered(self, offset: float | None = None) -> tuple["TensorData", float]:
-        """Values minus ``offset`` (the mean by default); returns ``(data, offset)``."""
+        """Values minus ``offset`` (the mean by default); returns ``(data, offset)``.
+
+        Parameters
+        ----------
+        offset : float, optional
+            The value subtracted (default: the mean value).
+        """
         off = self.mean() if offset is None else float(offset)
         return self.with_values(self._values - self._values.dtype.type(off)), off
 
     def check_entries(self, indices, name: str = "indices") -> np.ndarray:
-        """``indices`` (P, D) checked against the shape, as int32."""
+        """``indices`` (P, D) checked against the shape, as int32.
+
+        Parameters
+        ----------
+        indices : array_like of int, shape (P, D)
+            Entries of the array.
+        name : str
+            How the errors name them.
+        """
         idx = np.asarray(indices)
         if idx.ndim != 2 or idx.shape[1] != self.ndim:
             raise ValueError(f"{name} must have shape (P, {self.ndim}), got {idx.shape}")

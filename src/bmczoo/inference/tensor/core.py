@@ -49,10 +49,20 @@ __all__ = [
 
 
 class TensorProblem(NamedTuple):
-    """The device arrays of a problem: ``modes`` one CSR per mode (rows ``m_d``, over the
-    ``n`` entries: ``index`` their positions, ``values`` their values in the mode's
-    order), ``index`` (n, D) int32 and ``values`` (n,) in the entries' order, and ``tau``
-    the likelihood precision (the start of a learned one)."""
+    """The device arrays of a problem.
+
+    Parameters
+    ----------
+    modes : tuple of bmczoo.linalg.CSR
+        One pattern per mode: its ``m_d`` rows over the ``n`` entries (``index`` the
+        entries' positions, ``values`` their values in the mode's order).
+    index : jax.Array
+        (n, D) int32 indices of the entries.
+    values : jax.Array
+        (n,) their values, in the entries' order.
+    tau : jax.Array
+        The likelihood precision (the start of a learned one).
+    """
 
     modes: tuple
     index: jax.Array
@@ -65,11 +75,26 @@ class TensorProblem(NamedTuple):
 
 
 class TensorState(NamedTuple):
-    """``C`` chains: ``U`` one (C, m_d, K) factor per mode, ``gamma`` (C, K) the column
-    scales, ``tau`` (C,) the noise precision, ``bias`` one (C, m_d) bias vector per mode
-    (empty without biases), ``bias_var`` (C, D) their variances, ``key`` (C,) the chains'
-    keys, ``rows`` with the Normal-Wishart prior each mode's ``(mu (C, K), Lambda (C, K,
-    K))`` (empty for a column-scale prior; with Normal-Wishart rows ``gamma`` is unused)."""
+    """The state of ``C`` chains.
+
+    Parameters
+    ----------
+    U : tuple of jax.Array
+        One (C, m_d, K) factor per mode.
+    gamma : jax.Array
+        (C, K) the column scales (unused with Normal-Wishart rows).
+    tau : jax.Array
+        (C,) the noise precision.
+    bias : tuple of jax.Array
+        One (C, m_d) bias vector per mode (empty without biases).
+    bias_var : jax.Array
+        (C, D) the biases' variances.
+    key : jax.Array
+        (C,) the chains' keys.
+    rows : tuple
+        With Normal-Wishart rows each mode's ``(mu (C, K), Lambda (C, K, K))``; empty for
+        a column-scale prior.
+    """
 
     U: tuple
     gamma: jax.Array
@@ -81,7 +106,17 @@ class TensorState(NamedTuple):
 
 
 def build_problem(data: TensorData, tau: float, dtype=jnp.float32) -> TensorProblem:
-    """The device arrays of ``data`` (once; every sweep reuses them)."""
+    """The device arrays of ``data`` (once; every sweep reuses them).
+
+    Parameters
+    ----------
+    data : TensorData
+        The values the model fits (centred by the caller).
+    tau : float
+        The likelihood precision (the start of a learned one).
+    dtype : dtype
+        The float dtype of the run.
+    """
     modes = []
     n = data.n
     for d, view in enumerate(data.views):
@@ -116,8 +151,24 @@ def init(
     scale: float = 0.1,
 ) -> TensorState:
     """Chains started at small random factors (``N(0, scale^2)``), ``gamma`` at the
-    prior's ``init_gamma``, ``tau`` at the problem's, zero biases with unit variances;
-    ``keys`` (C,) one key per chain."""
+    prior's ``init_gamma`` (Normal-Wishart rows: ``mu = 0``, ``Lambda = I``), ``tau`` at
+    the problem's, zero biases with unit variances.
+
+    Parameters
+    ----------
+    keys : jax.Array, shape (C,)
+        One key per chain.
+    problem : TensorProblem
+        The problem.
+    prior : bmczoo.priors.Prior
+        A column-scale prior or Normal-Wishart rows.
+    K : int
+        The number of columns.
+    biases : bmczoo.offsets.Biases, optional
+        Biases per mode.
+    scale : float
+        The factors' starting scale.
+    """
     dtype = problem.values.dtype
     shape = problem.shape
     C = keys.shape[0]
@@ -155,7 +206,17 @@ def design(U: tuple, index: jax.Array, d: int) -> jax.Array:
 
 
 def theta_at(U: tuple, bias: tuple, index: jax.Array) -> jax.Array:
-    """``theta`` (C, P) at the entries ``index`` (P, D): the CP term plus the biases."""
+    """``theta`` (C, P) at the entries ``index``: the CP term plus the biases.
+
+    Parameters
+    ----------
+    U : tuple of jax.Array
+        The factors (C, m_d, K).
+    bias : tuple of jax.Array
+        The biases (C, m_d) (empty: none).
+    index : jax.Array, shape (P, D)
+        The entries.
+    """
     # the last mode's rows enter a dot product: XLA's CPU reduction over a short minor
     # axis (jnp.sum(..., axis=-1)) is several times slower than the contraction
     last = len(U) - 1
@@ -342,9 +403,25 @@ def sweep(
     moves: bool = False,
 ):
     """One Gibbs sweep: each mode's factor given the others, each mode's biases, the
-    column scales, the bias variances and a learned ``tau``; with ``moves`` (a prior with
-    a column proposal) then the column moves with each mode's column integrated out in
-    turn."""
+    column scales (or each mode's Normal-Wishart mean and precision), the bias variances
+    and a learned ``tau``; with ``moves`` (a prior with a column proposal) then the column
+    moves with each mode's column integrated out in turn.
+
+    Parameters
+    ----------
+    state : TensorState
+        The chains' state.
+    problem : TensorProblem
+        The problem.
+    prior : bmczoo.priors.Prior
+        A column-scale prior or Normal-Wishart rows.
+    likelihood : bmczoo.likelihoods.Likelihood
+        ``Tempered`` or ``LearnedNoise``.
+    biases : bmczoo.offsets.Biases, optional
+        Biases per mode (with ``state.bias``).
+    moves : bool
+        Run the column moves after the blocks.
+    """
     D = len(state.U)
     keys = jax.vmap(lambda k: jax.random.split(k, 3 * D + 4))(state.key)
     y = problem.values[None]
