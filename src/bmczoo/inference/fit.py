@@ -233,7 +233,7 @@ def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
     """``bmc.fit`` on a :class:`~bmczoo.data.TensorData`: Gibbs on the CP model
     (:mod:`bmczoo.inference.tensor`), with the column-scale priors, the Gaussian
     likelihoods and biases per mode."""
-    from .tensor.fit import check_tensor_settings, fit_tensor
+    from .tensor.fit import check_tensor_settings, fit_tensor, fit_tensor_nuts
 
     check_tensor_settings(settings, opts["kw"])
     dt = check_dtype(opts["dtype"])
@@ -269,8 +269,13 @@ def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
         biases=get_biases(opts["biases"]),
     )
     check_bool("progress_bar", opts["progress_bar"])
+    run = fit_tensor_nuts if isinstance(settings, st.NUTS) else fit_tensor
+    if isinstance(settings, st.NUTS) and not prior.has_column_scales:
+        raise ValueError(
+            f"method='nuts' on a TensorData takes a column-scale prior, not {prior.name}"
+        )
     with x64_context(dt):
-        return fit_tensor(fit_data, info, test, opts["progress_bar"])
+        return run(fit_data, info, test, opts["progress_bar"])
 
 
 def _observation_model(train: RatingData, likelihood, lam, noise_sd, center, clip):

@@ -20,7 +20,7 @@ from .. import settings as st
 from ..info import FitInfo
 from . import core
 
-__all__ = ["TensorFit", "fit_tensor"]
+__all__ = ["TensorFit", "fit_tensor", "fit_tensor_nuts"]
 
 #: the largest block of (draws x entries) values computed at once by the outputs
 _BLOCK = 2**22
@@ -119,6 +119,64 @@ def fit_tensor(
         y = np.asarray(test.values, np.float64)
         rmse_draw = [np.sqrt(np.mean((pred - y) ** 2, axis=-1))]
     return _result(info, train, kept, rmse_draw, seconds)
+
+
+def fit_tensor_nuts(
+    train: TensorData,
+    info: FitInfo,
+    test: TensorData | None,
+    progress_bar: bool,
+) -> "TensorFit":
+    """NumPyro's NUTS on :func:`bmczoo.models.tensor_completion.tensor_completion` (small
+    arrays), its draws as a :class:`TensorFit` (the discrete prior's ``gamma`` is the
+    deterministic site of the marginal model: the posterior mean given the factors)."""
+    from numpyro.infer import MCMC, NUTS
+
+    from ...models.tensor_completion import tensor_completion
+
+    s = info.settings
+    mcmc = MCMC(
+        NUTS(tensor_completion, target_accept_prob=s.target_accept_prob),
+        num_warmup=s.num_warmup,
+        num_samples=s.num_samples,
+        thinning=s.thinning,
+        num_chains=s.num_chains,
+        chain_method="sequential",
+        progress_bar=progress_bar,
+    )
+    t0 = time.perf_counter()
+    mcmc.run(
+        jax.random.key(info.seed),
+        train,
+        info.K,
+        info.prior,
+        likelihood=info.likelihood,
+        biases=info.biases,
+    )
+    seconds = (time.perf_counter() - t0) / max(s.num_warmup + s.num_samples, 1)
+    draws = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    D = train.ndim
+    factors = {f"U{d}": draws[f"U{d}"] for d in range(D)}
+    samples = {"gamma": draws["gamma"]}
+    if "tau" in draws:
+        samples["tau"] = draws["tau"]
+    if info.biases is not None:
+        factors.update({f"b{d}": draws[f"bias{d}"] for d in range(D)})
+        samples["bias_var"] = np.stack([draws[f"bias{d}_var"] for d in range(D)], axis=-1)
+    fit = TensorFit(
+        info=info,
+        samples=samples,
+        factors=factors,
+        modes=tuple(train.modes),
+        sweep_seconds=(seconds,),
+    )
+    if test is not None:
+        C, S = np.shape(factors["U0"])[:2]
+        theta = np.concatenate([t for _, _, t in fit._theta_blocks(test.indices)], axis=1)
+        pred = info.shift.apply(theta.reshape(C, S, -1))
+        y = np.asarray(test.values, np.float64)
+        fit.rmse_draw = np.sqrt(np.mean((pred - y) ** 2, axis=-1))
+    return fit
 
 
 def _result(info, train, kept, rmse_draw, seconds) -> "TensorFit":
@@ -392,9 +450,12 @@ class TensorFit:
 
 def check_tensor_settings(settings, method_kwargs: dict) -> None:
     """A clear error for what the tensor sampler does not implement yet."""
+    if isinstance(settings, st.NUTS):
+        return
     if not isinstance(settings, st.Gibbs):
         raise ValueError(
-            f"a TensorData is fitted by method='gibbs' only for now, not {settings.method!r}"
+            f"a TensorData is fitted by method='gibbs' and 'nuts' only for now, not "
+            f"{settings.method!r}"
         )
     allowed = {"num_warmup", "num_samples", "thinning", "num_chains", "column_moves", "init_gamma"}
     extra = sorted(set(method_kwargs) - allowed)
