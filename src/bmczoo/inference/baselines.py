@@ -121,7 +121,7 @@ def run_nuts(
             info.prior,
             likelihood=info.likelihood,
             biases=info.biases,
-            offsets=info.offsets,
+            offsets=getattr(info, "offsets", ()),
             init_params=init_params,
         )
         samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}

@@ -279,6 +279,12 @@ class Prior(abc.ABC):
         m1, m2 = ratings.shape
         return self.sample_latents(m1, m2, K)
 
+    def two_point_scales(self) -> tuple[float, float] | None:
+        """``(spike, slab)`` for a prior whose column scales take two values (the discrete
+        prior's ``(eps, C)``): the tensor sampler's spike/slab swaps re-draw a column from
+        a data-driven proposal when it turns on; None (the default): none."""
+        return None
+
     def column_block(self, gamma: jax.Array):
         """For a prior whose columns share a few scale values (the discrete prior's slab):
         the (..., K) mask of the columns in the slab, among which the posterior is

@@ -157,6 +157,10 @@ class Discrete(Prior):
         slab = jnp.log(u) < jax.nn.log_sigmoid(self.slab_logit(S, d))
         return jnp.where(slab, jnp.asarray(self.C, S.dtype), jnp.asarray(self.eps, S.dtype))
 
+    def two_point_scales(self):
+        """``(eps, C)``: the spike's and the slab's scale."""
+        return float(self.eps), float(self.C)
+
     def column_block(self, gamma):
         """The slab columns (``gamma_h = C``)."""
         return gamma > math.sqrt(self.C * self.eps)

@@ -43,6 +43,7 @@ __all__ = [
     "design",
     "init",
     "mode_conditional",
+    "spike_slab_swaps",
     "sweep",
     "theta_at",
 ]
@@ -394,6 +395,128 @@ def column_moves(key, state: TensorState, problem: TensorProblem, prior, likelih
     return state._replace(U=U, gamma=gamma)
 
 
+#: power iterations of the swaps' data-driven direction, and the proposal's spread (a
+#: fraction of the slab's sd) around it
+_POWER_STEPS, _SWAP_SPREAD = 4, 0.3
+
+
+def _rank_one_direction(r, problem: TensorProblem):
+    """Unit vectors ``v_e`` (C, m_e) of every mode from a few alternating (power)
+    iterations of the rank-one fit to the residuals ``r`` (C, n) at the entries (the
+    unobserved entries read as 0): a deterministic function of ``r``."""
+    idx = problem.index
+    v = [jnp.ones((r.shape[0], m), r.dtype) / jnp.sqrt(m) for m in problem.shape]
+    for _ in range(_POWER_STEPS):
+        for e, csr in enumerate(problem.modes):
+            x = r
+            for f in range(len(v)):
+                if f != e:
+                    x = x * v[f][:, idx[:, f]]
+            s = pattern_product(csr, csr.ones, x.T).T  # (C, m_e)
+            v[e] = s / jnp.maximum(jnp.linalg.norm(s, axis=1, keepdims=True), 1e-30)
+    return v
+
+
+def _log_normal(x, mean, var):
+    """``sum log N(x | mean, var)`` over the last axis (C,) (``var`` a scalar)."""
+    m = x.shape[-1]
+    return -0.5 * (m * jnp.log(2 * jnp.pi * var) + jnp.sum((x - mean) ** 2, axis=-1) / var)
+
+
+def _swap_proposal(cols: dict, z: dict, on, v, shape, scales):
+    """The swaps' proposed columns of the re-drawn modes (the keys of ``z``, standard
+    normals (C, m_e) each) and the log ratio of proposal and prior densities (C,).
+
+    The spike's proposal is its prior ``N(0, eps)``, whose density cancels the spike's
+    prior in both directions; what is left, per re-drawn mode: turning off, ``log q_on(V) -
+    log N(V | 0, C)``; turning on, ``log N(V' | 0, C) - log q_on(V')``."""
+    eps, slab, sd_on = scales
+    new, log_q = {}, 0.0
+    for e, ze in z.items():
+        mu = v[e] * jnp.sqrt(shape[e] * slab)
+        new[e] = jnp.where(on[:, None], jnp.sqrt(eps) * ze, mu + sd_on * ze)
+        off_term = _log_normal(cols[e], mu, sd_on**2) - _log_normal(cols[e], 0.0, slab)
+        on_term = _log_normal(new[e], 0.0, slab) - _log_normal(new[e], mu, sd_on**2)
+        log_q = log_q + jnp.where(on, off_term, on_term)
+    return new, log_q
+
+
+def spike_slab_swaps(key, state: TensorState, problem: TensorProblem, prior, likelihood, d: int):
+    """The spike/slab swaps of a two-point prior with mode ``d``'s column integrated out
+    (docs/algorithms.md, "Tensors"), column after column: ``gamma_h`` flips and the other
+    modes' columns ``V`` are re-drawn: from the spike's prior ``N(0, eps)`` when the column
+    turns off, from ``N(mu, (spread^2) C)`` around a rank-one direction of the residuals
+    without column ``h`` (scaled to the slab's norm) when it turns on; Metropolis-Hastings
+    with the proposal densities on the marginal of ``U_d[:, h]``, then ``U_d[:, h]`` drawn.
+    The residuals without the column do not depend on it, so the proposal is the same
+    function of the state in both directions.  ``key`` (C,) one key per chain."""
+    eps, slab = prior.two_point_scales()
+    D, C, K = len(state.U), state.gamma.shape[0], state.gamma.shape[1]
+    idx, m, csr = problem.index, problem.shape[d], problem.modes[d]
+    dt = state.gamma.dtype
+    keys = jax.vmap(lambda k: jax.random.split(k, 3 + D))(key)
+    u = jax.vmap(lambda k: _rng.uniform(k, (K,), dt))(keys[:, 0])
+    zz = jax.vmap(lambda k: _rng.normal(k, (m, K), dt))(keys[:, 1])
+    zv = [
+        jax.vmap(lambda k, mm=mm: _rng.normal(k, (mm, K), dt))(keys[:, 2 + e])
+        for e, mm in enumerate(problem.shape)
+    ]
+    t = likelihood.block_precision(state.tau)[:, None]
+    resid = problem.values[None] - theta_at(state.U, state.bias, idx)
+    total = sum(problem.shape)
+    others = [e for e in range(D) if e != d]
+
+    def one(h, carry):
+        U, gamma, resid = carry
+        cols = {e: U[e][:, :, h] for e in range(D)}
+        w = None
+        for e in others:
+            w = cols[e][:, idx[:, e]] if w is None else w * cols[e][:, idx[:, e]]
+        r = resid + cols[d][:, idx[:, d]] * w  # without column h
+        g = gamma[:, h]
+        on = g > jnp.sqrt(eps * slab)
+        g2, _, log_prior = prior.column_proposal(g, jnp.zeros_like(g), total)
+        v = _rank_one_direction(r, problem)
+        sd_on = _SWAP_SPREAD * jnp.sqrt(slab)
+        z = {e: zv[e][:, :, h] for e in others}
+        new, log_q = _swap_proposal(cols, z, on, v, problem.shape, (eps, slab, sd_on))
+        w2 = None
+        for e in others:
+            w2 = new[e][:, idx[:, e]] if w2 is None else w2 * new[e][:, idx[:, e]]
+        sums = pattern_product(csr, csr.ones, jnp.concatenate([w * w, r * w, w2 * w2, r * w2]).T)
+        ww, rw, ww2, rw2 = (sums[:, i * C : (i + 1) * C].T for i in range(4))
+        p0, b0 = 1.0 / g[:, None] + t * ww, t * rw
+        p1, b1 = 1.0 / g2[:, None] + t * ww2, t * rw2
+        log_a = log_prior + log_q + _log_marginal(g2, p1, b1) - _log_marginal(g, p0, b0)
+        ok = jnp.log(u[:, h]) < log_a
+        p, b = jnp.where(ok[:, None], p1, p0), jnp.where(ok[:, None], b1, b0)
+        new_u = b / p + zz[:, :, h] / jnp.sqrt(p)
+        out = []
+        for e, F in enumerate(U):
+            col = new_u if e == d else jnp.where(ok[:, None], new[e], cols[e])
+            out.append(F.at[:, :, h].set(col))
+        w = jnp.where(ok[:, None], w2, w)
+        resid = r - new_u[:, idx[:, d]] * w
+        return tuple(out), gamma.at[:, h].set(jnp.where(ok, g2, g)), resid
+
+    U, gamma, _ = jax.lax.fori_loop(0, K, one, (state.U, state.gamma, resid))
+    return state._replace(U=U, gamma=gamma)
+
+
+def _bias_variances(key, bias: list, biases, shape) -> jax.Array:
+    """Each mode's bias variance (C, D) from its inverse-gamma conditional."""
+    D = len(shape)
+    sumsq = jnp.stack([jnp.sum(b * b, axis=1) for b in bias], axis=1)  # (C, D)
+    kv = jax.vmap(lambda k: jax.random.split(k, D))(key)
+    return jnp.stack(
+        [
+            jax.vmap(lambda k, q, m=m: biases.sample_variance(k, q, m))(kv[:, d], sumsq[:, d])
+            for d, m in enumerate(shape)
+        ],
+        axis=1,
+    )
+
+
 def sweep(
     state: TensorState,
     problem: TensorProblem,
@@ -447,17 +570,9 @@ def sweep(
         gamma = jax.vmap(lambda k, s: prior.sample_conditional(k, s, sum(problem.shape)))(
             keys[:, 2 * D], S
         )
-    bias_var = state.bias_var
-    if bias:
-        sumsq = jnp.stack([jnp.sum(b * b, axis=1) for b in bias], axis=1)  # (C, D)
-        kv = jax.vmap(lambda k: jax.random.split(k, D))(keys[:, 2 * D + 1])
-        bias_var = jnp.stack(
-            [
-                jax.vmap(lambda k, q, m=m: biases.sample_variance(k, q, m))(kv[:, d], sumsq[:, d])
-                for d, m in enumerate(problem.shape)
-            ],
-            axis=1,
-        )
+    bias_var = (
+        _bias_variances(keys[:, 2 * D + 1], bias, biases, problem.shape) if bias else state.bias_var
+    )
     tau = state.tau
     if likelihood.learned:
         if bias:  # the CP term of the biases' block and the new biases
@@ -470,6 +585,10 @@ def sweep(
         )
     new = TensorState(tuple(U), gamma, tau, tuple(bias), bias_var, keys[:, 2 * D + 3], rows)
     if moves:
+        swaps = prior.two_point_scales() is not None
         for d in range(D):
-            new = column_moves(keys[:, 2 * D + 4 + d], new, problem, prior, likelihood, d)
+            k = jax.vmap(jax.random.split)(keys[:, 2 * D + 4 + d])
+            new = column_moves(k[:, 0], new, problem, prior, likelihood, d)
+            if swaps:  # a column can also turn on from the spike
+                new = spike_slab_swaps(k[:, 1], new, problem, prior, likelihood, d)
     return new
