@@ -257,6 +257,7 @@ def test_geweke_swaps_have_power(monkeypatch):
     assert np.max(np.abs(z)) > 2 * z_crit, np.round(z, 2)
 
 
+@pytest.mark.slow
 def test_geweke_column_moves_have_power(monkeypatch):
     """Moves whose rescaled design forgets one of the other modes (``s^(D-2)`` for
     ``s^(D-1)``) are caught."""
@@ -266,10 +267,14 @@ def test_geweke_column_moves_have_power(monkeypatch):
 
 
 def test_geweke_normal_wishart_rows():
-    """Normal-Wishart rows per mode (each mode's mean and precision) with learned noise,
-    and its power check: a sampler told another Wishart scale is caught."""
+    """Normal-Wishart rows per mode (each mode's mean and precision) with learned noise."""
     z, z_crit = _z(bmc.priors.NormalWishart(), learned=True, seed=4)
     assert np.max(np.abs(z)) < z_crit, np.round(z, 2)
+
+
+@pytest.mark.slow
+def test_geweke_normal_wishart_rows_have_power():
+    """A sampler told another Wishart scale is caught."""
     wrong = bmc.priors.NormalWishart(W0_scale=4.0)
     z, z_crit = _z(bmc.priors.NormalWishart(), wrong, learned=True, seed=4)
     assert np.max(np.abs(z)) > 2 * z_crit, np.round(z, 2)
