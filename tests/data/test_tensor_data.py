@@ -20,6 +20,9 @@ def _tensor(n=40, shape=(5, 4, 3), seed=0):
 
 def test_fields_and_views():
     t = _tensor()
+    # the API's keywords: TensorData(index, values, shape); .index is .indices
+    same = TensorData(index=t.index, values=t.values, shape=t.shape)
+    np.testing.assert_array_equal(same.indices, t.indices)
     assert t.ndim == 3 and t.n == 40 and t.shape == (5, 4, 3) and len(t) == 40
     assert t.modes == ("mode0", "mode1", "mode2")
     for d, v in enumerate(t.views):
@@ -43,7 +46,7 @@ def test_fields_and_views():
             r"duplicate entry \(0, 1, 2\) at positions 0 and 1",
         ),
         ([[0, 1, 2]], [np.nan], None, r"values must be finite; values\[0\] = nan"),
-        ([[0, 1, 5]], [1.0], (2, 2, 3), r"indices\[:, 2\]\[0\] = 5 is out of range"),
+        ([[0, 1, 5]], [1.0], (2, 2, 3), r"index\[:, 2\]\[0\] = 5 is out of range"),
         ([[0, -1, 1]], [1.0], None, "must be non-negative"),
         ([[0, 1.5, 1]], [1.0], None, "is not an integer"),
         (np.zeros((0, 3)), [], None, "empty"),

@@ -511,3 +511,19 @@ def test_cache_location_from_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("BMCZOO_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert movielens.cache_root() == tmp_path / "xdg" / "bmczoo"
+
+
+def test_time_bins_give_a_user_item_time_array(real_100k, ml100k):
+    from bmczoo.data import time_bins as bmc_time_bins
+
+    """``time_bins=B``: the ratings as user x item x time bin (equal-count bins of the
+    timestamps), the same entries and values in the same order."""
+    ratings = real_100k[0]
+    t, uid, iid = load_movielens("100k", ml100k, return_ids=True, time_bins=20)
+    assert t.shape == (*ratings.shape, 20) and t.modes == ("user", "item", "time")
+    np.testing.assert_array_equal(t.index[:, 0], ratings.rows)
+    np.testing.assert_array_equal(t.index[:, 1], ratings.cols)
+    np.testing.assert_array_equal(t.values, ratings.values)
+    # equal counts up to the ties of the timestamps
+    np.testing.assert_array_equal(t.index[:, 2], bmc_time_bins(ratings.timestamps, 20)[0])
+    np.testing.assert_array_equal(uid, real_100k[1])

@@ -34,7 +34,7 @@ class TensorData:
 
     Parameters
     ----------
-    indices : array_like of int, shape (n, D)
+    index : array_like of int, shape (n, D)
         0-based index of each entry along each mode.
     values : array_like of float, shape (n,)
         The observed values (finite).
@@ -51,27 +51,26 @@ class TensorData:
         repeated entry, fewer than two modes, or arrays of mismatched lengths.
     """
 
-    def __init__(self, indices, values, shape=None, *, modes=None):
-        idx = np.asarray(indices)
+    def __init__(self, index, values, shape=None, *, modes=None):
+        idx = np.asarray(index)
         v = np.asarray(values)
         if idx.ndim != 2 or idx.shape[1] < 2:
             raise ValueError(
-                f"indices must have shape (n, D) with D >= 2 modes, got shape {idx.shape}"
+                f"index must have shape (n, D) with D >= 2 modes, got shape {idx.shape}"
             )
         if v.ndim != 1 or v.shape[0] != idx.shape[0]:
             raise ValueError(
-                f"values must have shape (n,) = ({idx.shape[0]},) to match indices, got {v.shape}"
+                f"values must have shape (n,) = ({idx.shape[0]},) to match index, got {v.shape}"
             )
         if v.shape[0] == 0:
-            raise ValueError("TensorData is empty: indices and values have length 0")
+            raise ValueError("TensorData is empty: index and values have length 0")
         D = idx.shape[1]
         if shape is None:
             shape = tuple(
-                int(_as_index(f"indices[:, {d}]", idx[:, d], _INT32_MAX).max()) + 1
-                for d in range(D)
+                int(_as_index(f"index[:, {d}]", idx[:, d], _INT32_MAX).max()) + 1 for d in range(D)
             )
         shape = self._check_shape(shape, D)
-        cols = [_as_index(f"indices[:, {d}]", idx[:, d], shape[d]) for d in range(D)]
+        cols = [_as_index(f"index[:, {d}]", idx[:, d], shape[d]) for d in range(D)]
         self._indices = _frozen(np.stack(cols, axis=1).astype(np.int32))
         self._values = _frozen(_as_values(v))
         self._shape = shape
@@ -113,6 +112,11 @@ class TensorData:
     @property
     def indices(self) -> np.ndarray:
         """(n, D) int32 indices, read-only."""
+        return self._indices
+
+    @property
+    def index(self) -> np.ndarray:
+        """The same (n, D) indices as :attr:`indices` (the constructor's name)."""
         return self._indices
 
     @property
@@ -225,17 +229,26 @@ class TensorData:
         off = self.mean() if offset is None else float(offset)
         return self.with_values(self._values - self._values.dtype.type(off)), off
 
-    def check_entries(self, indices, name: str = "indices") -> np.ndarray:
-        """``indices`` (P, D) checked against the shape, as int32.
+    def check_entries(self, *index, name: str = "index") -> np.ndarray:
+        """Entries checked against the shape, as (P, D) int32: one (P, D) array, or one
+        index array (P,) per mode.
 
         Parameters
         ----------
-        indices : array_like of int, shape (P, D)
-            Entries of the array.
+        *index : array_like of int
+            A (P, D) array, or ``D`` arrays (P,).
         name : str
             How the errors name them.
         """
-        idx = np.asarray(indices)
+        if len(index) == 1:
+            idx = np.asarray(index[0])
+        elif len(index) == self.ndim:
+            idx = np.stack([np.asarray(a).reshape(-1) for a in index], axis=1)
+        else:
+            raise ValueError(
+                f"give one (P, {self.ndim}) index array or {self.ndim} index arrays, one per "
+                f"mode; got {len(index)} arrays"
+            )
         if idx.ndim != 2 or idx.shape[1] != self.ndim:
             raise ValueError(f"{name} must have shape (P, {self.ndim}), got {idx.shape}")
         return np.stack(

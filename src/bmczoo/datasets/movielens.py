@@ -180,6 +180,7 @@ def load_movielens(
     download: bool = ...,
     return_ids: Literal[False] = ...,
     side_info: bool = ...,
+    time_bins: int | None = ...,
 ) -> RatingData: ...
 
 
@@ -192,6 +193,7 @@ def load_movielens(
     download: bool = ...,
     return_ids: Literal[True],
     side_info: bool = ...,
+    time_bins: int | None = ...,
 ) -> tuple[RatingData, np.ndarray, np.ndarray]: ...
 
 
@@ -203,8 +205,10 @@ def load_movielens(
     download: bool = True,
     return_ids: bool = False,
     side_info: bool = True,
+    time_bins: int | None = None,
 ) -> RatingData | tuple[RatingData, np.ndarray, np.ndarray]:
-    """Load a MovieLens ratings file as a :class:`~bmczoo.data.RatingData`.
+    """Load a MovieLens ratings file as a :class:`~bmczoo.data.RatingData` (with
+    ``time_bins``: a user x item x time-bin :class:`~bmczoo.data.TensorData`).
 
     Parameters
     ----------
@@ -234,6 +238,9 @@ def load_movielens(
         Absent files give ``None``.  The features are those of :data:`SIDE_FEATURES`
         (age buckets, gender, occupation, first zip character; release year, genres);
         :func:`load_movielens_side` gives the raw tables for other encodings.
+    time_bins : int, optional
+        A ``user x item x time`` array instead, ``time_bins`` equal-count time bins
+        (:meth:`bmczoo.data.TensorData.from_ratings`; no side tables).
 
     Returns
     -------
@@ -265,8 +272,17 @@ def load_movielens(
     >>> r.n, r.shape                                        # doctest: +SKIP
     (100000, (943, 1682))
     """
+    flags = dict(download=download, return_ids=return_ids, side_info=side_info)
+    ratings, user_ids, item_ids = _load(name, path, cache_dir, flags, time_bins)
+    return (ratings, user_ids, item_ids) if return_ids else ratings
+
+
+def _load(name, path, cache_dir, flags: dict, time_bins):
+    """:func:`load_movielens`'s ratings with their side tables (or as a user x item x
+    time array), and the ids."""
     info = DATASETS[resolve_name(name)]
-    _check_flags(download=download, return_ids=return_ids, side_info=side_info)
+    _check_flags(**flags)
+    download, side_info = flags["download"], flags["side_info"]
     data, source, side = locate(info, path, cache_dir, download)
     ratings, user_ids, item_ids = load_bytes(data, info, source)
     if side_info:
@@ -274,7 +290,11 @@ def load_movielens(
         if users is not None or items is not None:
             rf, cf = movielens_features(info.name, users, items, user_ids, item_ids)
             ratings = ratings.with_features(rf, cf)
-    return (ratings, user_ids, item_ids) if return_ids else ratings
+    if time_bins is not None:
+        from ..data import TensorData
+
+        ratings = TensorData.from_ratings(ratings, time_bins=time_bins)
+    return ratings, user_ids, item_ids
 
 
 def load_movielens_side(

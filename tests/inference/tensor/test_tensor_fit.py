@@ -75,7 +75,11 @@ def test_outputs_are_the_draws(tmp_path, prior, biases):
     lpd = np.mean(logsumexp(lp, axis=0) - math.log(t.shape[0]))
     assert fit.log_predictive_density(test) == pytest.approx(lpd, rel=1e-12)
     assert fit.rmse(test) < 0.6  # noise sd 0.3; the signal's sd is about 1.4
-    lo, hi = fit.predictive_interval(test.indices, 0.9)
+    lo, hi = fit.predictive_interval(test.indices, prob=0.9)
+    # one index array per mode, as a matrix's predict(rows, cols)
+    np.testing.assert_array_equal(fit.predict(*test.indices.T), mean)
+    with pytest.raises(ValueError, match="3 index arrays, one per mode; got 2"):
+        fit.predict(test.indices[:, 0], test.indices[:, 1])
     assert np.mean((lo < test.values) & (test.values < hi)) > 0.8
     from bmczoo._arviz import group
 

@@ -270,11 +270,11 @@ class TensorFit:
         return tuple(self.info.shape)
 
     # ------------------------------------------------------------------ draws
-    def _check_indices(self, indices) -> np.ndarray:
+    def _check_indices(self, *index) -> np.ndarray:
         dummy = TensorData(
             np.zeros((1, len(self.shape)), np.int32), [0.0], self.shape, modes=self.modes
         )
-        return dummy.check_entries(indices)
+        return dummy.check_entries(*index)
 
     def _theta_blocks(self, idx: np.ndarray):
         """``(p0, p1, theta (S, p1 - p0))`` over blocks of the entries: each kept draw's
@@ -311,31 +311,32 @@ class TensorFit:
         return 1.0 / float(self.info.tau)
 
     # ------------------------------------------------------------------ outputs
-    def predict(self, indices, return_std: bool = False):
-        """Posterior mean of the entries ``indices`` (P, D) on the data scale (the
-        centring offset added, clipped when the fit clips); with ``return_std`` also the
-        predictive sd ``sqrt(Var[theta] + E[1/tau])``.
+    def predict(self, *index, return_std: bool = False):
+        """Posterior mean of the entries on the data scale (the centring offset added,
+        clipped when the fit clips); with ``return_std`` also the predictive sd
+        ``sqrt(Var[theta] + E[1/tau])``.
 
         Parameters
         ----------
-        indices : array_like of int, shape (P, D)
-            The entries.
+        *index : array_like of int
+            One index array (P,) per mode (``predict(users, items, times)``), or one
+            (P, D) array.
         return_std : bool
             Also return the predictive sd.
         """
-        idx = self._check_indices(indices)
+        idx = self._check_indices(*index)
         mean, var = self._moments(idx)
         out = self.info.shift.apply(mean)
         return (out, np.sqrt(var + self.noise_var())) if return_std else out
 
-    def predictive_interval(self, indices, prob: float = 0.9):
+    def predictive_interval(self, *index, prob: float = 0.9):
         """Central ``prob`` interval of the Gaussian with the predictive mean and sd
         (unclipped).
 
         Parameters
         ----------
-        indices : array_like of int, shape (P, D)
-            The entries.
+        *index : array_like of int
+            One index array (P,) per mode, or one (P, D) array.
         prob : float
             The interval's probability, in (0, 1).
         """
@@ -343,7 +344,7 @@ class TensorFit:
 
         if not (0.0 < float(prob) < 1.0):
             raise ValueError(f"prob must be in (0, 1), got {prob!r}")
-        idx = self._check_indices(indices)
+        idx = self._check_indices(*index)
         mean, var = self._moments(idx)
         sd = np.sqrt(var + self.noise_var())
         z = NormalDist().inv_cdf(0.5 + 0.5 * float(prob))
