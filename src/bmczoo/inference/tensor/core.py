@@ -397,7 +397,7 @@ def column_moves(key, state: TensorState, problem: TensorProblem, prior, likelih
 
 #: power iterations of the swaps' data-driven direction, and the proposal's spread (a
 #: fraction of the slab's sd) around it
-_POWER_STEPS, _SWAP_SPREAD = 4, 0.3
+_POWER_STEPS, _SWAP_SPREAD = 2, 0.3
 
 
 def _rank_one_direction(r, problem: TensorProblem):
@@ -589,6 +589,8 @@ def sweep(
         for d in range(D):
             k = jax.vmap(jax.random.split)(keys[:, 2 * D + 4 + d])
             new = column_moves(k[:, 0], new, problem, prior, likelihood, d)
-            if swaps:  # a column can also turn on from the spike
+            # a column can also turn on from the spike: the swaps (a power iteration per
+            # column) with the first mode integrated out only, for their cost
+            if swaps and d == 0:
                 new = spike_slab_swaps(k[:, 1], new, problem, prior, likelihood, d)
     return new
