@@ -32,6 +32,15 @@ from .base import Offset
 __all__ = ["Context"]
 
 
+def _feature_sums(precision, val, r, idx, F: int):
+    """Per-feature sums over one group's ratings (a rating has at most one feature of
+    the group): ``sum p_k x_k^2`` and ``sum p_k x_k r_k``, (C, F) each, both in one pass
+    ((n, C, 2) -> (F, C, 2)); the Gibbs block and the VB update read them alike."""
+    px = precision * val
+    both = jax.ops.segment_sum(jnp.stack([px * val, px * r], -1).swapaxes(0, 1), idx, F)
+    return both[..., 0].T, both[..., 1].T
+
+
 @dataclasses.dataclass(frozen=True)
 class Context(Offset):
     """Per-rating covariates ``sum_f x_kf w_f`` with a precision per feature group.
@@ -224,14 +233,9 @@ class Context(Offset):
 
         for g in range(G):
             r = rest + part[:, g]
-            px = precision * val[g]
-            # per-feature sums of group g's ratings, both in one pass: (n, C, 2) -> (F, C, 2)
-            both = jax.ops.segment_sum(
-                jnp.stack([px * val[g], px * r], -1).swapaxes(0, 1), idx[g], F
-            )
-            prec = lam[:, group] + both[..., 0].T
-            lin = both[..., 1].T
-            w = jnp.where(group == g, lin / prec + z / jnp.sqrt(prec), w)
+            xx, xr = _feature_sums(precision, val[g], r, idx[g], F)
+            prec = lam[:, group] + xx
+            w = jnp.where(group == g, xr / prec + z / jnp.sqrt(prec), w)
             new = w[:, idx[g]] * val[g]
             rest = r - new
         size = jnp.zeros(G, dtype).at[group].add(1.0)
@@ -341,12 +345,9 @@ class Context(Offset):
         rest = target - jnp.sum(part, axis=1)
         for g in range(G):
             r = rest + part[:, g]
-            px = precision * val[g]
-            both = jax.ops.segment_sum(
-                jnp.stack([px * val[g], px * r], -1).swapaxes(0, 1), idx[g], F
-            )
-            prec = Elam[:, group] + both[..., 0].T
-            mean = jnp.where(group == g, both[..., 1].T / prec, mean)
+            xx, xr = _feature_sums(precision, val[g], r, idx[g], F)
+            prec = Elam[:, group] + xx
+            mean = jnp.where(group == g, xr / prec, mean)
             var = jnp.where(group == g, 1.0 / prec, var)
             rest = r - mean[:, idx[g]] * val[g]
         size = jnp.zeros(G, mean.dtype).at[group].add(1.0)
