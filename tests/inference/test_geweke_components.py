@@ -265,12 +265,12 @@ class TauShapeN:
     """A learned-noise block with shape ``a + n`` instead of ``a + n/2``."""
 
     base: bmc.likelihoods.LearnedNoise
-    learned = True
-    latent = False
-    weighted = False
 
-    def block_precision(self, tau):
-        return tau
+    def __getattr__(self, name):
+        # Everything but the planted block is the base's (values check, flags, ...).
+        if name == "base":
+            raise AttributeError(name)
+        return getattr(self.base, name)
 
     def sample_tau(self, key, sse, n):
         return self.base.sample_tau(key, sse, 2 * n)
@@ -282,8 +282,10 @@ class BiasVarShapeM:
 
     base: bmc.offsets.Biases
 
-    def init_variance(self):
-        return self.base.init_variance()
+    def __getattr__(self, name):
+        if name == "base":
+            raise AttributeError(name)
+        return getattr(self.base, name)
 
     def sample_variance(self, key, sumsq, m):
         return self.base.sample_variance(key, sumsq, 2 * m)
