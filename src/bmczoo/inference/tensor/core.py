@@ -261,11 +261,16 @@ def mode_conditional(problem: TensorProblem, U: tuple, d: int, target, t, row_pr
     """
     csr = problem.modes[d]
     K = U[0].shape[-1]
-    w = design(U, problem.index, d)
+    # the design is formed in the mode's order (csr.index: the entries' positions), so the
+    # Gram pass reads it sequentially: a gather of the n x K design at random positions
+    # costs more than the pass itself once it outgrows the cache
+    order = csr.index
+    w = design(U, problem.index[order], d)
     # the Gram matrices and the targets' sums sum_k y_k w_k in one pass over the entries:
     # the targets are the weights of the design's rows (pattern_gram's S)
-    y = problem.values[None] if jnp.ndim(target) == 0 else target
-    sums = pattern_gram(csr, w, jnp.broadcast_to(y, w.shape[:2])[..., None])
+    y = csr.values[None] if jnp.ndim(target) == 0 else target[:, order]
+    in_order = csr._replace(index=jnp.arange(order.shape[0], dtype=order.dtype))
+    sums = pattern_gram(in_order, w, jnp.broadcast_to(y, w.shape[:2])[..., None])
     G, rhs = sums.G, t[:, None, None] * sums.S[:, :, 0, :]
     P = t[:, None, None, None] * G + prior_precision_term(row_prec, K, G.dtype)
     return P, rhs if shift is None else rhs + shift[:, None, :]
