@@ -255,3 +255,26 @@ def test_unsupported_combinations_are_clear_errors():
     with pytest.raises(ValueError, match="does not implement sampled offsets"):
         all_pairs.check_support(LIK, offsets=(bmc.offsets.Context(),))
     all_pairs.check_support(bmc.likelihoods.Tempered(), biases=object())  # not all_pairs
+
+
+def test_fit_with_feature_links_never_decreases_the_elbo(x64):
+    """Normal-Wishart with row features (the linked rows' own prior means): the one-class
+    rows' update is unchanged, the ELBO trace of the fit non-decreasing."""
+    from bmczoo.data import Features
+
+    data = _planted(m1=30, m2=24)[0]
+    X = np.random.default_rng(5).normal(size=(30, 3))
+    fit = bmc.fit(
+        data,
+        K=2,
+        prior=bmc.priors.NormalWishart(row_features=Features.from_dense(X)),
+        likelihood=LIK,
+        method="vb",
+        max_iter=40,
+        tol=0.0,
+        progress_bar=False,
+        dtype="float64",
+    )
+    e = np.asarray(fit.elbo)
+    assert e.size == 40 and np.all(np.isfinite(e))
+    assert np.all(np.diff(e) >= -1e-12 * np.abs(e[1:])), np.diff(e).min()
