@@ -18,7 +18,8 @@ What is checked (float64 unless said otherwise):
 * ``bmc.fit(method="vb")`` in float32 and float64: finite, non-decreasing ELBO trace;
   on a planted block problem its top-10 recommendations beat popularity's (recall and
   NDCG at 10); a saved fit predicts the same bits; biases and several devices are clear
-  errors.
+  errors; a checkpointed fit continues to the straight fit's bits, and other one-class
+  settings are another run.
 """
 
 from __future__ import annotations
@@ -278,3 +279,19 @@ def test_fit_with_feature_links_never_decreases_the_elbo(x64):
     e = np.asarray(fit.elbo)
     assert e.size == 40 and np.all(np.isfinite(e))
     assert np.all(np.diff(e) >= -1e-12 * np.abs(e[1:])), np.diff(e).min()
+
+
+def test_checkpoint_continues_and_names_the_likelihood(tmp_path):
+    """A checkpointed fit continued to more iterations equals the straight fit; one with
+    other one-class settings is another run (its likelihood is part of the checkpoint)."""
+    train = _planted(m1=30, m2=24)[0]
+    kw = dict(K=2, prior=bmc.priors.Discrete(), method="vb", tol=0.0, progress_bar=False)
+    path = tmp_path / "vb.npz"
+    full = bmc.fit(train, likelihood=LIK, max_iter=12, **kw)
+    bmc.fit(train, likelihood=LIK, max_iter=5, checkpoint=path, **kw)
+    more = bmc.fit(train, likelihood=LIK, max_iter=12, checkpoint=path, **kw)
+    for f in ("m", "n", "V_diag", "W_diag", "elbo"):
+        assert np.array_equal(getattr(full, f), getattr(more, f)), f
+    other = bmc.likelihoods.OneClass(alpha=3.0, c0=0.3, lam=1.5)
+    with pytest.raises(ValueError, match="different run: likelihood"):
+        bmc.fit(train, likelihood=other, max_iter=12, checkpoint=path, **kw)
