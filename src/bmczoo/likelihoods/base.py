@@ -234,6 +234,28 @@ class Likelihood(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} has no VB update of per-rating weights")
 
+    def vb_all_pairs_loglik(self, weights, n_pairs: int, expected_wsse, tau) -> jax.Array:
+        """An :attr:`all_pairs` likelihood's ``E_q[log p(every pair | theta)]`` (C,): pair
+        ``(i, j)`` Gaussian with precision ``tau w_ij`` (``w_k``: the ratings' weights of
+        :meth:`gibbs_view`; :meth:`unrated_weight` at every other pair), normalising
+        constant included.
+
+        Parameters
+        ----------
+        weights : jax.Array, shape (n,)
+            The ratings' weights ``w_k``.
+        n_pairs : int
+            The number of pairs of the matrix, ``m1 m2``.
+        expected_wsse : jax.Array, shape (C,)
+            ``E_q[sum_ij w_ij (t_ij - theta_ij)^2]`` over every pair (targets 0 off the
+            ratings).
+        tau : float or jax.Array
+            The precision scale.
+        """
+        n = weights.shape[-1]
+        log_w = jnp.sum(jnp.log(weights)) + (n_pairs - n) * math.log(self.unrated_weight())
+        return 0.5 * (log_w + n_pairs * (jnp.log(tau) - LOG_2PI)) - 0.5 * tau * expected_wsse
+
     def vb_params(self, q: dict) -> dict:
         """Parameters of the likelihood's q-factors for a fit's results (empty here)."""
         return {}

@@ -35,10 +35,11 @@ class OneClass(Likelihood):
     sum_j c_ij N_j``.  ``c0 N^T N`` is one ``K x K`` matrix shared by every row, so a Gibbs
     sweep costs what an ALS iteration costs and never builds an ``m1 x m2`` array.
 
-    Gibbs (``all_pairs``: the factor blocks ask ``gibbs_view`` and ``unrated_weight``)
-    and, for small matrices (``m1 m2 <= 2e6``), the NumPyro model (NUTS, SVI, MAP: the
-    full matrix, ``sample_pairs``).  Not VB, not the biases, the
-    sampled offsets, several devices or the annealed switch (each a clear error).  A fit
+    Gibbs and VB (``all_pairs``: the factor blocks and the CAVI row updates ask
+    ``gibbs_view`` and ``unrated_weight``; the ELBO ``vb_all_pairs_loglik``) and, for
+    small matrices (``m1 m2 <= 2e6``), the NumPyro model (NUTS, SVI, MAP: the full
+    matrix, ``sample_pairs``).  Not the biases, the sampled offsets, several devices or
+    the annealed switch (each a clear error).  A fit
     neither centres nor clips: ``predict`` gives the posterior mean of ``theta``, a score
     for ranking the unobserved pairs.
 
@@ -58,7 +59,6 @@ class OneClass(Likelihood):
     name = "one-class"
     cli_help = "implicit feedback: observed pairs against all others, with confidences"
     all_pairs = True
-    unsupported_methods = ("vb",)
 
     def __post_init__(self):
         checks = {

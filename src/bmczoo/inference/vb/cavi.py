@@ -36,6 +36,7 @@ from ...linalg import (
     row_rhs,
     solve_rows,
 )
+from . import all_pairs
 from .state import (
     BLOCKS,
     COVARIANCES,
@@ -120,10 +121,15 @@ def _update_factor(
     prior_shift=None,
     self_bias=None,
     other_bias=None,
+    shared=None,
 ):
     """The optimal ``q`` of every row; ``prior_shift`` is ``E[Lambda mu]`` (C, K) or, for
-    rows with their own prior means (a feature link), ``E[Lambda mu_i]`` (C, m, K)."""
+    rows with their own prior means (a feature link), ``E[Lambda mu_i]`` (C, m, K);
+    ``shared`` (C, K, K) a term added to every row's precision (an ``all_pairs``
+    likelihood's unrated pairs: :func:`_shared_gram`)."""
     P = row_precision(csr, cov_other + outer(mean_other), prior_precision, _bcast(tau, 4))
+    if shared is not None:
+        P = P + shared[:, None]
     L = cholesky_rows(P)
     if self_bias is None:
         rhs = row_rhs(csr, mean_other, _bcast(tau, 3))
@@ -165,22 +171,39 @@ def _bias_sums(bias: dict, comm: sh.Comm) -> dict:
 
 class _Model(NamedTuple):
     """What an update's body reads besides arrays: the prior (as :func:`vb_prior` binds
-    it), the biases component (or None) and the true ``(m1, m2)``."""
+    it), the biases component (or None), the true ``(m1, m2)`` and an ``all_pairs``
+    likelihood's unrated pairs' weight (None: the ratings alone)."""
 
     prior: Prior
     biases: Any
     dims: tuple[int, int]
+    unrated: float | None = None
+
+
+def _shared_gram(model: _Model, mean_other, cov_other, tau):
+    """``tau u sum_j E[F_j F_j^T] = tau u (F^T F + sum_j S_j)`` (C, K, K) over every row of
+    the other factor (means ``mean_other``, covariances ``cov_other``, all rows): the
+    unrated pairs' term of every row's precision, one matrix shared by the rows (None
+    without an ``all_pairs`` likelihood)."""
+    if model.unrated is None:
+        return None
+    G = jnp.einsum("cjk,cjl->ckl", mean_other, mean_other) + jnp.sum(cov_other, axis=1)
+    return (_bcast(tau, 3) * model.unrated) * G
 
 
 def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: sh.Comm, model: _Model):
     """The CAVI updates of q(M), q(N), the biases' q (when ``bias``) and the prior's
     statistics; ``comm`` says how rows are spread (identity on one device; all-gathers
     and a psum inside ``shard_map``).  ``tau`` is the block precision (scalar or (C,))."""
-    prior, biases, dims = model
+    prior, biases, dims = model.prior, model.biases, model.dims
     (PM, sM), (PN, sN) = prior.vb_row_priors(qp)
     if not bias:
-        m, V = _update_factor(rows, comm.gather(n), comm.gather(W), PM, tau, sM)
-        n, W = _update_factor(cols, comm.gather(m), comm.gather(V), PN, tau, sN)
+        n_all, W_all = comm.gather(n), comm.gather(W)
+        shared = _shared_gram(model, n_all, W_all, tau)
+        m, V = _update_factor(rows, n_all, W_all, PM, tau, sM, shared=shared)
+        m_all, V_all = comm.gather(m), comm.gather(V)
+        shared = _shared_gram(model, m_all, V_all, tau)
+        n, W = _update_factor(cols, m_all, V_all, PN, tau, sN, shared=shared)
     else:
         Ec = comm.gather(bias["c_mean"])
         m, V = _update_factor(rows, comm.gather(n), comm.gather(W), PM, tau, sM, bias["b_mean"], Ec)
@@ -302,6 +325,8 @@ def update(
     ``q(s_b^2)``, ``q(s_c^2)``, then the prior's q (:meth:`~bmczoo.priors.Prior.vb_step`),
     then (sampled offsets) each offset's q, then (learned likelihood) ``q(tau)``.  Each
     step is the exact optimum of its factor given the others, so the ELBO never decreases.
+    An ``all_pairs`` likelihood (one-class) observes every pair: its rows fit the targets
+    of its ``gibbs_view`` at the ratings and 0 elsewhere (:mod:`.all_pairs`).
 
     ``tau`` is the fixed likelihood precision (the block precision of a learned
     likelihood comes from ``state.noise``).  With ``sharded`` (a state of
@@ -322,6 +347,7 @@ def update(
         raise ValueError(
             "the VB state and the biases argument disagree (biases on in one, off in the other)"
         )
+    all_pairs.check_support(lik, biases=biases, sharded=sharded, offsets=offsets)
     if offsets:
         if sharded is not None or latent is None:
             raise ValueError("sampled offsets run on one device and need latent=(levels, col_perm)")
@@ -334,6 +360,9 @@ def update(
     t = lik.vb_block_precision(state.noise, tau)
     dims = rows.shape if sharded is None else sharded.dims
     model = _Model(prior, biases, dims)
+    if lik.all_pairs:  # every pair observed: the ratings' view and the unrated pairs' weight
+        rows, cols = all_pairs.views(lik, rows, cols)
+        model = model._replace(unrated=lik.unrated_weight())
     if sharded is None:
         m, V, n, W, ES, bias, stats = _body(
             rows, cols, state.n, state.W, qp, t, state.bias, sh.LOCAL, model

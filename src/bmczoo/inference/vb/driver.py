@@ -32,6 +32,7 @@ from ..results import VBFit
 from ..run import Job, run_loop
 from ..sharding import put, to_host
 from .cavi import update
+from . import all_pairs
 from . import offsets as vbo
 from .elbo import elbo
 from .state import (
@@ -128,7 +129,7 @@ def _checkpoint_settings(prep: Prepared, info: FitInfo) -> dict:
     part of it; the likelihood and the biases only when the model has them (the paper's
     model keeps its settings)."""
     extra = {}
-    if info.likelihood.learned or info.likelihood.latent:
+    if info.likelihood.learned or info.likelihood.latent or info.likelihood.all_pairs:
         extra["likelihood"] = _described(info.likelihood)
     if info.biases is not None:
         extra["biases"] = _described(info.biases)
@@ -354,6 +355,8 @@ def fit_vb(prep: Prepared, info: FitInfo, progress_bar: bool) -> VBFit:
             "use method='gibbs' (or 'nuts', 'svi', 'map')"
         )
     vbo.check_vb_offsets(info.offsets)
+    devices = info.settings.devices
+    all_pairs.check_support(lik, biases=info.biases, sharded=devices, offsets=info.offsets)
     runs = _Runs(prep, info)
     runs.resume()
     run_loop(runs, info.settings.checkpoint, info.settings.checkpoint_every, progress_bar)

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 from ...likelihoods import Tempered
 from ...priors import Prior
 from .. import sharding as sh
-from ...linalg import CSR
+from ...linalg import CSR, row_ids
+from . import all_pairs
 from . import offsets as vbo
 from .cavi import log_Z, parts_body, parts_of, rating_expected_sq
 from .state import (
@@ -26,7 +27,7 @@ from .state import (
     split_links,
 )
 
-__all__ = ["elbo", "expected_sq_error"]
+__all__ = ["elbo", "expected_sq_error", "all_pairs_loglik"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -75,6 +76,10 @@ def elbo(
         extra = vbo.elbo_term(offs, state.offsets, arrays)
     if lik is not None and lik.latent:
         return _latent_elbo(state, rows, prior, lik, biases, latent, moments) + extra
+    if lik.all_pairs:
+        all_pairs.check_support(lik, biases=biases, sharded=sharded, offsets=offsets)
+        loglik, parts = all_pairs_loglik(state, rows, lik, tau, prior)
+        return _elbo_rest(state, parts, loglik, prior, None, rows.shape)
     parts, n_obs = parts_of(state, rows, prior, sharded)
     if (
         lik.weighted
@@ -110,6 +115,52 @@ def _elbo_rest(state: VBState, parts: dict, loglik, prior: Prior, biases, dims):
             raise ValueError("the VB state has biases: pass biases= to elbo")
         out = out + biases.vb_elbo_term(state.bias, m1, m2, parts["bias"])
     return out
+
+
+def all_pairs_loglik(state: VBState, rows: CSR, lik, tau, prior: Prior | None = None):
+    """The expected log-likelihood ``E_q[log p(every pair | theta)]`` (C,) of an
+    ``all_pairs`` likelihood (one device, no biases) and the Gaussian parts it reads.
+
+    With targets ``t_k`` and weights ``w_k`` at the ratings (``gibbs_view``) and the weight
+    ``u`` of the other pairs (targets 0), the expected weighted squared error over every
+    pair is ``sum_k w_k t_k^2 - 2 sum_k w_k t_k E[theta_k] + sum_k (w_k - u) E[theta_k^2]
+    + u sum_ij E[theta_ij^2]``: the third sum is the Gaussian parts' ``sq`` with zero values
+    and the pattern's entries ``w_k - u``, the last ``tr(A B)``
+    (:func:`.all_pairs.all_pairs_second_moment`); the likelihood's
+    ``vb_all_pairs_loglik`` turns it into its term.
+
+    Parameters
+    ----------
+    state : VBState
+        The q-state (one device, no biases).
+    rows : CSR
+        The ratings by rows (values: the data's values).
+    lik : bmczoo.likelihoods.Likelihood
+        An ``all_pairs`` likelihood.
+    tau : float or jax.Array
+        Its precision scale.
+    prior : Prior, optional
+        The prior (as :func:`~bmczoo.inference.vb.state.vb_prior` binds it): its factor
+        statistics are added to the parts.
+
+    Returns
+    -------
+    tuple
+        ``(loglik (C,), parts)`` (:func:`~bmczoo.inference.vb.cavi.parts_body`'s dict).
+    """
+    t, w = lik.gibbs_view(rows.values, row_ids(rows), rows.index)
+    u = lik.unrated_weight()
+    gram = rows._replace(values=jnp.zeros_like(rows.values), ones=rows.ones * (w - u))
+    parts, _ = parts_of(state, gram, prior, None)
+    wt = rows.ones * w * t
+    sq = (
+        jnp.sum(wt * t)
+        - 2.0 * jnp.sum(wt * ratings_mean(state, rows), axis=1)
+        + parts["sq"]
+        + u * all_pairs.all_pairs_second_moment(state.m, state.V, state.n, state.W)
+    )
+    m1, m2 = rows.shape
+    return lik.vb_all_pairs_loglik(w, m1 * m2, sq, tau), parts
 
 
 def _latent_elbo(

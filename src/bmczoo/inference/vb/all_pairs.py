@@ -1,0 +1,106 @@
+"""A likelihood that observes every pair of the matrix (``all_pairs``: the one-class
+likelihood of implicit feedback) in mean-field VB (docs/algorithms.md, "One-class
+likelihood in VB").
+
+The likelihood gives, through the hooks the Gibbs sweep reads, a target ``t_k`` and a
+weight ``w_k`` at each rating (:meth:`~bmczoo.likelihoods.Likelihood.gibbs_view`) and the
+weight ``u`` of every other pair, observed as 0
+(:meth:`~bmczoo.likelihoods.Likelihood.unrated_weight`): pair ``(i, j)`` is Gaussian with
+mean ``theta_ij`` and precision ``tau w_ij``.  The CAVI row update of ``q(M_i)`` is then
+that of a weighted Gaussian likelihood at the ratings, with the pattern's entries ``w_k -
+u`` in the precision and ``w_k t_k`` in the right-hand side (:func:`views`), plus one
+``K x K`` matrix ``tau u sum_j E[N_j N_j^T]`` shared by every row
+(``cavi._shared_gram``); no ``m1 x m2`` array is built.  The ELBO's expected
+log-likelihood reads ``sum_ij E[theta_ij^2] = tr(sum_i E[M_i M_i^T] sum_j E[N_j N_j^T])``
+(:func:`all_pairs_second_moment`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ...linalg import CSR, row_ids
+
+__all__ = ["check_support", "views", "all_pairs_second_moment"]
+
+
+def check_support(lik, *, biases=None, sharded=None, offsets=()) -> None:
+    """A clear error where an ``all_pairs`` likelihood's VB update meets what it does not
+    implement (biases, sampled offsets, several devices: their updates would need sums over
+    every pair of their rows; a learned noise or a per-rating block: no such likelihood).
+
+    Parameters
+    ----------
+    lik : bmczoo.likelihoods.Likelihood
+        The likelihood (nothing is checked unless it is ``all_pairs``).
+    biases : object, optional
+        The biases component of the fit (None: no biases).
+    sharded : object, optional
+        The mesh the rows are spread over (None: one device).
+    offsets : tuple
+        The sampled offsets.
+    """
+    if not lik.all_pairs:
+        return
+    what = {
+        "biases": biases is not None,
+        "sampled offsets (context=)": bool(offsets),
+        "several devices (devices=)": sharded is not None,
+        "a learned noise precision": lik.learned,
+        "a per-rating block": lik.latent or lik.weighted,
+    }
+    bad = [name for name, given in what.items() if given]
+    if bad:
+        raise ValueError(
+            f"the {lik.name} likelihood's VB update does not implement {bad[0]}: its "
+            "updates would need sums over every pair of the matrix (drop it)"
+        )
+
+
+def _side(lik, csr: CSR, rows, cols) -> CSR:
+    """``csr`` with the entries ``w_k t_k`` (values) and ``w_k - u`` (pattern)."""
+    t, w = lik.gibbs_view(csr.values, rows, cols)
+    u = lik.unrated_weight()
+    return csr._replace(values=csr.ones * (w * t), ones=csr.ones * (w - u))
+
+
+def views(lik, rows: CSR, cols: CSR) -> tuple[CSR, CSR]:
+    """The ratings by rows and by columns as an ``all_pairs`` likelihood's VB update reads
+    them: values ``w_k t_k`` (the right-hand sides ``tau sum_j w t E[N_j]``; the unrated
+    pairs' targets are 0) and pattern entries ``w_k - u`` (the precisions' sparse part; the
+    unrated weight ``u`` of every pair is added apart, once, by the shared term).
+
+    Parameters
+    ----------
+    lik : bmczoo.likelihoods.Likelihood
+        An ``all_pairs`` likelihood.
+    rows, cols : CSR
+        The ratings grouped by rows and by columns (values: the data's values).
+
+    Returns
+    -------
+    tuple of CSR
+        The two views, same patterns.
+    """
+    return (
+        _side(lik, rows, row_ids(rows), rows.index),
+        _side(lik, cols, cols.index, row_ids(cols)),
+    )
+
+
+def all_pairs_second_moment(m, V, n, W) -> jax.Array:
+    """``sum_{i,j} E_q[theta_ij^2]`` (C,) over every pair, ``theta_ij = M_i . N_j`` with
+    independent Gaussian rows: ``tr(A B)`` with ``A = sum_i (V_i + m_i m_i^T)`` and ``B =
+    sum_j (W_j + n_j n_j^T)`` (K x K each).
+
+    Parameters
+    ----------
+    m, V : jax.Array
+        Means (C, m1, K) and covariances (C, m1, K, K) of ``q(M_i)``.
+    n, W : jax.Array
+        Means (C, m2, K) and covariances (C, m2, K, K) of ``q(N_j)``.
+    """
+    A = jnp.sum(V, axis=1) + jnp.einsum("cik,cil->ckl", m, m)
+    B = jnp.sum(W, axis=1) + jnp.einsum("cjk,cjl->ckl", n, n)
+    return jnp.sum(A * B, axis=(-2, -1))
