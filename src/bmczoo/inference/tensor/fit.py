@@ -454,6 +454,72 @@ class TensorFit:
             out[p0:p1] = logsumexp(lp, axis=0) - math.log(t.shape[0])
         return float(np.mean(out))
 
+    def recommend(
+        self,
+        users,
+        context,
+        n: int = 10,
+        exclude_seen: bool | str = True,
+        by: str = "mean",
+        *,
+        prob: float = 0.9,
+        seed: int | None = None,
+        seen: TensorData | None = None,
+        batch_size: int | None = None,
+    ):
+        """The top ``n`` items (the second mode) of each user (the first mode) at a
+        context (the indices of the other modes, e.g. a time bin): ``(items, scores)``,
+        each (len(users), n), best first.
+
+        Users are scored ``batch_size`` at a time from the factors' kept draws (a (batch,
+        m_item) block of scores; nothing of the array's size).  Scores are on the data
+        scale (offset added), never clipped; where fewer than ``n`` items remain after the
+        exclusion, the missing places hold item ``-1`` and score ``-inf``.
+
+        Parameters
+        ----------
+        users : array_like of int
+            1-D indices along the first mode.
+        context : int or array_like of int
+            The indices of the modes after the first two: an int (a 3-way array) or
+            ``D - 2`` ints, the same for every user; or a (len(users), D - 2) array, one
+            context per user.
+        n : int
+            Items per user, ``1 <= n <= m_item``.
+        exclude_seen : bool or {"any", "context"}
+            ``True`` (or ``"any"``): leave out the items the user rated in training at
+            any context (a film seen last year is not recommended again);
+            ``"context"``: only those rated at the given context; ``False``: none.
+        by : {"mean", "upper", "thompson"}
+            The posterior mean of ``theta``; the upper end of its central ``prob``
+            predictive interval (mean + z sd, the draws' variance plus the noise's); one
+            posterior draw per user (needs ``seed``).
+        prob : float
+            ``by="upper"``: the interval's probability, in (0, 1).
+        seed : int, optional
+            ``by="thompson"``: the seed of the draws (one per user, drawn at once, so the
+            result does not depend on ``batch_size``).
+        seen : TensorData, optional
+            The entries ``exclude_seen`` leaves out (default: the training entries the
+            fit holds, saved with it).
+        batch_size : int, optional
+            Users scored at a time (default: about 2^22 numbers per block).
+        """
+        from .recommend import recommend
+
+        return recommend(
+            self,
+            users,
+            context,
+            n,
+            exclude_seen,
+            by,
+            prob=prob,
+            seed=seed,
+            seen=seen,
+            batch_size=batch_size,
+        )
+
     # ------------------------------------------------------------------ rank
     def active_threshold(self) -> float:
         """The threshold on ``gamma_h`` of an active column: the prior's, else 1% of the
