@@ -142,6 +142,7 @@ def _read_data(args) -> loading.Loaded:
         args.test_fraction,
         side_info=args.features is not None,
         context=_context_groups(args),
+        time_bins=getattr(args, "time_bins", None),
     )
     if args.binarize is not None:
         loaded = loaded._replace(

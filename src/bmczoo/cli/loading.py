@@ -24,7 +24,10 @@ class Loaded(NamedTuple):
     simulator), the simulation (None for rating files), the dataset's own ids of the rows
     and columns (None for the simulator): ``user_ids[i]`` is the id of row ``i``, and with
     ``--context`` the :class:`~bmczoo.data.TimeEncoder` of the time features (saved with
-    the model, so that ``bmczoo predict`` encodes new ratings in the same columns)."""
+    the model, so that ``bmczoo predict`` encodes new ratings in the same columns); with
+    ``--time-bins`` (train and test then :class:`~bmczoo.data.TensorData`, user x item x
+    time bin) the bins' inner edges (saved with the model: ``bmczoo predict`` bins new
+    timestamps by them)."""
 
     train: object
     test: object
@@ -32,6 +35,7 @@ class Loaded(NamedTuple):
     user_ids: object = None
     item_ids: object = None
     time: object = None
+    time_edges: object = None
 
 
 def load(
@@ -40,6 +44,7 @@ def load(
     test_fraction: float = 0.2,
     side_info: bool = False,
     context: tuple[str, ...] = (),
+    time_bins: int | None = None,
 ) -> Loaded:
     """The data of ``--data SPEC``: ``sim:M``, a MovieLens name, or a path to a ratings file
     (judged by its content, whatever its name), a folder holding one, or an official .zip.
@@ -47,9 +52,14 @@ def load(
     ``ratings.dat``, ``ratings.csv``, or a folder holding one) is read by
     :func:`bmczoo.datasets.load_movielens` with the side files beside it (names and official
     archives get them anyway).  ``context`` (``--context``): the time groups of
-    :func:`bmczoo.data.time_features` built from the ratings' timestamps before the split."""
+    :func:`bmczoo.data.time_features` built from the ratings' timestamps before the split.
+    ``time_bins`` (``--time-bins B``): the ratings as a user x item x time-bin
+    :class:`~bmczoo.data.TensorData` (the timestamps cut into ``B`` equal-count bins, as
+    :meth:`~bmczoo.data.TensorData.from_ratings`), split at the same positions."""
     from .. import datasets
 
+    if time_bins is not None:
+        _check_time_bins(spec, time_bins, context)
     if spec.startswith("sim:"):
         try:
             m = int(spec[4:])
@@ -70,11 +80,48 @@ def load(
             data, user_ids, item_ids = _load_folder(path, side_info)
         else:
             data, user_ids, item_ids = _load_file(path, side_info)
-    time = None
+    time = edges = None
     if context:
         data, time = _with_time(data, context, spec)
+    if time_bins is not None:
+        data, edges = _as_tensor(data, time_bins, spec)
     train, test = data.split(test_fraction, seed=0)
-    return Loaded(train, test, None, user_ids, item_ids, time)
+    return Loaded(train, test, None, user_ids, item_ids, time, edges)
+
+
+def _check_time_bins(spec: str, time_bins: int, context: tuple) -> None:
+    """``--time-bins B``: a positive count, ratings with timestamps, not with ``--context``."""
+    if time_bins < 1:
+        raise CLIError(f"--time-bins must be at least 1, got {time_bins}")
+    if spec.startswith("sim:"):
+        raise CLIError("--time-bins needs ratings with timestamps; the simulator has none")
+    if context:
+        raise CLIError(
+            "--time-bins (time as a mode of a tensor) and --context (time effects of the "
+            "matrix model): choose one"
+        )
+
+
+def _as_tensor(data, time_bins: int, spec: str):
+    """The ratings as a user x item x time-bin array and the bins' inner edges."""
+    from ..data import TensorData
+    from ..data._time import _bin_rule
+
+    if data.timestamps is None:
+        raise CLIError(
+            f"--time-bins needs the ratings' timestamps: {spec} has none (a 4th column of "
+            "integers: seconds since the epoch)"
+        )
+    edges = _bin_rule(data.timestamps, int(time_bins), "count")[1]
+    return TensorData.from_ratings(data, time_bins=int(time_bins)), edges
+
+
+def time_bin_of(edges, timestamps):
+    """The time bin of each timestamp by the saved ``edges`` of ``--time-bins`` (a time
+    outside the fitted range is in the first or the last bin)."""
+    import numpy as np
+
+    return np.searchsorted(np.asarray(edges), np.asarray(timestamps), side="right")
 
 
 def _with_time(data, groups: tuple[str, ...], spec: str):

@@ -19,7 +19,7 @@ def save_model(fit, path: Path, loaded: Loaded, metric: str) -> None:
 
     from ..inference.saving import save
 
-    m1, m2 = fit.shape
+    m1, m2 = fit.shape[:2]
     users = np.arange(m1) if loaded.user_ids is None else np.asarray(loaded.user_ids)
     items = np.arange(m2) if loaded.item_ids is None else np.asarray(loaded.item_ids)
     try:
@@ -28,6 +28,8 @@ def save_model(fit, path: Path, loaded: Loaded, metric: str) -> None:
         extra = {"user_ids": users, "item_ids": items}
         if loaded.time is not None:
             extra["time_encoder"] = np.array(json.dumps(loaded.time.to_dict()))
+        if getattr(loaded, "time_edges", None) is not None:  # --time-bins
+            extra["time_bin_edges"] = np.asarray(loaded.time_edges)
         save(fit, path, extra=extra, overwrite=True)
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
         raise CLIError(
@@ -71,6 +73,8 @@ def write_outputs(fit, out: Path, test, loaded: Loaded, metric: str) -> None:
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
         raise failed(out, e) from e
     pred = out / "predictions.csv"
+    if getattr(test, "ndim", 2) != 2:  # --time-bins: a TensorFit
+        return _write_tensor_outputs(fit, out, test, loaded, failed)
     try:
         if test is not None:
             # the dataset's own ids (rows and columns are indices among the sorted distinct ids)
@@ -104,6 +108,32 @@ def write_outputs(fit, out: Path, test, loaded: Loaded, metric: str) -> None:
         diagnostics.report(fit, out / "report")
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
         raise failed(out / "report", e) from e
+
+
+def _write_tensor_outputs(fit, out: Path, test, loaded: Loaded, failed) -> None:
+    """``--out`` of a fit with ``--time-bins``: predictions.csv (the test entries with their
+    time bin) and posterior.nc (the report's figures are the matrix fits' for now)."""
+    import numpy as np
+
+    users, items, bins = test.indices.T
+    if loaded.user_ids is not None:
+        users, items = np.asarray(loaded.user_ids)[users], np.asarray(loaded.item_ids)[items]
+    pred = out / "predictions.csv"
+    try:
+        np.savetxt(
+            pred,
+            np.column_stack([users, items, bins, test.values, fit.predict(test.indices)]),
+            delimiter=",",
+            header="user_id,item_id,time_bin,rating,prediction",
+            comments="",
+            fmt=["%d", "%d", "%d", "%.10g", "%.6f"],
+        )
+    except Exception as e:  # noqa: BLE001 - reported with the fit's result
+        raise failed(pred, e) from e
+    try:
+        fit.to_arviz().to_netcdf(out / "posterior.nc")
+    except Exception as e:  # noqa: BLE001 - reported with the fit's result
+        raise failed(out / "posterior.nc", e) from e
 
 
 def print_level_metrics(fit, test) -> None:

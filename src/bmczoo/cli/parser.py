@@ -246,6 +246,14 @@ def _fit_side_options(f) -> None:
         "flag alone) for all of time_bin, item_time_bin, user_day, user_dev, or a "
         "comma-separated list of them (default: none)",
     )
+    f.add_argument(
+        "--time-bins",
+        type=int,
+        default=None,
+        metavar="B",
+        help="time as a mode: the user x item x time-bin array (the timestamps, a 4th column, "
+        "cut into B equal-count bins) and the CP tensor model (default: the matrix)",
+    )
 
 
 def _fit_method_options(f) -> None:

@@ -16,6 +16,7 @@ class _Model(NamedTuple):
     user_ids: object  # user_ids[i]: the dataset's id of row i
     item_ids: object
     time: object = None  # the TimeEncoder of a model fitted with --context
+    time_edges: object = None  # the time bins' edges of a model fitted with --time-bins
 
 
 def _load_model(spec: str) -> _Model:
@@ -33,7 +34,7 @@ def _load_model(spec: str) -> _Model:
         extra = load_extra(path)
     except ValueError as e:
         raise CLIError(f"--model {e}") from None
-    m1, m2 = fit.shape
+    m1, m2 = fit.shape[:2]
     users = np.asarray(extra.get("user_ids", np.arange(m1)))
     items = np.asarray(extra.get("item_ids", np.arange(m2)))
     if users.shape != (m1,) or items.shape != (m2,):
@@ -45,7 +46,8 @@ def _load_model(spec: str) -> _Model:
         from ..data import TimeEncoder
 
         time = TimeEncoder.from_dict(json.loads(str(extra["time_encoder"])))
-    return _Model(fit, users, items, time)
+    edges = extra.get("time_bin_edges")
+    return _Model(fit, users, items, time, None if edges is None else np.asarray(edges))
 
 
 def _index_of(ids, wanted, what: str, where=None):
@@ -68,10 +70,11 @@ def _index_of(ids, wanted, what: str, where=None):
     return order[pos]
 
 
-def _read_pairs(spec: str, timed: bool = False):
+def _read_pairs(spec: str, timed: bool | str = False):
     """``--entries FILE``: lines ``user item`` (TAB, ',', '::' or spaces between; extra
     fields ignored; an optional header line) -> (users, items); ``timed``: lines ``user
-    item timestamp`` or ``user item rating timestamp`` -> (users, items, timestamps)."""
+    item timestamp`` or ``user item rating timestamp`` -> (users, items, timestamps) (a
+    string: the option the model was fitted with, for the message)."""
     import numpy as np
 
     path = Path(spec).expanduser()
@@ -100,20 +103,21 @@ def _read_pairs(spec: str, timed: bool = False):
         users.append(u)
         items.append(i)
         if timed:
-            times.append(_timestamp(parts, spec, lineno, line))
+            flag = timed if isinstance(timed, str) else "--context"
+            times.append(_timestamp(parts, spec, lineno, line, flag))
     if not users:
         raise CLIError(f"--entries {spec}: no 'user_id item_id' lines")
     pairs = np.asarray(users, np.int64), np.asarray(items, np.int64)
     return (*pairs, np.asarray(times, np.int64)) if timed else pairs
 
 
-def _timestamp(parts: list, spec: str, lineno: int, line: str) -> int:
-    """The timestamp of an entry of a model fitted with ``--context``: the third field of
-    ``user item timestamp``, the fourth of ``user item rating timestamp``."""
+def _timestamp(parts: list, spec: str, lineno: int, line: str, flag: str = "--context") -> int:
+    """The timestamp of an entry of a model fitted with ``--context`` (or ``flag``): the
+    third field of ``user item timestamp``, the fourth of ``user item rating timestamp``."""
     field = parts[3] if len(parts) >= 4 else parts[2] if len(parts) == 3 else None
     if field is None or not field.lstrip("-").isdigit():
         raise CLIError(
-            f"--entries {spec}, line {lineno}: this model was fitted with --context, so each "
+            f"--entries {spec}, line {lineno}: this model was fitted with {flag}, so each "
             "entry needs its time: 'user_id item_id timestamp' (or 'user_id item_id rating "
             f"timestamp'; integer seconds since the epoch), got {line[:80]!r}"
         )
@@ -141,15 +145,20 @@ def cmd_predict(args) -> int:
             )
         probe_writable(out.parent, "--out", out)
     model = _load_model(args.model)
-    users, items, *times = _read_pairs(args.entries, timed=model.time is not None)
+    timed = "--time-bins" if model.time_edges is not None else model.time is not None
+    users, items, *times = _read_pairs(args.entries, timed=timed)
     rows = _index_of(model.user_ids, users, "user", lambda k: f"entry {k + 1} of {args.entries}")
     cols = _index_of(model.item_ids, items, "item", lambda k: f"entry {k + 1} of {args.entries}")
-    kw = {}
-    if times:
+    kw, index = {}, (rows, cols)
+    if model.time_edges is not None:  # --time-bins: each entry's time bin is its third index
+        from .loading import time_bin_of
+
+        index = (rows, cols, time_bin_of(model.time_edges, times[0]))
+    elif times:
         kw["context"] = model.time.encode(rows, cols, times[0])
     try:
-        mean, sd = model.fit.predict(rows, cols, return_std=True, **kw)
-        lo, hi = model.fit.predictive_interval(rows, cols, prob=prob, **kw)
+        mean, sd = model.fit.predict(*index, return_std=True, **kw)
+        lo, hi = model.fit.predictive_interval(*index, prob=prob, **kw)
         names, probs = proba_columns(model.fit, rows, cols, **kw)
     except ValueError as e:
         if "no factor draws were stored" not in str(e):

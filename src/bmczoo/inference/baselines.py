@@ -136,9 +136,12 @@ def run_svi(
     *,
     progress_bar: bool = True,
     decay: float = 0.1,
+    model=matrix_completion,
 ):
     """SVI with a NumPyro autoguide (``guide``: a key of :data:`GUIDES`) on the model of
-    ``info``, and Adam on an exponentially decaying step size (``s.learning_rate`` decays to
+    ``info`` (``model``: :func:`~bmczoo.models.matrix_completion`, or another NumPyro model
+    with its signature ``model(data, K, prior, *, likelihood, biases, subsample_size,
+    marginal)``, e.g. :func:`~bmczoo.models.tensor_completion.tensor_completion`), and Adam on an exponentially decaying step size (``s.learning_rate`` decays to
     ``decay * s.learning_rate`` over ``s.num_steps``, minibatches of ``s.subsample_size``).
 
     Returns ``(draws, point, losses, guide)``: ``draws`` are ``s.num_draws`` samples of
@@ -160,7 +163,7 @@ def run_svi(
             )
     # MAP is the paper's: gamma integrated out (joint MAP over gamma degenerates at gamma -> 0)
     model = partial(
-        matrix_completion,
+        model,
         likelihood=info.likelihood,
         biases=info.biases,
         subsample_size=subsample_size,

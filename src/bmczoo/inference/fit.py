@@ -232,8 +232,9 @@ def fit(
 def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
     """``bmc.fit`` on a :class:`~bmczoo.data.TensorData`: Gibbs on the CP model
     (:mod:`bmczoo.inference.tensor`), with the column-scale priors, the Gaussian
-    likelihoods and biases per mode."""
-    from .tensor.fit import check_tensor_settings, fit_tensor, fit_tensor_nuts
+    likelihoods and biases per mode; NUTS, SVI and MAP on its NumPyro model
+    (column-scale priors).  The result holds the training entries (``seen_index``)."""
+    from .tensor.fit import check_tensor_settings, fit_tensor, fit_tensor_nuts, fit_tensor_svi
 
     check_tensor_settings(settings, opts["kw"])
     dt = check_dtype(opts["dtype"])
@@ -255,7 +256,7 @@ def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
             raise ValueError(f"test has shape {test.shape}, train has {train.shape}")
     fit_data, shift = GlobalMean(center=opts["center"], clip=opts["clip"]).prepare(train)
     info = FitInfo(
-        method="gibbs",
+        method=settings.method,
         prior=prior,
         likelihood=likelihood,
         K=check_int("K", K, minimum=1),
@@ -269,13 +270,17 @@ def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
         biases=get_biases(opts["biases"]),
     )
     check_bool("progress_bar", opts["progress_bar"])
-    run = fit_tensor_nuts if isinstance(settings, st.NUTS) else fit_tensor
-    if isinstance(settings, st.NUTS) and not prior.has_column_scales:
+    drivers = {st.NUTS: fit_tensor_nuts, st.SVI: fit_tensor_svi, st.MAP: fit_tensor_svi}
+    run = drivers.get(type(settings), fit_tensor)
+    if run is not fit_tensor and not prior.has_column_scales:
         raise ValueError(
-            f"method='nuts' on a TensorData takes a column-scale prior, not {prior.name}"
+            f"method={settings.method!r} on a TensorData takes a column-scale prior, not "
+            f"{prior.name}"
         )
     with x64_context(dt):
-        return run(fit_data, info, test, opts["progress_bar"])
+        result = run(fit_data, info, test, opts["progress_bar"])
+    result.seen_index = train.indices
+    return result
 
 
 def _observation_model(train: RatingData, likelihood, lam, noise_sd, center, clip):

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-from .._checks import check_int, check_prior
+from .._checks import check_bool, check_int, check_positive_int, check_prior
 from ..data import TensorData
 from ..offsets import get_biases
 from ..priors import Discrete
@@ -16,6 +18,21 @@ from ..priors.discrete import ColumnSpikeSlabNormal, _slab_logit
 from .matrix_completion import model_likelihood
 
 __all__ = ["tensor_completion"]
+
+
+def _marginal_factors(prior, shape: tuple, K: int) -> list:
+    """Flat sites ``U0``, ``U1``, ... (m_d, K) with the exact marginal column prior
+    (``gamma`` integrated out: a function of ``S_h = sum_d |U_d[:, h]|^2``) as a factor,
+    as :func:`bmczoo.models.matrix_completion`'s ``marginal=True``."""
+    U = [
+        numpyro.sample(f"U{d}", dist.ImproperUniform(dist.constraints.real_matrix, (), (m, K)))
+        for d, m in enumerate(shape)
+    ]
+    S = sum(jnp.sum(F**2, axis=0) for F in U)
+    n = sum(shape)
+    log_marginal = prior.vb_update(S, n).log_normalizer - 0.5 * n * math.log(2.0 * math.pi)
+    numpyro.factor("gamma_marginal", jnp.sum(log_marginal))
+    return U
 
 
 def _factors(prior, shape: tuple, K: int) -> list:
@@ -52,6 +69,8 @@ def tensor_completion(
     likelihood=None,
     biases=None,
     observed: bool = True,
+    subsample_size: int | None = None,
+    marginal: bool = False,
 ):
     """NumPyro model: ``theta[i_1..i_D] = sum_h prod_d U_d[i_d, h]`` (plus ``sum_d
     b_d[i_d]`` with biases per mode), ``U_d[:, h] ~ N(0, gamma_h I)`` with a column-scale
@@ -75,6 +94,13 @@ def tensor_completion(
         Biases per mode.
     observed : bool
         If False, ``obs`` is sampled (prior predictive).
+    subsample_size : int, optional
+        Minibatch size for SVI: the entries' plate is subsampled (the minibatch's
+        log-likelihood rescaled by ``n / b``).
+    marginal : bool
+        Integrate ``gamma`` out: flat sites ``U0``, ``U1``, ... with the exact marginal
+        column prior as a ``numpyro.factor`` (no ``gamma`` site, no prior predictive):
+        ``AutoDelta`` on this model is the MAP of ``bmc.fit(..., method="map")``.
     """
     if not isinstance(data, TensorData):
         raise TypeError(f"data must be a TensorData, got {type(data).__name__}")
@@ -86,7 +112,14 @@ def tensor_completion(
     if likelihood.latent or likelihood.weighted or likelihood.all_pairs:
         raise ValueError(f"the {likelihood.name} likelihood is not implemented in the tensor model")
     biases = get_biases(biases)
-    U = _factors(prior, data.shape, K)
+    check_bool("marginal", marginal)
+    if subsample_size is not None:
+        subsample_size = check_positive_int("subsample_size", subsample_size)
+        if subsample_size > data.n:
+            raise ValueError(
+                f"subsample_size={subsample_size} exceeds the number of entries {data.n}"
+            )
+    U = (_marginal_factors if marginal else _factors)(prior, data.shape, K)
     idx = jnp.asarray(data.indices)
     bias = []
     if biases is not None:
@@ -97,11 +130,12 @@ def tensor_completion(
             )
     y = jnp.asarray(data.values) if observed else None
     params = likelihood.sample_params()
-    with numpyro.plate("entries", data.n):
-        rows = U[0][idx[:, 0]]
+    with numpyro.plate("entries", data.n, subsample_size=subsample_size) as k:
+        at = idx[k]
+        rows = U[0][at[:, 0]]
         for d in range(1, len(U)):
-            rows = rows * U[d][idx[:, d]]
+            rows = rows * U[d][at[:, d]]
         mean = jnp.sum(rows, axis=-1)
         for d, b in enumerate(bias):
-            mean = mean + b[idx[:, d]]
-        likelihood.sample_obs(mean, data.n, y, **params)
+            mean = mean + b[at[:, d]]
+        likelihood.sample_obs(mean, data.n, None if y is None else y[k], **params)

@@ -20,7 +20,7 @@ from .. import settings as st
 from ..info import FitInfo
 from . import core
 
-__all__ = ["TensorFit", "fit_tensor", "fit_tensor_nuts"]
+__all__ = ["TensorFit", "fit_tensor", "fit_tensor_nuts", "fit_tensor_svi"]
 
 #: the largest block of (draws x entries) values computed at once by the outputs
 _BLOCK = 2**22
@@ -155,6 +155,58 @@ def fit_tensor_nuts(
     )
     seconds = (time.perf_counter() - t0) / max(s.num_warmup + s.num_samples, 1)
     draws = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    return _from_draws(info, train, draws, test, (seconds,))
+
+
+def fit_tensor_svi(
+    train: TensorData,
+    info: FitInfo,
+    test: TensorData | None,
+    progress_bar: bool,
+) -> "TensorFit":
+    """SVI (:class:`~bmczoo.inference.settings.SVI`: the settings' autoguide) or MAP
+    (:class:`~bmczoo.inference.settings.MAP`: ``AutoDelta`` on the model with ``gamma``
+    integrated out) on :func:`bmczoo.models.tensor_completion.tensor_completion`, by the
+    matrix path's :func:`~bmczoo.inference.baselines.run_svi`; a :class:`TensorFit` of
+    ``num_draws`` draws from the fitted guide (one chain), or of the MAP point (one draw).
+    Where the guide has no ``gamma`` (the discrete prior, integrated out; every prior under
+    MAP) each draw's ``gamma`` is its conditional given the factors (:func:`_gamma_given`)."""
+    from ...models.tensor_completion import tensor_completion
+    from ..baselines import run_svi
+
+    s = info.settings
+    guide = "delta" if isinstance(s, st.MAP) else s.guide
+    t0 = time.perf_counter()
+    draws, _, losses, _ = run_svi(
+        train, info, s, guide, progress_bar=progress_bar, model=tensor_completion
+    )
+    seconds = (time.perf_counter() - t0) / s.num_steps
+    draws = {k: np.asarray(v)[None] for k, v in draws.items()}  # one chain
+    if "gamma" not in draws:
+        U = [draws[f"U{d}"] for d in range(train.ndim)]
+        draws["gamma"] = _gamma_given(info.prior, U)
+    fit = _from_draws(info, train, draws, test, (seconds,))
+    fit.losses = np.asarray(losses)
+    return fit
+
+
+def _gamma_given(prior, U: list) -> np.ndarray:
+    """``gamma`` given the factors ``U`` (each (..., m_d, K)): the discrete prior's
+    posterior mean (the NumPyro model's deterministic ``gamma``), else ``1 / E[1/gamma |
+    U]`` (the prior's conditional, :meth:`~bmczoo.priors.Prior.vb_update`; the fixed
+    prior's ``gamma``)."""
+    from ...priors import Discrete
+
+    S = sum(np.sum(np.asarray(u, np.float64) ** 2, axis=-2) for u in U)
+    n = sum(np.shape(u)[-2] for u in U)
+    if isinstance(prior, Discrete):
+        q = 1.0 / (1.0 + np.exp(-np.asarray(prior.slab_logit(S, n))))
+        return q * prior.C + (1.0 - q) * prior.eps
+    return 1.0 / np.asarray(prior.vb_update(jnp.asarray(S), n).inv_mean, np.float64)
+
+
+def _from_draws(info, train, draws: dict, test, seconds: tuple) -> "TensorFit":
+    """The fit from the NumPyro model's draws (chain, draw, ...) and its test RMSE per draw."""
     D = train.ndim
     factors = {f"U{d}": draws[f"U{d}"] for d in range(D)}
     samples = {"gamma": draws["gamma"]}
@@ -168,7 +220,7 @@ def fit_tensor_nuts(
         samples=samples,
         factors=factors,
         modes=tuple(train.modes),
-        sweep_seconds=(seconds,),
+        sweep_seconds=tuple(seconds),
     )
     if test is not None:
         C, S = np.shape(factors["U0"])[:2]
@@ -208,7 +260,8 @@ def _result(info, train, kept, rmse_draw, seconds) -> "TensorFit":
 @saving.result_class
 @dataclasses.dataclass(repr=False)
 class TensorFit:
-    """Result of ``bmc.fit`` on a :class:`~bmczoo.data.TensorData` (Gibbs on the CP model).
+    """Result of ``bmc.fit`` on a :class:`~bmczoo.data.TensorData` (the CP model: Gibbs,
+    NUTS, SVI or MAP).
 
     Attributes
     ----------
@@ -222,7 +275,12 @@ class TensorFit:
     rmse_draw : (chain, kept draw) RMSE of each kept draw's theta at the test entries
         (empty without test data).
     sweep_seconds : wall seconds of the warm-up (its compilation included), then the
-        seconds per sweep of each block of kept draws (compiled beforehand).
+        seconds per sweep of each block of kept draws (compiled beforehand); NUTS: the
+        seconds per iteration; SVI and MAP: the seconds per optimisation step.
+    losses : SVI and MAP: the loss of each step (the negative ELBO; MAP: the negative log
+        joint); empty for MCMC.
+    seen_index : (n, D) the training entries (the pattern ``recommend(exclude_seen=True)``
+        leaves out; saved with the fit), or None.
     """
 
     info: Any = None
@@ -231,6 +289,8 @@ class TensorFit:
     modes: tuple = ()
     rmse_draw: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0)))
     sweep_seconds: tuple = ()
+    losses: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    seen_index: np.ndarray | None = None
     has_q: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ saving (hooks)
@@ -259,8 +319,9 @@ class TensorFit:
     def __repr__(self) -> str:
         C, S = np.shape(self.factors["U0"])[:2]
         dims = " x ".join(str(m) for m in self.shape)
+        how = "" if self.info.method == "gibbs" else f" ({self.info.method})"
         return (
-            f"<TensorFit: {self.info.prior.name} prior, K={self.info.K}, a {dims} array, "
+            f"<TensorFit{how}: {self.info.prior.name} prior, K={self.info.K}, a {dims} array, "
             f"{C} chain{'s' if C != 1 else ''} x {S} draws>"
         )
 
@@ -393,6 +454,72 @@ class TensorFit:
             out[p0:p1] = logsumexp(lp, axis=0) - math.log(t.shape[0])
         return float(np.mean(out))
 
+    def recommend(
+        self,
+        users,
+        context,
+        n: int = 10,
+        exclude_seen: bool | str = True,
+        by: str = "mean",
+        *,
+        prob: float = 0.9,
+        seed: int | None = None,
+        seen: TensorData | None = None,
+        batch_size: int | None = None,
+    ):
+        """The top ``n`` items (the second mode) of each user (the first mode) at a
+        context (the indices of the other modes, e.g. a time bin): ``(items, scores)``,
+        each (len(users), n), best first.
+
+        Users are scored ``batch_size`` at a time from the factors' kept draws (a (batch,
+        m_item) block of scores; nothing of the array's size).  Scores are on the data
+        scale (offset added), never clipped; where fewer than ``n`` items remain after the
+        exclusion, the missing places hold item ``-1`` and score ``-inf``.
+
+        Parameters
+        ----------
+        users : array_like of int
+            1-D indices along the first mode.
+        context : int or array_like of int
+            The indices of the modes after the first two: an int (a 3-way array) or
+            ``D - 2`` ints, the same for every user; or a (len(users), D - 2) array, one
+            context per user.
+        n : int
+            Items per user, ``1 <= n <= m_item``.
+        exclude_seen : bool or {"any", "context"}
+            ``True`` (or ``"any"``): leave out the items the user rated in training at
+            any context (a film seen last year is not recommended again);
+            ``"context"``: only those rated at the given context; ``False``: none.
+        by : {"mean", "upper", "thompson"}
+            The posterior mean of ``theta``; the upper end of its central ``prob``
+            predictive interval (mean + z sd, the draws' variance plus the noise's); one
+            posterior draw per user (needs ``seed``).
+        prob : float
+            ``by="upper"``: the interval's probability, in (0, 1).
+        seed : int, optional
+            ``by="thompson"``: the seed of the draws (one per user, drawn at once, so the
+            result does not depend on ``batch_size``).
+        seen : TensorData, optional
+            The entries ``exclude_seen`` leaves out (default: the training entries the
+            fit holds, saved with it).
+        batch_size : int, optional
+            Users scored at a time (default: about 2^22 numbers per block).
+        """
+        from .recommend import recommend
+
+        return recommend(
+            self,
+            users,
+            context,
+            n,
+            exclude_seen,
+            by,
+            prob=prob,
+            seed=seed,
+            seen=seen,
+            batch_size=batch_size,
+        )
+
     # ------------------------------------------------------------------ rank
     def active_threshold(self) -> float:
         """The threshold on ``gamma_h`` of an active column: the prior's, else 1% of the
@@ -434,12 +561,14 @@ class TensorFit:
         groups = {"posterior": post}
         if np.size(self.rmse_draw):
             groups["sample_stats"] = {"rmse": np.asarray(self.rmse_draw)}
+        if np.size(self.losses):
+            groups["convergence"] = {"loss": np.asarray(self.losses, np.float64)[None]}
         fa = FitArrays(
             groups=groups,
             dims=dims,
             coords={"h": ("h", np.arange(self.info.K)), "mode": ("mode", list(self.modes))},
             attrs={
-                "method": "gibbs",
+                "method": self.info.method,
                 "model": "cp",
                 "prior": self.info.prior.name,
                 "K": int(self.info.K),
@@ -451,12 +580,12 @@ class TensorFit:
 
 def check_tensor_settings(settings, method_kwargs: dict) -> None:
     """A clear error for what the tensor sampler does not implement yet."""
-    if isinstance(settings, st.NUTS):
+    if isinstance(settings, (st.NUTS, st.SVI, st.MAP)):
         return
     if not isinstance(settings, st.Gibbs):
         raise ValueError(
-            f"a TensorData is fitted by method='gibbs' and 'nuts' only for now, not "
-            f"{settings.method!r}"
+            f"a TensorData is fitted by method='gibbs', 'nuts', 'svi' and 'map' only for now, "
+            f"not {settings.method!r}"
         )
     allowed = {"num_warmup", "num_samples", "thinning", "num_chains", "column_moves", "init_gamma"}
     extra = sorted(set(method_kwargs) - allowed)
