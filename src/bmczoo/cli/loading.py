@@ -34,10 +34,54 @@ class Loaded(NamedTuple):
     time: object = None
 
 
+class Split(NamedTuple):
+    """How ``fit`` holds out its test pairs: ``--split``, ``--test-fraction``,
+    ``--test-count`` and ``--split-seed``.
+
+    ``per_user`` False: ``fraction`` of all the ratings
+    (:meth:`~bmczoo.data.RatingData.split`); True: ``fraction`` (or ``count``) of each
+    user's pairs, at most all but one (:meth:`~bmczoo.data.RatingData.split_per_user`, the
+    split of top-N evaluation).  ``seed`` seeds the choice."""
+
+    fraction: float = 0.2
+    per_user: bool = False
+    count: int | None = None
+    seed: int = 0
+
+    def apply(self, data):
+        """``(train, test)`` of ``data``; a per-user split that holds out nothing is a
+        ``CLIError``.
+
+        Parameters
+        ----------
+        data : RatingData
+            The ratings to split.
+        """
+        if not self.per_user:
+            return data.split(self.fraction, seed=self.seed)
+        try:
+            return data.split_per_user(self.fraction, seed=self.seed, test_count=self.count)
+        except ValueError as e:  # every user too small: nothing held out
+            raise CLIError(
+                f"--split per-user: {self.describe()} holds out no pair ({e}; each user keeps "
+                "one pair for training)"
+            ) from None
+
+    def describe(self) -> str:
+        """The split in words, for the ``data:`` line."""
+        if self.count is not None:
+            share = f"{self.count} of each user's pairs"
+        elif self.per_user:
+            share = f"{self.fraction:g} of each user's pairs"
+        else:
+            share = f"{self.fraction:g} of the ratings"
+        return f"{share} held out, split seed {self.seed}"
+
+
 def load(
     spec: str,
     seed: int,
-    test_fraction: float = 0.2,
+    split: Split = Split(),
     side_info: bool = False,
     context: tuple[str, ...] = (),
 ) -> Loaded:
@@ -47,7 +91,9 @@ def load(
     ``ratings.dat``, ``ratings.csv``, or a folder holding one) is read by
     :func:`bmczoo.datasets.load_movielens` with the side files beside it (names and official
     archives get them anyway).  ``context`` (``--context``): the time groups of
-    :func:`bmczoo.data.time_features` built from the ratings' timestamps before the split."""
+    :func:`bmczoo.data.time_features` built from the ratings' timestamps before the split.
+    ``split`` (:class:`Split`): how the test pairs are held out.  ``seed``: the
+    simulator's."""
     from .. import datasets
 
     if spec.startswith("sim:"):
@@ -73,7 +119,7 @@ def load(
     time = None
     if context:
         data, time = _with_time(data, context, spec)
-    train, test = data.split(test_fraction, seed=0)
+    train, test = split.apply(data)
     return Loaded(train, test, None, user_ids, item_ids, time)
 
 
