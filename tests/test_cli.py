@@ -352,8 +352,8 @@ _GIBBS_INTERNALS = {
 
 
 def test_fit_help_shows_the_everyday_options_first(capsys, monkeypatch):
-    """``bmczoo fit --help`` in groups: data, model, method, outputs, then the side
-    information, troubleshooting and, last, the Gibbs sampler's internals; the everyday
+    """``bmczoo fit --help`` in groups: data, model, method, outputs, then the top-N
+    evaluation, the side information, troubleshooting and, last, the Gibbs sampler's internals; the everyday
     options come within the first screenfuls."""
     groups = {g.title: {a.dest for a in g._group_actions} for g in _fit_parser()._action_groups}
     assert list(groups) == [
@@ -363,6 +363,7 @@ def test_fit_help_shows_the_everyday_options_first(capsys, monkeypatch):
         "model",
         "method and sampling",
         "outputs",
+        "top-N evaluation",
         "side information",
         "troubleshooting",
         "Gibbs sampler internals",

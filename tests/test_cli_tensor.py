@@ -77,6 +77,8 @@ def test_svi_with_time_bins(tmp_path, capsys):
         (["--time-bins", "0"], True, ("--time-bins must be at least 1",)),
         (["--time-bins", "3"], False, ("--time-bins needs the ratings' timestamps", "4th column")),
         (["--time-bins", "3", "--context"], True, ("--time-bins", "--context", "choose one")),
+        (["--time-bins", "3", "--split", "per-user"], True, ("--split per-user", "tensor")),
+        (["--time-bins", "3", "--top-n", "5"], True, ("--top-n", "tensor fit")),
     ],
 )
 def test_time_bins_errors(tmp_path, capsys, no_fit, args, timestamp, needles):  # noqa: F811
@@ -89,3 +91,4 @@ def test_time_bins_errors(tmp_path, capsys, no_fit, args, timestamp, needles):  
 def test_time_bins_on_the_simulator_is_an_error(capsys, no_fit):  # noqa: F811
     assert main(["fit", "--data", "sim:20", "--time-bins", "3", "-K", "2", "--quiet"]) == 2
     one_line_error(capsys, "the simulator has none")
+

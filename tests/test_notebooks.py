@@ -30,6 +30,7 @@ NOTEBOOKS = (
     "05_bayesian_outputs.ipynb",
     "06_binary_and_ordinal.ipynb",
     "07_side_information.ipynb",
+    "09_implicit_feedback.ipynb",
 )
 KERNEL = "bmczoo-test-kernel"
 CELL_TIMEOUT_S = 600

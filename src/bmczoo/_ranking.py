@@ -181,6 +181,25 @@ def ranking_metrics(
         seed=seed,
         batch_size=batch_size,
     )
+    return ranking_summary(values, k)
+
+
+def ranking_summary(values: np.ndarray, k: int) -> dict:
+    """The dict of :func:`ranking_metrics` from the per-user values of
+    :func:`per_user_ranking`: each metric's mean over the users where it is defined.
+
+    Parameters
+    ----------
+    values : numpy.ndarray, shape (U, 5)
+        Per-user precision, recall, NDCG, MAP (at ``k``) and AUC, NaN where undefined.
+    k : int
+        The length of the lists scored.
+
+    Returns
+    -------
+    dict
+        As :func:`ranking_metrics` returns.
+    """
     out = {}
     with np.errstate(invalid="ignore"):
         for j, name in enumerate(METRICS):

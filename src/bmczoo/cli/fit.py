@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import NamedTuple
 
-from . import loading, outputs
+from . import loading, outputs, topn
 from .components import make_likelihood, make_prior, parse_hyper, priors
 from .errors import CLIError
 from .interrupts import INTERRUPTS
@@ -112,6 +112,7 @@ def _check_arguments(args):
     )
     if not 0.0 < args.test_fraction < 1.0:
         raise CLIError(f"--test-fraction must be in (0, 1), got {args.test_fraction:g}")
+    _check_split(args)
     if args.K < 1:
         raise CLIError(f"-K (the latent dimension) must be at least 1, got {args.K}")
     if args.seed < 0:
@@ -119,6 +120,29 @@ def _check_arguments(args):
     if args.binarize is not None and not np.isfinite(args.binarize):
         raise CLIError(f"--binarize THRESHOLD must be a finite number, got {args.binarize:g}")
     return prior, likelihood, _method_settings(args, prior)
+
+
+def _check_split(args) -> None:
+    """``--split``, ``--test-count`` and ``--split-seed``, before the data is read."""
+    if args.test_count is not None:
+        if args.split != "per-user":
+            raise CLIError("--test-count N (pairs held out per user) needs --split per-user")
+        if args.test_count < 1:
+            raise CLIError(f"--test-count must be at least 1, got {args.test_count}")
+    if args.split_seed < 0:
+        raise CLIError(f"--split-seed must be >= 0, got {args.split_seed}")
+    if args.data.startswith("sim:") and (args.split != "uniform" or args.test_count is not None):
+        raise CLIError(
+            "--split per-user splits ratings data; the simulator (sim:M) is scored on the "
+            "whole matrix"
+        )
+
+
+def _split(args) -> loading.Split:
+    """The test split of ``--split``, ``--test-fraction``, ``--test-count``, ``--split-seed``."""
+    return loading.Split(
+        args.test_fraction, args.split == "per-user", args.test_count, args.split_seed
+    )
 
 
 def _check_paths(args) -> _Paths:
@@ -139,7 +163,7 @@ def _read_data(args) -> loading.Loaded:
     loaded = loading.load(
         args.data,
         args.seed,
-        args.test_fraction,
+        _split(args),
         side_info=args.features is not None,
         context=_context_groups(args),
         time_bins=getattr(args, "time_bins", None),
@@ -189,7 +213,10 @@ def _check_binary(likelihood, train) -> None:
 def _announce(args, prior, likelihood, loaded: loading.Loaded) -> None:
     """The ``data:`` and ``prior:`` lines printed before the fit."""
     train, test = loaded.train, loaded.test
-    print(f"data: {train!r} train" + (f", {test!r} test" if test is not None else ""))
+    print(
+        f"data: {train!r} train"
+        + (f", {test!r} test ({_split(args).describe()})" if test is not None else "")
+    )
     model = "".join(
         [
             f", likelihood: {likelihood.name}" if args.likelihood != "tempered" else "",
@@ -232,12 +259,35 @@ def _run_fit(args, prior, likelihood, loaded: loading.Loaded, given: dict, biase
     )
 
 
+def _metric(args, fit, loaded: loading.Loaded, spec) -> tuple[str, object]:
+    """Print the metrics before the last line and return ``(last line, top-N result)``:
+    the simulator's ``theta_rmse``; for ratings, the level metrics, the top-N metrics
+    (``spec``, None: none) and ``test_rmse``, or ``test_ndcg@K`` for a likelihood that
+    reads every pair (one-class: the held-out pairs are all 1, their RMSE no measure)."""
+    if loaded.sim is not None:
+        return f"theta_rmse={fit.rmse_theta(loaded.sim.theta):.4f}", None
+    outputs.print_level_metrics(fit, loaded.test)
+    ranks = fit.info.likelihood.all_pairs and spec is not None
+    result = None
+    if spec is not None:
+        try:
+            result = topn.evaluate(fit, loaded.train, loaded.test, spec, args.seed)
+        except ValueError as e:  # e.g. factor draws not kept (--store-factors auto)
+            raise CLIError(f"--top-n: {' '.join(str(e).split())}") from None
+        topn.print_lines(result, skip="ndcg" if ranks else None)
+    if ranks:
+        return topn.headline(result), result
+    return f"test_rmse={fit.rmse(loaded.test):.4f}", result
+
+
 def cmd_fit(args) -> int:
     """Run ``bmczoo fit``: check the arguments and paths, read the data, fit, print the
-    metric and write the outputs."""
+    metrics and write the outputs."""
     prior, likelihood, given = _check_arguments(args)
+    spec = topn.resolve(args, likelihood, given)
     paths = _check_paths(args)
     loaded = _read_data(args)
+    topn.check_items(spec, loaded.train)
     link = _link_keywords(args, loaded.train)
     prior = dataclasses.replace(prior, **link) if link else prior
     _check_binary(likelihood, loaded.train)
@@ -248,17 +298,13 @@ def cmd_fit(args) -> int:
         fit = _run_fit(args, prior, likelihood, loaded, given, _biases(args, link))
     except SettingsError as e:  # a setting checked by the fit itself, as the options spell it
         raise CLIError(settings_line(e)) from None
-    if loaded.sim is not None:
-        metric = f"theta_rmse={fit.rmse_theta(loaded.sim.theta):.4f}"
-    else:
-        outputs.print_level_metrics(fit, loaded.test)
-        metric = f"test_rmse={fit.rmse(loaded.test):.4f}"
+    metric, ranking = _metric(args, fit, loaded, spec)
     INTERRUPTS.phase, INTERRUPTS.metric = "outputs", metric
     if paths.save is not None:  # first: the fit itself is what a later failure must not lose
         outputs.save_model(fit, paths.save, loaded, metric)
         print(f"wrote {paths.save}")
     if paths.out is not None:
-        outputs.write_outputs(fit, paths.out, loaded.test, loaded, metric)
+        outputs.write_outputs(fit, paths.out, loaded, metric, ranking, _split(args))
         print(f"wrote {paths.out}/")
     print(metric)
     return 0

@@ -38,10 +38,54 @@ class Loaded(NamedTuple):
     time_edges: object = None
 
 
+class Split(NamedTuple):
+    """How ``fit`` holds out its test pairs: ``--split``, ``--test-fraction``,
+    ``--test-count`` and ``--split-seed``.
+
+    ``per_user`` False: ``fraction`` of all the ratings
+    (:meth:`~bmczoo.data.RatingData.split`); True: ``fraction`` (or ``count``) of each
+    user's pairs, at most all but one (:meth:`~bmczoo.data.RatingData.split_per_user`, the
+    split of top-N evaluation).  ``seed`` seeds the choice."""
+
+    fraction: float = 0.2
+    per_user: bool = False
+    count: int | None = None
+    seed: int = 0
+
+    def apply(self, data):
+        """``(train, test)`` of ``data``; a per-user split that holds out nothing is a
+        ``CLIError``.
+
+        Parameters
+        ----------
+        data : RatingData
+            The ratings to split.
+        """
+        if not self.per_user:
+            return data.split(self.fraction, seed=self.seed)
+        try:
+            return data.split_per_user(self.fraction, seed=self.seed, test_count=self.count)
+        except ValueError as e:  # every user too small: nothing held out
+            raise CLIError(
+                f"--split per-user: {self.describe()} holds out no pair ({e}; each user keeps "
+                "one pair for training)"
+            ) from None
+
+    def describe(self) -> str:
+        """The split in words, for the ``data:`` line."""
+        if self.count is not None:
+            share = f"{self.count} of each user's pairs"
+        elif self.per_user:
+            share = f"{self.fraction:g} of each user's pairs"
+        else:
+            share = f"{self.fraction:g} of the ratings"
+        return f"{share} held out, split seed {self.seed}"
+
+
 def load(
     spec: str,
     seed: int,
-    test_fraction: float = 0.2,
+    split: Split = Split(),
     side_info: bool = False,
     context: tuple[str, ...] = (),
     time_bins: int | None = None,
@@ -55,11 +99,13 @@ def load(
     :func:`bmczoo.data.time_features` built from the ratings' timestamps before the split.
     ``time_bins`` (``--time-bins B``): the ratings as a user x item x time-bin
     :class:`~bmczoo.data.TensorData` (the timestamps cut into ``B`` equal-count bins, as
-    :meth:`~bmczoo.data.TensorData.from_ratings`), split at the same positions."""
+    :meth:`~bmczoo.data.TensorData.from_ratings`), split at the same positions.
+    ``split`` (:class:`Split`): how the test pairs are held out.  ``seed``: the
+    simulator's."""
     from .. import datasets
 
     if time_bins is not None:
-        _check_time_bins(spec, time_bins, context)
+        _check_time_bins(spec, time_bins, context, split)
     if spec.startswith("sim:"):
         try:
             m = int(spec[4:])
@@ -85,14 +131,20 @@ def load(
         data, time = _with_time(data, context, spec)
     if time_bins is not None:
         data, edges = _as_tensor(data, time_bins, spec)
-    train, test = data.split(test_fraction, seed=0)
+    train, test = split.apply(data)
     return Loaded(train, test, None, user_ids, item_ids, time, edges)
 
 
-def _check_time_bins(spec: str, time_bins: int, context: tuple) -> None:
-    """``--time-bins B``: a positive count, ratings with timestamps, not with ``--context``."""
+def _check_time_bins(spec: str, time_bins: int, context: tuple, split: Split) -> None:
+    """``--time-bins B``: a positive count, ratings with timestamps, not with ``--context``
+    nor a per-user split."""
     if time_bins < 1:
         raise CLIError(f"--time-bins must be at least 1, got {time_bins}")
+    if split.per_user:
+        raise CLIError(
+            "--split per-user (top-N evaluation of a matrix fit) is not implemented for a "
+            "tensor (--time-bins): use the default uniform split"
+        )
     if spec.startswith("sim:"):
         raise CLIError("--time-bins needs ratings with timestamps; the simulator has none")
     if context:

@@ -54,13 +54,18 @@ def proba_columns(fit, rows, cols, context=None):
     return [f"p_{v:g}" for v in lik.level_values], probs
 
 
-def write_outputs(fit, out: Path, test, loaded: Loaded, metric: str) -> None:
-    """Write ``--out``: predictions.csv first (cheap), then posterior.nc, then report/, so
-    that a failure of a later one keeps the earlier ones.  A failure (a full disk, a
-    plotting error, ...) names the file and keeps the fit's result in the message."""
+def write_outputs(fit, out: Path, loaded: Loaded, metric: str, ranking=None, split=None) -> None:
+    """Write ``--out``: predictions.csv first (cheap), then the top-N files
+    (``ranking``, :func:`bmczoo.cli.topn.write`, with the test ``split``), then
+    posterior.nc, then report/, so that a failure of a later one keeps the earlier ones.
+    A failure (a full disk, a plotting error, ...) names the file and keeps the fit's
+    result in the message."""
     import numpy as np
 
     from .. import diagnostics
+    from . import topn
+
+    test = loaded.test
 
     def failed(what, e):
         return CLIError(
@@ -100,6 +105,10 @@ def write_outputs(fit, out: Path, test, loaded: Loaded, metric: str) -> None:
             pred.unlink()
     except Exception as e:  # noqa: BLE001 - reported with the fit's result
         raise failed(pred, e) from e
+    try:
+        topn.write(out, ranking, loaded.user_ids, split)
+    except Exception as e:  # noqa: BLE001 - reported with the fit's result
+        raise failed(out / topn.FILES[0], e) from e
     try:
         fit.to_arviz().to_netcdf(out / "posterior.nc")
     except Exception as e:  # noqa: BLE001 - reported with the fit's result

@@ -115,6 +115,11 @@ _FIT_GROUPS = (
     ("model", None),
     ("method and sampling", None),
     ("outputs", "every path is checked before the data is read"),
+    (
+        "top-N evaluation",
+        "the test split, and each user's items without a training pair ranked by the fit, "
+        "its held-out pairs the relevant ones (bmczoo.evaluation.ranking_metrics)",
+    ),
     ("side information", "--prior normal-wishart: features of the users and items"),
     ("troubleshooting", None),
     (
@@ -131,18 +136,20 @@ def _add_fit(sub) -> None:
         help="fit a model and print the RMSE",
         usage="bmczoo fit [--data SPEC] [--prior NAME] [-K K] [--method NAME] [OPTION ...]",
         description="Fit the low-rank model. Ratings data is split into train and test "
-        "(--test-fraction) and the last line is test_rmse=<float>; with the simulator (sim:M) "
+        "(--test-fraction, --split) and the last line is test_rmse=<float> (test_ndcg@K=<float> "
+        "for --likelihood one-class); with the simulator (sim:M) "
         "the last line is theta_rmse=<float> over all M^2 entries. An error is one line on "
         "stderr and exit code 2.",
         formatter_class=_HelpFormatter,
     )
-    data, model, method, out, side, trouble, internals = (
+    data, model, method, out, topn, side, trouble, internals = (
         f.add_argument_group(title, text) for title, text in _FIT_GROUPS
     )
     _fit_data_options(data)
     _fit_model_options(model)
     _fit_method_options(method)
     _fit_output_options(out)
+    _fit_topn_options(topn)
     _fit_side_options(side)
     _add_debug_option(trouble)
     _add_settings_flags(internals, "Gibbs sampler internals")
@@ -150,7 +157,8 @@ def _add_fit(sub) -> None:
 
 
 def _fit_data_options(f) -> None:
-    """What is fitted: ``--data``, the test split and ``--binarize``."""
+    """What is fitted: ``--data``, the test fraction and ``--binarize`` (the rest of the
+    split: :func:`_fit_topn_options`)."""
     f.add_argument(
         "--data",
         default="sim:100",
@@ -303,6 +311,53 @@ def _fit_output_options(f) -> None:
         "--checkpoint file that is not a bmczoo checkpoint (a checkpoint is always resumed)",
     )
     f.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _fit_topn_options(f) -> None:
+    """The per-user test split (``--split``, ``--test-count``, ``--split-seed``),
+    ``--top-n`` and ``--top-n-draws``."""
+    f.add_argument(
+        "--split",
+        default="uniform",
+        choices=["uniform", "per-user"],
+        help="ratings data: uniform holds out --test-fraction of all the ratings; per-user "
+        "--test-fraction (or --test-count) of each user's pairs, at most all but one (the "
+        "split of top-N evaluation)",
+    )
+    f.add_argument(
+        "--test-count",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--split per-user: hold out N pairs of each user instead of a fraction (default: "
+        "none, --test-fraction)",
+    )
+    f.add_argument(
+        "--split-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the test split (apart from --seed: fits of other seeds share the split)",
+    )
+    f.add_argument(
+        "--top-n",
+        type=int,
+        default=None,
+        metavar="K",
+        help="print precision, recall, NDCG and MAP at K and AUC of the posterior mean's "
+        "rankings (and write them to --out: topn.json, topn_per_user.csv); --split per-user "
+        "is the usual split for it (default: none; 10 with --likelihood one-class, whose last "
+        "line is then test_ndcg@K= instead of test_rmse=)",
+    )
+    f.add_argument(
+        "--top-n-draws",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the posterior of each user's metrics from N rankings by one posterior draw "
+        "each (bmczoo.evaluation.metric_posterior), its mean and central 90%% interval; 0: "
+        "none; --method map has no posterior (default: 20)",
+    )
 
 
 def _add_settings_flags(f, group: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from .errors import CLIError
 
 # what ``fit --out DIR`` writes into DIR
-_OUT_FILES = ("posterior.nc", "predictions.csv")
+_OUT_FILES = ("posterior.nc", "predictions.csv", "topn.json", "topn_per_user.csv")
 _OUT_DIRS = ("report",)
 
 
