@@ -91,4 +91,3 @@ def test_time_bins_errors(tmp_path, capsys, no_fit, args, timestamp, needles):  
 def test_time_bins_on_the_simulator_is_an_error(capsys, no_fit):  # noqa: F811
     assert main(["fit", "--data", "sim:20", "--time-bins", "3", "-K", "2", "--quiet"]) == 2
     one_line_error(capsys, "the simulator has none")
-
