@@ -39,9 +39,13 @@ pair.
   most-popular (training counts).  cornac's WMF needs TensorFlow and is skipped where it
   does not import.
 
-**Check** (issue 57): bmczoo's best member (best validation NDCG@10 among its members)
-at least matches the best peer's test NDCG@10 and P@10, and its sweep takes at most 1.5x
-an ALS iteration (one thread) at K = 32.
+**bmczoo's member** (:func:`select_member`): each member's parameters are its best
+validation NDCG@10; among the members, the one-standard-error rule: those within one
+paired standard error (the per-user difference on the same validation users) of the best
+member's validation NDCG@10 are tied, and the fastest of them is bmczoo's member.
+
+**Check** (issue 57): bmczoo's member at least matches the best peer's test NDCG@10 and
+P@10, and its sweep takes at most 1.5x an ALS iteration (one thread) at K = 32.
 
 Prints markdown tables and writes every number with the machine (its CPU model) to
 ``--out`` after each fit.
@@ -120,11 +124,16 @@ class ScoreFit:
         return order, top
 
 
-def metrics(fit, train, test) -> dict:
-    from bmczoo.evaluation import ranking_metrics
+def metrics(fit, train, test, per_user: dict | None = None) -> dict:
+    """The benchmark's metrics (means over the users with a held-out pair); with
+    ``per_user`` (a dict) also each user's NDCG@10 in ``per_user["ndcg10"]``."""
+    from bmczoo._ranking import per_user_ranking, ranking_summary
 
-    m10 = ranking_metrics(fit, train, test, k=10)
-    m20 = ranking_metrics(fit, train, test, k=20)
+    _, v10 = per_user_ranking(fit, train, test, k=10)
+    m10 = ranking_summary(v10, 10)
+    m20 = ranking_summary(per_user_ranking(fit, train, test, k=20)[1], 20)
+    if per_user is not None:
+        per_user["ndcg10"] = v10[:, 2]
     return {
         "p10": m10["precision"],
         "r20": m20["recall"],
@@ -133,6 +142,33 @@ def metrics(fit, train, test) -> dict:
         "auc": m10["auc"],
         "users": m10["users"],
     }
+
+
+def select_member(members: dict) -> dict:
+    """bmczoo's member by the one-standard-error rule on the validation split: the
+    members whose validation NDCG@10 is within one standard error of the best's (the
+    paired standard error of the per-user difference, the same users) are tied, and the
+    fastest of them (seconds per sweep on validation) is chosen.
+
+    ``members``: name -> ``{"ndcg10": mean, "per_user": per-user NDCG@10, "seconds":
+    per sweep}`` of each member's chosen parameters."""
+    top = max(members, key=lambda m: members[m]["ndcg10"])
+    rows = {}
+    for m, r in members.items():
+        d = members[top]["per_user"] - r["per_user"]
+        d = d[np.isfinite(d)]
+        se = float(np.std(d, ddof=1) / np.sqrt(d.size)) if d.size > 1 else 0.0
+        diff = float(members[top]["ndcg10"] - r["ndcg10"])
+        rows[m] = {
+            "val_ndcg10": r["ndcg10"],
+            "behind_best": diff,
+            "paired_se": se,
+            "tied": diff <= se,
+            "sweep_seconds": r["seconds"],
+        }
+    tied = [m for m in rows if rows[m]["tied"]]
+    chosen = min(tied, key=lambda m: rows[m]["sweep_seconds"])
+    return {"best_on_validation": top, "chosen": chosen, "members": rows}
 
 
 def _csr(data):
@@ -379,11 +415,26 @@ def tables(res: dict) -> str:
         ]
         for m, t in pt.items():
             lines.append(f"| {m} | {1e3 * t['best']:.1f} | {t['best'] / als:.2f} |")
+    sel = res.get("selection")
+    if sel:
+        lines += [
+            "",
+            "bmczoo's member on validation (one-standard-error rule, the fastest of the tied):",
+            "",
+            "| member | val NDCG@10 | behind the best | paired SE | tied | ms / sweep |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, r in sel["members"].items():
+            lines.append(
+                f"| {name} | {r['val_ndcg10']:.4f} | {r['behind_best']:.4f} | "
+                f"{r['paired_se']:.4f} | {'yes' if r['tied'] else 'no'} | "
+                f"{1e3 * r['sweep_seconds']:.1f} |"
+            )
     if res.get("check"):
         c = res["check"]
         lines += [
             "",
-            f"Check: bmczoo's best member on validation ({c['bmczoo']}) against the best peer: "
+            f"Check: bmczoo's member ({c['bmczoo']}) against the best peer: "
             f"NDCG@10 {c['ndcg10']:.3f} vs {c['peer_ndcg10']:.3f} ({c['peer_ndcg10_by']}), "
             f"P@10 {c['p10']:.3f} vs {c['peer_p10']:.3f} ({c['peer_p10_by']}); sweep "
             f"{1e3 * c['sweep_seconds']:.1f} ms = {c['ratio']:.2f}x an ALS iteration "
@@ -402,7 +453,11 @@ def check(res: dict) -> dict | None:
     als = [r for r in peers if r["method"] == "implicit ALS"]
     if not ours or not peers:
         return None
-    best = max(ours, key=lambda r: r["val_ndcg10"])
+    chosen = res.get("selection", {}).get("chosen")
+    if chosen is not None and any(r["method"] == chosen for r in ours):
+        best = next(r for r in ours if r["method"] == chosen)
+    else:  # a run before the selection rule: the best validation NDCG@10
+        best = max(ours, key=lambda r: r["val_ndcg10"])
     pn = max(peers, key=lambda r: r["ndcg10"])
     pp = max(peers, key=lambda r: r["p10"])
     out = {
@@ -466,7 +521,7 @@ def main(argv=None) -> int:
     p.add_argument("--thinning", type=int, default=5)
     p.add_argument("--alphas", default="1,2,5,10")
     p.add_argument("--c0s", default="1")
-    p.add_argument("--lams", default="1,2,4,8")
+    p.add_argument("--lams", default="1,2,4,8,16,32")
     p.add_argument(
         "--column-moves-every",
         type=int,
@@ -528,7 +583,7 @@ def main(argv=None) -> int:
         res["check"] = check(res)
         out.write_text(json.dumps(res, indent=1, default=float))
 
-    def run(model, method, fn, params, tr, te, stage):
+    def run(model, method, fn, params, tr, te, stage, per_user=None):
         fit, t = fn(tr, params, a)
         r = {
             "model": model,
@@ -536,7 +591,7 @@ def main(argv=None) -> int:
             "params": params,
             "stage": stage,
             **t,
-            **metrics(fit, tr, te),
+            **metrics(fit, tr, te, per_user),
             "load": os.getloadavg()[0],
         }
         res["results"].append(r)
@@ -550,14 +605,24 @@ def main(argv=None) -> int:
         )
         return r
 
+    on_val = {}  # bmczoo's members on validation, for select_member
     jobs = [("bmczoo", name, fit_bmczoo, grid) for name, grid in ours[1].items()]
     jobs += [("peer", name, fn, grid) for name, (fn, grid) in peers.items()]
     for model, name, fn, grid in jobs:
         print(f"{name}: {len(grid)} on validation", flush=True)
-        best = max(
-            (run(model, name, fn, pr, fit_tr, val, "validation") for pr in grid),
-            key=lambda r: r["ndcg10"],
-        )
+        best, best_users = None, None
+        for pr in grid:
+            users = {}
+            r = run(model, name, fn, pr, fit_tr, val, "validation", users)
+            if best is None or r["ndcg10"] > best["ndcg10"]:
+                best, best_users = r, users["ndcg10"]
+        if model == "bmczoo":
+            on_val[name] = {
+                "ndcg10": best["ndcg10"],
+                "per_user": best_users,
+                "seconds": best["iter_seconds"],
+            }
+            res["selection"] = select_member(on_val)
         r = run(model, name, fn, best["params"], train, test, "test")
         r["val_ndcg10"] = best["ndcg10"]
         save()
