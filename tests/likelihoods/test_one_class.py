@@ -78,13 +78,6 @@ def test_negative_strengths_are_refused():
 
 def test_unsupported_combinations_are_clear_errors():
     data = _implicit_data()
-    kw = dict(K=2, likelihood=LIK, progress_bar=False)
-    with pytest.raises(
-        ValueError, match="one-class likelihood's VB update does not implement biases"
-    ):
-        bmc.fit(data, method="vb", biases=True, **kw)
-    with pytest.raises(ValueError, match="one-class .* does not implement biases"):
-        bmc.fit(data, biases=True, **kw)
     with pytest.raises(ValueError, match="one-class .* annealed switch"):
         gibbs.build_problem(data, 1.0, likelihood=LIK, options=SweepOptions(anneal_steps=3))
     big = bmc.RatingData([0, 5], [1, 2], [1.0, 1.0], (2000, 1001))

@@ -17,8 +17,8 @@ What is checked (float64 unless said otherwise):
   (relative tolerance 1e-12 of |ELBO|, as in ``test_vb_components``).
 * ``bmc.fit(method="vb")`` in float32 and float64: finite, non-decreasing ELBO trace;
   on a planted block problem its top-10 recommendations beat popularity's (recall and
-  NDCG at 10); a saved fit predicts the same bits; biases and several devices are clear
-  errors; a checkpointed fit continues to the straight fit's bits, and other one-class
+  NDCG at 10); a saved fit predicts the same bits; several devices and sampled offsets
+  are clear errors (the biases: ``test_one_class_biases_vb.py``); a checkpointed fit continues to the straight fit's bits, and other one-class
   settings are another run.
 """
 
@@ -246,16 +246,12 @@ def test_fit_ranks_better_than_popularity_and_saves(tmp_path, dtype):
 
 
 def test_unsupported_combinations_are_clear_errors():
-    kw = dict(K=2, likelihood=LIK, method="vb", progress_bar=False)
-    with pytest.raises(
-        ValueError, match="one-class likelihood's VB update does not implement biases"
-    ):
-        bmc.fit(_data(), biases=True, **kw)
     with pytest.raises(ValueError, match="does not implement several devices"):
         all_pairs.check_support(LIK, sharded=object())
     with pytest.raises(ValueError, match="does not implement sampled offsets"):
         all_pairs.check_support(LIK, offsets=(bmc.offsets.Context(),))
     all_pairs.check_support(bmc.likelihoods.Tempered(), biases=object())  # not all_pairs
+    all_pairs.check_support(LIK, biases=object())  # the biases are implemented
 
 
 def test_fit_with_feature_links_never_decreases_the_elbo(x64):

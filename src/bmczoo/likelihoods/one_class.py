@@ -38,10 +38,12 @@ class OneClass(Likelihood):
     Gibbs and VB (``all_pairs``: the factor blocks and the CAVI row updates ask
     ``gibbs_view`` and ``unrated_weight``; the ELBO ``vb_all_pairs_loglik``) and, for
     small matrices (``m1 m2 <= 2e6``), the NumPyro model (NUTS, SVI, MAP: the full
-    matrix, ``sample_pairs``).  Not the biases, the sampled offsets, several devices or
-    the annealed switch (each a clear error).  A fit
-    neither centres nor clips: ``predict`` gives the posterior mean of ``theta``, a score
-    for ranking the unobserved pairs.
+    matrix, ``sample_pairs``).  With the row and column biases (``biases=True``: ``theta_ij
+    = M_i.N_j + b_i + c_j``, no global mean) in each of them: their sums over every pair
+    are shared by the rows (``c0 N^T 1``, ``c0 N^T c``, ``c0 sum_j c_j``, ``c0 m``).  Not
+    the sampled offsets, several devices or the annealed switch (each a clear error).  A
+    fit neither centres nor clips: ``predict`` gives the posterior mean of ``theta``, a
+    score for ranking the unobserved pairs.
 
     Parameters
     ----------

@@ -119,12 +119,15 @@ def _observe(likelihood, ratings, M, N, offsets, observed: bool, subsample_size)
     sampled offsets' sum at the ratings (or None)."""
     bias, shift = offsets
     if likelihood.all_pairs:  # every pair of the matrix (small matrices)
-        if bias is not None or shift is not None or subsample_size is not None:
+        if shift is not None or subsample_size is not None:
             raise ValueError(
-                f"the {likelihood.name} likelihood's model takes no biases, offsets or "
+                f"the {likelihood.name} likelihood's model takes no offsets or "
                 "subsample_size: it observes every pair of the matrix"
             )
-        return likelihood.sample_pairs(M @ N.T, ratings, observed)
+        theta = M @ N.T
+        if bias is not None:  # b_i + c_j at every pair
+            theta = theta + bias[0][:, None] + bias[1][None, :]
+        return likelihood.sample_pairs(theta, ratings, observed)
     rows = jnp.asarray(ratings.rows)
     cols = jnp.asarray(ratings.cols)
     y = jnp.asarray(ratings.values) if observed else None

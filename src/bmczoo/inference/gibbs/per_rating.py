@@ -32,14 +32,16 @@ OFFSET_STREAM = 0x6F6666  # "off"
 
 
 def check_likelihood_support(
-    likelihood, mesh, options: SweepOptions, *, biases=None, offsets: tuple = ()
+    likelihood, mesh, options: SweepOptions, *, offsets: tuple = ()
 ) -> None:
     """A clear error where a per-rating block meets several devices or the annealed switch,
-    and where a likelihood that observes every pair meets what it does not implement."""
+    and where a likelihood that observes every pair meets what it does not implement (its
+    sweep takes the biases: their sums over every pair are shared terms of the factor
+    blocks' sums, :func:`~bmczoo.inference.gibbs.rows.row_sums`)."""
     if likelihood is None:
         return
     if likelihood.all_pairs:
-        _check_all_pairs_support(likelihood, mesh, options, biases, offsets)
+        _check_all_pairs_support(likelihood, mesh, options, offsets)
     if (likelihood.latent or likelihood.weighted) and mesh is not None:
         raise ValueError(
             f"the {likelihood.name} likelihood runs on one device: its sharded per-rating block "
@@ -52,11 +54,10 @@ def check_likelihood_support(
         )
 
 
-def _check_all_pairs_support(likelihood, mesh, options: SweepOptions, biases, offsets) -> None:
+def _check_all_pairs_support(likelihood, mesh, options: SweepOptions, offsets) -> None:
     """The components an ``all_pairs`` likelihood's sweep does not implement: their blocks
     would need sums over every pair of the matrix."""
     what = {
-        "biases": biases is not None,
         "sampled offsets (context=)": bool(offsets),
         "several devices (devices=)": mesh is not None,
         "the annealed switch (anneal_steps)": bool(options.anneal_steps),

@@ -331,42 +331,73 @@ def row_sums(
 ) -> RowSums:
     """The per-row sums over the ratings (:func:`_rating_sums`), and with ``unrated`` (the
     weight of every pair that is not a rating, observed as 0: an ``all_pairs``
-    likelihood's) those over every pair of the row: the ratings' Gram terms weigh
-    ``w_k - unrated`` and ``unrated * sum_j F_j F_j^T`` over all rows ``j`` of ``other`` is
-    added to every row's Gram matrix (one (C, K, K) matrix shared by the rows, O(m_other
-    K^2)); the right-hand sides keep ``w_k y_k`` (the unrated pairs' targets are 0).  Every
-    block that reads the sums (the rows' draws, the column moves, fused or not) then sees
-    the full likelihood, and on every hot path.
+    likelihood's) those over every pair of the row: the ratings' terms weigh ``w_k -
+    unrated`` and ``unrated`` times the sum over all rows ``j`` of ``other`` is added to
+    every row's (shared by the rows: ``sum_j F_j F_j^T`` (C, K, K), O(m_other K^2), and with
+    biases ``sum_j F_j``, ``sum_j c_j F_j``, ``sum_j c_j`` and the count ``m_other``);
+    the right-hand sides ``r`` and ``sumY`` keep ``w_k y_k`` (the unrated pairs' targets
+    are 0).  Every block that reads the sums (the biases' and the rows' draws, the column
+    moves, fused or not) then sees the full likelihood, and on every hot path
+    (docs/algorithms.md, "One-class likelihood").
 
     Parameters
     ----------
-    csr, other, bias_other, use_bias, values, packed, weights :
-        As for :func:`_rating_sums`.
+    csr : CSR
+        The ratings grouped by the rows being updated.
+    other : jax.Array, shape (C, m_other, K)
+        The other factor, all rows.
+    bias_other : jax.Array, shape (C, m_other)
+        The other side's biases.
+    use_bias : bool
+        Also the biases' sums.
+    values : jax.Array, shape (C, n), optional
+        Per-chain values that replace the ratings.
+    packed : bool
+        The packed Gram matrices are wanted.
+    weights : jax.Array, shape (C, n) or (1, n), optional
+        Per-rating weights.
     unrated : float, optional
         The unrated pairs' weight (None: the ratings alone); needs ``weights``.
+
+    Returns
+    -------
+    RowSums
+        The per-row sums.
     """
     if unrated is None:
         return _rating_sums(csr, other, bias_other, use_bias, values, packed, weights)
-    if weights is None or use_bias:
-        raise ValueError("the unrated pairs' weight needs per-rating weights and no biases")
-    C, _, K = other.shape
+    if weights is None:
+        raise ValueError("the unrated pairs' weight needs per-rating weights")
+    C, m_other, K = other.shape
     rhs = weights * (csr.values[None] if values is None else values)
+    dense = (
+        jnp.concatenate([other, jnp.ones((C, m_other, 1), other.dtype)], -1) if use_bias else other
+    )
     if rhs.shape[0] == 1:  # one view for every chain: one product, the chains stacked
-        r = _pattern_product(csr, rhs[0], other)
+        rall = _pattern_product(csr, rhs[0], dense)
     else:
-        r = jnp.stack([pattern_product(csr, rhs[c], other[c]) for c in range(C)])
+        rall = jnp.stack([pattern_product(csr, rhs[c], dense[c]) for c in range(C)])
     gram_w = weights - unrated
     packed = packed or not uses_gram_kernel(csr, K)
+    bw = jnp.stack([bias_other, jnp.ones_like(bias_other)], -1) if use_bias else None
     if gram_w.shape[0] == 1 and resolve_hot_path(csr.hot_path) != "gram":
         # the weights as the pattern's entries: one product for every chain
-        G, Gp, _, _ = pattern_gram(csr._replace(ones=gram_w[0]), other, packed=packed)
+        G, Gp, S, Sw = pattern_gram(csr._replace(ones=gram_w[0]), other, bw, packed=packed)
     else:  # the compiled kernel takes per-chain weights
         gram_w = jnp.broadcast_to(gram_w, (C, gram_w.shape[-1]))
-        G, Gp, _, _ = pattern_gram(csr, other, packed=packed, rating_weights=gram_w)
+        G, Gp, S, Sw = pattern_gram(csr, other, bw, packed=packed, rating_weights=gram_w)
     shared = unrated * jnp.einsum("cjk,cjl->ckl", other, other)  # (C, K, K)
     if Gp is not None:
         Gp = Gp + pack_upper(shared)[:, None]
-    return RowSums(Gp, G + shared[:, None], r, None, None, None, None)
+    G, r = G + shared[:, None], rall[..., :K]
+    if not use_bias:
+        return RowSums(Gp, G, r, None, None, None, None)
+    # the biases' sums over every pair: the shared parts over all rows of ``other``
+    sumO = S[..., 1, :] + unrated * jnp.sum(other, axis=1)[:, None]
+    sumBO = S[..., 0, :] + unrated * jnp.einsum("cj,cjk->ck", bias_other, other)[:, None]
+    sumB = Sw[..., 0] + unrated * jnp.sum(bias_other, axis=1)[:, None]
+    count = Sw[..., 1] + unrated * m_other
+    return RowSums(Gp, G, r, sumO, sumBO, sumB, rall[..., K], count)
 
 
 def _rating_sums(

@@ -342,7 +342,7 @@ def build_problem(
     m1, m2 = ratings.shape
     likelihood = bind_likelihood(likelihood, ratings)
     offsets = check_offsets_support(offsets, mesh)
-    check_likelihood_support(likelihood, mesh, options, biases=biases, offsets=offsets)
+    check_likelihood_support(likelihood, mesh, options, offsets=offsets)
     entry_arrays = _entry_arrays(ratings, entries, dtype)
     with shared_link_arrays():  # a table linked by the prior and the biases: once
         bias_links = _bias_links(biases, ratings, dtype, mesh)

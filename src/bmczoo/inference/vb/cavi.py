@@ -122,11 +122,15 @@ def _update_factor(
     self_bias=None,
     other_bias=None,
     shared=None,
+    dense=None,
 ):
     """The optimal ``q`` of every row; ``prior_shift`` is ``E[Lambda mu]`` (C, K) or, for
     rows with their own prior means (a feature link), ``E[Lambda mu_i]`` (C, m, K);
     ``shared`` (C, K, K) a term added to every row's precision (an ``all_pairs``
-    likelihood's unrated pairs: :func:`_shared_gram`)."""
+    likelihood's unrated pairs: :func:`_shared_gram`), ``dense`` their
+    :class:`~bmczoo.inference.vb.all_pairs.DenseSums` (with biases: the unrated pairs'
+    targets 0 minus the biases, ``-u (E[b_i] sum_j E[F_j] + sum_j E[c_j] E[F_j])`` in the
+    right-hand sides)."""
     P = row_precision(csr, cov_other + outer(mean_other), prior_precision, _bcast(tau, 4))
     if shared is not None:
         P = P + shared[:, None]
@@ -134,7 +138,10 @@ def _update_factor(
     if self_bias is None:
         rhs = row_rhs(csr, mean_other, _bcast(tau, 3))
     else:
-        rhs = _bcast(tau, 3) * _resid_rhs(csr, mean_other, self_bias, other_bias)
+        resid = _resid_rhs(csr, mean_other, self_bias, other_bias)
+        if dense is not None:
+            resid = resid - self_bias[..., None] * dense.F1[:, None] - dense.Fc[:, None]
+        rhs = _bcast(tau, 3) * resid
     if prior_shift is not None:
         rhs = rhs + (prior_shift if prior_shift.ndim == 3 else prior_shift[:, None, :])
     return solve_rows(L, rhs), _inverse_from_cholesky(L)
@@ -191,6 +198,27 @@ def _shared_gram(model: _Model, mean_other, cov_other, tau):
     return (_bcast(tau, 3) * model.unrated) * G
 
 
+def _dense(model: _Model, mean_other, other_bias):
+    """The unrated pairs' :class:`~bmczoo.inference.vb.all_pairs.DenseSums` of the other
+    side (None without an ``all_pairs`` likelihood)."""
+    if model.unrated is None:
+        return None
+    return all_pairs.dense_sums(model.unrated, mean_other, other_bias)
+
+
+def _bias_sums_of(csr: CSR, mean_other, mean_self, other_bias, dense):
+    """A side's biases' residual sums (C, m) and counts ((1, m) or (C, m)) for
+    ``vb_bias_update``: over the ratings (:func:`_bias_resid_sum`, :func:`_counts`), and
+    with ``dense`` (an ``all_pairs`` likelihood) over every pair: ``- u sum_j E[c_j] - u
+    m_i . sum_j E[F_j]`` and ``+ u m`` (the ratings' entries weigh ``w_k - u``)."""
+    resid = _bias_resid_sum(csr, mean_other, mean_self, other_bias)
+    counts = _counts(csr, mean_self.dtype)[None]
+    if dense is None:
+        return resid, counts
+    resid = resid - dense.c1[:, None] - jnp.sum(mean_self * dense.F1[:, None], axis=-1)
+    return resid, counts + dense.count
+
+
 def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: sh.Comm, model: _Model):
     """The CAVI updates of q(M), q(N), the biases' q (when ``bias``) and the prior's
     statistics; ``comm`` says how rows are spread (identity on one device; all-gathers
@@ -205,31 +233,25 @@ def _body(rows: CSR, cols: CSR, n, W, qp: dict, tau, bias: dict, comm: sh.Comm, 
         shared = _shared_gram(model, m_all, V_all, tau)
         n, W = _update_factor(cols, m_all, V_all, PN, tau, sN, shared=shared)
     else:
-        Ec = comm.gather(bias["c_mean"])
-        m, V = _update_factor(rows, comm.gather(n), comm.gather(W), PM, tau, sM, bias["b_mean"], Ec)
-        m_all = comm.gather(m)
-        n, W = _update_factor(
-            cols, m_all, comm.gather(V), PN, tau, sN, bias["c_mean"], comm.gather(bias["b_mean"])
-        )
+        Ec, Eb = comm.gather(bias["c_mean"]), comm.gather(bias["b_mean"])
+        n_all, W_all = comm.gather(n), comm.gather(W)
+        shared, dense = _shared_gram(model, n_all, W_all, tau), _dense(model, n_all, Ec)
+        m, V = _update_factor(rows, n_all, W_all, PM, tau, sM, bias["b_mean"], Ec, shared, dense)
+        m_all, V_all = comm.gather(m), comm.gather(V)
+        shared, dense = _shared_gram(model, m_all, V_all, tau), _dense(model, m_all, Eb)
+        n, W = _update_factor(cols, m_all, V_all, PN, tau, sN, bias["c_mean"], Eb, shared, dense)
         # q(b_i) given q(M), q(N), q(c), then q(c_j) given the new q(b); then q(s_b^2), q(s_c^2)
         # (with features first q(w), q(lam_w) of each linked side: bmczoo.offsets.bias_link_vb)
-        dt = m.dtype
         mb, mc = biases.vb_prior_means(bias)
+        n_all = comm.gather(n)
+        resid, counts = _bias_sums_of(rows, n_all, m, Ec, _dense(model, n_all, Ec))
         b_mean, b_var = biases.vb_bias_update(
-            _bias_resid_sum(rows, comm.gather(n), m, Ec),
-            _counts(rows, dt)[None],
-            tau,
-            bias["sb_shape"],
-            bias["sb_rate"],
-            mb,
+            resid, counts, tau, bias["sb_shape"], bias["sb_rate"], mb
         )
+        Eb = comm.gather(b_mean)
+        resid, counts = _bias_sums_of(cols, m_all, n, Eb, _dense(model, m_all, Eb))
         c_mean, c_var = biases.vb_bias_update(
-            _bias_resid_sum(cols, m_all, n, comm.gather(b_mean)),
-            _counts(cols, dt)[None],
-            tau,
-            bias["sc_shape"],
-            bias["sc_rate"],
-            mc,
+            resid, counts, tau, bias["sc_shape"], bias["sc_rate"], mc
         )
         bias = {**bias, "b_mean": b_mean, "b_var": b_var, "c_mean": c_mean, "c_var": c_var}
         bias.update(biases.vb_variances(bias, _bias_sums(bias, comm), dims))

@@ -79,7 +79,7 @@ def elbo(
     if lik.all_pairs:
         all_pairs.check_support(lik, biases=biases, sharded=sharded, offsets=offsets)
         loglik, parts = all_pairs_loglik(state, rows, lik, tau, prior)
-        return _elbo_rest(state, parts, loglik, prior, None, rows.shape)
+        return _elbo_rest(state, parts, loglik, prior, biases, rows.shape)
     parts, n_obs = parts_of(state, rows, prior, sharded)
     if (
         lik.weighted
@@ -119,20 +119,21 @@ def _elbo_rest(state: VBState, parts: dict, loglik, prior: Prior, biases, dims):
 
 def all_pairs_loglik(state: VBState, rows: CSR, lik, tau, prior: Prior | None = None):
     """The expected log-likelihood ``E_q[log p(every pair | theta)]`` (C,) of an
-    ``all_pairs`` likelihood (one device, no biases) and the Gaussian parts it reads.
+    ``all_pairs`` likelihood (one device) and the Gaussian parts it reads.
 
     With targets ``t_k`` and weights ``w_k`` at the ratings (``gibbs_view``) and the weight
     ``u`` of the other pairs (targets 0), the expected weighted squared error over every
     pair is ``sum_k w_k t_k^2 - 2 sum_k w_k t_k E[theta_k] + sum_k (w_k - u) E[theta_k^2]
     + u sum_ij E[theta_ij^2]``: the third sum is the Gaussian parts' ``sq`` with zero values
-    and the pattern's entries ``w_k - u``, the last ``tr(A B)``
+    and the pattern's entries ``w_k - u`` (with biases: ``theta`` with them, each rating
+    adding ``Var b_i + Var c_j``), the last ``tr(A B)`` plus the biases' terms
     (:func:`.all_pairs.all_pairs_second_moment`); the likelihood's
     ``vb_all_pairs_loglik`` turns it into its term.
 
     Parameters
     ----------
     state : VBState
-        The q-state (one device, no biases).
+        The q-state (one device; with or without biases).
     rows : CSR
         The ratings by rows (values: the data's values).
     lik : bmczoo.likelihoods.Likelihood
@@ -157,7 +158,7 @@ def all_pairs_loglik(state: VBState, rows: CSR, lik, tau, prior: Prior | None = 
         jnp.sum(wt * t)
         - 2.0 * jnp.sum(wt * ratings_mean(state, rows), axis=1)
         + parts["sq"]
-        + u * all_pairs.all_pairs_second_moment(state.m, state.V, state.n, state.W)
+        + u * all_pairs.all_pairs_second_moment(state.m, state.V, state.n, state.W, state.bias)
     )
     m1, m2 = rows.shape
     return lik.vb_all_pairs_loglik(w, m1 * m2, sq, tau), parts
