@@ -3,7 +3,7 @@ discrete prior's column moves and spike/slab swaps: the posterior of the CP rank
 
 Design: a 6 x 5 x 4 array with half its entries observed (a fixed pattern), K = 3,
 ``Discrete(C=1, p=0.4, eps=0.05)`` (every rank 0..3 has prior mass; the spike's columns
-carry theta of order ``eps^(3/2)``), known noise sd 0.5 (``Tempered``), float64.  Per
+carry theta of order ``eps^(3/2)``), known noise sd 0.5 (``Tempered``; a learned ``tau`` in one ``slow`` run), float64.  Per
 replication ``gamma``, ``U`` and ``y`` are drawn from the model with numpy (seeded), and
 one chain runs :func:`bmczoo.inference.tensor.sweep` with ``moves=True`` (the column
 moves with each mode's column integrated out in turn, the spike/slab swaps) from
@@ -28,8 +28,8 @@ must fail, on the CP rank itself, at the quick size; swaps without their proposa
 densities (``_log_normal`` as 0) too, with 1000 replications of the quick chains (``slow``).
 
 Cost (measured on 2 shared, loaded CPU cores, compilation included): the quick run about
-14 s and its power check 20 s (7 s and 10 s with the persistent compilation cache warm);
-the full run 85 s and the swaps' power check 49 s.
+14-18 s and its power check 19-20 s (7 s and 10 s with the persistent compilation cache
+warm); the full run 85 s, the swaps' power check 49 s, the learned noise 29 s.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ pytestmark = pytest.mark.usefixtures("x64")
 SHAPE, K, FRACTION = (6, 5, 4), 3, 0.5
 PRIOR = bmc.priors.Discrete(C=1.0, p=0.4, eps=0.05)
 NOISE_SD = 0.5
+LEARNED = bmc.likelihoods.LearnedNoise(a=6.0, b=1.5)
 
 
 def _pattern():
@@ -82,29 +83,36 @@ def _theta(U, idx, xp=np):
     return xp.sum(t, axis=-1)
 
 
-def _statistics(prior, gamma, U, xp=np):
-    """(..., S): the number of slab columns, theta at ``ENTRIES``, ``sum_d ||U_d||^2``."""
+def _statistics(prior, gamma, U, tau=None, xp=np):
+    """(..., S): the number of slab columns, theta at ``ENTRIES``, ``sum_d ||U_d||^2``
+    and ``tau`` where it is learned."""
     rank = xp.sum(gamma > math.sqrt(prior.C * prior.eps), axis=-1).astype(U[0].dtype)
     th = _theta(U, ENTRIES, xp)
     ss = sum(xp.sum(F * F, axis=(-2, -1)) for F in U)
-    return xp.concatenate([rank[..., None], th, ss[..., None]], axis=-1)
+    last = [ss[..., None]] if tau is None else [ss[..., None], tau[..., None]]
+    return xp.concatenate([rank[..., None], th, *last], axis=-1)
 
 
-def _truth(prior, num, seed):
+def _truth(prior, num, seed, learned=None):
     """``num`` joint draws (numpy, float64): ``gamma_h`` from the two-point prior,
-    ``U_d[:, h] ~ N(0, gamma_h I)``, ``y = theta + N(0, NOISE_SD^2)`` at ``IDX``."""
+    ``U_d[:, h] ~ N(0, gamma_h I)``, ``y = theta + N(0, 1/tau)`` at ``IDX`` (``tau =
+    1/NOISE_SD^2``, or from ``learned``'s ``Gamma(a, rate b)``; ``tau`` returned then)."""
     rng = np.random.default_rng(seed)
     gamma = np.where(rng.random((num, K)) < prior.p, prior.C, prior.eps)
     U = tuple(rng.standard_normal((num, m, K)) * np.sqrt(gamma)[:, None, :] for m in SHAPE)
-    Y = _theta(U, IDX) + NOISE_SD * rng.standard_normal((num, N_OBS))
-    return gamma, U, Y
+    z = rng.standard_normal((num, N_OBS))
+    if learned is None:
+        return gamma, U, _theta(U, IDX) + NOISE_SD * z, None
+    tau = rng.gamma(learned.a, 1.0 / learned.b, num)
+    return gamma, U, _theta(U, IDX) + z / np.sqrt(tau)[:, None], tau
 
 
-def _chains(sampler_prior, keys, Y, num_warmup, num_draws, thin):
+def _chains(sampler_prior, learned, keys, Y, num_warmup, num_draws, thin):
     """Statistics (R, num_draws, S) of one chain per replication (the sweep with the
     moves, from :func:`bmczoo.inference.tensor.init`), every replication in one compiled
-    program (a fresh one per call: a monkeypatched block is traced anew)."""
-    lik = bmc.likelihoods.Tempered(noise_sd=NOISE_SD)
+    program (a fresh one per call: a monkeypatched block is traced anew); ``learned``: a
+    ``LearnedNoise`` (started at ``1/NOISE_SD^2``) or None (the known noise)."""
+    lik = bmc.likelihoods.Tempered(noise_sd=NOISE_SD) if learned is None else learned
     data = bmc.TensorData(IDX, np.zeros(N_OBS), SHAPE)
     problem = T.build_problem(data, 1.0 / NOISE_SD**2, jnp.float64)
 
@@ -124,7 +132,8 @@ def _chains(sampler_prior, keys, Y, num_warmup, num_draws, thin):
         def draw(s, _):
             s = advance(s, thin)
             first = lambda x: x[0]  # noqa: E731
-            return s, _statistics(PRIOR, s.gamma[0], tuple(map(first, s.U)), jnp)
+            tau = None if learned is None else s.tau[0]
+            return s, _statistics(PRIOR, s.gamma[0], tuple(map(first, s.U)), tau, jnp)
 
         return jax.lax.scan(draw, state, None, length=num_draws)[1]
 
@@ -142,20 +151,22 @@ def run_tensor_sbc(
     alpha=0.01,
     seed=0,
     sampler_prior=None,
+    learned=None,
 ):
     """SBC of the CP rank and the other statistics (float64): ``seed`` fixes the truth,
-    ``seed + 1`` the chains' keys, ``seed + 2`` the ties' breaking."""
+    ``seed + 1`` the chains' keys, ``seed + 2`` the ties' breaking; ``learned`` a
+    ``LearnedNoise`` (the truth's ``tau`` from its prior, ``tau`` a statistic) or None."""
     sampler_prior = PRIOR if sampler_prior is None else sampler_prior
-    gamma, U, Y = _truth(PRIOR, num_replications, seed)
-    truth = _statistics(PRIOR, gamma, U)
+    gamma, U, Y, tau = _truth(PRIOR, num_replications, seed, learned)
+    truth = _statistics(PRIOR, gamma, U, tau)
     keys = jax.random.split(jax.random.key(seed + 1), num_replications)
-    draws = _chains(sampler_prior, keys, Y, num_warmup, num_draws, thin)
+    draws = _chains(sampler_prior, learned, keys, Y, num_warmup, num_draws, thin)
     if not np.all(np.isfinite(draws)):
         raise FloatingPointError("non-finite draws")
     ranks = _ranks(draws, truth, np.random.default_rng(seed + 2))
     chi2, p = stats.chisquare(bin_ranks(ranks, num_draws, num_bins), axis=0)
     return SBCResult(
-        names=NAMES,
+        names=NAMES + ([] if learned is None else ["tau"]),
         ranks=ranks,
         num_draws=num_draws,
         num_bins=num_bins,
@@ -204,3 +215,12 @@ def test_tensor_sbc_detects_swaps_without_proposal_densities(monkeypatch):
     res = run_tensor_sbc(**dict(QUICK, num_replications=1000))
     print(res.report())
     assert res.p_values[NAMES.index("CP rank")] <= res.threshold, res.report()
+
+
+@pytest.mark.slow
+def test_tensor_sbc_learned_noise():
+    """A learned noise precision (``tau ~ Gamma(6, rate 1.5)``, mean 4: noise sd about
+    0.5), ``tau`` a statistic too: quick chains, 200 replications."""
+    res = run_tensor_sbc(**dict(QUICK, num_replications=200), learned=LEARNED)
+    print(res.report())
+    assert res.uniform, f"tensor SBC ranks not uniform\n{res.report()}"
