@@ -3,9 +3,9 @@ discrete prior's column moves and spike/slab swaps: the posterior of the CP rank
 
 Design: a 6 x 5 x 4 array with half its entries observed (a fixed pattern), K = 3,
 ``Discrete(C=1, p=0.4, eps=0.05)`` (every rank 0..3 has prior mass; the spike's columns
-carry theta of order ``eps^(3/2)``), known noise sd 0.5 (``Tempered``; a learned ``tau`` in one ``slow`` run), float64.  Per
-replication ``gamma``, ``U`` and ``y`` are drawn from the model with numpy (seeded), and
-one chain runs :func:`bmczoo.inference.tensor.sweep` with ``moves=True`` (the column
+carry theta of order ``eps^(3/2)``), known noise sd 0.5 (``Tempered``; a learned
+``tau`` in one ``slow`` run), float64.  Per replication ``gamma``, ``U`` and ``y`` are
+drawn from the model with numpy (seeded), and one chain runs :func:`bmczoo.inference.tensor.sweep` with ``moves=True`` (the column
 moves with each mode's column integrated out in turn, the spike/slab swaps) from
 :func:`~bmczoo.inference.tensor.init` (every column in the slab); after a warm-up the
 statistics of thinned draws are kept.  The replications are ``jax.vmap``-ed (one chain
@@ -26,10 +26,6 @@ every 3 sweeps).  Power: moves whose rescaled design forgets one of the other mo
 (``_design_scale`` returning ``s^(D-2)`` for ``s^(D-1)``, as in the Geweke power check)
 must fail, on the CP rank itself, at the quick size; swaps without their proposal
 densities (``_log_normal`` as 0) too, with 1000 replications of the quick chains (``slow``).
-
-Cost (measured on 2 shared, loaded CPU cores, compilation included): the quick run about
-14-18 s and its power check 19-20 s (7 s and 10 s with the persistent compilation cache
-warm); the full run 85 s, the swaps' power check 49 s, the learned noise 29 s.
 """
 
 from __future__ import annotations
