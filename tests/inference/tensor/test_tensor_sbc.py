@@ -3,13 +3,14 @@ discrete prior's column moves and spike/slab swaps: the posterior of the CP rank
 
 Design: a 6 x 5 x 4 array with half its entries observed (a fixed pattern), K = 3,
 ``Discrete(C=1, p=0.4, eps=0.05)`` (every rank 0..3 has prior mass; the spike's columns
-carry theta of order ``eps^(3/2)``), known noise sd 0.5 (``Tempered``; a learned
-``tau`` in one ``slow`` run), float64.  Per replication ``gamma``, ``U`` and ``y`` are
-drawn from the model with numpy (seeded), and one chain runs :func:`bmczoo.inference.tensor.sweep` with ``moves=True`` (the column
-moves with each mode's column integrated out in turn, the spike/slab swaps) from
-:func:`~bmczoo.inference.tensor.init` (every column in the slab); after a warm-up the
-statistics of thinned draws are kept.  The replications are ``jax.vmap``-ed (one chain
-each: the problem differs only in its values), so a run is one compiled program.
+carry theta of order ``eps^(3/2)``), known noise sd 0.5 (``Tempered``; a learned ``tau`` in
+one ``slow`` run), float64. Per replication ``gamma``, ``U`` and ``y`` are drawn from the
+model with numpy (seeded), and one chain runs :func:`bmczoo.inference.tensor.sweep` with
+``moves=True`` (the column moves with each mode's column integrated out in turn, the
+spike/slab swaps) from :func:`~bmczoo.inference.tensor.init` (every column in the slab);
+after a warm-up the statistics of thinned draws are kept. The replications are
+``jax.vmap``-ed (one chain each: the problem differs only in its values), so a run is one
+compiled program.
 
 Statistics: the CP rank (the number of slab columns; its ties broken uniformly at random,
 ``_sbc._ranks``), theta at two observed and two unobserved entries, and
