@@ -20,10 +20,13 @@ from .. import settings as st
 from ..info import FitInfo
 from . import core
 
-__all__ = ["TensorFit", "fit_tensor", "fit_tensor_nuts", "fit_tensor_svi"]
+__all__ = ["TensorFit", "fit_tensor", "fit_tensor_nuts", "fit_tensor_svi", "fit_tensor_vb"]
 
 #: the largest block of (draws x entries) values computed at once by the outputs
 _BLOCK = 2**22
+
+#: the number of draws from q that a VB fit keeps (its outputs' draws)
+VB_DRAWS = 200
 
 
 def _runner(prior, likelihood, biases, moves: int):
@@ -190,6 +193,95 @@ def fit_tensor_svi(
     return fit
 
 
+def fit_tensor_vb(
+    train: TensorData,
+    info: FitInfo,
+    test: TensorData | None,
+    progress_bar: bool,
+) -> "TensorFit":
+    """Closed-form mean-field VB (:class:`~bmczoo.inference.settings.VB`; the CAVI of
+    :mod:`bmczoo.inference.tensor.vb`): ``restarts`` runs side by side until every run's
+    relative ELBO change is below ``tol`` (or ``max_iter`` iterations), the run with the
+    highest final ELBO kept.  The result is a :class:`TensorFit` of :data:`VB_DRAWS`
+    independent draws from q (one chain: the factors' rows, ``gamma`` from ``q(gamma)``,
+    ``tau`` from ``q(tau)``), its ``losses`` the kept run's negative ELBO per iteration
+    and its ``q`` the parameters of ``q(gamma)`` (the exact rank posterior) and ``q(tau)``.
+
+    Parameters
+    ----------
+    train : TensorData
+        The values the model fits (centred by the caller).
+    info : FitInfo
+        The fit's model and settings.
+    test : TensorData or None
+        Held-out entries (the draws' RMSE).
+    progress_bar : bool
+        Show a progress bar over the iterations.
+    """
+    from tqdm.auto import tqdm
+
+    from . import vb
+
+    s, prior, lik = info.settings, info.prior, info.likelihood
+    vb.check_model(prior, lik, info.biases)
+    dtype = jnp.dtype(info.dtype)
+    problem = core.build_problem(train, info.tau, dtype)
+    keys = jax.random.split(jax.random.key(info.seed), s.restarts)
+    state = vb.init(keys, problem, prior, info.K, likelihood=lik)
+    tau = jnp.asarray(info.tau, dtype)
+
+    @jax.jit
+    def step(state, problem):
+        new = vb.update(state, problem, prior, tau, likelihood=lik)
+        return new, vb.elbo(new, problem, prior, tau, likelihood=lik)
+
+    trace, seconds = [], []
+    for _ in tqdm(range(s.max_iter), disable=not progress_bar, desc="tensor vb"):
+        t0 = time.perf_counter()
+        state, e = step(state, problem)
+        trace.append(np.asarray(e, np.float64))
+        seconds.append(time.perf_counter() - t0)
+        if len(trace) > 1 and np.all(np.abs(trace[-1] - trace[-2]) <= s.tol * np.abs(trace[-1])):
+            break
+    trace = np.stack(trace)
+    best = int(np.argmax(trace[-1]))
+    run = jax.tree.map(lambda x: np.asarray(x[best], np.float64), state)
+    draws, q = _q_draws(run, prior, lik, np.random.default_rng(info.seed))
+    fit = _from_draws(info, train, draws, test, tuple(seconds))
+    fit.losses = -trace[:, best]
+    fit.q = q
+    return fit
+
+
+def _q_draws(run, prior, lik, rng) -> tuple[dict, dict]:
+    """:data:`VB_DRAWS` draws from q of one run (numpy float64, no run axis) as the NumPyro
+    model's sites (one chain), and the parameters of ``q(gamma)`` (``gamma/...``) and
+    ``q(tau)`` (``tau/...``)."""
+    S = VB_DRAWS
+    draws = {}
+    for d, (m, V) in enumerate(zip(run.mean, run.cov)):
+        L = np.linalg.cholesky(0.5 * (V + np.swapaxes(V, -1, -2)))
+        z = rng.standard_normal((S,) + m.shape)
+        draws[f"U{d}"] = (m[None] + np.einsum("ikl,sil->sik", L, z))[None]
+    ES = sum(
+        np.sum(m**2, 0) + np.sum(np.diagonal(V, axis1=-2, axis2=-1), 0)
+        for m, V in zip(run.mean, run.cov)
+    )
+    rows = sum(m.shape[0] for m in run.mean)
+    params = prior.vb_params(
+        {"inv_gamma": jnp.asarray(run.inv_gamma)}, jnp.asarray(ES), jnp.zeros_like(ES), rows, 0
+    )
+    params = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    K = ES.shape[-1]
+    draws["gamma"] = np.broadcast_to(prior.q_sample(params, S, rng), (S, K))[None]
+    q = {f"gamma/{k}": v for k, v in params.items()}
+    if lik.learned:
+        shape, rate = float(run.noise["shape"]), float(run.noise["rate"])
+        draws["tau"] = rng.gamma(shape, 1.0 / rate, size=(1, S))
+        q.update({"tau/shape": np.asarray(shape), "tau/rate": np.asarray(rate)})
+    return draws, q
+
+
 def _gamma_given(prior, U: list) -> np.ndarray:
     """``gamma`` given the factors ``U`` (each (..., m_d, K)): the discrete prior's
     posterior mean (the NumPyro model's deterministic ``gamma``), else ``1 / E[1/gamma |
@@ -261,7 +353,7 @@ def _result(info, train, kept, rmse_draw, seconds) -> "TensorFit":
 @dataclasses.dataclass(repr=False)
 class TensorFit:
     """Result of ``bmc.fit`` on a :class:`~bmczoo.data.TensorData` (the CP model: Gibbs,
-    NUTS, SVI or MAP).
+    VB, NUTS, SVI or MAP).
 
     Attributes
     ----------
@@ -278,9 +370,12 @@ class TensorFit:
         seconds per sweep of each block of kept draws (compiled beforehand); NUTS: the
         seconds per iteration; SVI and MAP: the seconds per optimisation step.
     losses : SVI and MAP: the loss of each step (the negative ELBO; MAP: the negative log
-        joint); empty for MCMC.
+        joint); VB: the negative ELBO of each iteration (the kept run); empty for MCMC.
     seen_index : (n, D) the training entries (the pattern ``recommend(exclude_seen=True)``
         leaves out; saved with the fit), or None.
+    q : VB: the parameters of ``q(gamma)`` (``gamma/inv_mean``, ``gamma/slab_prob``, ...,
+        those of the prior's :meth:`~bmczoo.priors.Prior.vb_params`) and of a learned
+        ``q(tau)`` (``tau/shape``, ``tau/rate``); empty for the other methods.
     """
 
     info: Any = None
@@ -291,6 +386,7 @@ class TensorFit:
     sweep_seconds: tuple = ()
     losses: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     seen_index: np.ndarray | None = None
+    q: dict = dataclasses.field(default_factory=dict)
     has_q: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ saving (hooks)
@@ -538,7 +634,17 @@ class TensorFit:
         return np.sum(np.asarray(self.samples["gamma"]) > self.active_threshold(), axis=-1)
 
     def rank_posterior(self) -> dict[int, float]:
-        """The posterior probability of each CP rank (over every kept draw)."""
+        """The posterior probability of each CP rank (over every kept draw; VB: exactly
+        under ``q(gamma)``, the columns independent with ``q(gamma_h > threshold)`` from the
+        prior's :meth:`~bmczoo.priors.Prior.q_prob_above`, e.g. the discrete prior's
+        ``q(gamma_h = C)``)."""
+        params = {k[6:]: v for k, v in self.q.items() if k.startswith("gamma/")}
+        if params:
+            p = np.asarray(self.info.prior.q_prob_above(params, self.active_threshold()))
+            dist = np.ones(1)  # the Poisson-binomial law of the number of active columns
+            for ph in np.asarray(p, np.float64).reshape(-1):
+                dist = np.append(dist * (1.0 - ph), 0.0) + np.append(0.0, dist * ph)
+            return {r: float(v) for r, v in enumerate(dist) if v > 0.0}
         r, c = np.unique(self.num_active(), return_counts=True)
         return {int(k): float(v) / float(c.sum()) for k, v in zip(r, c)}
 
@@ -582,10 +688,15 @@ def check_tensor_settings(settings, method_kwargs: dict) -> None:
     """A clear error for what the tensor sampler does not implement yet."""
     if isinstance(settings, (st.NUTS, st.SVI, st.MAP)):
         return
+    if isinstance(settings, st.VB):
+        if settings.devices is not None or settings.checkpoint is not None:
+            what = "devices" if settings.devices is not None else "checkpoint"
+            raise ValueError(f"{what}= is not implemented for method='vb' on a TensorData yet")
+        return
     if not isinstance(settings, st.Gibbs):
         raise ValueError(
-            f"a TensorData is fitted by method='gibbs', 'nuts', 'svi' and 'map' only for now, "
-            f"not {settings.method!r}"
+            f"a TensorData is fitted by method='gibbs', 'vb', 'nuts', 'svi' and 'map' only "
+            f"for now, not {settings.method!r}"
         )
     allowed = {"num_warmup", "num_samples", "thinning", "num_chains", "column_moves", "init_gamma"}
     extra = sorted(set(method_kwargs) - allowed)
