@@ -39,8 +39,10 @@ __all__ = [
     "elbo",
     "expected_sq_error",
     "init",
+    "factor_stats",
     "mode_moments",
     "update",
+    "update_mode",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
