@@ -239,8 +239,8 @@ def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
         fit_tensor,
         fit_tensor_nuts,
         fit_tensor_svi,
-        fit_tensor_vb,
     )
+    from .tensor.vb_fit import fit_tensor_vb
 
     check_tensor_settings(settings, opts["kw"])
     dt = check_dtype(opts["dtype"])
