@@ -85,6 +85,22 @@ def test_mode_moments_match_brute_force():
         np.testing.assert_allclose(np.asarray(m[0]), mb, rtol=1e-10, atol=1e-12)
 
 
+def test_chunks_change_nothing():
+    """The moments over chunks of 7 entries (the last one padded) equal those in one chunk."""
+    problem = core.build_problem(_tiny(), TAU, jnp.float64)
+    state = _state()
+    for d in range(len(SHAPE)):
+        for a, b in zip(
+            vb.mode_moments(state, problem, d), vb.mode_moments(state, problem, d, chunk=7)
+        ):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(vb.expected_sq_error(state, problem)),
+        np.asarray(vb.expected_sq_error(state, problem, chunk=7)),
+        rtol=1e-12,
+    )
+
+
 @pytest.mark.parametrize("learned", [False, True], ids=["tempered", "learned"])
 def test_update_zeroes_the_elbo_gradient(learned):
     """With the fixed prior (no q(gamma)) the ELBO is a function of the factors' q (and

@@ -11,9 +11,10 @@ mean-field q the modes are independent, so at an entry ``e`` the design row of m
 (elementwise products), and the optimal q of row ``i`` of mode ``d`` is the matrix VB's
 with these in place of the other factor's moments: precision ``diag(E[1/gamma]) + t
 sum_{e: i_de = i} E[w_e w_e^T]``, mean ``P^-1 t sum_e y_e E[w_e]`` (``t``: the block
-precision, ``temper E[tau]`` for a learned noise).  The moments are formed per entry
-(n x K x K) and summed by the mode's rows (its pattern's sorted row ids); nothing of size
-``prod m_d`` is built.  The column scales' ``q(gamma)`` are the prior's VB hooks
+precision, ``temper E[tau]`` for a learned noise).  The moments are formed per entry, in
+chunks of :data:`CHUNK` entries (each (C, chunk, K, K)), and summed by the mode's rows (its
+pattern's sorted row ids); nothing of size ``prod m_d`` is built.  The column scales'
+``q(gamma)`` are the prior's VB hooks
 (:meth:`~bmczoo.priors.Prior.vb_step`, ``vb_elbo_term``) with ``E[S_h] = sum_d sum_i
 E[U_d[i, h]^2]`` and ``sum_d m_d`` rows; ``q(tau)`` the likelihood's (``vb_step``).
 
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+
+#: entries per chunk of the per-entry (C, chunk, K, K) moments
+CHUNK = 8192
 
 
 class TensorVBState(NamedTuple):
@@ -170,9 +174,19 @@ def _row_sums(x: jax.Array, row_ids: jax.Array, m: int) -> jax.Array:
     )(x)
 
 
-def mode_moments(state: TensorVBState, problem: TensorProblem, d: int):
+def _chunks(n: int, chunk: int):
+    """Positions (B, chunk') of ``n`` entries in chunks (the last padded with the last
+    entry) and their validity mask."""
+    size = max(1, min(int(chunk), n))
+    pos = jnp.arange(-(-n // size) * size)
+    return jnp.minimum(pos, n - 1).reshape(-1, size), (pos < n).reshape(-1, size)
+
+
+def mode_moments(state: TensorVBState, problem: TensorProblem, d: int, chunk: int = CHUNK):
     """``(G, r)``: ``G_i = sum_{e: i_de = i} E[w_e w_e^T]`` (C, m_d, K, K) and ``r_i =
-    sum_e y_e E[w_e]`` (C, m_d, K), the expected design moments of mode ``d``'s rows.
+    sum_e y_e E[w_e]`` (C, m_d, K), the expected design moments of mode ``d``'s rows, over
+    chunks of ``chunk`` entries in the mode's order (each chunk's (C, chunk, K, K)
+    moments summed by rows and accumulated).
 
     Parameters
     ----------
@@ -182,13 +196,25 @@ def mode_moments(state: TensorVBState, problem: TensorProblem, d: int):
         The problem.
     d : int
         The mode.
+    chunk : int
+        Entries per chunk.
     """
     csr = problem.modes[d]
-    Ew, Eww = _entry_moments(state, problem.index[csr.index], d)
-    m = csr.shape[0]
-    G = _row_sums(Eww, csr.row_ids, m)
-    r = _row_sums(csr.values[None, :, None] * Ew, csr.row_ids, m)
-    return G, r
+    m, K = csr.shape[0], state.mean[0].shape[-1]
+    C, dtype = state.mean[0].shape[0], state.mean[0].dtype
+    pos, valid = _chunks(csr.index.shape[0], chunk)
+
+    def body(acc, xs):
+        p, ok = xs
+        Ew, Eww = _entry_moments(state, problem.index[csr.index[p]], d)
+        w = ok.astype(dtype)
+        rid = csr.row_ids[p]  # sorted: p is increasing
+        G = _row_sums(Eww * w[None, :, None, None], rid, m)
+        r = _row_sums((csr.values[p] * w)[None, :, None] * Ew, rid, m)
+        return (acc[0] + G, acc[1] + r), None
+
+    zeros = (jnp.zeros((C, m, K, K), dtype), jnp.zeros((C, m, K), dtype))
+    return jax.lax.scan(body, zeros, (pos, valid))[0]
 
 
 def _bcast(t, ndim: int):
@@ -236,10 +262,10 @@ def factor_stats(state: TensorVBState) -> jax.Array:
     )
 
 
-def expected_sq_error(state: TensorVBState, problem: TensorProblem) -> jax.Array:
+def expected_sq_error(state: TensorVBState, problem: TensorProblem, chunk: int = CHUNK):
     """``sum_e E_q[(y_e - theta_e)^2]`` (C,): ``sum_e y_e^2 - 2 y_e E[theta_e] +
     E[theta_e^2]`` with ``E[theta_e] = sum_h prod_d m_d[i_de, h]`` and ``E[theta_e^2] =
-    sum_{h,l} prod_d (S_d + m_d m_d^T)[i_de][h, l]``.
+    sum_{h,l} prod_d (S_d + m_d m_d^T)[i_de][h, l]``, over chunks of ``chunk`` entries.
 
     Parameters
     ----------
@@ -247,10 +273,24 @@ def expected_sq_error(state: TensorVBState, problem: TensorProblem) -> jax.Array
         The q-state.
     problem : TensorProblem
         The problem.
+    chunk : int
+        Entries per chunk.
     """
-    Ew, Eww = _entry_moments(state, problem.index, None)
-    y = problem.values
-    return jnp.sum(y**2) - 2.0 * jnp.einsum("n,cnk->c", y, Ew) + jnp.sum(Eww, axis=(1, 2, 3))
+    pos, valid = _chunks(problem.values.shape[0], chunk)
+    dtype = state.mean[0].dtype
+
+    def body(acc, xs):
+        p, ok = xs
+        Ew, Eww = _entry_moments(state, problem.index[p], None)
+        y, w = problem.values[p], ok.astype(dtype)
+        part = (
+            jnp.sum(w * y**2)
+            - 2.0 * jnp.einsum("n,cnk->c", w * y, Ew)
+            + jnp.einsum("n,cnkl->c", w, Eww)
+        )
+        return acc + part, None
+
+    return jax.lax.scan(body, jnp.zeros(state.mean[0].shape[0], dtype), (pos, valid))[0]
 
 
 def update(
