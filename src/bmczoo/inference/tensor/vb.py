@@ -255,7 +255,13 @@ def update_mode(state: TensorVBState, problem: TensorProblem, d: int, row_prec, 
 
 
 def factor_stats(state: TensorVBState) -> jax.Array:
-    """``E_q[S_h] = sum_d sum_i (m_d[i, h]^2 + S_d[i][h, h])`` (C, K)."""
+    """``E_q[S_h] = sum_d sum_i (m_d[i, h]^2 + S_d[i][h, h])`` (C, K).
+
+    Parameters
+    ----------
+    state : TensorVBState
+        The q-state.
+    """
     return sum(
         jnp.sum(m**2, axis=1) + jnp.sum(jnp.diagonal(S, axis1=-2, axis2=-1), axis=1)
         for m, S in zip(state.mean, state.cov)
