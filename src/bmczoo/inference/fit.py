@@ -232,8 +232,9 @@ def fit(
 def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
     """``bmc.fit`` on a :class:`~bmczoo.data.TensorData`: Gibbs on the CP model
     (:mod:`bmczoo.inference.tensor`), with the column-scale priors, the Gaussian
-    likelihoods and biases per mode; NUTS, SVI and MAP on its NumPyro model
-    (column-scale priors).  The result holds the training entries (``seen_index``)."""
+    likelihoods and biases per mode; mean-field VB (:mod:`bmczoo.inference.tensor.vb`:
+    column-scale priors, Gaussian likelihoods, no biases); NUTS, SVI and MAP on its
+    NumPyro model (column-scale priors).  The result holds the training entries (``seen_index``)."""
     from .tensor.fit import (
         check_tensor_settings,
         fit_tensor,
