@@ -232,9 +232,16 @@ def fit(
 def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
     """``bmc.fit`` on a :class:`~bmczoo.data.TensorData`: Gibbs on the CP model
     (:mod:`bmczoo.inference.tensor`), with the column-scale priors, the Gaussian
-    likelihoods and biases per mode; NUTS, SVI and MAP on its NumPyro model
-    (column-scale priors).  The result holds the training entries (``seen_index``)."""
-    from .tensor.fit import check_tensor_settings, fit_tensor, fit_tensor_nuts, fit_tensor_svi
+    likelihoods and biases per mode; mean-field VB (:mod:`bmczoo.inference.tensor.vb`:
+    column-scale priors, Gaussian likelihoods, no biases); NUTS, SVI and MAP on its
+    NumPyro model (column-scale priors).  The result holds the training entries (``seen_index``)."""
+    from .tensor.fit import (
+        check_tensor_settings,
+        fit_tensor,
+        fit_tensor_nuts,
+        fit_tensor_svi,
+    )
+    from .tensor.vb_fit import fit_tensor_vb
 
     check_tensor_settings(settings, opts["kw"])
     dt = check_dtype(opts["dtype"])
@@ -271,6 +278,7 @@ def _fit_tensor(train: TensorData, K, prior, settings, test, opts: dict):
     )
     check_bool("progress_bar", opts["progress_bar"])
     drivers = {st.NUTS: fit_tensor_nuts, st.SVI: fit_tensor_svi, st.MAP: fit_tensor_svi}
+    drivers[st.VB] = fit_tensor_vb
     run = drivers.get(type(settings), fit_tensor)
     if run is not fit_tensor and not prior.has_column_scales:
         raise ValueError(

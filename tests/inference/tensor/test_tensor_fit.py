@@ -110,8 +110,8 @@ def test_the_discrete_prior_finds_the_rank_from_the_slab():
 
 def test_errors():
     train, test = _array()
-    with pytest.raises(ValueError, match="'svi' and 'map' only for now, not 'vb'"):
-        bmc.fit(train, K=2, method="vb")
+    with pytest.raises(ValueError, match="biases= is not implemented for method='vb'"):
+        bmc.fit(train, K=2, method="vb", biases=True)
     with pytest.raises(ValueError, match="overrelax= is not implemented for a TensorData"):
         bmc.fit(train, K=2, overrelax=0.5)
     with pytest.raises(ValueError, match="probit likelihood is not implemented"):

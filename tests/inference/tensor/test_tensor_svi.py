@@ -112,5 +112,5 @@ def test_errors():
         bmc.fit(train, K=2, method="svi", subsample_size=1000, progress_bar=False)
     with pytest.raises(ValueError, match="probit likelihood is not implemented"):
         bmc.fit(train, K=2, method="svi", likelihood=bmc.likelihoods.Probit())
-    with pytest.raises(ValueError, match="'svi' and 'map' only for now, not 'vb'"):
-        bmc.fit(train, K=2, method="vb")
+    with pytest.raises(ValueError, match="method='vb' on a TensorData takes a column-scale"):
+        bmc.fit(train, K=2, method="vb", prior=bmc.priors.NormalWishart())

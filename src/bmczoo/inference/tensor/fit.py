@@ -261,7 +261,7 @@ def _result(info, train, kept, rmse_draw, seconds) -> "TensorFit":
 @dataclasses.dataclass(repr=False)
 class TensorFit:
     """Result of ``bmc.fit`` on a :class:`~bmczoo.data.TensorData` (the CP model: Gibbs,
-    NUTS, SVI or MAP).
+    VB, NUTS, SVI or MAP).
 
     Attributes
     ----------
@@ -278,9 +278,12 @@ class TensorFit:
         seconds per sweep of each block of kept draws (compiled beforehand); NUTS: the
         seconds per iteration; SVI and MAP: the seconds per optimisation step.
     losses : SVI and MAP: the loss of each step (the negative ELBO; MAP: the negative log
-        joint); empty for MCMC.
+        joint); VB: the negative ELBO of each iteration (the kept run); empty for MCMC.
     seen_index : (n, D) the training entries (the pattern ``recommend(exclude_seen=True)``
         leaves out; saved with the fit), or None.
+    q : VB: the parameters of ``q(gamma)`` (``gamma/inv_mean``, ``gamma/slab_prob``, ...,
+        those of the prior's :meth:`~bmczoo.priors.Prior.vb_params`) and of a learned
+        ``q(tau)`` (``tau/shape``, ``tau/rate``); empty for the other methods.
     """
 
     info: Any = None
@@ -291,6 +294,7 @@ class TensorFit:
     sweep_seconds: tuple = ()
     losses: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     seen_index: np.ndarray | None = None
+    q: dict = dataclasses.field(default_factory=dict)
     has_q: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ saving (hooks)
@@ -538,7 +542,17 @@ class TensorFit:
         return np.sum(np.asarray(self.samples["gamma"]) > self.active_threshold(), axis=-1)
 
     def rank_posterior(self) -> dict[int, float]:
-        """The posterior probability of each CP rank (over every kept draw)."""
+        """The posterior probability of each CP rank (over every kept draw; VB: exactly
+        under ``q(gamma)``, the columns independent with ``q(gamma_h > threshold)`` from the
+        prior's :meth:`~bmczoo.priors.Prior.q_prob_above`, e.g. the discrete prior's
+        ``q(gamma_h = C)``)."""
+        params = {k[6:]: v for k, v in self.q.items() if k.startswith("gamma/")}
+        if params:
+            p = np.asarray(self.info.prior.q_prob_above(params, self.active_threshold()))
+            dist = np.ones(1)  # the Poisson-binomial law of the number of active columns
+            for ph in np.asarray(p, np.float64).reshape(-1):
+                dist = np.append(dist * (1.0 - ph), 0.0) + np.append(0.0, dist * ph)
+            return {r: float(v) for r, v in enumerate(dist) if v > 0.0}
         r, c = np.unique(self.num_active(), return_counts=True)
         return {int(k): float(v) / float(c.sum()) for k, v in zip(r, c)}
 
@@ -582,10 +596,15 @@ def check_tensor_settings(settings, method_kwargs: dict) -> None:
     """A clear error for what the tensor sampler does not implement yet."""
     if isinstance(settings, (st.NUTS, st.SVI, st.MAP)):
         return
+    if isinstance(settings, st.VB):
+        if settings.devices is not None or settings.checkpoint is not None:
+            what = "devices" if settings.devices is not None else "checkpoint"
+            raise ValueError(f"{what}= is not implemented for method='vb' on a TensorData yet")
+        return
     if not isinstance(settings, st.Gibbs):
         raise ValueError(
-            f"a TensorData is fitted by method='gibbs', 'nuts', 'svi' and 'map' only for now, "
-            f"not {settings.method!r}"
+            f"a TensorData is fitted by method='gibbs', 'vb', 'nuts', 'svi' and 'map' only "
+            f"for now, not {settings.method!r}"
         )
     allowed = {"num_warmup", "num_samples", "thinning", "num_chains", "column_moves", "init_gamma"}
     extra = sorted(set(method_kwargs) - allowed)
