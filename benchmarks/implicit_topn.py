@@ -4,6 +4,7 @@
     python benchmarks/implicit_topn.py                                  # the full run
     python benchmarks/implicit_topn.py --quick                          # smaller grids, fewer sweeps
     python benchmarks/implicit_topn.py --merge benchmarks/results/implicit_topn.json  # tables only
+    python benchmarks/implicit_topn.py --retime benchmarks/results/implicit_topn.json # timing again
 
 **Data.** ``u.data`` through :func:`bmczoo.datasets.load_movielens`; every rating is an
 interaction (strength 1, the star value dropped).  ``split_per_user(0.2, seed=0)`` holds out
@@ -405,10 +406,17 @@ def tables(res: dict) -> str:
     pt = res.get("paired_timing")
     if pt:
         als = pt["implicit ALS"]["best"]
+        rt = res.get("retimed")
+        when = (
+            f", timed again with --retime on {rt['machine']['date']} (load "
+            f"{rt['load_start'][0]:.1f} at its start)"
+            if rt
+            else ""
+        )
         lines += [
             "",
             f"Paired timing (chosen members and ALS in alternation, the fastest of "
-            f"{len(pt['implicit ALS']['rounds'])} rounds):",
+            f"{len(pt['implicit ALS']['rounds'])} rounds{when}):",
             "",
             "| method | ms / iteration | / ALS iteration |",
             "|---|---|---|",
@@ -491,6 +499,63 @@ def check(res: dict) -> dict | None:
     return out
 
 
+def paired_timing(res: dict, a, train, test, variants: bool) -> None:
+    """Each chosen bmczoo member and the chosen ALS in alternation, the fastest of
+    ``--timing-rounds`` rounds each (the least disturbed figure on a shared machine), into
+    ``res["paired_timing"]``; with ``variants`` also the accuracy of the members with the
+    column moves off (parameters not re-chosen)."""
+    chosen = {r["method"]: r for r in res["results"] if r["stage"] == "test"}
+    if not (a.timing_rounds and "implicit ALS" in chosen):
+        return
+    members = [m for m in chosen if chosen[m]["model"] == "bmczoo"]
+    print(f"paired timing: {a.timing_rounds} rounds", flush=True)
+    runs = {m: chosen[m]["params"] for m in members + ["implicit ALS"]}
+    for m in members:  # the column moves off: what they cost at K = 32 (same parameters)
+        if chosen[m]["params"]["prior"] != "normal-wishart" and a.column_moves_every != 0:
+            runs[f"{m}, column moves off"] = {**chosen[m]["params"], "moves": 0}
+    times = {m: [] for m in runs}
+    for i in range(a.timing_rounds):
+        for m, pr in runs.items():
+            fn = fit_als if m == "implicit ALS" else fit_bmczoo
+            fit, t = fn(train, pr, a)
+            times[m].append(t["iter_seconds"])
+            if variants and i == 0 and "moves" in pr:
+                res["results"].append(
+                    {
+                        "model": "bmczoo",
+                        "method": m,
+                        "params": pr,
+                        "stage": "variant",
+                        **t,
+                        **metrics(fit, train, test),
+                    }
+                )
+    res["paired_timing"] = {m: {"rounds": t, "best": min(t)} for m, t in times.items()}
+
+
+def retime(path: Path, a) -> int:
+    """``--retime RUN.json``: the paired timing of an earlier run's chosen members and
+    ALS again (its settings, the same splits), e.g. on a quieter machine; the file's
+    ``paired_timing`` and check are replaced, the machine and load of the new timing kept
+    in ``retimed``."""
+    import bmczoo as bmc
+
+    res = json.loads(path.read_text())
+    for k, v in res["settings"].items():
+        if k not in ("timing_rounds", "data"):
+            setattr(a, k, v)
+    data = bmc.datasets.load_movielens("100k", a.data, download=False)
+    train, test = data.with_values(np.ones(data.n)).split_per_user(0.2, seed=0)
+    load = list(os.getloadavg())
+    paired_timing(res, a, train, test, variants=False)
+    res["retimed"] = {"machine": machine(), "load_start": load, "rounds": a.timing_rounds}
+    res["check"] = check(res)
+    path.write_text(json.dumps(res, indent=1, default=float))
+    print(tables(res))
+    print(f"\nwritten {path}")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
@@ -543,7 +608,15 @@ def main(argv=None) -> int:
     p.add_argument("--bpr-regs", default="0.001,0.01")
     p.add_argument("--hpf-iterations", type=int, default=100)
     p.add_argument("--hpf-grid", type=int, default=2, help="1: hierarchical only; 2: both")
+    p.add_argument(
+        "--retime",
+        metavar="RUN.json",
+        help="time an earlier run's chosen members and ALS again (paired), e.g. on a quieter "
+        "machine, and update that file; nothing else is run",
+    )
     a = p.parse_args(argv)
+    if a.retime:
+        return retime(Path(a.retime), a)
     if a.merge:
         for f in a.merge:
             print(f"{f}:")
@@ -642,35 +715,8 @@ def main(argv=None) -> int:
                     }
                 )
                 save()
-    # paired timing: each chosen bmczoo member and the chosen ALS in alternation, the
-    # fastest of --timing-rounds rounds each (the least disturbed figure on a shared machine)
-    chosen = {r["method"]: r for r in res["results"] if r["stage"] == "test"}
-    if a.timing_rounds and "implicit ALS" in chosen:
-        members = [m for m in chosen if chosen[m]["model"] == "bmczoo"]
-        print(f"paired timing: {a.timing_rounds} rounds", flush=True)
-        runs = {m: chosen[m]["params"] for m in members + ["implicit ALS"]}
-        for m in members:  # the column moves off: what they cost at K = 32 (same parameters)
-            if chosen[m]["params"]["prior"] != "normal-wishart" and a.column_moves_every != 0:
-                runs[f"{m}, column moves off"] = {**chosen[m]["params"], "moves": 0}
-        times = {m: [] for m in runs}
-        for i in range(a.timing_rounds):
-            for m, pr in runs.items():
-                fn = fit_als if m == "implicit ALS" else fit_bmczoo
-                fit, t = fn(train, pr, a)
-                times[m].append(t["iter_seconds"])
-                if i == 0 and "moves" in pr:  # its accuracy too (parameters not re-chosen)
-                    res["results"].append(
-                        {
-                            "model": "bmczoo",
-                            "method": m,
-                            "params": pr,
-                            "stage": "variant",
-                            **t,
-                            **metrics(fit, train, test),
-                        }
-                    )
-        res["paired_timing"] = {m: {"rounds": t, "best": min(t)} for m, t in times.items()}
-        save()
+    paired_timing(res, a, train, test, variants=True)
+    save()
     print()
     print(tables(res))
     print(f"\nwritten {out}")
