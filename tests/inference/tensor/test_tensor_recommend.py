@@ -71,7 +71,9 @@ def _brute(fit, train, users, ctx, n, by, exclude, seed=None, prob=0.9):
     return np.array(items), np.array(scores)
 
 
-@pytest.mark.parametrize("biases", [False, True], ids=["plain", "biases"])
+@pytest.mark.parametrize(
+    "biases", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["plain", "biases"]
+)
 def test_recommend_is_the_brute_force(tmp_path, biases):
     train = _array((6, 7, 4))
     fit = bmc.fit(train, biases=biases, likelihood=bmc.likelihoods.LearnedNoise(), **FIT)
@@ -99,6 +101,7 @@ def test_recommend_is_the_brute_force(tmp_path, biases):
     assert np.sum(items >= 0) >= 4 * 7 - 1
 
 
+@pytest.mark.slow
 def test_four_modes_and_a_context_per_user():
     train = _array((5, 6, 3, 2), frac=0.3, seed=1)
     fit = bmc.fit(train, biases=True, **FIT)

@@ -78,6 +78,7 @@ def test_recovers_a_planted_array(tmp_path, method, steps):
     np.testing.assert_array_equal(back.seen_index, train.indices)
 
 
+@pytest.mark.slow
 def test_gamma_prior_and_minibatches():
     """A prior with a ``gamma`` site in the guide, biases per mode and minibatches."""
     train, test = _array(shape=(8, 7, 6), frac=0.5)
