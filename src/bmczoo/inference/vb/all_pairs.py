@@ -27,7 +27,14 @@ from typing import NamedTuple
 
 from ...linalg import CSR, row_ids
 
-__all__ = ["check_support", "views", "DenseSums", "dense_sums", "all_pairs_second_moment"]
+__all__ = [
+    "check_support",
+    "views",
+    "DenseSums",
+    "dense_sums",
+    "second_moments",
+    "all_pairs_second_moment",
+]
 
 
 def check_support(lik, *, biases=None, sharded=None, offsets=()) -> None:
@@ -125,6 +132,20 @@ def dense_sums(unrated: float, mean_other, other_bias) -> DenseSums:
     )
 
 
+def second_moments(mean, cov) -> jax.Array:
+    """``sum_j E_q[F_j F_j^T] = F^T F + sum_j S_j`` (C, K, K) of Gaussian rows with means
+    ``mean`` (C, m, K) and covariances ``cov`` (C, m, K, K).
+
+    Parameters
+    ----------
+    mean : jax.Array
+        The rows' means (C, m, K).
+    cov : jax.Array
+        Their covariances (C, m, K, K).
+    """
+    return jnp.einsum("cjk,cjl->ckl", mean, mean) + jnp.sum(cov, axis=1)
+
+
 def all_pairs_second_moment(m, V, n, W, bias: dict | None = None) -> jax.Array:
     """``sum_{i,j} E_q[theta_ij^2]`` (C,) over every pair, ``theta_ij = M_i . N_j`` (+
     ``b_i + c_j`` with biases) with independent Gaussian rows and biases: ``tr(A B)`` with
@@ -142,9 +163,7 @@ def all_pairs_second_moment(m, V, n, W, bias: dict | None = None) -> jax.Array:
         The biases' q-state (``b_mean``, ``b_var``, ``c_mean``, ``c_var``); None or empty:
         no biases.
     """
-    A = jnp.sum(V, axis=1) + jnp.einsum("cik,cil->ckl", m, m)
-    B = jnp.sum(W, axis=1) + jnp.einsum("cjk,cjl->ckl", n, n)
-    out = jnp.sum(A * B, axis=(-2, -1))
+    out = jnp.sum(second_moments(m, V) * second_moments(n, W), axis=(-2, -1))
     if not bias:
         return out
     b, c = bias["b_mean"], bias["c_mean"]

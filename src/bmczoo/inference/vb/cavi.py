@@ -194,7 +194,7 @@ def _shared_gram(model: _Model, mean_other, cov_other, tau):
     without an ``all_pairs`` likelihood)."""
     if model.unrated is None:
         return None
-    G = jnp.einsum("cjk,cjl->ckl", mean_other, mean_other) + jnp.sum(cov_other, axis=1)
+    G = all_pairs.second_moments(mean_other, cov_other)
     return (_bcast(tau, 3) * model.unrated) * G
 
 
